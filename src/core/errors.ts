@@ -1,0 +1,553 @@
+/**
+ * The error taxonomy every other module classifies against (spec core.errors).
+ *
+ * Three branches map onto the three boundaries of the framework: {@link VideoflowUserError} (the graph
+ * or its configuration is wrong, exit 2), {@link VideoflowEnvironmentError} (the world is not as
+ * required, exit 3) and {@link VideoflowRuntimeError} (something failed while messages flowed; its
+ * `disposition` is what the delivery ladder reads). Every error carries a stable `code`, an optional
+ * `remedy` and structured `context`; `render()` is what an operator reads, never a stack trace.
+ *
+ * @module
+ */
+
+/** The message is bad: dead-letter it on the first failure. */
+export const POISON = "poison";
+/** The world was briefly unavailable: retry with backoff. */
+export const TRANSIENT = "transient";
+/** This worker cannot process anything: hand the input back, never blame it, and stop. */
+export const WORKER_FATAL = "worker_fatal";
+/** Every disposition, in the order the spec lists them. */
+export const DISPOSITIONS = [POISON, TRANSIENT, WORKER_FATAL] as const;
+/** What the messenger does with the input group a node just failed on. */
+export type Disposition = typeof DISPOSITIONS[number];
+/** Disposition of an error nothing classified: retry, then dead-letter. */
+export const DEFAULT_DISPOSITION: Disposition = TRANSIENT;
+
+/** Exit status for a flow the author can fix. */
+export const EXIT_USER = 2;
+/** Exit status for a world that is not as required. */
+export const EXIT_ENVIRONMENT = 3;
+/** Exit status for a flow that ran and failed. */
+export const EXIT_FLOW_FAILED = 4;
+/** Exit status for a flow that can never finish. */
+export const EXIT_STALLED = 5;
+
+/** Structured key/values that identify where an error happened; never interpolated into the message. */
+export type ErrorContext = Record<string, unknown>;
+
+/** The JSON-safe record of an error: what the ABORT marker and the termination log carry. */
+export interface ErrorRecord {
+  readonly code: string;
+  readonly type: string;
+  readonly message: string;
+  readonly remedy: string | null;
+  readonly exit_code: number;
+  readonly disposition: string | null;
+  readonly context: Record<string, unknown>;
+  readonly diagnostics?: readonly DiagnosticRecord[];
+}
+
+/** Whether a disposition string names one of {@link DISPOSITIONS}. */
+export function isDisposition(value: unknown): value is Disposition {
+  return typeof value === "string" && (DISPOSITIONS as readonly string[]).includes(value);
+}
+
+function jsonSafe(value: unknown): unknown {
+  if (value === null || typeof value === "string" || typeof value === "boolean") return value;
+  if (typeof value === "number") return Number.isFinite(value) ? value : String(value);
+  if (typeof value === "bigint") return value.toString();
+  if (value === undefined) return null;
+  if (Array.isArray(value)) return value.map(jsonSafe);
+  if (value instanceof Error) return `${value.name}: ${value.message}`;
+  if (typeof value === "object") {
+    return Object.fromEntries(
+      Object.entries(value as Record<string, unknown>).map(([k, v]) => [k, jsonSafe(v)]),
+    );
+  }
+  return String(value);
+}
+
+function renderContextValue(value: unknown): string {
+  return typeof value === "string" ? value : JSON.stringify(jsonSafe(value));
+}
+
+/** Base of every error videoflow raises on purpose. */
+export class VideoflowError extends Error {
+  /** Stable, greppable identifier; metrics and DLQ queries key on it. */
+  static readonly code: string = "VF_UNKNOWN";
+  /** Process exit status when this error reaches the CLI. */
+  static readonly exitCode: number = 1;
+  /** What the reader should do about it, kept out of `message`. */
+  readonly remedy: string | null;
+  /** Structured key/values (node, trace_id, replica, path). */
+  readonly context: ErrorContext;
+
+  constructor(message: string, remedy?: string | null, context: ErrorContext = {}) {
+    super(message);
+    this.name = new.target.name;
+    this.remedy = remedy ?? null;
+    this.context = { ...context };
+  }
+
+  /** The class's stable code. */
+  get code(): string {
+    return (this.constructor as typeof VideoflowError).code;
+  }
+
+  /** The class's exit status. */
+  get exitCode(): number {
+    return (this.constructor as typeof VideoflowError).exitCode;
+  }
+
+  /** The disposition the delivery ladder reads; `null` outside the runtime branch. */
+  get disposition(): Disposition | null {
+    return null;
+  }
+
+  /** What an operator reads: the code and message, then the remedy, then the context; no stack trace. */
+  render(): string {
+    const lines = [`${this.code}: ${this.message}`];
+    if (this.remedy) lines.push(`  remedy: ${this.remedy}`);
+    const keys = Object.keys(this.context).sort();
+    if (keys.length > 0) {
+      lines.push(`  context: ${keys.map((k) => `${k}=${renderContextValue(this.context[k])}`).join(" ")}`);
+    }
+    return lines.join("\n");
+  }
+
+  /** The JSON-safe record of this error; its shape is a cross-process contract. */
+  toDict(): ErrorRecord {
+    return {
+      code: this.code,
+      type: this.name,
+      message: this.message,
+      remedy: this.remedy,
+      exit_code: this.exitCode,
+      disposition: this.disposition,
+      context: jsonSafe(this.context) as Record<string, unknown>,
+    };
+  }
+
+  /** `toDict()` for `JSON.stringify`. */
+  toJSON(): ErrorRecord {
+    return this.toDict();
+  }
+}
+
+/** Something the author of the flow can fix by editing their code or config (exit 2). */
+export class VideoflowUserError extends VideoflowError {
+  static override readonly code: string = "VF_USER";
+  static override readonly exitCode: number = EXIT_USER;
+}
+
+/** The code is fine; the machine, cluster, broker or registry is not (exit 3). */
+export class VideoflowEnvironmentError extends VideoflowError {
+  static override readonly code: string = "VF_ENVIRONMENT";
+  static override readonly exitCode: number = EXIT_ENVIRONMENT;
+}
+
+/** A failure while messages were flowing; its disposition drives the delivery ladder (exit 4). */
+export class VideoflowRuntimeError extends VideoflowError {
+  static override readonly code: string = "VF_RUNTIME";
+  static override readonly exitCode: number = EXIT_FLOW_FAILED;
+  /** The class's default disposition. */
+  static readonly defaultDisposition: Disposition = TRANSIENT;
+  #disposition: Disposition | null = null;
+
+  override get disposition(): Disposition {
+    return this.#disposition ?? (this.constructor as typeof VideoflowRuntimeError).defaultDisposition;
+  }
+
+  /** Overrides the disposition of this one error (what a classifier decided for a wrapped error). */
+  withDisposition(disposition: Disposition): this {
+    this.#disposition = disposition;
+    return this;
+  }
+}
+
+/** One problem found by validation, as the CLI prints it. */
+export interface DiagnosticRecord {
+  readonly severity: "error" | "warning";
+  readonly code: string;
+  readonly node: string | null;
+  readonly message: string;
+  readonly remedy: string | null;
+}
+
+/**
+ * One problem found by `validate`: collected, never raised one at a time, so a flow with three mistakes
+ * reports three.
+ */
+export class Diagnostic implements DiagnosticRecord {
+  constructor(
+    readonly severity: "error" | "warning",
+    readonly code: string,
+    readonly node: string | null,
+    readonly message: string,
+    readonly remedy: string | null = null,
+  ) {}
+
+  /** One line, as the CLI prints it. */
+  render(): string {
+    const where = this.node === null ? "-" : this.node;
+    const remedy = this.remedy ? ` (remedy: ${this.remedy})` : "";
+    return `${this.severity} ${this.code} ${where}: ${this.message}${remedy}`;
+  }
+
+  /** The JSON-safe record. */
+  toDict(): DiagnosticRecord {
+    return {
+      severity: this.severity,
+      code: this.code,
+      node: this.node,
+      message: this.message,
+      remedy: this.remedy,
+    };
+  }
+}
+
+function renderWithDiagnostics(error: VideoflowError, diagnostics: readonly Diagnostic[]): string {
+  return [VideoflowError.prototype.render.call(error), ...diagnostics.map((d) => `  - ${d.render()}`)].join(
+    "\n",
+  );
+}
+
+/** An invalid configuration value: flow type, join policy, mount spec, image ref. */
+export class ConfigError extends VideoflowUserError {
+  static override readonly code: string = "VF_CONFIG";
+}
+
+/** The graph itself is invalid; carries every problem found in one validation pass. */
+export class GraphError extends VideoflowUserError {
+  static override readonly code: string = "VF_GRAPH";
+  /** Every error-severity diagnostic of the pass. */
+  readonly diagnostics: readonly Diagnostic[];
+
+  constructor(
+    message: string,
+    remedy?: string | null,
+    diagnostics: readonly Diagnostic[] = [],
+    context?: ErrorContext,
+  ) {
+    super(message, remedy, context);
+    this.diagnostics = [...diagnostics];
+  }
+
+  override render(): string {
+    return renderWithDiagnostics(this, this.diagnostics);
+  }
+
+  override toDict(): ErrorRecord {
+    return { ...super.toDict(), diagnostics: this.diagnostics.map((d) => d.toDict()) };
+  }
+}
+
+/** A node violates the contract a worker relies on to rebuild and run it. */
+export class NodeContractError extends VideoflowUserError {
+  static override readonly code: string = "VF_NODE_CONTRACT";
+}
+
+/** The flow asks a component for something it declares it cannot do. */
+export class CapabilityError extends VideoflowUserError {
+  static override readonly code: string = "VF_CAPABILITY";
+}
+
+/** Conflicting hard GPU requirement declarations for one node. */
+export class GpuRequirementConflict extends CapabilityError {}
+
+/** Two distinct logical names encode to the same physical broker or cluster name. */
+export class IdentityCollision extends VideoflowUserError {
+  static override readonly code: string = "VF_IDENTITY_COLLISION";
+}
+
+/**
+ * The flow requests a guarantee the composed backends cannot provide; raised by the composition planner
+ * with every incompatibility at once, never a silent downgrade.
+ */
+export class IncompatibleProfile extends VideoflowUserError {
+  static override readonly code: string = "VF_INCOMPATIBLE_PROFILE";
+  /** Every incompatibility found in one planning pass. */
+  readonly diagnostics: readonly Diagnostic[];
+
+  constructor(
+    message: string,
+    remedy?: string | null,
+    diagnostics: readonly Diagnostic[] = [],
+    context?: ErrorContext,
+  ) {
+    super(message, remedy, context);
+    this.diagnostics = [...diagnostics];
+  }
+
+  override render(): string {
+    return renderWithDiagnostics(this, this.diagnostics);
+  }
+
+  override toDict(): ErrorRecord {
+    return { ...super.toDict(), diagnostics: this.diagnostics.map((d) => d.toDict()) };
+  }
+}
+
+/** Another run of the same flow already holds workloads in the namespace (RUN-047). */
+export class ActiveRunConflict extends VideoflowEnvironmentError {
+  static override readonly code: string = "VF_ACTIVE_RUN";
+}
+
+/** The broker could not be reached, or a stream or consumer could not be created. */
+export class BrokerUnavailable extends VideoflowEnvironmentError {
+  static override readonly code: string = "VF_BROKER_UNAVAILABLE";
+}
+
+/** The cluster is unreachable, an apply was rejected, or the cluster refused the work. */
+export class ClusterError extends VideoflowEnvironmentError {
+  static override readonly code: string = "VF_CLUSTER";
+}
+
+/** The flow ran and one or more nodes failed (exit 4). */
+export class FlowFailed extends VideoflowEnvironmentError {
+  static override readonly code: string = "VF_FLOW_FAILED";
+  static override readonly exitCode: number = EXIT_FLOW_FAILED;
+}
+
+/** The flow can never finish: unschedulable work, or a node that stopped making progress (exit 5). */
+export class FlowStalled extends VideoflowEnvironmentError {
+  static override readonly code: string = "VF_FLOW_STALLED";
+  static override readonly exitCode: number = EXIT_STALLED;
+}
+
+/** A compare-and-swap on shared cluster state lost to a concurrent writer; nothing was mutated. */
+export class OwnershipConflict extends VideoflowEnvironmentError {
+  static override readonly code: string = "VF_OWNERSHIP_CONFLICT";
+}
+
+/** A resource the flow needs does not exist or cannot be obtained. */
+export class ResourceUnavailable extends VideoflowEnvironmentError {
+  static override readonly code: string = "VF_RESOURCE_UNAVAILABLE";
+}
+
+/** A read a decision depended on could not be made; the decision is retried, never guessed. */
+export class UnobservableState extends VideoflowEnvironmentError {
+  static override readonly code: string = "VF_STATE_UNKNOWN";
+}
+
+/** The message itself is bad: dead-lettered on the first failure. */
+export class PoisonMessage extends VideoflowRuntimeError {
+  static override readonly code: string = "VF_POISON";
+  static override readonly defaultDisposition: Disposition = POISON;
+}
+
+/** The envelope or payload could not be decoded off the wire. */
+export class DecodeError extends PoisonMessage {
+  static override readonly code: string = "VF_POISON_DECODE";
+}
+
+/** The payload decoded but is not what this node requires. */
+export class SchemaError extends PoisonMessage {
+  static override readonly code: string = "VF_POISON_SCHEMA";
+}
+
+/** A partitioned node received a record whose partition key is unusable (RUN-020). */
+export class PartitionKeyError extends PoisonMessage {
+  static override readonly code: string = "VF_POISON_PARTITION_KEY";
+}
+
+/** Something outside the worker was briefly unavailable: retry with backoff. */
+export class TransientFailure extends VideoflowRuntimeError {
+  static override readonly code: string = "VF_TRANSIENT";
+  static override readonly defaultDisposition: Disposition = TRANSIENT;
+}
+
+/** A service the node depends on is down or throttling. */
+export class UpstreamUnavailable extends TransientFailure {
+  static override readonly code: string = "VF_UPSTREAM_UNAVAILABLE";
+}
+
+/** This worker cannot process any message: the input goes back to a healthy replica and the worker stops. */
+export class WorkerFatal extends VideoflowRuntimeError {
+  static override readonly code: string = "VF_WORKER_FATAL";
+  static override readonly defaultDisposition: Disposition = WORKER_FATAL;
+}
+
+/** The accelerator is unusable: out of memory, fell off the bus, wrong driver. */
+export class DeviceError extends WorkerFatal {
+  static override readonly code: string = "VF_DEVICE";
+}
+
+/** The worker is out of a host resource: memory, disk, file descriptors. */
+export class ResourceExhausted extends WorkerFatal {
+  static override readonly code: string = "VF_RESOURCE_EXHAUSTED";
+}
+
+/** The circuit breaker tripped: this worker failed too many messages in a row. */
+export class WorkerUnhealthy extends WorkerFatal {
+  static override readonly code: string = "VF_WORKER_UNHEALTHY";
+}
+
+/** A node acked nothing for the progress deadline while work was pending (exit 5). */
+export class ProgressStalled extends VideoflowRuntimeError {
+  static override readonly code: string = "VF_PROGRESS_STALLED";
+  static override readonly exitCode: number = EXIT_STALLED;
+  static override readonly defaultDisposition: Disposition = WORKER_FATAL;
+}
+
+/** A commit under an ownership epoch a newer owner superseded was refused; this writer stops. */
+export class StaleAuthority extends VideoflowRuntimeError {
+  static override readonly code: string = "VF_STALE_AUTHORITY";
+  static override readonly defaultDisposition: Disposition = WORKER_FATAL;
+}
+
+/** An upstream node published ABORT; this node stops too, carrying the originating error. */
+export class UpstreamAborted extends VideoflowRuntimeError {
+  static override readonly code: string = "VF_UPSTREAM_ABORTED";
+  static override readonly defaultDisposition: Disposition = WORKER_FATAL;
+}
+
+// deno-lint-ignore no-explicit-any
+type ErrorClass = abstract new (...args: any[]) => unknown;
+
+const classifiers: Array<readonly [ErrorClass, Disposition]> = [];
+
+function requireDisposition(disposition: string): Disposition {
+  if (!isDisposition(disposition)) {
+    throw new ConfigError(
+      `unknown disposition ${JSON.stringify(disposition)}`,
+      `use one of ${DISPOSITIONS.join(", ")}`,
+    );
+  }
+  return disposition;
+}
+
+/**
+ * Maps a third-party error class (and its subclasses) onto a disposition, so the retry ladder can reason
+ * about failures from libraries videoflow does not own. Throws {@link ConfigError} for an unknown
+ * disposition.
+ */
+export function registerErrorClassifier(errorClass: ErrorClass, disposition: string): void {
+  classifiers.push([errorClass, requireDisposition(disposition)]);
+}
+
+/**
+ * Registers a classifier for a class that may not be loadable; returns whether it resolved and was
+ * registered.
+ */
+export function registerClassifierFor(
+  name: string,
+  disposition: string,
+  resolver: () => ErrorClass | null | undefined,
+): boolean {
+  const checked = requireDisposition(disposition);
+  let resolved: ErrorClass | null | undefined;
+  try {
+    resolved = resolver();
+  } catch {
+    resolved = null;
+  }
+  if (!resolved) {
+    console.debug(`videoflow: classifier for ${name} not registered: the type is not available`);
+    return false;
+  }
+  classifiers.push([resolved, checked]);
+  return true;
+}
+
+/** The registered (error class, disposition) pairs, in registration order. */
+export function registeredErrorClassifiers(): Array<readonly [ErrorClass, Disposition]> {
+  return [...classifiers];
+}
+
+/** Removes a registration (tests and plugins that unload); returns whether one was removed. */
+export function unregisterErrorClassifier(errorClass: ErrorClass): boolean {
+  const index = classifiers.findLastIndex(([cls]) => cls === errorClass);
+  if (index < 0) return false;
+  classifiers.splice(index, 1);
+  return true;
+}
+
+/**
+ * The disposition of an error: its own if it is one of ours, else the most recently registered
+ * classifier that matches, else `fallback`.
+ */
+export function classify(error: unknown, fallback: string = DEFAULT_DISPOSITION): Disposition {
+  if (error instanceof VideoflowRuntimeError) return error.disposition;
+  for (let i = classifiers.length - 1; i >= 0; i--) {
+    const [cls, disposition] = classifiers[i];
+    if (error instanceof cls) return disposition;
+  }
+  return requireDisposition(fallback);
+}
+
+function errorMessage(error: unknown): string {
+  if (error instanceof Error) return error.message;
+  return typeof error === "string" ? error : String(error);
+}
+
+/**
+ * Wraps whatever a node threw into a classified {@link VideoflowRuntimeError} carrying the message's
+ * identity. One of ours is enriched in place (its code is never buried); anything else becomes a runtime
+ * error whose disposition comes from {@link classify} and whose `cause` is the original.
+ */
+export function asRuntimeError(
+  error: unknown,
+  fallback: string = DEFAULT_DISPOSITION,
+  context: ErrorContext = {},
+): VideoflowRuntimeError {
+  if (error instanceof VideoflowRuntimeError) {
+    for (const [key, value] of Object.entries(context)) {
+      if (!(key in error.context)) error.context[key] = value;
+    }
+    return error;
+  }
+  const disposition = classify(error, fallback);
+  const type = error instanceof Error ? error.name : typeof error;
+  const wrapped = new VideoflowRuntimeError(errorMessage(error), null, { ...context, error_type: type });
+  (wrapped as { cause?: unknown }).cause = error;
+  return wrapped.withDisposition(disposition);
+}
+
+function codeForType(name: string): string {
+  const snake = name.replace(/([a-z0-9])([A-Z])/g, "$1_$2").replace(/[^A-Za-z0-9]+/g, "_").toUpperCase();
+  return `VF_EXC_${snake || "ERROR"}`;
+}
+
+function isErrorRecord(value: unknown): value is ErrorRecord {
+  return typeof value === "object" && value !== null && !Array.isArray(value) &&
+    typeof (value as Record<string, unknown>).code === "string" &&
+    typeof (value as Record<string, unknown>).message === "string";
+}
+
+/**
+ * Normalizes anything that describes a failure into the JSON-safe record an ABORT marker carries: one of
+ * ours keeps its structure, a bare error gets a code derived from its type, and an already-normalized
+ * record passes through unchanged (so an ABORT relays hop to hop without rewriting the origin).
+ */
+export function errorToDict(error: unknown): ErrorRecord {
+  if (error instanceof VideoflowError) return error.toDict();
+  if (isErrorRecord(error)) return error;
+  const type = error instanceof Error ? error.name : typeof error;
+  return {
+    code: codeForType(type),
+    type,
+    message: errorMessage(error),
+    remedy: null,
+    exit_code: EXIT_FLOW_FAILED,
+    disposition: classify(error),
+    context: {},
+  };
+}
+
+/** Throws one {@link GraphError} listing every error-severity diagnostic; warnings never throw. */
+export function raiseForDiagnostics(diagnostics: readonly Diagnostic[]): void {
+  const errors = diagnostics.filter((d) => d.severity === "error");
+  if (errors.length === 0) return;
+  const noun = errors.length === 1 ? "problem" : "problems";
+  throw new GraphError(
+    `the flow is invalid: ${errors.length} ${noun}`,
+    "fix every problem listed, then run `vf validate` again",
+    errors,
+  );
+}
+
+/** The exit status an error maps to at the CLI: ours by class, anything else 1. */
+export function exitCodeOf(error: unknown): number {
+  return error instanceof VideoflowError ? error.exitCode : 1;
+}
