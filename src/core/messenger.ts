@@ -1,0 +1,90 @@
+/**
+ * The seam a task uses to receive input and write output (spec core.engine.Messenger). A messenger is
+ * bound to exactly one node: it knows that node's own subject and its real parents' subjects, and routes
+ * by node name, so it works for any DAG.
+ *
+ * @module
+ */
+
+import type { ErrorRecord } from "./errors.ts";
+
+/** Why `checkForTermination()` is true. */
+export const StopReason = {
+  /** The flow-wide control stop: the flow is ending; a producer still closes its stream with EOS. */
+  control: "control",
+  /** This process is being stopped; a replacement continues the stream, so no EOS. */
+  quiesce: "quiesce",
+  /** A replacement took this process's partition over; no EOS either. */
+  authorityLost: "authority-lost",
+} as const;
+/** Why `checkForTermination()` is true. */
+export type StopReason = typeof StopReason[keyof typeof StopReason];
+
+/** Per-parent envelope facts of the input group being processed. */
+export interface InputInfo {
+  readonly eventTs: number | null;
+  readonly metadata: Readonly<Record<string, unknown>> | null;
+  readonly traceId: string;
+  readonly seq: bigint | number;
+}
+
+/** One parent's contribution to a received input group. */
+export interface InputEntry {
+  /** The decoded payload (a list of payloads for a collect parent). */
+  readonly message: unknown;
+  readonly metadata: Readonly<Record<string, unknown>> | null;
+  readonly eventTs: number | null;
+  /** The parent ended cleanly. */
+  readonly isStopSignal: boolean;
+  /** The parent died; `abortOrigin` and `abortError` say where and why. */
+  readonly isAbort: boolean;
+  readonly abortOrigin?: string;
+  readonly abortError?: ErrorRecord;
+}
+
+/** A complete input group: exactly one entry per real parent (`null` for a parent a quorum left out). */
+export type InputGroup = Readonly<Record<string, InputEntry | null>>;
+
+/**
+ * What a task needs from the broker side. Every method that can touch I/O returns a Promise; the
+ * messenger guarantees ack-after-process: `ackInputs()` is called by the task only once the node has
+ * processed the group (and a processor has published its output).
+ */
+export interface Messenger {
+  /** Resolves with the next complete input group, or one whose entries all signal termination. */
+  receiveMessage(): Promise<InputGroup>;
+  /** Publishes this node's output; under realtime retention it may be dropped when consumers lag. */
+  publishMessage(message: unknown, metadata?: Record<string, unknown>): Promise<void>;
+  /** Publishes EOS on this node's subject; never dropped, observed exactly once downstream. */
+  publishStopSignal(): Promise<void>;
+  /** Publishes ABORT carrying why this node died (one of ours, a bare error, or a relayed record). */
+  publishAbort(error: unknown): Promise<void>;
+  /** Acknowledges the input group last received. */
+  ackInputs(): Promise<void>;
+  /** Reports that the node failed on the last input group; the delivery policy decides the cost. */
+  failInputs(error: unknown): Promise<void>;
+  /** Whether a stop was signalled; `stopReason()` says which. */
+  checkForTermination(): boolean;
+  /** Which stop `checkForTermination` reports, or `null` while the flow runs. */
+  stopReason(): StopReason | null;
+  /** Stops receiving new input while settling what is already held. */
+  quiesce(): Promise<void>;
+  /** Records the node's state with the identity of the group being processed, in one ledger write. */
+  checkpoint(state: Uint8Array): Promise<void>;
+  /** The last checkpointed state of this node in the run, or `null`. */
+  restoreCheckpoint(): Promise<Uint8Array | null>;
+  /** For a replayable producer: the last offset whose publication was accepted before a restart. */
+  resumeOffset(): Promise<number>;
+  /** Sets the event time stamped on the next published output. */
+  setOutputEventTimestamp(value: number): void;
+  /** Sets the partition key carried on the next published output. */
+  setOutputPartitionKey(value: unknown): void;
+  /** Per-parent envelope facts of the group last received, or `null` for a producer. */
+  lastInputInfo(): Readonly<Record<string, InputInfo | InputInfo[] | null>> | null;
+  /** A stable identity of the group last received (same across redelivery and restart), or `null`. */
+  lastInputKey(): string | null;
+  /** Inputs given up on since the last call, by reason. */
+  takeDrops(): Record<string, number>;
+  /** Releases broker resources. */
+  close(): Promise<void>;
+}
