@@ -235,7 +235,11 @@ export function groupIdentity(
   return `tw-${decimal(roundedMicros, "rounded microseconds")}-${digest}`;
 }
 
-/** A 12-hex-character digest of a set of member ids: SHA-256 over them joined by `|` in code-point order. */
+/**
+ * A 12-hex-character digest of a set of member ids: SHA-256 over them joined by `|` in code-point order.
+ * The join is the reference's and is not escaped, so ids containing `|` can alias (`["a", "b"]` and
+ * `["a|b"]`); pass ids without it.
+ */
 export function membersSignature(members: readonly string[]): string {
   return sha256Hex([...members].sort(compareCodePoints).join("|")).slice(0, 12);
 }
