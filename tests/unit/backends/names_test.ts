@@ -27,7 +27,7 @@ function prng(seed: number): () => number {
   let s = seed >>> 0;
   return () => (s = (Math.imul(s ^ (s >>> 15), 0x2c1b3c6d) + 0x6d2b79f5) >>> 0) / 2 ** 32;
 }
-const ALPHABET = ["a", "Z", "0", "_", "-", ".", " ", "*", ">", "é", "Ω", "😀", "/", ":", "\t", "\u0130", "\u212a"];
+const ALPHABET = [..."aZ0_-. *>éΩ😀/:\t\u0130\u212a"];
 function randomString(next: () => number, max: number): string {
   const length = Math.floor(next() * max);
   return Array.from({ length }, () => ALPHABET[Math.floor(next() * ALPHABET.length)]).join("");
@@ -112,7 +112,7 @@ Deno.test("subjectOwner reads the run boundary out of subject tokens, never a na
   assert.equal(subjectOwner("vf.f.r.n.extra"), null);
   const next = prng(SEED ^ 0x5bd1e995);
   for (let i = 0; i < 500; i++) {
-    const [f, r, n] = [randomString(next, 8) || "f", randomString(next, 8) || "r", randomString(next, 8) || "n"];
+    const [f, r, n] = ["f", "r", "n"].map((fallback) => randomString(next, 8) || fallback);
     const expected = { flow: sanitize(f), run: sanitize(r), node: sanitize(n) };
     assert.deepEqual(subjectOwner(subjectFor(f, r, n)), expected, `seed ${SEED}`);
     assert.deepEqual(subjectOwner(eosSubjectFor(f, r, n)), expected, `seed ${SEED}`);
