@@ -26,21 +26,21 @@ function seededRandom(seed: number): () => number {
 
 /** Asserts `resolve` throws a GpuRequirementConflict mentioning every one of `mentions` (message or remedy). */
 function assertConflict(resolve: () => unknown, ...mentions: string[]): GpuRequirementConflict {
-  let caught: unknown;
-  try {
-    resolve();
-  } catch (error) {
-    caught = error;
-  }
-  assert.ok(caught instanceof GpuRequirementConflict, `expected a GpuRequirementConflict, got ${caught}`);
-  assert.ok(caught instanceof CapabilityError);
-  assert.equal(caught.code, "VF_CAPABILITY");
-  assert.equal(caught.exitCode, 2);
-  const text = `${caught.message} / ${caught.remedy}`;
+  const conflicts: GpuRequirementConflict[] = [];
+  assert.throws(resolve, (error: unknown) => {
+    assert.ok(error instanceof GpuRequirementConflict, `expected a GpuRequirementConflict, got ${error}`);
+    conflicts.push(error);
+    return true;
+  });
+  const [conflict] = conflicts;
+  assert.ok(conflict instanceof CapabilityError);
+  assert.equal(conflict.code, "VF_CAPABILITY");
+  assert.equal(conflict.exitCode, 2);
+  const text = `${conflict.message} / ${conflict.remedy}`;
   for (const mention of mentions) {
     assert.ok(text.includes(mention), `${JSON.stringify(text)} mentions ${mention}`);
   }
-  return caught;
+  return conflict;
 }
 
 const soft = (field: GpuField, value: unknown, source: DeclarationSource) =>
