@@ -1,0 +1,132 @@
+/**
+ * The in-memory RuntimeStore (spec backends.memory.runtime_store.MemoryRuntimeStore): the executable
+ * specification of the contract, for models and tests. Its state lives in this object only, so it is
+ * never durable and never shared; its capabilities say so, and the planner refuses restart-safe
+ * profiles over it.
+ *
+ * @example
+ * ```ts
+ * const store = new MemoryRuntimeStore();
+ * await store.cas("vf/f/r/n/epoch", null, new TextEncoder().encode("1")); // true: created
+ * const entry = await store.get("vf/f/r/n/epoch");
+ * ```
+ *
+ * @module
+ */
+
+import { type Clock, known, systemClock } from "../outcomes.ts";
+import {
+  ABSENT,
+  checkStoreName,
+  compareRecordKeys,
+  presentEntry,
+  type RuntimeCapabilities,
+  runtimeCapabilities,
+  type RuntimeStore,
+  storeClosedError,
+  type StoredRecord,
+  storedRecord,
+  type StoreEntry,
+} from "../runtime_store.ts";
+
+interface Slot {
+  readonly value: Uint8Array;
+  readonly version: string;
+}
+
+/**
+ * A RuntimeStore held in one object. Bytes are copied in and out, so a caller mutating its buffer never
+ * changes what the store holds. Versions come from one counter per store, so none is ever minted twice.
+ */
+export class MemoryRuntimeStore implements RuntimeStore {
+  readonly #clock: Clock;
+  readonly #keys = new Map<string, Slot>();
+  readonly #logs = new Map<string, Uint8Array[]>();
+  #lastVersion = 0;
+  #closed = false;
+
+  /** `clock` stamps the capabilities observation; the system clock by default. */
+  constructor(clock: Clock = systemClock) {
+    this.#clock = clock;
+  }
+
+  get(key: string): Promise<StoreEntry> {
+    return Promise.try(() => {
+      this.#open("get");
+      checkStoreName("key", key);
+      const slot = this.#keys.get(key);
+      return slot === undefined ? ABSENT : presentEntry(slot.value.slice(), slot.version);
+    });
+  }
+
+  cas(key: string, expectedVersion: string | null, value: Uint8Array): Promise<boolean> {
+    return Promise.try(() => {
+      this.#open("cas");
+      checkStoreName("key", key);
+      const current = this.#keys.get(key)?.version ?? null;
+      if (current !== expectedVersion) return false;
+      this.#keys.set(key, { value: value.slice(), version: String(++this.#lastVersion) });
+      return true;
+    });
+  }
+
+  delete(key: string, expectedVersion: string | null): Promise<boolean> {
+    return Promise.try(() => {
+      this.#open("delete");
+      checkStoreName("key", key);
+      const slot = this.#keys.get(key);
+      if (slot === undefined || (expectedVersion !== null && slot.version !== expectedVersion)) return false;
+      return this.#keys.delete(key);
+    });
+  }
+
+  scan(prefix: string): Promise<readonly StoredRecord[]> {
+    return Promise.try(() => {
+      this.#open("scan");
+      checkStoreName("prefix", prefix);
+      const records: StoredRecord[] = [];
+      for (const [key, slot] of this.#keys) {
+        if (key.startsWith(prefix)) records.push(storedRecord(key, slot.value.slice(), slot.version));
+      }
+      return records.sort(compareRecordKeys);
+    });
+  }
+
+  append(log: string, record: Uint8Array): Promise<number> {
+    return Promise.try(() => {
+      this.#open("append");
+      checkStoreName("log", log);
+      let records = this.#logs.get(log);
+      if (records === undefined) {
+        records = [];
+        this.#logs.set(log, records);
+      }
+      return records.push(record.slice());
+    });
+  }
+
+  logEntries(log: string): Promise<readonly Uint8Array[]> {
+    return Promise.try(() => {
+      this.#open("logEntries");
+      checkStoreName("log", log);
+      return (this.#logs.get(log) ?? []).map((record) => record.slice());
+    });
+  }
+
+  /** Never durable (Known(false)), never shared, so neither restart-safe joins nor elastic state. */
+  capabilities(): Promise<RuntimeCapabilities> {
+    return Promise.try(() => {
+      this.#open("capabilities");
+      return runtimeCapabilities("memory", known(false, this.#clock), false, false, false);
+    });
+  }
+
+  close(): Promise<void> {
+    this.#closed = true;
+    return Promise.resolve();
+  }
+
+  #open(operation: string): void {
+    if (this.#closed) throw storeClosedError("memory", operation);
+  }
+}

@@ -1,0 +1,613 @@
+/**
+ * The file-directory RuntimeStore (spec FileRuntimeStore, URL `file://<dir>`): the local engine's run
+ * ledger, durable across process restarts and shared by every process of one host. Not shared across
+ * hosts: the directory must be on a local filesystem (flock is not trustworthy over NFS).
+ *
+ * Layout under the root:
+ * ```
+ * store.json                    format marker
+ * keys/<name>.json              one JSON document per key: key, version, sha256 and base64 value
+ * keys/<name>.tmp               a write in flight, or left behind by a writer that was killed
+ * logs/<name>/<index>.rec       one JSON document per appended record, index 1, 2, ... (16 digits)
+ * logs/<name>/append.tmp        an append in flight, or left behind by a killed appender
+ * locks/<00..ff>.lock           256 lock stripes; a key or log takes the stripe its SHA-256 picks
+ * ```
+ *
+ * Crash safety: every write goes to a temporary file that is fsynced, atomically renamed over the final
+ * name, and followed by an fsync of the directory before the call returns. A process killed at any
+ * instant therefore leaves each key at its old or its new version, and each log without or with the
+ * record, never a torn file; readers take no lock and open whichever inode the name points at, whose
+ * bytes never change after the rename. Every document carries the SHA-256 of its bytes, so corruption
+ * from outside (a disk, an editor) is reported as UnobservableState, never returned as data.
+ *
+ * Mutual exclusion across processes: a mutation (cas, delete, append) holds its stripe's lock for the
+ * whole read-compare-write, so of two processes racing with one expected version exactly one sees it and
+ * writes; the other then reads the new version and returns false. The lock is `flock` on a lock file
+ * (Deno.FsFile.lock), which the kernel releases when its holder dies however it dies, so a dead process
+ * never leaves a stale lock and nothing has to guess whether a holder is alive. Lock files are created
+ * once and never deleted, so two processes can never lock two different inodes under one lock name (the
+ * unlink/re-create race of deleted lock files cannot happen). Within one process, a per-stripe promise
+ * chain orders operations before they take the flock, so no thread blocks on a lock its own process holds.
+ * A temporary file is only written under its stripe's lock, so the next lock holder may truncate any
+ * leftover one: it belongs to a writer that died.
+ *
+ * ABA: a version is `<counter>.<random 64-bit nonce>`, the counter one above the version it replaces, the
+ * nonce fresh for each write. A key deleted and created again restarts its counter but never its nonce,
+ * so a version read before the delete can never match afterwards.
+ *
+ * Names: keys and log names become file names through {@link encodeStoreName}, reversibly and without
+ * collisions; a name too long for a file name is stored under a hash, with the full key inside the
+ * document.
+ *
+ * @module
+ */
+
+import { createHash, randomBytes } from "node:crypto";
+import { join } from "node:path";
+import {
+  ConfigError,
+  ResourceExhausted,
+  ResourceUnavailable,
+  UnobservableState,
+  VideoflowError,
+} from "../core/errors.ts";
+import { type Clock, known, systemClock } from "../backends/outcomes.ts";
+import {
+  ABSENT,
+  checkStoreName,
+  compareRecordKeys,
+  type PresentEntry,
+  presentEntry,
+  type RuntimeCapabilities,
+  runtimeCapabilities,
+  type RuntimeStore,
+  storeClosedError,
+  type StoredRecord,
+  storedRecord,
+  type StoreEntry,
+} from "../backends/runtime_store.ts";
+
+/** The `format` field of `store.json` and of every document this store writes. */
+export const FILE_STORE_FORMAT = 1;
+
+/** Number of lock stripes (lock files) under `locks/`. */
+export const FILE_STORE_LOCK_STRIPES = 256;
+
+/** Longest encoded name kept readable; a longer one is stored under `~<head>~<sha256>`. */
+export const MAX_READABLE_NAME_LENGTH = 160;
+
+const LONG_NAME_HEAD = 96;
+const KEY_SUFFIX = ".json";
+const TEMP_SUFFIX = ".tmp";
+const RECORD_SUFFIX = ".rec";
+const APPEND_TEMP = "append.tmp";
+const INDEX_DIGITS = 16;
+const MARKER_NAME = "store.json";
+const MARKER_KIND = "videoflow-file-runtime-store";
+const KEPT_BYTE = /^[a-z0-9_-]$/;
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder("utf-8", { fatal: true });
+
+function sha256Hex(bytes: Uint8Array | string): string {
+  return createHash("sha256").update(bytes).digest("hex");
+}
+
+/**
+ * The file name (without suffix) a key or log name is stored under. Each UTF-8 byte in `[a-z0-9_-]` is
+ * kept and every other byte becomes `%xx` (lowercase hex), so the result is one case-insensitive-safe
+ * path segment with no dot, decodes back exactly ({@link decodeStoreName}), and distinct names never
+ * share a result. Past {@link MAX_READABLE_NAME_LENGTH} characters the result is `~` + a readable head
+ * + `~` + the SHA-256 of the name, which fits every filesystem's 255-byte limit.
+ */
+export function encodeStoreName(name: string): string {
+  let encoded = "";
+  for (const byte of encoder.encode(name)) {
+    const char = String.fromCharCode(byte);
+    encoded += KEPT_BYTE.test(char) ? char : `%${byte.toString(16).padStart(2, "0")}`;
+  }
+  if (encoded.length <= MAX_READABLE_NAME_LENGTH) return encoded;
+  let head = encoded.slice(0, LONG_NAME_HEAD);
+  const cut = head.lastIndexOf("%");
+  if (cut > LONG_NAME_HEAD - 3) head = head.slice(0, cut);
+  return `~${head}~${sha256Hex(name)}`;
+}
+
+/**
+ * The name {@link encodeStoreName} encoded, or null for a hashed (long) name, whose full name only the
+ * document holds. Throws RangeError for a string no name encodes to.
+ */
+export function decodeStoreName(encoded: string): string | null {
+  if (encoded.startsWith("~")) return null;
+  const bytes: number[] = [];
+  for (let i = 0; i < encoded.length; i++) {
+    const char = encoded[i];
+    if (char === "%" && /^[0-9a-f]{2}$/.test(encoded.slice(i + 1, i + 3))) {
+      bytes.push(parseInt(encoded.slice(i + 1, i + 3), 16));
+      i += 2;
+    } else if (KEPT_BYTE.test(char)) {
+      bytes.push(char.charCodeAt(0));
+    } else {
+      throw new RangeError(`${JSON.stringify(encoded)} is not an encoded store name`);
+    }
+  }
+  const name = decoder.decode(new Uint8Array(bytes));
+  if (encodeStoreName(name) !== encoded) {
+    throw new RangeError(`${JSON.stringify(encoded)} is not the canonical encoding of a store name`);
+  }
+  return name;
+}
+
+interface KeyDocument {
+  readonly format: number;
+  readonly key: string;
+  readonly version: string;
+  readonly sha256: string;
+  readonly value: string;
+}
+
+interface RecordDocument {
+  readonly format: number;
+  readonly log: string;
+  readonly index: number;
+  readonly sha256: string;
+  readonly record: string;
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function errorCode(error: unknown): string | undefined {
+  const code = isRecord(error) ? error.code : undefined;
+  return typeof code === "string" ? code : undefined;
+}
+
+function malformed(what: string, path: string, why: string): UnobservableState {
+  return new UnobservableState(
+    `${what} in the file runtime store is malformed: ${why}`,
+    "the ledger file was damaged outside videoflow; restore it from a backup or remove the run's state " +
+      "directory to start the run afresh",
+    { path, reason: "malformed" },
+  );
+}
+
+function decodeBase64(text: string, what: string, path: string): Uint8Array {
+  try {
+    return Uint8Array.fromBase64(text);
+  } catch {
+    throw malformed(what, path, "the payload is not base64");
+  }
+}
+
+function parseDocument(bytes: Uint8Array, what: string, path: string): Record<string, unknown> {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(decoder.decode(bytes));
+  } catch {
+    throw malformed(what, path, "not a complete JSON document");
+  }
+  if (!isRecord(parsed) || parsed.format !== FILE_STORE_FORMAT) {
+    throw malformed(what, path, `not a format ${FILE_STORE_FORMAT} document`);
+  }
+  return parsed;
+}
+
+function readKeyDocument(bytes: Uint8Array, path: string): { key: string; entry: PresentEntry } {
+  const doc = parseDocument(bytes, "a key", path) as Partial<KeyDocument>;
+  if (typeof doc.key !== "string" || typeof doc.version !== "string" || typeof doc.value !== "string") {
+    throw malformed("a key", path, "key, version or value is missing");
+  }
+  const value = decodeBase64(doc.value, "a key", path);
+  if (sha256Hex(value) !== doc.sha256) {
+    throw malformed(`key ${JSON.stringify(doc.key)}`, path, "checksum mismatch");
+  }
+  return { key: doc.key, entry: presentEntry(value, doc.version) };
+}
+
+function readRecordDocument(bytes: Uint8Array, path: string, log: string, index: number): Uint8Array {
+  const doc = parseDocument(bytes, "a log record", path) as Partial<RecordDocument>;
+  if (doc.log !== log || doc.index !== index || typeof doc.record !== "string") {
+    throw malformed(`record ${index} of log ${JSON.stringify(log)}`, path, "it names another log or index");
+  }
+  const record = decodeBase64(doc.record, "a log record", path);
+  if (sha256Hex(record) !== doc.sha256) {
+    throw malformed(`record ${index} of log ${JSON.stringify(log)}`, path, "checksum mismatch");
+  }
+  return record;
+}
+
+function nextVersion(current: string | null): string {
+  const counter = current === null ? 0 : Number.parseInt(current.split(".")[0], 10);
+  const next = Number.isSafeInteger(counter) ? counter + 1 : 1;
+  return `${next}.${randomBytes(8).toString("hex")}`;
+}
+
+function recordFileName(index: number): string {
+  return `${String(index).padStart(INDEX_DIGITS, "0")}${RECORD_SUFFIX}`;
+}
+
+/** Whether `name` is the file of a record numbered 1..`count`. */
+function isRecordFileName(name: string, count: number): boolean {
+  const digits = name.slice(0, -RECORD_SUFFIX.length);
+  if (!/^[0-9]+$/.test(digits)) return false;
+  const index = Number(digits);
+  return index >= 1 && index <= count && name === recordFileName(index);
+}
+
+function stripeOf(namespace: "key" | "log", name: string): number {
+  return createHash("sha256").update(`${namespace}\0${name}`).digest()[0] % FILE_STORE_LOCK_STRIPES;
+}
+
+async function writeAll(file: Deno.FsFile, bytes: Uint8Array): Promise<void> {
+  let offset = 0;
+  while (offset < bytes.length) offset += await file.write(bytes.subarray(offset));
+}
+
+async function syncDirectory(dir: string): Promise<void> {
+  const handle = await Deno.open(dir, { read: true });
+  try {
+    await handle.sync();
+  } finally {
+    handle.close();
+  }
+}
+
+/** Temporary file, fsync, atomic rename over `target`, fsync of the directory: old or new, never torn. */
+async function writeAtomically(dir: string, temp: string, target: string, bytes: Uint8Array): Promise<void> {
+  const file = await Deno.open(temp, { write: true, create: true, truncate: true, mode: 0o644 });
+  try {
+    await writeAll(file, bytes);
+    await file.syncData();
+  } finally {
+    file.close();
+  }
+  await Deno.rename(temp, target);
+  await syncDirectory(dir);
+}
+
+async function readOptional(path: string): Promise<Uint8Array | null> {
+  try {
+    return await Deno.readFile(path);
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return null;
+    throw error;
+  }
+}
+
+async function listNames(dir: string): Promise<string[] | null> {
+  const names: string[] = [];
+  try {
+    for await (const entry of Deno.readDir(dir)) names.push(entry.name);
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return null;
+    throw error;
+  }
+  return names;
+}
+
+async function ensureDirectory(path: string, parent: string): Promise<void> {
+  try {
+    await Deno.mkdir(path);
+  } catch (error) {
+    if (error instanceof Deno.errors.AlreadyExists) return;
+    throw error;
+  }
+  await syncDirectory(parent);
+}
+
+/** A file-directory RuntimeStore; create one with {@link FileRuntimeStore.open}. */
+export class FileRuntimeStore implements RuntimeStore {
+  /** The directory the store lives in. */
+  readonly root: string;
+  readonly #clock: Clock;
+  readonly #keysDir: string;
+  readonly #logsDir: string;
+  readonly #locksDir: string;
+  readonly #lockFiles = new Map<number, Deno.FsFile>();
+  readonly #queues = new Map<number, Promise<void>>();
+  readonly #inFlight = new Set<Promise<unknown>>();
+  #closed = false;
+
+  private constructor(root: string, clock: Clock) {
+    this.root = root;
+    this.#clock = clock;
+    this.#keysDir = join(root, "keys");
+    this.#logsDir = join(root, "logs");
+    this.#locksDir = join(root, "locks");
+  }
+
+  /**
+   * Opens (creating if needed) the store in `root`. Throws ResourceUnavailable when the directory cannot
+   * be created or written, and ConfigError when it holds a store of another format.
+   */
+  static async open(root: string, clock: Clock = systemClock): Promise<FileRuntimeStore> {
+    if (root.length === 0) {
+      throw new ConfigError(
+        "the file runtime store needs a directory",
+        "use file://<dir>, e.g. file://.videoflow",
+      );
+    }
+    const store = new FileRuntimeStore(root, clock);
+    try {
+      await Deno.mkdir(root, { recursive: true });
+      for (const dir of [store.#keysDir, store.#logsDir, store.#locksDir]) await ensureDirectory(dir, root);
+      await store.#checkMarker();
+    } catch (error) {
+      if (error instanceof VideoflowError) throw error;
+      throw new ResourceUnavailable(
+        `the file runtime store at ${root} cannot be opened: ${(error as Error).message}`,
+        "point VF_RUNTIME_STORE_URL (or --state) at a writable directory on a local disk",
+        { root, error_code: errorCode(error) ?? null },
+      );
+    }
+    return store;
+  }
+
+  get(key: string): Promise<StoreEntry> {
+    return this.#operation("get", { key }, async () => {
+      checkStoreName("key", key);
+      return await this.#readKey(key);
+    });
+  }
+
+  cas(key: string, expectedVersion: string | null, value: Uint8Array): Promise<boolean> {
+    return this.#operation("cas", { key }, async () => {
+      checkStoreName("key", key);
+      const bytes = value.slice();
+      return await this.#locked(stripeOf("key", key), async () => {
+        const current = await this.#readKey(key);
+        const currentVersion = current.kind === "present" ? current.version : null;
+        if (currentVersion !== expectedVersion) return false;
+        const doc: KeyDocument = {
+          format: FILE_STORE_FORMAT,
+          key,
+          version: nextVersion(currentVersion),
+          sha256: sha256Hex(bytes),
+          value: bytes.toBase64(),
+        };
+        const name = encodeStoreName(key);
+        await writeAtomically(
+          this.#keysDir,
+          join(this.#keysDir, name + TEMP_SUFFIX),
+          join(this.#keysDir, name + KEY_SUFFIX),
+          encoder.encode(JSON.stringify(doc)),
+        );
+        return true;
+      });
+    });
+  }
+
+  delete(key: string, expectedVersion: string | null): Promise<boolean> {
+    return this.#operation("delete", { key }, async () => {
+      checkStoreName("key", key);
+      return await this.#locked(stripeOf("key", key), async () => {
+        const current = await this.#readKey(key);
+        if (current.kind === "absent") return false;
+        if (expectedVersion !== null && current.version !== expectedVersion) return false;
+        const name = encodeStoreName(key);
+        await Deno.remove(join(this.#keysDir, name + KEY_SUFFIX));
+        await Deno.remove(join(this.#keysDir, name + TEMP_SUFFIX)).catch((error) => {
+          if (!(error instanceof Deno.errors.NotFound)) throw error;
+        });
+        await syncDirectory(this.#keysDir);
+        return true;
+      });
+    });
+  }
+
+  scan(prefix: string): Promise<readonly StoredRecord[]> {
+    return this.#operation("scan", { prefix }, async () => {
+      checkStoreName("prefix", prefix);
+      const names = await listNames(this.#keysDir) ?? [];
+      const records: StoredRecord[] = [];
+      for (const fileName of names) {
+        if (!fileName.endsWith(KEY_SUFFIX)) continue;
+        const encoded = fileName.slice(0, -KEY_SUFFIX.length);
+        const path = join(this.#keysDir, fileName);
+        let decoded: string | null;
+        try {
+          decoded = decodeStoreName(encoded);
+        } catch (error) {
+          throw malformed("a key file name", path, (error as Error).message);
+        }
+        if (decoded !== null && !decoded.startsWith(prefix)) continue;
+        const bytes = await readOptional(path);
+        if (bytes === null) continue;
+        const { key, entry } = readKeyDocument(bytes, path);
+        if (encodeStoreName(key) !== encoded) {
+          throw malformed(`key ${JSON.stringify(key)}`, path, "stored under another name");
+        }
+        if (key.startsWith(prefix)) records.push(storedRecord(key, entry.value, entry.version));
+      }
+      return records.sort(compareRecordKeys);
+    });
+  }
+
+  append(log: string, record: Uint8Array): Promise<number> {
+    return this.#operation("append", { log }, async () => {
+      checkStoreName("log", log);
+      const bytes = record.slice();
+      const dir = join(this.#logsDir, encodeStoreName(log));
+      return await this.#locked(stripeOf("log", log), async () => {
+        await ensureDirectory(dir, this.#logsDir);
+        const records = (await listNames(dir) ?? []).filter((name) => name.endsWith(RECORD_SUFFIX));
+        const count = records.length;
+        if (!records.every((name) => isRecordFileName(name, count))) {
+          throw malformed(
+            `log ${JSON.stringify(log)}`,
+            dir,
+            `its ${count} records are not numbered 1..${count}`,
+          );
+        }
+        const index = count + 1;
+        const doc: RecordDocument = {
+          format: FILE_STORE_FORMAT,
+          log,
+          index,
+          sha256: sha256Hex(bytes),
+          record: bytes.toBase64(),
+        };
+        await writeAtomically(
+          dir,
+          join(dir, APPEND_TEMP),
+          join(dir, recordFileName(index)),
+          encoder.encode(JSON.stringify(doc)),
+        );
+        return index;
+      });
+    });
+  }
+
+  logEntries(log: string): Promise<readonly Uint8Array[]> {
+    return this.#operation("logEntries", { log }, async () => {
+      checkStoreName("log", log);
+      const dir = join(this.#logsDir, encodeStoreName(log));
+      const records: Uint8Array[] = [];
+      for (let index = 1;; index++) {
+        const path = join(dir, recordFileName(index));
+        let bytes = await readOptional(path);
+        if (bytes === null && await this.#hasRecordAfter(dir, index)) {
+          // Records appear in index order, so a later one proves this one was renamed into place before
+          // it; a second read sees it unless the log was damaged.
+          bytes = await readOptional(path);
+          if (bytes === null) {
+            throw malformed(`log ${JSON.stringify(log)}`, dir, `record ${index} is missing`);
+          }
+        }
+        if (bytes === null) return records;
+        records.push(readRecordDocument(bytes, path, log, index));
+      }
+    });
+  }
+
+  /** Durable (Known(true)) and shared by the processes of this host, so restart-safe joins and elastic state. */
+  capabilities(): Promise<RuntimeCapabilities> {
+    return this.#operation(
+      "capabilities",
+      {},
+      () => Promise.resolve(runtimeCapabilities("file", known(true, this.#clock), true, true, true)),
+    );
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
+    for (const file of this.#lockFiles.values()) file.close();
+    this.#lockFiles.clear();
+  }
+
+  async #hasRecordAfter(dir: string, index: number): Promise<boolean> {
+    const names = await listNames(dir) ?? [];
+    const later = recordFileName(index);
+    return names.some((name) => name.endsWith(RECORD_SUFFIX) && name > later);
+  }
+
+  async #readKey(key: string): Promise<StoreEntry> {
+    const path = join(this.#keysDir, encodeStoreName(key) + KEY_SUFFIX);
+    const bytes = await readOptional(path);
+    if (bytes === null) return ABSENT;
+    const { key: stored, entry } = readKeyDocument(bytes, path);
+    if (stored !== key) {
+      throw malformed(`key ${JSON.stringify(key)}`, path, `the file holds ${JSON.stringify(stored)}`);
+    }
+    return entry;
+  }
+
+  async #checkMarker(): Promise<void> {
+    const path = join(this.root, MARKER_NAME);
+    let bytes = await readOptional(path);
+    if (bytes === null) {
+      const marker = JSON.stringify({ kind: MARKER_KIND, format: FILE_STORE_FORMAT });
+      await writeAtomically(
+        this.root,
+        `${path}.${randomBytes(8).toString("hex")}${TEMP_SUFFIX}`,
+        path,
+        encoder.encode(marker),
+      );
+      bytes = await Deno.readFile(path);
+    }
+    let marker: unknown;
+    try {
+      marker = JSON.parse(decoder.decode(bytes));
+    } catch {
+      marker = null;
+    }
+    if (!isRecord(marker) || marker.kind !== MARKER_KIND || marker.format !== FILE_STORE_FORMAT) {
+      throw new ConfigError(
+        `${this.root} holds a ${MARKER_NAME} that is not a format ${FILE_STORE_FORMAT} videoflow runtime store`,
+        "point the file:// runtime store at its own directory, or remove the old one",
+        { root: this.root },
+      );
+    }
+  }
+
+  /** Runs `body` holding stripe `stripe`: first in this process's queue for it, then its flock. */
+  async #locked<T>(stripe: number, body: () => Promise<T>): Promise<T> {
+    const previous = this.#queues.get(stripe) ?? Promise.resolve();
+    let release!: () => void;
+    const turn = new Promise<void>((resolve) => release = resolve);
+    const tail = previous.then(() => turn);
+    this.#queues.set(stripe, tail);
+    await previous;
+    try {
+      const lockFile = await this.#lockFile(stripe);
+      await lockFile.lock(true);
+      try {
+        return await body();
+      } finally {
+        await lockFile.unlock().catch((error) => {
+          // Closing the descriptor is what certainly releases a flock; the next turn reopens the file.
+          lockFile.close();
+          this.#lockFiles.delete(stripe);
+          throw error;
+        });
+      }
+    } finally {
+      release();
+      if (this.#queues.get(stripe) === tail) this.#queues.delete(stripe);
+    }
+  }
+
+  async #lockFile(stripe: number): Promise<Deno.FsFile> {
+    let file = this.#lockFiles.get(stripe);
+    if (file === undefined) {
+      const name = `${stripe.toString(16).padStart(2, "0")}.lock`;
+      file = await Deno.open(join(this.#locksDir, name), { read: true, write: true, create: true });
+      this.#lockFiles.set(stripe, file);
+    }
+    return file;
+  }
+
+  /** Runs one public operation: refused after close, tracked for close, I/O failures made typed. */
+  #operation<T>(operation: string, context: Record<string, string>, body: () => Promise<T>): Promise<T> {
+    if (this.#closed) return Promise.reject(storeClosedError("file", operation));
+    const run = body().catch((error: unknown) => {
+      throw this.#typedFailure(operation, context, error);
+    });
+    this.#inFlight.add(run);
+    const forget = () => this.#inFlight.delete(run);
+    run.then(forget, forget);
+    return run;
+  }
+
+  #typedFailure(operation: string, context: Record<string, string>, error: unknown): VideoflowError {
+    if (error instanceof VideoflowError) return error;
+    const code = errorCode(error) ?? null;
+    const message = error instanceof Error ? error.message : String(error);
+    const where = { ...context, root: this.root, operation, error_code: code };
+    if (code === "ENOSPC" || code === "EDQUOT") {
+      return new ResourceExhausted(
+        `the file runtime store at ${this.root} is out of space: ${operation} failed`,
+        "free disk space on the store's filesystem",
+        where,
+      );
+    }
+    return new UnobservableState(
+      `the file runtime store at ${this.root} could not complete ${operation}: ${message}`,
+      "check the directory's disk and permissions; re-read the ledger before deciding, the write may or " +
+        "may not have happened",
+      where,
+    );
+  }
+}
