@@ -1,0 +1,144 @@
+/**
+ * A flow: the graph a user wired, named by its consumers (spec core.flow). Producers are found by walking
+ * parents back from the consumers. A flow file exports its `Flow` as the default export; the CLI
+ * validates, compiles and runs it (the file never runs itself).
+ *
+ * ```ts
+ * export default new Flow([print], { flowType: "batch", flowId: "squares" });
+ * ```
+ *
+ * @module
+ */
+
+import type { Diagnostic } from "./errors.ts";
+import { ConfigError, raiseForDiagnostics } from "./errors.ts";
+import { childrenWithin, discoverNodes, topologicalSort, validate } from "./graph.ts";
+import type { ModuleIndex } from "./node_class.ts";
+import type { ConsumerNode, Node } from "./node.ts";
+import { ProducerNode } from "./node.ts";
+
+/** How a flow's edges retain messages: freshest-wins (`realtime`) or complete, at-least-once (`batch`). */
+export const FlowType = { realtime: "realtime", batch: "batch" } as const;
+/** How a flow's edges retain messages. */
+export type FlowType = typeof FlowType[keyof typeof FlowType];
+/** Every flow type. */
+export const FLOW_TYPES: readonly FlowType[] = Object.values(FlowType);
+
+/** Options of a {@link Flow}. */
+export interface FlowOptions {
+  /** `realtime` (default) or `batch`. */
+  readonly flowType?: FlowType;
+  /** Stable identity across runs (broker subjects, Kubernetes resources); generated when absent. */
+  readonly flowId?: string;
+}
+
+/** One task to allocate: a node, its parents' names in `.from()` order, and whether nothing consumes it. */
+export interface TaskData {
+  readonly node: Node;
+  readonly parentNames: readonly string[];
+  readonly isLast: boolean;
+}
+
+/**
+ * A fresh flow id: `flow-` and 8 random lowercase hex digits, unchanged by the broker and Kubernetes
+ * name encoders.
+ */
+export function generateFlowId(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(4));
+  return `flow-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
+}
+
+/**
+ * The graph from the given consumers back to its producers, with a flow type and a flow id. Construction
+ * checks only the options (a {@link ConfigError} for an unknown flow type or an empty flow id); the graph
+ * is checked by {@link Flow.validate}, which reports every problem at once.
+ */
+export class Flow {
+  readonly #consumers: readonly ConsumerNode[];
+  readonly #flowType: FlowType;
+  readonly #flowId: string;
+
+  constructor(consumers: readonly ConsumerNode[], options: FlowOptions = {}) {
+    if (!Array.isArray(consumers)) {
+      throw new ConfigError("a Flow takes the list of its consumers", "pass new Flow([sink, ...], options)");
+    }
+    const flowType = options.flowType ?? FlowType.realtime;
+    if (!(FLOW_TYPES as readonly string[]).includes(flowType)) {
+      throw new ConfigError(
+        `unknown flow type ${JSON.stringify(flowType)}`,
+        `use one of ${FLOW_TYPES.map((t) => JSON.stringify(t)).join(", ")}`,
+        { flow_type: flowType },
+      );
+    }
+    const flowId = options.flowId ?? generateFlowId();
+    if (typeof flowId !== "string" || flowId === "") {
+      throw new ConfigError(
+        `flowId must be a non-empty string, got ${JSON.stringify(flowId)}`,
+        "pass a stable name such as 'squares', or omit flowId to generate one",
+      );
+    }
+    this.#consumers = [...consumers];
+    this.#flowType = flowType;
+    this.#flowId = flowId;
+  }
+
+  /** `realtime` or `batch`. */
+  get flowType(): FlowType {
+    return this.#flowType;
+  }
+
+  /** The flow's stable identity. */
+  get flowId(): string {
+    return this.#flowId;
+  }
+
+  /** The consumers the flow was built from, in the order given. */
+  get consumers(): readonly ConsumerNode[] {
+    return this.#consumers;
+  }
+
+  /** Every node of the flow, in discovery order (see graph.ts). */
+  get nodes(): readonly Node[] {
+    return discoverNodes(this.#consumers);
+  }
+
+  /** The producers found by walking parents back from the consumers, in discovery order. */
+  get producers(): readonly ProducerNode[] {
+    return this.nodes.filter((node) => node instanceof ProducerNode);
+  }
+
+  /** The children of `node` that belong to this flow, in wiring order. */
+  childrenOf(node: Node): readonly Node[] {
+    return childrenWithin(node, new Set(this.nodes));
+  }
+
+  /**
+   * Every problem with the flow's graph, errors first then warnings (see graph.ts `validate`); with
+   * `modules`, node classes must be exported from one of them.
+   */
+  validate(modules?: ModuleIndex): Diagnostic[] {
+    return validate(this.producers, this.#consumers, { modules });
+  }
+
+  /**
+   * The nodes parents-first, ties broken by discovery order; deterministic for a given wiring. Throws
+   * GraphError when the graph has a cycle.
+   */
+  topologicalSort(): Node[] {
+    return topologicalSort(this.#consumers);
+  }
+
+  /**
+   * One entry per node in topological order, after validating the flow: throws one GraphError listing
+   * every error found.
+   */
+  tasksData(modules?: ModuleIndex): TaskData[] {
+    raiseForDiagnostics(this.validate(modules));
+    const members = new Set(this.nodes);
+    return this.topologicalSort().map((node) => ({
+      node,
+      parentNames: node.parents.map((parent) => parent.name),
+      isLast: childrenWithin(node, members).length === 0,
+    }));
+  }
+}

@@ -1,0 +1,758 @@
+/**
+ * Discovery, topological sorting and validation of a flow's graph (spec core.graph).
+ *
+ * Validation collects every problem in one pass and reports them together, in a stable order: structural
+ * errors first (they make the later checks unreliable), then each node's errors (in topological order, or
+ * discovery order when the graph has a cycle), then warnings. {@link raiseForDiagnostics} (errors.ts)
+ * turns the errors into one GraphError; warnings never raise.
+ *
+ * Discovery order is the order a depth-first walk from the consumers (in the order given) meets nodes,
+ * visiting each node's parents in `.from()` order. The topological sort is Kahn's algorithm with ties
+ * broken by discovery order, so it depends only on how the graph was wired, never on hashing or on the
+ * order nodes were constructed in.
+ *
+ * @module
+ */
+
+import { nodeNameCollisions } from "../backends/identity.ts";
+import { Diagnostic, GraphError, VideoflowError } from "./errors.ts";
+import { JOIN_TIME } from "./join_policy.ts";
+import type { JoinPolicy } from "./join_policy.ts";
+import type { ModuleIndex } from "./node_class.ts";
+import {
+  ConsumerNode,
+  DEVICE_TYPES,
+  DeviceType,
+  EFFECT_GUARANTEES,
+  FunctionProcessorNode,
+  GPU_FALLBACKS,
+  GpuFallback,
+  type Node,
+  OneTaskProcessorNode,
+  parseExportRef,
+  PERMISSION_KINDS,
+  ProcessorNode,
+  ProducerNode,
+  ReceiverNode,
+  REPLAY_POLICIES,
+  TaskModuleNode,
+} from "./node.ts";
+import { PartitionKeyPolicy } from "./partition_key_policy.ts";
+
+const GRAPH = "VF_GRAPH";
+const CONFIG = "VF_CONFIG";
+const CONTRACT = "VF_NODE_CONTRACT";
+const IDENTITY = "VF_IDENTITY_COLLISION";
+const SHA256_HEX = /^[0-9a-f]{64}$/;
+
+/** Options of {@link validate}. */
+export interface ValidateOptions {
+  /** The topological sort, when the caller has one; computed (if the graph is acyclic) otherwise. */
+  readonly tsort?: readonly Node[];
+  /** The modules node classes must be exported from; without it, class exports are not checked. */
+  readonly modules?: ModuleIndex;
+}
+
+/**
+ * Every node reachable from `consumers` by walking parents, in discovery order: depth-first from each
+ * consumer in turn, parents in `.from()` order, each node at its first visit.
+ */
+export function discoverNodes(consumers: readonly Node[]): Node[] {
+  const seen = new Set<Node>();
+  const order: Node[] = [];
+  const stack = [...consumers].reverse();
+  while (stack.length > 0) {
+    const node = stack.pop()!;
+    if (seen.has(node)) continue;
+    seen.add(node);
+    order.push(node);
+    const parents = node.parents;
+    for (let i = parents.length - 1; i >= 0; i--) {
+      if (!seen.has(parents[i])) stack.push(parents[i]);
+    }
+  }
+  return order;
+}
+
+/** The children of `node` that are in `members`, in wiring order (a child listing it twice appears twice). */
+export function childrenWithin(node: Node, members: ReadonlySet<Node>): Node[] {
+  return node.children.filter((child) => members.has(child));
+}
+
+/**
+ * Kahn's algorithm over `nodes` (a parent-closed set in discovery order), ties broken by position in
+ * `nodes`. Returns the sorted nodes, and the ones left over when the graph has a cycle.
+ */
+function kahn(nodes: readonly Node[]): { sorted: Node[]; leftover: Node[] } {
+  const index = new Map(nodes.map((node, i) => [node, i]));
+  const indegree = new Map(nodes.map((node) => [node, node.parents.length]));
+  const ready: number[] = nodes.flatMap((node, i) => (node.parents.length === 0 ? [i] : []));
+  const sorted: Node[] = [];
+  const insert = (i: number): void => {
+    let lo = 0;
+    let hi = ready.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (ready[mid] < i) lo = mid + 1;
+      else hi = mid;
+    }
+    ready.splice(lo, 0, i);
+  };
+  while (ready.length > 0) {
+    const node = nodes[ready.shift()!];
+    sorted.push(node);
+    for (const child of node.children) {
+      const at = index.get(child);
+      if (at === undefined) continue;
+      const left = indegree.get(child)! - 1;
+      indegree.set(child, left);
+      if (left === 0) insert(at);
+    }
+  }
+  const done = new Set(sorted);
+  return { sorted, leftover: nodes.filter((node) => !done.has(node)) };
+}
+
+/** The strongly connected components of `nodes` that form cycles (a self-loop included), in discovery order. */
+function cycles(nodes: readonly Node[]): Node[][] {
+  const members = new Set(nodes);
+  const index = new Map<Node, number>();
+  const low = new Map<Node, number>();
+  const onStack = new Set<Node>();
+  const stack: Node[] = [];
+  const found: Node[][] = [];
+  const connect = (node: Node): void => {
+    index.set(node, index.size);
+    low.set(node, index.get(node)!);
+    stack.push(node);
+    onStack.add(node);
+    for (const parent of node.parents) {
+      if (!members.has(parent)) continue;
+      if (!index.has(parent)) {
+        connect(parent);
+        low.set(node, Math.min(low.get(node)!, low.get(parent)!));
+      } else if (onStack.has(parent)) {
+        low.set(node, Math.min(low.get(node)!, index.get(parent)!));
+      }
+    }
+    if (low.get(node) !== index.get(node)) return;
+    const component: Node[] = [];
+    let member: Node;
+    do {
+      member = stack.pop()!;
+      onStack.delete(member);
+      component.push(member);
+    } while (member !== node);
+    if (component.length > 1 || node.parents.includes(node)) found.push(component);
+  };
+  for (const node of nodes) if (!index.has(node)) connect(node);
+  const position = new Map(nodes.map((node, i) => [node, i]));
+  const byDiscovery = (a: Node, b: Node) => position.get(a)! - position.get(b)!;
+  return found.map((component) => component.sort(byDiscovery)).sort((a, b) => byDiscovery(a[0], b[0]));
+}
+
+/**
+ * The nodes reachable from `consumers`, parents before children, ties broken by discovery order.
+ * Throws {@link GraphError} (with one diagnostic per cycle) when the graph has a cycle.
+ */
+export function topologicalSort(consumers: readonly Node[]): Node[] {
+  const nodes = discoverNodes(consumers);
+  const { sorted, leftover } = kahn(nodes);
+  if (leftover.length === 0) return sorted;
+  const diagnostics = cycles(leftover).map(cycleDiagnostic);
+  throw new GraphError("the flow's graph has a cycle", "remove the cycle: a flow is a DAG", diagnostics);
+}
+
+function cycleDiagnostic(component: readonly Node[]): Diagnostic {
+  const names = component.map((node) => node.name).join(", ");
+  return fail(
+    GRAPH,
+    component[0].name,
+    component.length === 1 ? `node ${names} is its own parent (a cycle)` : `nodes ${names} form a cycle`,
+    "rewire so that no node depends on its own output: a flow is a DAG",
+  );
+}
+
+function fail(code: string, node: string | null, message: string, remedy: string | null): Diagnostic {
+  return new Diagnostic("error", code, node, message, remedy);
+}
+
+function fromError(node: string, error: unknown): Diagnostic {
+  if (error instanceof VideoflowError) return fail(error.code, node, error.message, error.remedy);
+  const message = error instanceof Error ? error.message : String(error);
+  return fail(CONTRACT, node, `node ${node}: ${message}`, "fix the node class");
+}
+
+/** Runs `compute`, turning a throw into a diagnostic; `undefined` when it threw. */
+function attempt<T>(out: Diagnostic[], node: string, compute: () => T): T | undefined {
+  try {
+    return compute();
+  } catch (error) {
+    out.push(fromError(node, error));
+    return undefined;
+  }
+}
+
+const isAbsent = (value: unknown): boolean => value === undefined || value === null;
+const isNonEmptyString = (value: unknown): boolean => typeof value === "string" && value !== "";
+const isPositiveInteger = (value: unknown): boolean => Number.isSafeInteger(value) && (value as number) >= 1;
+const isPositiveNumber = (value: unknown): boolean =>
+  typeof value === "number" && Number.isFinite(value) && value > 0;
+
+/** A param check: the key, what it must be, and whether a value passes (`undefined` always passes). */
+type ParamRule = readonly [key: string, expected: string, passes: (value: unknown) => boolean];
+
+const NODE_RULES: readonly ParamRule[] = [
+  ["name", "a non-empty string", isNonEmptyString],
+  ["image", "a non-empty string or null", (v) => v === null || isNonEmptyString(v)],
+];
+const PRODUCER_RULES: readonly ParamRule[] = [["isFinite", "a boolean", (v) => typeof v === "boolean"]];
+const PROCESSOR_RULES: readonly ParamRule[] = [
+  ["nbTasks", "an integer >= 1", isPositiveInteger],
+  [
+    "deviceType",
+    `one of ${DEVICE_TYPES.join(", ")}`,
+    (v) => (DEVICE_TYPES as readonly unknown[]).includes(v),
+  ],
+  ["partitionBy", "'trace_id', a metadata field name, or null", (v) => v === null || isNonEmptyString(v)],
+  ["gpuCount", "an integer >= 1 or null", (v) => v === null || isPositiveInteger(v)],
+  ["gpuMemoryGib", "a number > 0 or null", (v) => v === null || isPositiveNumber(v)],
+];
+const CONSUMER_RULES: readonly ParamRule[] = [
+  ["metadata", "a boolean", (v) => typeof v === "boolean"],
+  ["idempotent", "a boolean", (v) => typeof v === "boolean"],
+];
+
+function paramRules(node: Node): readonly ParamRule[] {
+  if (node instanceof ProducerNode) return [...NODE_RULES, ...PRODUCER_RULES];
+  if (node instanceof ProcessorNode) return [...NODE_RULES, ...PROCESSOR_RULES];
+  if (node instanceof ConsumerNode) return [...NODE_RULES, ...CONSUMER_RULES];
+  return NODE_RULES;
+}
+
+function checkParams(node: Node, out: Diagnostic[]): void {
+  const params = node.params as Record<string, unknown>;
+  for (const [key, expected, passes] of paramRules(node)) {
+    const value = params[key];
+    if (value === undefined || passes(value)) continue;
+    out.push(
+      fail(
+        CONFIG,
+        node.name,
+        `node ${node.name}: ${key} must be ${expected}, got ${JSON.stringify(value) ?? String(value)}`,
+        `set ${key} to ${expected}`,
+      ),
+    );
+  }
+  if (node instanceof OneTaskProcessorNode && params.nbTasks !== undefined && params.nbTasks !== 1) {
+    out.push(
+      fail(
+        CONFIG,
+        node.name,
+        `node ${node.name} is a one-task processor, but asks for nbTasks ${JSON.stringify(params.nbTasks)}`,
+        "remove nbTasks: a one-task processor keeps state and always runs as one replica",
+      ),
+    );
+  }
+}
+
+function checkNodeClass(node: Node, modules: ModuleIndex | undefined, out: Diagnostic[]): void {
+  if (modules === undefined || node instanceof TaskModuleNode || modules.nodeClassOf(node) !== null) return;
+  const cls = node.constructor.name || "(an anonymous class)";
+  out.push(
+    fail(
+      CONTRACT,
+      node.name,
+      `node ${node.name}: its class ${cls} is not exported from the flow's module or any registered module, ` +
+        "so a worker cannot rebuild it",
+      `export the class from the flow file (export class ${node.constructor.name || "MyNode"} ...)`,
+    ),
+  );
+}
+
+function checkFunctionRef(
+  node: FunctionProcessorNode,
+  modules: ModuleIndex | undefined,
+  out: Diagnostic[],
+): void {
+  const ref: unknown = node.params.fn;
+  if (typeof ref === "function") return;
+  if (typeof ref !== "string") {
+    out.push(fail(
+      CONTRACT,
+      node.name,
+      `node ${node.name}: fn must be a '<module URL>#<export name>' reference, got ${JSON.stringify(ref)}`,
+      "reference an exported function of the flow file as `${import.meta.url}#name`",
+    ));
+    return;
+  }
+  let value: unknown;
+  try {
+    parseExportRef(ref);
+    if (modules === undefined) return;
+    value = modules.lookup(ref);
+  } catch (error) {
+    out.push(fromError(node.name, error));
+    return;
+  }
+  if (typeof value === "function") return;
+  out.push(fail(
+    CONTRACT,
+    node.name,
+    value === undefined
+      ? `node ${node.name}: fn ${ref} is not exported by any module the flow registers`
+      : `node ${node.name}: fn ${ref} is not a function`,
+    "reference an exported function of the flow file as `${import.meta.url}#name`",
+  ));
+}
+
+function checkJoin(node: ReceiverNode, policy: JoinPolicy | null, out: Diagnostic[]): void {
+  if (policy === null || policy.mode !== JOIN_TIME) return;
+  const parents = node.parents.map((parent) => parent.name);
+  const strangers = Object.keys(policy.collect).filter((name) => !parents.includes(name));
+  if (strangers.length > 0) {
+    out.push(
+      fail(
+        CONFIG,
+        node.name,
+        `node ${node.name}: join policy collect names ${strangers.join(", ")}, which ` +
+          `${strangers.length === 1 ? "is not a parent" : "are not parents"} (parents: ${
+            parents.join(", ")
+          })`,
+        "key collect by the names of this node's parents",
+      ),
+    );
+  }
+  const sync = policy.syncParents(parents).length;
+  if (policy.quorum !== null && policy.quorum > sync) {
+    out.push(
+      fail(
+        CONFIG,
+        node.name,
+        `node ${node.name}: join quorum ${policy.quorum} exceeds its ${sync} synchronized parents`,
+        `set quorum to at most ${sync}`,
+      ),
+    );
+  }
+}
+
+function checkReplication(node: ProcessorNode, policy: JoinPolicy | null, out: Diagnostic[]): void {
+  if (node.parents.length < 2 || !isPositiveInteger(node.nbTasks) || node.nbTasks < 2) return;
+  if (node.partitionBy === null) {
+    out.push(
+      fail(
+        GRAPH,
+        node.name,
+        `node ${node.name} joins ${node.parents.length} parents on ${node.nbTasks} replicas without a partition ` +
+          "key: the halves of one group would land on different replicas",
+        policy?.mode === JOIN_TIME
+          ? "set partitionBy to a metadata field every parent sets (ctx.setPartitionKey), or nbTasks: 1"
+          : "set partitionBy: 'trace_id' (co-locates both halves of a join), or nbTasks: 1",
+      ),
+    );
+  } else if (policy?.mode === JOIN_TIME && node.partitionBy === "trace_id") {
+    out.push(
+      fail(
+        CONFIG,
+        node.name,
+        `node ${node.name} is a time-mode join of ${node.parents.length} parents on ${node.nbTasks} replicas ` +
+          "partitioned by trace_id: parents from different producers never share a trace id, so no group forms",
+        "partition by a metadata field every parent sets (ctx.setPartitionKey), or use nbTasks: 1",
+      ),
+    );
+  }
+}
+
+function checkGpu(node: ProcessorNode, out: Diagnostic[]): void {
+  const { gpuCount, gpuMemoryGib } = node.params;
+  const knobs = [["gpuCount", gpuCount], ["gpuMemoryGib", gpuMemoryGib]].filter(([, v]) => !isAbsent(v));
+  if (node.deviceType === DeviceType.cpu && knobs.length > 0) {
+    const names = knobs.map(([key]) => key).join(" and ");
+    out.push(
+      fail(
+        CONFIG,
+        node.name,
+        `node ${node.name} runs on CPU but sets ${names}, which only mean something on a GPU node`,
+        `set deviceType: 'gpu', or remove ${names}`,
+      ),
+    );
+  }
+  if (typeof gpuCount === "number" && gpuCount > 1 && !isAbsent(gpuMemoryGib)) {
+    out.push(
+      fail(
+        CONFIG,
+        node.name,
+        `node ${node.name} sets gpuCount ${gpuCount} and gpuMemoryGib ${gpuMemoryGib}: a model cannot span ` +
+          "MIG slices, so a node declares whole devices or a fraction of one, never both",
+        "remove gpuMemoryGib (whole devices) or set gpuCount to 1 (one MIG slice)",
+      ),
+    );
+  }
+}
+
+function declarationProblem(node: Node): string | null {
+  const group = node.executionGroup;
+  const batching = node.batchingPolicy as unknown;
+  if (!(REPLAY_POLICIES as readonly unknown[]).includes(node.replayPolicy)) {
+    return `replayPolicy must be one of ${REPLAY_POLICIES.join(", ")}`;
+  }
+  if (!(GPU_FALLBACKS as readonly unknown[]).includes(node.gpuFallback)) {
+    return `gpuFallback must be one of ${GPU_FALLBACKS.join(", ")}`;
+  }
+  if (typeof node.deterministic !== "boolean") return "deterministic must be a boolean";
+  if (typeof node.requiresPeerAccess !== "boolean") return "requiresPeerAccess must be a boolean";
+  if (group !== null && !isNonEmptyString(group)) return "executionGroup must be a non-empty string or null";
+  if (batching !== null) {
+    const problem = batchingProblem(batching);
+    if (problem !== null) return problem;
+  }
+  if (node instanceof ProducerNode) {
+    if (typeof node.replayable !== "boolean") return "replayable must be a boolean";
+    if (node.analysisVersion !== null && !isNonEmptyString(node.analysisVersion)) {
+      return "analysisVersion must be a non-empty string or null";
+    }
+  }
+  if (
+    node instanceof ConsumerNode && !(EFFECT_GUARANTEES as readonly unknown[]).includes(node.effectGuarantee)
+  ) {
+    return `effectGuarantee must be one of ${EFFECT_GUARANTEES.join(", ")}`;
+  }
+  return null;
+}
+
+function batchingProblem(policy: unknown): string | null {
+  const expected =
+    "batchingPolicy must be { max_batch: integer >= 1, max_wait_ms: number >= 0, fairness?: string }";
+  if (typeof policy !== "object" || policy === null || Array.isArray(policy)) return expected;
+  const { max_batch, max_wait_ms, fairness, ...extra } = policy as Record<string, unknown>;
+  const waits = typeof max_wait_ms === "number" && Number.isFinite(max_wait_ms) && max_wait_ms >= 0;
+  const fair = fairness === undefined || typeof fairness === "string";
+  return isPositiveInteger(max_batch) && waits && fair && Object.keys(extra).length === 0 ? null : expected;
+}
+
+function checkDeclarations(node: Node, out: Diagnostic[]): void {
+  const problem = declarationProblem(node);
+  if (problem !== null) {
+    out.push(
+      fail(
+        CONFIG,
+        node.name,
+        `node ${node.name}: class ${node.constructor.name}: ${problem}`,
+        "fix the class-level declaration",
+      ),
+    );
+  }
+  if (!(node instanceof ReceiverNode) || node.partitionKeyPolicy === null) return;
+  const declared = node.partitionKeyPolicy;
+  const policy = attempt(out, node.name, () => PartitionKeyPolicy.fromDict(declared));
+  if (
+    policy && node instanceof ProcessorNode && policy.invalid === "fallback" &&
+    policy.fallbackPartition >= node.nbTasks
+  ) {
+    out.push(
+      fail(
+        CONFIG,
+        node.name,
+        `node ${node.name}: partitionKeyPolicy fallback_partition ${policy.fallbackPartition} is not a replica ` +
+          `of its ${node.nbTasks}`,
+        `set fallback_partition below ${node.nbTasks}`,
+      ),
+    );
+  }
+}
+
+function permissionsProblem(node: Node): string | null {
+  const declared = (node.constructor as typeof Node).permissions as unknown;
+  if (declared === null) return null;
+  if (typeof declared !== "object" || Array.isArray(declared)) return "static permissions must be an object";
+  for (const [kind, list] of Object.entries(declared as Record<string, unknown>)) {
+    if (!(PERMISSION_KINDS as readonly string[]).includes(kind)) {
+      return `static permissions has an unknown kind ${JSON.stringify(kind)} (known: ${
+        PERMISSION_KINDS.join(", ")
+      })`;
+    }
+    if (!Array.isArray(list) || !list.every(isNonEmptyString)) {
+      return `static permissions.${kind} must be a list of non-empty strings`;
+    }
+  }
+  return null;
+}
+
+function checkWorkerContract(node: Node, out: Diagnostic[]): void {
+  const permissions = permissionsProblem(node) ?? attempt(out, node.name, () => {
+    const granted = node.permissions();
+    return PERMISSION_KINDS.every((kind) =>
+        Array.isArray(granted[kind]) && granted[kind].every(isNonEmptyString)
+      )
+      ? null
+      : "permissions() must return a list of non-empty strings for every kind";
+  });
+  if (permissions) {
+    out.push(
+      fail(CONTRACT, node.name, `node ${node.name}: ${permissions}`, "fix the declaration"),
+    );
+  }
+  const assets = attempt(out, node.name, () => node.requiredAssets());
+  if (assets === undefined) return;
+  const bad = Array.isArray(assets)
+    ? assets.find((a) =>
+      !(isNonEmptyString(a?.path) && SHA256_HEX.test(a?.sha256) && typeof a?.portable === "boolean")
+    )
+    : assets;
+  if (bad === undefined) return;
+  out.push(
+    fail(
+      CONTRACT,
+      node.name,
+      `node ${node.name}: requiredAssets() returned ${
+        JSON.stringify(bad) ?? String(bad)
+      }, not an asset requirement`,
+      "return AssetRequirement(path, sha256 as 64 lowercase hex digits, portable)",
+    ),
+  );
+}
+
+function checkParentsOnce(node: Node, out: Diagnostic[]): void {
+  const names = node.parents.map((parent) => parent.name);
+  const repeated = node.parents.filter((parent, i) => node.parents.indexOf(parent) !== i);
+  if (repeated.length === 0) return;
+  out.push(
+    fail(
+      GRAPH,
+      node.name,
+      `node ${node.name} lists parent ${repeated[0].name} more than once (parents: ${names.join(", ")})`,
+      "list each parent once in .from()",
+    ),
+  );
+}
+
+/** Every error of one node, in a fixed order. */
+function nodeErrors(node: Node, modules: ModuleIndex | undefined): Diagnostic[] {
+  const out: Diagnostic[] = [];
+  checkNodeClass(node, modules, out);
+  attempt(out, node.name, () => node.getParams());
+  if (node instanceof FunctionProcessorNode) checkFunctionRef(node, modules, out);
+  checkParams(node, out);
+  checkParentsOnce(node, out);
+  if (node instanceof ReceiverNode) {
+    attempt(out, node.name, () => node.deliveryPolicy());
+    const policy = attempt(out, node.name, () => node.joinPolicy);
+    checkJoin(node, policy ?? null, out);
+    if (node instanceof ProcessorNode) {
+      checkReplication(node, policy ?? null, out);
+      checkGpu(node, out);
+    }
+  }
+  checkDeclarations(node, out);
+  checkWorkerContract(node, out);
+  return out;
+}
+
+function warn(code: string, node: string | null, message: string, remedy: string): Diagnostic {
+  return new Diagnostic("warning", code, node, message, remedy);
+}
+
+/** Every warning of one node, in a fixed order. */
+function nodeWarnings(node: Node, members: ReadonlySet<Node>): Diagnostic[] {
+  const out: Diagnostic[] = [];
+  const outside = node.children.filter((child) => !members.has(child));
+  if (outside.length > 0) {
+    out.push(
+      warn(
+        GRAPH,
+        node.name,
+        `node ${node.name} feeds ${
+          outside.map((c) => c.name).join(", ")
+        }, which no consumer of the flow depends on`,
+        "list their consumers in the Flow, or unwire them",
+      ),
+    );
+  }
+  if (node instanceof ReceiverNode && node.parents.length < 2 && !isAbsent(node.params.joinPolicy)) {
+    out.push(
+      warn(
+        CONFIG,
+        node.name,
+        `node ${node.name} sets a join policy but has ${node.parents.length} parent(s): it is ignored`,
+        "remove joinPolicy, or wire the node to several parents",
+      ),
+    );
+  }
+  if (node instanceof ProducerNode && node.analysisVersion !== null && !node.replayable) {
+    out.push(
+      warn(
+        CONFIG,
+        node.name,
+        `node ${node.name} declares analysisVersion but is not replayable: it is ignored`,
+        "declare static replayable = true, or remove analysisVersion",
+      ),
+    );
+  }
+  if (
+    node instanceof ProcessorNode && node.deviceType === DeviceType.gpu && node.requiresPeerAccess &&
+    node.gpuCount < 2
+  ) {
+    out.push(
+      warn(
+        CONFIG,
+        node.name,
+        `node ${node.name} requires peer access but is granted ${node.gpuCount} device: there is no peer`,
+        "set gpuCount > 1, or remove requiresPeerAccess",
+      ),
+    );
+  }
+  const onCpu = !(node instanceof ProcessorNode) || node.deviceType !== DeviceType.gpu;
+  if (onCpu && (node.gpuFallback === GpuFallback.none || node.requiresPeerAccess)) {
+    out.push(
+      warn(
+        CONFIG,
+        node.name,
+        `node ${node.name} declares GPU grant requirements (gpuFallback, requiresPeerAccess) but runs on CPU: ` +
+          "they are ignored",
+        "remove them, or run the node on GPU",
+      ),
+    );
+  }
+  if (node instanceof ReceiverNode && node.partitionKeyPolicy !== null && node.partitionBy === null) {
+    out.push(
+      warn(
+        CONFIG,
+        node.name,
+        `node ${node.name} declares a partitionKeyPolicy but does not partition: it is ignored`,
+        "set partitionBy, or remove partitionKeyPolicy",
+      ),
+    );
+  }
+  return out;
+}
+
+/** Errors about the graph as a whole, in the order the spec lists them. */
+function structuralErrors(
+  consumers: readonly Node[],
+  nodes: readonly Node[],
+  members: ReadonlySet<Node>,
+  leftover: readonly Node[],
+): Diagnostic[] {
+  const out: Diagnostic[] = [];
+  if (consumers.length === 0) {
+    out.push(
+      fail(GRAPH, null, "the flow has no consumer", "pass the flow's sinks to Flow"),
+    );
+  }
+  for (const consumer of consumers) {
+    if (consumer instanceof ConsumerNode) continue;
+    out.push(
+      fail(
+        GRAPH,
+        consumer.name,
+        `node ${consumer.name} is listed as a consumer of the flow but is a ${consumer.kind}`,
+        "list only ConsumerNode sinks in the Flow",
+      ),
+    );
+  }
+  for (const root of nodes) {
+    if (root.parents.length > 0 || root instanceof ProducerNode) continue;
+    out.push(
+      fail(
+        GRAPH,
+        root.name,
+        `node ${root.name} has no parent but is a ${root.kind}: every root of a flow must be a producer`,
+        `wire ${root.name} with .from(...), or make it a ProducerNode`,
+      ),
+    );
+  }
+  out.push(...cycles(leftover).map(cycleDiagnostic));
+  const reached = new Set<Node>();
+  const stack: Node[] = nodes.filter((node) => node instanceof ProducerNode);
+  while (stack.length > 0) {
+    const node = stack.pop()!;
+    if (reached.has(node)) continue;
+    reached.add(node);
+    stack.push(...childrenWithin(node, members));
+  }
+  for (const consumer of new Set(consumers)) {
+    if (reached.has(consumer)) continue;
+    out.push(
+      fail(
+        GRAPH,
+        consumer.name,
+        `consumer ${consumer.name} is unreachable from any producer`,
+        "wire it, through its parents, to a ProducerNode",
+      ),
+    );
+  }
+  out.push(...nameErrors(nodes));
+  return out;
+}
+
+function nameErrors(nodes: readonly Node[]): Diagnostic[] {
+  const out: Diagnostic[] = [];
+  const byName = new Map<string, number>();
+  for (const node of nodes) byName.set(node.name, (byName.get(node.name) ?? 0) + 1);
+  for (const [name, count] of byName) {
+    if (count < 2) continue;
+    out.push(
+      fail(
+        GRAPH,
+        name,
+        `${count} nodes are named ${
+          JSON.stringify(name)
+        }: names identify nodes everywhere outside this process`,
+        "give every node a unique name",
+      ),
+    );
+  }
+  for (const collision of nodeNameCollisions([...byName.keys()])) {
+    const names = collision.identities.map((identity) => identity.parts[0]);
+    out.push(
+      fail(
+        IDENTITY,
+        names[0],
+        `node names ${names.map((n) => JSON.stringify(n)).join(" and ")} encode to one physical name: ` +
+          collision.render(),
+        "rename one of them so that their broker and Kubernetes names differ",
+      ),
+    );
+  }
+  return out;
+}
+
+/**
+ * Every problem with a graph, in one pass: structural errors (no consumer, a listed consumer that is not
+ * a ConsumerNode, a root that is not a producer, cycles, consumers unreachable from any producer,
+ * duplicate names, names that collide once encoded), then each node's errors (class not exported, params
+ * not JSON, invalid framework params, a repeated parent, invalid delivery or join policy, a replicated
+ * join without a partition key, a time-mode join partitioned by trace id, GPU knobs on a CPU node,
+ * gpuCount > 1 with gpuMemoryGib, invalid class declarations, permissions or assets), then warnings
+ * (children outside the flow, ignored declarations, a given producer that feeds no consumer). Empty means
+ * the graph is sound.
+ */
+export function validate(
+  producers: readonly Node[],
+  consumers: readonly Node[],
+  options: ValidateOptions = {},
+): Diagnostic[] {
+  const nodes = discoverNodes(consumers);
+  const members = new Set(nodes);
+  const { sorted, leftover } = options.tsort === undefined
+    ? kahn(nodes)
+    : { sorted: [...options.tsort], leftover: [] };
+  const ordered = leftover.length === 0 ? sorted : nodes;
+  const errors = [
+    ...structuralErrors(consumers, nodes, members, leftover),
+    ...ordered.flatMap((node) => nodeErrors(node, options.modules)),
+  ];
+  const warnings = ordered.flatMap((node) => nodeWarnings(node, members));
+  for (const producer of producers) {
+    if (members.has(producer)) continue;
+    warnings.push(
+      warn(
+        GRAPH,
+        producer.name,
+        `producer ${producer.name} feeds no consumer of the flow`,
+        "wire it to a consumer the flow lists, or remove it",
+      ),
+    );
+  }
+  return [...errors, ...warnings];
+}
