@@ -7,6 +7,7 @@
  */
 
 import { ConfigError } from "./errors.ts";
+import { isValidPartitionKey } from "../wire/identities.ts";
 import { PolicyCheck, readCheckedDict } from "./_policy_fields.ts";
 
 /** Poison: dead-lettered as `VF_POISON_PARTITION_KEY`, a traceable terminal outcome (the default). */
@@ -64,21 +65,12 @@ export class PartitionKeyPolicy {
   }
 
   /**
-   * A usable partition key: a non-empty string, a boolean, a bigint or a finite number; never null,
-   * undefined, `""`, NaN or a container.
+   * A usable partition key: a non-empty well-formed string, a boolean, a bigint or an integer number; never
+   * null, undefined, `""`, a fractional number or a container (RUN-020). The same rule the partition hash
+   * applies, so a key this accepts always hashes.
    */
   static isValidKey(value: unknown): boolean {
-    switch (typeof value) {
-      case "string":
-        return value !== "";
-      case "boolean":
-      case "bigint":
-        return true;
-      case "number":
-        return Number.isFinite(value);
-      default:
-        return false;
-    }
+    return isValidPartitionKey(value);
   }
 
   /**
