@@ -20,23 +20,7 @@
  */
 
 import { UnobservableState } from "../core/errors.ts";
-
-/**
- * The time source observations are stamped with. The system clock is {@link systemClock}; the memory
- * models inject a fake clock (backends/memory/clock.ts) that only moves when a test advances it.
- */
-export interface Clock {
-  /** Seconds on a monotonic scale: orders two observations without trusting wall clocks. */
-  monotonic(): number;
-  /** Wall-clock seconds since the Unix epoch. */
-  time(): number;
-}
-
-/** The process's real clocks: `performance.now()` for monotonic time, `Date.now()` for wall time. */
-export const systemClock: Clock = Object.freeze({
-  monotonic: (): number => (performance.timeOrigin + performance.now()) / 1000,
-  time: (): number => Date.now() / 1000,
-});
+import { type Clock, systemClock } from "./clock.ts";
 
 /**
  * Machine-readable categories of why an observation could not be made. The first five are the spec's

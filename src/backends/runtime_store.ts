@@ -19,7 +19,8 @@
  * @module
  */
 
-import { ConfigError, ResourceUnavailable } from "../core/errors.ts";
+import { ConfigError, ResourceUnavailable, UnobservableState } from "../core/errors.ts";
+import { Barrier, barrier, faultsInstalled } from "./faults.ts";
 import type { Observation } from "./outcomes.ts";
 
 /** A key that holds a value: the bytes and the version the store minted for them. */
@@ -155,4 +156,29 @@ export function storeClosedError(store: string, operation: string): ResourceUnav
     "open the store again (openRuntimeStore) instead of reusing a closed one",
     { store, operation },
   );
+}
+
+/**
+ * The `ledger.write.before` fault barrier, hit by every store before a mutation (cas, delete, append)
+ * reads the state it compares against, so a paused writer lets another one write first.
+ */
+export async function beforeLedgerWrite(store: string, operation: string, name: string): Promise<void> {
+  if (faultsInstalled()) await barrier(Barrier.ledgerWriteBefore, { store, operation, name });
+}
+
+/**
+ * The `ledger.write.after` fault barrier, hit by every store after a mutation took effect and before the
+ * caller learns of it. A DropResponse there is a lost receipt: the write happened, and the caller gets
+ * {@link UnobservableState} instead of `true`.
+ */
+export async function afterLedgerWrite(store: string, operation: string, name: string): Promise<void> {
+  if (!faultsInstalled()) return;
+  const hit = await barrier(Barrier.ledgerWriteAfter, { store, operation, name });
+  if (hit.dropResponse) {
+    throw new UnobservableState(
+      `the outcome of ${operation} on ${JSON.stringify(name)} in the ${store} runtime store was not received`,
+      "re-read the ledger before deciding: the write may have taken effect",
+      { store, operation, name, reason: "timeout" },
+    );
+  }
 }

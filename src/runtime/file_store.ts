@@ -35,6 +35,11 @@
  * nonce fresh for each write. A key deleted and created again restarts its counter but never its nonce,
  * so a version read before the delete can never match afterwards.
  *
+ * Fault barriers (backends/faults.ts): every mutation hits `ledger.write.before` before it takes its lock,
+ * `ledger.write.mid` with the new bytes fsynced in the temporary file but not renamed (a Crash there is
+ * the kill-mid-write story), and `ledger.write.after` once it took effect (a DropResponse there makes the
+ * call throw UnobservableState, the lost receipt).
+ *
  * Names: keys and log names become file names through {@link encodeStoreName}, reversibly and without
  * collisions; a name too long for a file name is stored under a hash, with the full key inside the
  * document.
@@ -51,9 +56,13 @@ import {
   UnobservableState,
   VideoflowError,
 } from "../core/errors.ts";
-import { type Clock, known, systemClock } from "../backends/outcomes.ts";
+import { type Clock, systemClock } from "../backends/clock.ts";
+import { Barrier, barrier, faultsInstalled } from "../backends/faults.ts";
+import { known } from "../backends/outcomes.ts";
 import {
   ABSENT,
+  afterLedgerWrite,
+  beforeLedgerWrite,
   checkStoreName,
   compareRecordKeys,
   type PresentEntry,
@@ -253,8 +262,17 @@ async function syncDirectory(dir: string): Promise<void> {
   }
 }
 
-/** Temporary file, fsync, atomic rename over `target`, fsync of the directory: old or new, never torn. */
-async function writeAtomically(dir: string, temp: string, target: string, bytes: Uint8Array): Promise<void> {
+/**
+ * Temporary file, fsync, atomic rename over `target`, fsync of the directory: old or new, never torn.
+ * `beforeRename` runs between the fsync and the rename (the `ledger.write.mid` barrier).
+ */
+async function writeAtomically(
+  dir: string,
+  temp: string,
+  target: string,
+  bytes: Uint8Array,
+  beforeRename: () => Promise<void> = () => Promise.resolve(),
+): Promise<void> {
   const file = await Deno.open(temp, { write: true, create: true, truncate: true, mode: 0o644 });
   try {
     await writeAll(file, bytes);
@@ -262,8 +280,19 @@ async function writeAtomically(dir: string, temp: string, target: string, bytes:
   } finally {
     file.close();
   }
+  await beforeRename();
   await Deno.rename(temp, target);
   await syncDirectory(dir);
+}
+
+/** The `ledger.write.mid` fault barrier: the new bytes are in a fsynced temporary file, not yet renamed. */
+async function midLedgerWrite(operation: string, name: string): Promise<void> {
+  if (faultsInstalled()) await barrier(Barrier.ledgerWriteMid, { store: "file", operation, name });
+}
+
+/** Whether `error` came from the Deno runtime's I/O layer (and not from a fault barrier or a bug). */
+function isIoError(error: unknown): boolean {
+  return Object.values(Deno.errors).some((cls) => error instanceof cls);
 }
 
 async function readOptional(path: string): Promise<Uint8Array | null> {
@@ -355,7 +384,8 @@ export class FileRuntimeStore implements RuntimeStore {
     return this.#operation("cas", { key }, async () => {
       checkStoreName("key", key);
       const bytes = value.slice();
-      return await this.#locked(stripeOf("key", key), async () => {
+      await beforeLedgerWrite("file", "cas", key);
+      const wrote = await this.#locked(stripeOf("key", key), async () => {
         const current = await this.#readKey(key);
         const currentVersion = current.kind === "present" ? current.version : null;
         if (currentVersion !== expectedVersion) return false;
@@ -372,16 +402,20 @@ export class FileRuntimeStore implements RuntimeStore {
           join(this.#keysDir, name + TEMP_SUFFIX),
           join(this.#keysDir, name + KEY_SUFFIX),
           encoder.encode(JSON.stringify(doc)),
+          () => midLedgerWrite("cas", key),
         );
         return true;
       });
+      if (wrote) await afterLedgerWrite("file", "cas", key);
+      return wrote;
     });
   }
 
   delete(key: string, expectedVersion: string | null): Promise<boolean> {
     return this.#operation("delete", { key }, async () => {
       checkStoreName("key", key);
-      return await this.#locked(stripeOf("key", key), async () => {
+      await beforeLedgerWrite("file", "delete", key);
+      const removed = await this.#locked(stripeOf("key", key), async () => {
         const current = await this.#readKey(key);
         if (current.kind === "absent") return false;
         if (expectedVersion !== null && current.version !== expectedVersion) return false;
@@ -393,6 +427,8 @@ export class FileRuntimeStore implements RuntimeStore {
         await syncDirectory(this.#keysDir);
         return true;
       });
+      if (removed) await afterLedgerWrite("file", "delete", key);
+      return removed;
     });
   }
 
@@ -429,7 +465,8 @@ export class FileRuntimeStore implements RuntimeStore {
       checkStoreName("log", log);
       const bytes = record.slice();
       const dir = join(this.#logsDir, encodeStoreName(log));
-      return await this.#locked(stripeOf("log", log), async () => {
+      await beforeLedgerWrite("file", "append", log);
+      const length = await this.#locked(stripeOf("log", log), async () => {
         await ensureDirectory(dir, this.#logsDir);
         const records = (await listNames(dir) ?? []).filter((name) => name.endsWith(RECORD_SUFFIX));
         const count = records.length;
@@ -453,9 +490,12 @@ export class FileRuntimeStore implements RuntimeStore {
           join(dir, APPEND_TEMP),
           join(dir, recordFileName(index)),
           encoder.encode(JSON.stringify(doc)),
+          () => midLedgerWrite("append", log),
         );
         return index;
       });
+      await afterLedgerWrite("file", "append", log);
+      return length;
     });
   }
 
@@ -591,8 +631,9 @@ export class FileRuntimeStore implements RuntimeStore {
     return run;
   }
 
-  #typedFailure(operation: string, context: Record<string, string>, error: unknown): VideoflowError {
-    if (error instanceof VideoflowError) return error;
+  /** An I/O failure as a typed error; anything else (ours, a fault barrier's) unchanged. */
+  #typedFailure(operation: string, context: Record<string, string>, error: unknown): unknown {
+    if (!isIoError(error)) return error;
     const code = errorCode(error) ?? null;
     const message = error instanceof Error ? error.message : String(error);
     const where = { ...context, root: this.root, operation, error_code: code };

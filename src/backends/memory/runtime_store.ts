@@ -2,7 +2,8 @@
  * The in-memory RuntimeStore (spec backends.memory.runtime_store.MemoryRuntimeStore): the executable
  * specification of the contract, for models and tests. Its state lives in this object only, so it is
  * never durable and never shared; its capabilities say so, and the planner refuses restart-safe
- * profiles over it.
+ * profiles over it. Its mutations hit the `ledger.write.before` and `ledger.write.after` fault barriers
+ * exactly as every RuntimeStore does (runtime_store.ts).
  *
  * @example
  * ```ts
@@ -14,9 +15,12 @@
  * @module
  */
 
-import { type Clock, known, systemClock } from "../outcomes.ts";
+import { type Clock, systemClock } from "../clock.ts";
+import { known } from "../outcomes.ts";
 import {
   ABSENT,
+  afterLedgerWrite,
+  beforeLedgerWrite,
   checkStoreName,
   compareRecordKeys,
   presentEntry,
@@ -59,25 +63,26 @@ export class MemoryRuntimeStore implements RuntimeStore {
     });
   }
 
-  cas(key: string, expectedVersion: string | null, value: Uint8Array): Promise<boolean> {
-    return Promise.try(() => {
-      this.#open("cas");
-      checkStoreName("key", key);
-      const current = this.#keys.get(key)?.version ?? null;
-      if (current !== expectedVersion) return false;
-      this.#keys.set(key, { value: value.slice(), version: String(++this.#lastVersion) });
-      return true;
-    });
+  async cas(key: string, expectedVersion: string | null, value: Uint8Array): Promise<boolean> {
+    this.#open("cas");
+    checkStoreName("key", key);
+    await beforeLedgerWrite("memory", "cas", key);
+    const current = this.#keys.get(key)?.version ?? null;
+    if (current !== expectedVersion) return false;
+    this.#keys.set(key, { value: value.slice(), version: String(++this.#lastVersion) });
+    await afterLedgerWrite("memory", "cas", key);
+    return true;
   }
 
-  delete(key: string, expectedVersion: string | null): Promise<boolean> {
-    return Promise.try(() => {
-      this.#open("delete");
-      checkStoreName("key", key);
-      const slot = this.#keys.get(key);
-      if (slot === undefined || (expectedVersion !== null && slot.version !== expectedVersion)) return false;
-      return this.#keys.delete(key);
-    });
+  async delete(key: string, expectedVersion: string | null): Promise<boolean> {
+    this.#open("delete");
+    checkStoreName("key", key);
+    await beforeLedgerWrite("memory", "delete", key);
+    const slot = this.#keys.get(key);
+    if (slot === undefined || (expectedVersion !== null && slot.version !== expectedVersion)) return false;
+    this.#keys.delete(key);
+    await afterLedgerWrite("memory", "delete", key);
+    return true;
   }
 
   scan(prefix: string): Promise<readonly StoredRecord[]> {
@@ -92,17 +97,18 @@ export class MemoryRuntimeStore implements RuntimeStore {
     });
   }
 
-  append(log: string, record: Uint8Array): Promise<number> {
-    return Promise.try(() => {
-      this.#open("append");
-      checkStoreName("log", log);
-      let records = this.#logs.get(log);
-      if (records === undefined) {
-        records = [];
-        this.#logs.set(log, records);
-      }
-      return records.push(record.slice());
-    });
+  async append(log: string, record: Uint8Array): Promise<number> {
+    this.#open("append");
+    checkStoreName("log", log);
+    await beforeLedgerWrite("memory", "append", log);
+    let records = this.#logs.get(log);
+    if (records === undefined) {
+      records = [];
+      this.#logs.set(log, records);
+    }
+    const length = records.push(record.slice());
+    await afterLedgerWrite("memory", "append", log);
+    return length;
   }
 
   logEntries(log: string): Promise<readonly Uint8Array[]> {
