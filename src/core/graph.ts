@@ -372,7 +372,7 @@ function checkGpu(node: ProcessorNode, out: Diagnostic[]): void {
       fail(
         CONFIG,
         node.name,
-        `node ${node.name} runs on CPU but sets ${names}, which only mean something on a GPU node`,
+        `node ${node.name} runs on CPU but sets ${names}: GPU settings need deviceType 'gpu'`,
         `set deviceType: 'gpu', or remove ${names}`,
       ),
     );

@@ -32,6 +32,8 @@ import type { Disposition } from "./errors.ts";
 import { ConfigError, NodeContractError } from "./errors.ts";
 import type { JoinPolicyDict } from "./join_policy.ts";
 import { JoinPolicy } from "./join_policy.ts";
+import type { DeclarationSource, GpuFieldMap } from "./provenance.ts";
+import { builtinDefaults, nodeDeclarations, resolveGpuRequirements } from "./provenance.ts";
 
 /** What a producer's `next()` returns once its source is exhausted. Shared across module copies. */
 export const END: unique symbol = Symbol.for("videoflow.END");
@@ -582,6 +584,16 @@ export abstract class ProcessorNode<P extends object = object> extends ReceiverN
   /** Declared GPU memory demand in GiB, or `null`. */
   get gpuMemoryGib(): number | null {
     return this.params.gpuMemoryGib ?? null;
+  }
+
+  /**
+   * Where each GPU requirement value came from (`node` for an explicit param, `default` for the built-in
+   * default), as `{device_type, gpu_count, gpu_memory_gib}` → source. Not a spec field: the compiler
+   * collects it beside the specs.
+   */
+  get gpuProvenance(): GpuFieldMap<DeclarationSource> {
+    const declared = nodeDeclarations(this.deviceType, this.params.gpuCount, this.params.gpuMemoryGib);
+    return resolveGpuRequirements([...declared, ...builtinDefaults()], `node ${this.name}`).provenance;
   }
 
   /**
