@@ -37,7 +37,7 @@ import {
   UnknownBarrier,
 } from "../../../src/backends/faults.ts";
 import { FakeClock } from "../../../src/backends/memory/clock.ts";
-import { loadMerged } from "../../../src/backends/observation.ts";
+import { loadMerged, ObservationLog } from "../../../src/backends/observation.ts";
 import type { FaultWorkerRequest } from "../../support/fault_worker.ts";
 
 const PUBLISH = Barrier.messagePublishBefore;
@@ -331,7 +331,11 @@ Deno.test("a Crash in a subprocess ends it with the documented status, and its h
     [PUBLISH]: nth(2, crash()),
   }, { markerDir });
   const log = `${markerDir}/child.jsonl`;
+  const parentLog = new ObservationLog({ path: `${markerDir}/parent.jsonl` });
+  parentLog.emit("spawn");
   const run = await runWorkerProcess(schedule, [SETTLED, PUBLISH, PUBLISH, SETTLED], log);
+  parentLog.emit("reaped", { status: String(run.code) });
+  parentLog.close();
   assert.equal(run.code, CRASH_EXIT_CODE);
   assert.deepEqual(run.reports, [
     { step: 0, barrier: SETTLED, hit: { fired: true, dropResponse: true } },
@@ -339,12 +343,16 @@ Deno.test("a Crash in a subprocess ends it with the documented status, and its h
   ], "no report after the crash, and no finally block ran");
   assert.deepEqual(schedule.fired(), { [SETTLED]: 1, [PUBLISH]: 2 });
   assert.deepEqual(schedule.unfired(), []);
-  const reached = loadMerged([log]).map((e) => `${e.kind}:${e.fields.op_id}`);
-  assert.deepEqual(
-    reached.slice(-2),
-    ["barrier_passed:step-1", "barrier_reached:step-2"],
-    "logged before dying",
-  );
+  const merged = loadMerged([log, parentLog.path as string]).map((e) => `${e.kind}:${e.fields.op_id ?? "-"}`);
+  assert.deepEqual(merged, [
+    "spawn:-",
+    "barrier_reached:step-0",
+    "barrier_passed:step-0",
+    "barrier_reached:step-1",
+    "barrier_passed:step-1",
+    "barrier_reached:step-2",
+    "reaped:-",
+  ], "both processes' logs merge in time order; the child logged up to its death");
   await Deno.remove(markerDir, { recursive: true });
 });
 
