@@ -140,7 +140,12 @@ export function decodeStoreName(encoded: string): string | null {
       throw new RangeError(`${JSON.stringify(encoded)} is not an encoded store name`);
     }
   }
-  const name = decoder.decode(new Uint8Array(bytes));
+  let name: string;
+  try {
+    name = decoder.decode(new Uint8Array(bytes));
+  } catch {
+    throw new RangeError(`${JSON.stringify(encoded)} does not decode to UTF-8`);
+  }
   if (encodeStoreName(name) !== encoded) {
     throw new RangeError(`${JSON.stringify(encoded)} is not the canonical encoding of a store name`);
   }
