@@ -28,6 +28,7 @@ import type {
   NodePermissions,
   PermissionKind,
 } from "./node.ts";
+import { ENVELOPE_VERSION } from "../wire/codec.ts";
 import {
   ConsumerNode,
   DEVICE_TYPES,
@@ -39,9 +40,6 @@ import {
   ProducerNode,
   ReceiverNode,
 } from "./node.ts";
-
-/** The one wire version a flow deploys with: the protobuf envelope, version 4. */
-export const ENVELOPE_VERSION = 4;
 
 /** A node spec's serialized form: the spec's exact snake_case keys, in the spec's order. */
 export interface NodeSpecDict {

@@ -190,7 +190,7 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
 }
 
 function describe(value: unknown): string {
-  if (value === undefined) return "undefined";
+  if (value === undefined || value === null) return String(value);
   if (typeof value === "function") return `a function${value.name ? ` (${value.name})` : ""}`;
   if (typeof value === "symbol") return "a symbol";
   if (typeof value === "bigint") return "a bigint";
