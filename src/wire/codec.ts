@@ -404,15 +404,21 @@ export function encodeEnvelope(env: Envelope): Uint8Array {
   });
 }
 
+/** Whether `bytes` open as a msgpack map whose first key is a lower-case name, as legacy envelopes do. */
 function looksLikeMsgpack(bytes: Uint8Array): boolean {
   const first = bytes[0];
-  return (first >= 0x80 && first <= 0x8f) || first === 0xde || first === 0xdf;
+  const header = first >= 0x80 && first <= 0x8f ? 1 : first === 0xde ? 3 : first === 0xdf ? 5 : 0;
+  if (header === 0) return false;
+  const keyLength = bytes[header] - 0xa0;
+  if (!(keyLength >= 1 && keyLength < 32)) return false;
+  const key = bytes.subarray(header + 1, header + 1 + keyLength);
+  return key.length === keyLength && key.every((b) => (b >= 0x61 && b <= 0x7a) || b === 0x5f);
 }
 
 function legacyEnvelope(): DecodeError {
   return new DecodeError(
-    "this is a legacy msgpack envelope (envelope version 3 or older); this worker reads only protobuf " +
-      `envelope version ${ENVELOPE_VERSION}`,
+    "the bytes look like a legacy msgpack envelope (envelope version 3 or older); this worker reads only " +
+      `protobuf envelope version ${ENVELOPE_VERSION}`,
     VERSION_REMEDY,
   );
 }

@@ -207,7 +207,7 @@ type Kind = ScalarKind | MessagePlan;
 
 interface FieldPlan {
   readonly id: number;
-  /** protobufjs's camelCase name of the field: the key in a raw message. */
+  /** The field's name in camelCase: its key in a raw message. */
   readonly name: string;
   readonly fullName: string;
   readonly label: "single" | "repeated" | "map";
@@ -259,6 +259,10 @@ function kindOf(field: protobuf.Field, plans: Map<protobuf.Type, MessagePlan>): 
   return scalar;
 }
 
+function camelCase(name: string): string {
+  return name.replace(/_([a-z0-9])/g, (_, letter: string) => letter.toUpperCase());
+}
+
 function planOf(type: protobuf.Type, plans: Map<protobuf.Type, MessagePlan>): MessagePlan {
   const known = plans.get(type);
   if (known) return known;
@@ -272,12 +276,12 @@ function planOf(type: protobuf.Type, plans: Map<protobuf.Type, MessagePlan>): Me
     const oneof = field.partOf;
     const fieldPlan: FieldPlan = {
       id: field.id,
-      name: field.name,
+      name: camelCase(field.name),
       fullName: field.fullName.replace(/^\./, ""),
       label: field.map ? "map" : field.repeated ? "repeated" : "single",
       kind,
       presence: typeof kind !== "string" || oneof !== null,
-      siblings: oneof ? oneof.oneof.filter((name) => name !== field.name) : [],
+      siblings: oneof ? oneof.oneof.filter((name) => name !== field.name).map(camelCase) : [],
     };
     plan.fields.push(fieldPlan);
     plan.byId.set(field.id, fieldPlan);
@@ -285,7 +289,7 @@ function planOf(type: protobuf.Type, plans: Map<protobuf.Type, MessagePlan>): Me
   return plan;
 }
 
-const root = protobuf.parse(ENVELOPE_PROTO).root;
+const root = protobuf.parse(ENVELOPE_PROTO, { keepCase: true }).root;
 root.resolveAll();
 
 /** The parsed schema (protobufjs reflection), for tests and tools that inspect it. */
