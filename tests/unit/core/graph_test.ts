@@ -1,0 +1,679 @@
+import assert from "node:assert/strict";
+import { type Diagnostic, GraphError, raiseForDiagnostics } from "../../../src/core/errors.ts";
+import { discoverNodes, topologicalSort, validate } from "../../../src/core/graph.ts";
+import { JoinPolicy } from "../../../src/core/join_policy.ts";
+import {
+  AssetRequirement,
+  ConsumerNode,
+  END,
+  FunctionProcessorNode,
+  type Node,
+  OneTaskProcessorNode,
+  ProcessorNode,
+  ProducerNode,
+  TaskModuleNode,
+} from "../../../src/core/node.ts";
+import { ModuleIndex } from "../../../src/core/node_class.ts";
+import * as several from "../../fixtures/flows/several_problems.ts";
+
+class Src extends ProducerNode {
+  next() {
+    return END;
+  }
+}
+
+class Proc extends ProcessorNode<{ tag?: unknown }> {
+  process(x: unknown) {
+    return x;
+  }
+}
+
+class Sink extends ConsumerNode {
+  consume() {}
+}
+
+class Hidden extends ProcessorNode {
+  process(x: unknown) {
+    return x;
+  }
+}
+
+class Tracker extends OneTaskProcessorNode {
+  process(x: unknown) {
+    return x;
+  }
+}
+
+/** The module the random graphs' classes are "exported" from; Hidden is deliberately not. */
+const INDEX = new ModuleIndex().add("file:///graph_test/flow.ts", { Proc, Sink, Src, Tracker });
+
+/** A fresh producer: each sub-case wires its own, so no node feeds a flow it is not part of. */
+const fresh = (name = "src"): Src => new Src({ name });
+const pair = (): [Src, Src] => [fresh("a"), fresh("b")];
+
+function lines(diagnostics: readonly Diagnostic[]): string[] {
+  return diagnostics.map((d) => `${d.severity} ${d.code} ${d.node}`);
+}
+
+function errorsOf(diagnostics: readonly Diagnostic[]): Diagnostic[] {
+  return diagnostics.filter((d) => d.severity === "error");
+}
+
+/** The diagnostics of a one-consumer graph. */
+function check(sink: Node, options: { modules?: ModuleIndex } = {}): Diagnostic[] {
+  return validate([], [sink], options);
+}
+
+function assertOnly(diagnostics: readonly Diagnostic[], expected: string, pattern: RegExp): void {
+  assert.deepEqual(lines(diagnostics), [expected], diagnostics.map((d) => d.render()).join("\n"));
+  assert.match(diagnostics[0].message, pattern);
+  assert.ok(diagnostics[0].remedy, "every diagnostic names a remedy");
+}
+
+Deno.test("a sound graph validates clean", () => {
+  const src = new Src({ name: "src" });
+  const a = new Proc({ name: "a", nbTasks: 4 }).from(src);
+  const b = new Proc({ name: "b" }).from(src);
+  const join = new Proc({ name: "join", nbTasks: 2, partitionBy: "trace_id" }).from(a, b);
+  assert.deepEqual(validate([src], [new Sink({ name: "sink" }).from(join)], { modules: INDEX }), []);
+});
+
+Deno.test("a flow without consumers is an error", () => {
+  assertOnly(validate([], []), "error VF_GRAPH null", /no consumer/);
+});
+
+Deno.test("a listed consumer that is not a ConsumerNode is an error", () => {
+  const proc = new Proc({ name: "p" }).from(new Src({ name: "s" }));
+  assertOnly(check(proc), "error VF_GRAPH p", /listed as a consumer .* processor/);
+});
+
+Deno.test("a root that is not a producer is an error", () => {
+  const orphan = new Proc({ name: "orphan" });
+  const join = new Proc({ name: "join" }).from(new Src({ name: "src" }), orphan);
+  assertOnly(check(new Sink({ name: "sink" }).from(join)), "error VF_GRAPH orphan", /no parent .* producer/);
+});
+
+Deno.test("a cycle is an error naming its nodes, and a self-loop is one too", () => {
+  const x = new Proc({ name: "x" });
+  const y = new Proc({ name: "y" }).from(x);
+  x.from(fresh(), y);
+  const diagnostics = check(new Sink({ name: "sink" }).from(y));
+  assertOnly(diagnostics, "error VF_GRAPH y", /nodes y, x form a cycle/);
+  const self = new Proc({ name: "self" });
+  self.from(fresh(), self);
+  assertOnly(check(new Sink({ name: "s2" }).from(self)), "error VF_GRAPH self", /its own parent/);
+});
+
+Deno.test("a consumer unreachable from any producer is an error", () => {
+  const x = new Proc({ name: "x" });
+  const y = new Proc({ name: "y" }).from(x);
+  x.from(y);
+  const diagnostics = check(new Sink({ name: "sink" }).from(y));
+  assert.deepEqual(lines(diagnostics), ["error VF_GRAPH y", "error VF_GRAPH sink"]);
+  assert.match(diagnostics[1].message, /unreachable from any producer/);
+});
+
+Deno.test("duplicate names are one error per name", () => {
+  const src = new Src({ name: "dup" });
+  const diagnostics = check(new Sink({ name: "dup" }).from(new Proc({ name: "dup" }).from(src)));
+  assertOnly(diagnostics, "error VF_GRAPH dup", /3 nodes are named "dup"/);
+});
+
+Deno.test("names that collide after sanitizing or Kubernetes encoding are identity collisions", () => {
+  const left = new Src({ name: "cam.0" });
+  const right = new Src({ name: "cam_0" });
+  const diagnostics = check(new Sink({ name: "sink" }).from(new Proc({ name: "j" }).from(left, right)));
+  assert.deepEqual(lines(diagnostics), [
+    "error VF_IDENTITY_COLLISION cam.0",
+    "error VF_IDENTITY_COLLISION cam.0",
+  ]);
+  assert.match(diagnostics[0].message, /"cam.0" and "cam_0" .* broker/);
+  assert.match(diagnostics[1].message, /kubernetes/);
+  const long = "n".repeat(70);
+  const truncated = check(new Sink({ name: `${long}1` }).from(new Src({ name: `${long}2` })));
+  assert.deepEqual(lines(truncated), [`error VF_IDENTITY_COLLISION ${long}1`]);
+});
+
+Deno.test("with a module index, a node class that is not exported is an error", () => {
+  const src = new Src({ name: "src" });
+  const sink = new Sink({ name: "sink" }).from(new Hidden({ name: "hidden" }).from(src));
+  assertOnly(
+    check(sink, { modules: INDEX }),
+    "error VF_NODE_CONTRACT hidden",
+    /class Hidden is not exported/,
+  );
+  assert.deepEqual(check(sink), [], "without an index, classes are not checked");
+});
+
+Deno.test("params that are not plain JSON are an error naming the key", () => {
+  const src = new Src({ name: "src" });
+  const sink = new Sink({ name: "sink" }).from(new Proc({ name: "p", tag: { when: new Date(0) } }).from(src));
+  assertOnly(check(sink), "error VF_NODE_CONTRACT p", /params\.tag\.when is an instance of Date/);
+});
+
+Deno.test("a function node's reference must name an exported function", () => {
+  const url = "file:///graph_test/flow.ts";
+  const flowModule = { Sink, Src, f: (x: number) => x, n: 1 };
+  const index = new ModuleIndex().add(url, flowModule).add("file:///builtins.ts", { FunctionProcessorNode });
+  for (
+    const [fn, pattern] of [
+      [`${url}#missing`, /not exported/],
+      [`${url}#n`, /not a function/],
+      ["f", /not an export reference/],
+    ] as const
+  ) {
+    const node = new FunctionProcessorNode({ name: "fn", fn }).from(new Src({ name: "src" }));
+    assertOnly(
+      check(new Sink({ name: "sink" }).from(node), { modules: index }),
+      "error VF_NODE_CONTRACT fn",
+      pattern,
+    );
+  }
+  const good = new FunctionProcessorNode({ name: "fn", fn: `${url}#f` }).from(new Src({ name: "src" }));
+  const sink = new Sink({ name: "sink" }).from(good);
+  assert.deepEqual(check(sink, { modules: index }), []);
+  const withoutBuiltins = new ModuleIndex().add(url, flowModule);
+  assertOnly(
+    check(sink, { modules: withoutBuiltins }),
+    "error VF_NODE_CONTRACT fn",
+    /FunctionProcessorNode is not exported/,
+  );
+});
+
+Deno.test("framework params of the wrong type are configuration errors, one per key", () => {
+  const src = new Src({ name: "src", isFinite: "yes" as unknown as boolean });
+  const proc = new Proc({
+    name: "p",
+    nbTasks: 0,
+    deviceType: "tpu" as "gpu",
+    partitionBy: "",
+    image: 3 as unknown as string,
+  }).from(src);
+  const sink = new Sink({ name: "sink", metadata: 1 as unknown as boolean }).from(proc);
+  const diagnostics = check(sink);
+  assert.deepEqual(lines(diagnostics), [
+    "error VF_CONFIG src",
+    "error VF_CONFIG p",
+    "error VF_CONFIG p",
+    "error VF_CONFIG p",
+    "error VF_CONFIG p",
+    "error VF_CONFIG sink",
+  ]);
+  assert.deepEqual(
+    diagnostics.map((d) => d.message.match(/: (\w+) must be/)?.[1]),
+    ["isFinite", "image", "nbTasks", "deviceType", "partitionBy", "metadata"],
+  );
+  assertOnly(
+    check(new Sink({ name: "s" }).from(new Src({ name: "" }))),
+    "error VF_CONFIG ",
+    /name must be a non-empty string/,
+  );
+});
+
+Deno.test("a one-task processor asking for several tasks is an error", () => {
+  const node = new Tracker({ name: "t", nbTasks: 2 }).from(new Src({ name: "src" }));
+  assertOnly(check(new Sink({ name: "sink" }).from(node)), "error VF_CONFIG t", /one-task processor/);
+});
+
+Deno.test("a node listing the same parent twice is an error", () => {
+  const src = new Src({ name: "src" });
+  const node = new Proc({ name: "p" }).from(src, src);
+  assertOnly(check(new Sink({ name: "sink" }).from(node)), "error VF_GRAPH p", /parent src more than once/);
+});
+
+Deno.test("an invalid delivery mode or disposition is a configuration error", () => {
+  const node = new Proc({ name: "p", delivery: "maybe" as "best-effort", onError: "oops" as "poison" }).from(
+    fresh(),
+  );
+  const diagnostics = check(new Sink({ name: "sink" }).from(node));
+  assertOnly(diagnostics, "error VF_CONFIG p", /delivery[\s\S]*onError/);
+});
+
+Deno.test("an invalid join policy, a collect of a non-parent and an unreachable quorum are errors", () => {
+  const bad = new Proc({ name: "bad", joinPolicy: { mode: "sideways" as "time" } }).from(...pair());
+  assertOnly(check(new Sink({ name: "s1" }).from(bad)), "error VF_CONFIG bad", /mode/);
+  const policy = new JoinPolicy({
+    mode: "time",
+    toleranceMs: 10,
+    timeoutSeconds: 1,
+    quorum: 2,
+    collect: { c: 5 },
+  });
+  const stranger = new Proc({ name: "stranger", joinPolicy: policy }).from(...pair());
+  assertOnly(check(new Sink({ name: "s2" }).from(stranger)), "error VF_CONFIG stranger", /collect names c/);
+  const quorum = new JoinPolicy({
+    mode: "time",
+    toleranceMs: 10,
+    timeoutSeconds: 1,
+    quorum: 2,
+    collect: { b: 5 },
+  });
+  const short = new Proc({ name: "short", joinPolicy: quorum }).from(...pair());
+  assertOnly(check(new Sink({ name: "s3" }).from(short)), "error VF_CONFIG short", /quorum 2 exceeds its 1/);
+});
+
+Deno.test("a replicated join without a partition key is a graph error; with one it is sound", () => {
+  const join = new Proc({ name: "join", nbTasks: 3 }).from(...pair());
+  assertOnly(
+    check(new Sink({ name: "sink" }).from(join)),
+    "error VF_GRAPH join",
+    /3 replicas without a partition key/,
+  );
+  const keyed = new Proc({ name: "keyed", nbTasks: 3, partitionBy: "trace_id" }).from(...pair());
+  assert.deepEqual(check(new Sink({ name: "sink" }).from(keyed)), []);
+  const single = new Proc({ name: "single", nbTasks: 3 }).from(fresh("a"));
+  assert.deepEqual(check(new Sink({ name: "sink" }).from(single)), [], "one parent needs no key");
+});
+
+Deno.test("a replicated time-mode join partitioned by trace id is an error; by a metadata key it is sound", () => {
+  const time = new JoinPolicy({ mode: "time", toleranceMs: 15, timeoutSeconds: 1 });
+  const byTrace = new Proc({ name: "fuse", nbTasks: 2, partitionBy: "trace_id", joinPolicy: time }).from(
+    ...pair(),
+  );
+  assertOnly(
+    check(new Sink({ name: "sink" }).from(byTrace)),
+    "error VF_CONFIG fuse",
+    /never share a trace id/,
+  );
+  const byRig = new Proc({ name: "fuse", nbTasks: 2, partitionBy: "rig", joinPolicy: time }).from(...pair());
+  assert.deepEqual(check(new Sink({ name: "sink" }).from(byRig)), []);
+  const unkeyed = new Proc({ name: "fuse", nbTasks: 2, joinPolicy: time }).from(...pair());
+  const [only] = check(new Sink({ name: "sink" }).from(unkeyed));
+  assert.match(only.remedy ?? "", /setPartitionKey/, "the remedy for a time join names a metadata key");
+});
+
+Deno.test("GPU knobs on a CPU node and gpuCount > 1 with gpuMemoryGib are configuration errors", () => {
+  const cpu = new Proc({ name: "cpu", gpuCount: 1, gpuMemoryGib: 8 }).from(fresh());
+  assertOnly(
+    check(new Sink({ name: "s1" }).from(cpu)),
+    "error VF_CONFIG cpu",
+    /CPU but sets gpuCount and gpuMemoryGib/,
+  );
+  const both = new Proc({ name: "both", deviceType: "gpu", gpuCount: 2, gpuMemoryGib: 8 }).from(fresh());
+  assertOnly(check(new Sink({ name: "s2" }).from(both)), "error VF_CONFIG both", /never both/);
+  const fine = new Proc({ name: "fine", deviceType: "gpu", gpuCount: 2 }).from(fresh());
+  assert.deepEqual(check(new Sink({ name: "s3" }).from(fine)), []);
+});
+
+Deno.test("invalid class-level declarations are configuration errors", () => {
+  class BadReplay extends Proc {
+    static override replayPolicy = "sometimes" as "committed";
+  }
+  class BadBatch extends Proc {
+    static override batchingPolicy = { max_batch: 0, max_wait_ms: 5 };
+  }
+  class BadSink extends Sink {
+    static override effectGuarantee = "exactly" as "idempotent_key";
+  }
+  class BadKeyPolicy extends Proc {
+    static override partitionKeyPolicy = { invalid: "guess" as "reject" };
+  }
+  class FarFallback extends Proc {
+    static override partitionKeyPolicy = { invalid: "fallback" as const, fallback_partition: 2 };
+  }
+  const cases: ReadonlyArray<readonly [() => Node, RegExp]> = [
+    [() => new BadReplay({ name: "n" }), /replayPolicy must be/],
+    [() => new BadBatch({ name: "n" }), /batchingPolicy must be/],
+    [() => new BadKeyPolicy({ name: "n", partitionBy: "k" }), /invalid/],
+    [
+      () => new FarFallback({ name: "n", partitionBy: "k", nbTasks: 2 }),
+      /fallback_partition 2 is not a replica/,
+    ],
+  ];
+  for (const [make, pattern] of cases) {
+    const node = make() as Proc;
+    assertOnly(
+      check(new Sink({ name: "sink" }).from(node.from(new Src({ name: "src" })))),
+      "error VF_CONFIG n",
+      pattern,
+    );
+  }
+  const sink = new BadSink({ name: "sink" }).from(new Src({ name: "src" }));
+  assertOnly(check(sink), "error VF_CONFIG sink", /effectGuarantee must be/);
+});
+
+Deno.test("invalid permissions and asset requirements break the worker contract", () => {
+  class BadKind extends Proc {
+    static override permissions = { disk: ["/"] } as unknown as { read: string[] };
+  }
+  class BadAsset extends Proc {
+    override requiredAssets() {
+      return [new AssetRequirement("/models/w.bin", "not-a-digest")];
+    }
+  }
+  assertOnly(
+    check(new Sink({ name: "sink" }).from(new BadKind({ name: "n" }).from(fresh()))),
+    "error VF_NODE_CONTRACT n",
+    /unknown kind "disk"/,
+  );
+  assertOnly(
+    check(new Sink({ name: "sink" }).from(new BadAsset({ name: "n" }).from(fresh()))),
+    "error VF_NODE_CONTRACT n",
+    /not an asset requirement/,
+  );
+});
+
+Deno.test("a TaskModuleNode in a flow is refused: it cannot be rebuilt in a worker", () => {
+  const inner = new Proc({ name: "inner" });
+  const task = new TaskModuleNode(inner, inner, { name: "task" }).from(new Src({ name: "src" }));
+  assertOnly(
+    check(new Sink({ name: "sink" }).from(task), { modules: INDEX }),
+    "error VF_NODE_CONTRACT task",
+    /live node/,
+  );
+});
+
+Deno.test("warnings name ignored settings and nodes outside the flow, after every error", () => {
+  class Versioned extends Src {
+    static override analysisVersion = "v2";
+  }
+  class Peer extends Proc {
+    static override requiresPeerAccess = true;
+  }
+  class Strict extends Proc {
+    static override gpuFallback = "none" as const;
+  }
+  class Keyed extends Proc {
+    static override partitionKeyPolicy = { invalid: "reject" as const };
+  }
+  const src = new Versioned({ name: "src" });
+  const lonely = new Src({ name: "lonely" });
+  const single = new Proc({ name: "single", joinPolicy: { missing: "wait" } }).from(src);
+  const peer = new Peer({ name: "peer", deviceType: "gpu" }).from(single);
+  const strict = new Strict({ name: "strict" }).from(peer);
+  const keyed = new Keyed({ name: "keyed", nbTasks: 0 }).from(strict);
+  new Sink({ name: "elsewhere" }).from(keyed);
+  const diagnostics = validate([src, lonely], [new Sink({ name: "sink" }).from(keyed)]);
+  assert.deepEqual(lines(diagnostics), [
+    "error VF_CONFIG keyed",
+    "warning VF_CONFIG src",
+    "warning VF_CONFIG single",
+    "warning VF_CONFIG peer",
+    "warning VF_CONFIG strict",
+    "warning VF_GRAPH keyed",
+    "warning VF_CONFIG keyed",
+    "warning VF_GRAPH lonely",
+  ]);
+  assert.match(diagnostics[1].message, /analysisVersion/);
+  assert.match(diagnostics[2].message, /join policy/);
+  assert.match(diagnostics[3].message, /peer access/);
+  assert.match(diagnostics[4].message, /runs on CPU/);
+  assert.match(diagnostics[5].message, /feeds elsewhere/);
+  assert.match(diagnostics[6].message, /partitionKeyPolicy/);
+  assert.match(diagnostics[7].message, /feeds no consumer/);
+  assert.throws(() => raiseForDiagnostics(diagnostics), GraphError);
+  assert.doesNotThrow(() => raiseForDiagnostics(diagnostics.filter((d) => d.severity === "warning")));
+});
+
+Deno.test("several problems are reported together, structural first, in a stable order", () => {
+  const flow = several.default;
+  const expected = [
+    "error VF_GRAPH join",
+    "error VF_IDENTITY_COLLISION a.b",
+    "error VF_IDENTITY_COLLISION a.b",
+    "error VF_GRAPH join",
+    "error VF_CONFIG knob",
+  ];
+  for (let i = 0; i < 3; i++) assert.deepEqual(lines(flow.validate()), expected);
+  assert.match(flow.validate()[0].message, /2 nodes are named "join"/);
+  assert.match(flow.validate()[3].message, /without a partition key/);
+  assert.match(flow.validate()[4].message, /gpuCount/);
+  assert.throws(
+    () => raiseForDiagnostics(flow.validate()),
+    (e: unknown) => e instanceof GraphError && e.diagnostics.length === 5,
+  );
+});
+
+Deno.test("a given topological sort is used for the per-node order", () => {
+  const src = new Src({ name: "src" });
+  const a = new Proc({ name: "a", nbTasks: 0 }).from(src);
+  const b = new Proc({ name: "b", nbTasks: 0 }).from(src);
+  const sink = new Sink({ name: "sink" }).from(new Proc({ name: "j" }).from(a, b));
+  assert.deepEqual(lines(validate([src], [sink])).slice(0, 2), ["error VF_CONFIG a", "error VF_CONFIG b"]);
+  const tsort = [src, b, a, ...sink.parents, sink];
+  assert.deepEqual(lines(validate([src], [sink], { tsort })).slice(0, 2), [
+    "error VF_CONFIG b",
+    "error VF_CONFIG a",
+  ]);
+});
+
+// ---- randomized: seeded DAGs ----
+
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+interface Blueprint {
+  /** Per node: its kind and the indexes of its parents (always earlier nodes). */
+  readonly nodes: ReadonlyArray<
+    { readonly kind: "src" | "proc" | "sink"; readonly parents: readonly number[] }
+  >;
+  /** The consumers' indexes, in the order the flow lists them. */
+  readonly sinks: readonly number[];
+}
+
+function shuffled<T>(random: () => number, items: readonly T[]): T[] {
+  const out = [...items];
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1));
+    [out[i], out[j]] = [out[j], out[i]];
+  }
+  return out;
+}
+
+/** A random DAG: producers first, processors wired to 1–3 distinct earlier nodes, a sink under every leaf. */
+function randomBlueprint(random: () => number): Blueprint {
+  const producers = 1 + Math.floor(random() * 3);
+  const processors = 2 + Math.floor(random() * 30);
+  const nodes: Array<{ kind: "src" | "proc" | "sink"; parents: number[] }> = [];
+  for (let i = 0; i < producers; i++) nodes.push({ kind: "src", parents: [] });
+  for (let i = 0; i < processors; i++) {
+    const fanIn = 1 + Math.floor(random() * 3);
+    const parents = new Set<number>();
+    for (let k = 0; k < fanIn; k++) parents.add(Math.floor(random() * nodes.length));
+    nodes.push({ kind: "proc", parents: [...parents] });
+  }
+  const hasChild = new Set(nodes.flatMap((n) => n.parents));
+  const sinks: number[] = [];
+  for (let i = 0; i < producers + processors; i++) {
+    if (hasChild.has(i)) continue;
+    sinks.push(nodes.length);
+    nodes.push({ kind: "sink", parents: [i] });
+  }
+  return { nodes, sinks: shuffled(random, sinks) };
+}
+
+/** Builds a blueprint, constructing nodes in `order` (the wiring does not depend on it). */
+function build(blueprint: Blueprint, order: readonly number[]): { nodes: Node[]; sinks: Sink[] } {
+  const nodes: Node[] = new Array(blueprint.nodes.length);
+  for (const i of order) {
+    const { kind } = blueprint.nodes[i];
+    const name = `n${i}`;
+    nodes[i] = kind === "src" ? new Src({ name }) : kind === "proc" ? new Proc({ name }) : new Sink({ name });
+  }
+  blueprint.nodes.forEach(({ parents }, i) => {
+    if (parents.length > 0) (nodes[i] as Proc).from(...parents.map((p) => nodes[p] as Proc));
+  });
+  return { nodes, sinks: blueprint.sinks.map((i) => nodes[i] as Sink) };
+}
+
+function withSeed(name: string, runs: number, body: (random: () => number, seed: number) => void): void {
+  Deno.test(name, () => {
+    for (let run = 0; run < runs; run++) {
+      const seed = 0x5eed + run * 7919;
+      try {
+        body(mulberry32(seed), seed);
+      } catch (error) {
+        console.error(`failing seed: ${seed}`);
+        throw error;
+      }
+    }
+  });
+}
+
+withSeed(
+  "random DAGs: the topological sort puts every parent before its children, each node once",
+  200,
+  (random) => {
+    const blueprint = randomBlueprint(random);
+    const { nodes, sinks } = build(blueprint, blueprint.nodes.map((_, i) => i));
+    const sorted = topologicalSort(sinks);
+    assert.equal(sorted.length, nodes.length);
+    assert.equal(new Set(sorted).size, nodes.length);
+    const position = new Map(sorted.map((node, i) => [node, i]));
+    for (const node of nodes) {
+      for (const parent of node.parents) {
+        assert.ok(
+          position.get(parent)! < position.get(node)!,
+          `${parent.name} -> ${node.name}`,
+        );
+      }
+    }
+    assert.deepEqual(validate([], sinks, { modules: INDEX }), [], "a random DAG of valid nodes is sound");
+  },
+);
+
+withSeed("random DAGs: the sort depends only on the wiring, not on construction order", 100, (random) => {
+  const blueprint = randomBlueprint(random);
+  const identity = blueprint.nodes.map((_, i) => i);
+  const first = build(blueprint, identity);
+  const again = build(blueprint, shuffled(random, identity));
+  const names = (sinks: readonly Node[]) => topologicalSort(sinks).map((n) => n.name);
+  assert.deepEqual(names(again.sinks), names(first.sinks));
+  assert.deepEqual(names(first.sinks), names(first.sinks));
+  assert.deepEqual(
+    discoverNodes(again.sinks).map((n) => n.name),
+    discoverNodes(first.sinks).map((n) => n.name),
+  );
+});
+
+/** A problem planted in a random graph: how to plant it, and how to recognize its diagnostic. */
+interface Plant {
+  readonly what: string;
+  readonly matches: (d: Diagnostic) => boolean;
+}
+
+withSeed(
+  "random graphs with planted problems: validate finds every one, and nothing else",
+  150,
+  (random, seed) => {
+    const blueprint = randomBlueprint(random);
+    const { nodes, sinks } = build(blueprint, blueprint.nodes.map((_, i) => i));
+    const procs = nodes.filter((n): n is Proc => n instanceof Proc);
+    const free = shuffled(random, procs);
+    const take = () => free.pop();
+    const plants: Plant[] = [];
+    const kinds = shuffled(random, [
+      "cycle",
+      "duplicate",
+      "collision",
+      "join",
+      "gpu",
+      "orphan",
+      "hidden",
+      "json",
+    ]);
+    for (const kind of kinds.slice(0, 1 + Math.floor(random() * kinds.length))) {
+      const target = take();
+      if (target === undefined) break;
+      const name = target.name;
+      switch (kind) {
+        case "cycle": {
+          const child = target.children.find((c) => c instanceof Proc) as Proc | undefined;
+          if (child === undefined) break;
+          target.from(...target.parents as Proc[], child);
+          plants.push({
+            what: kind,
+            matches: (d) => d.code === "VF_GRAPH" && /cycle/.test(d.message) && d.message.includes(name),
+          });
+          break;
+        }
+        case "duplicate": {
+          const twin = new Proc({ name: "n0" }).from(...target.parents as Proc[]);
+          for (const child of target.children) {
+            (child as Proc).from(...child.parents.map((p) => (p === target ? twin : p)) as Proc[]);
+          }
+          plants.push({
+            what: kind,
+            matches: (d) => d.code === "VF_GRAPH" && /2 nodes are named "n0"/.test(d.message),
+          });
+          break;
+        }
+        case "collision": {
+          const dotted = new Proc({ name: `x.${name}` }).from(...target.parents as Proc[]);
+          const underscored = new Proc({ name: `x_${name}` }).from(dotted);
+          for (const child of target.children) {
+            (child as Proc).from(...child.parents.map((p) => (p === target ? underscored : p)) as Proc[]);
+          }
+          plants.push({
+            what: kind,
+            matches: (d) => d.code === "VF_IDENTITY_COLLISION" && d.message.includes(`"x.${name}"`),
+          });
+          break;
+        }
+        case "join": {
+          const replicated = new Proc({ name: `${name}j`, nbTasks: 2 }).from(nodes[0] as Src, target);
+          new Sink({ name: `${name}js` }).from(replicated);
+          sinks.push(replicated.children[0] as Sink);
+          plants.push({
+            what: kind,
+            matches: (d) => d.node === `${name}j` && /without a partition key/.test(d.message),
+          });
+          break;
+        }
+        case "gpu": {
+          const knob = new Proc({ name: `${name}g`, gpuMemoryGib: 4 }).from(target);
+          sinks.push(new Sink({ name: `${name}gs` }).from(knob));
+          plants.push({ what: kind, matches: (d) => d.node === `${name}g` && /runs on CPU/.test(d.message) });
+          break;
+        }
+        case "orphan": {
+          const orphan = new Proc({ name: `${name}o` });
+          sinks.push(
+            new Sink({ name: `${name}os` }).from(new Proc({ name: `${name}oj` }).from(target, orphan)),
+          );
+          plants.push({ what: kind, matches: (d) => d.node === `${name}o` && /no parent/.test(d.message) });
+          break;
+        }
+        case "hidden": {
+          sinks.push(new Sink({ name: `${name}hs` }).from(new Hidden({ name: `${name}h` }).from(target)));
+          plants.push({
+            what: kind,
+            matches: (d) => d.node === `${name}h` && /not exported/.test(d.message),
+          });
+          break;
+        }
+        case "json": {
+          const bad = new Proc({ name: `${name}f`, tag: { fn: () => 0 } }).from(target);
+          sinks.push(new Sink({ name: `${name}fs` }).from(bad));
+          plants.push({
+            what: kind,
+            matches: (d) => d.node === `${name}f` && /params\.tag\.fn/.test(d.message),
+          });
+          break;
+        }
+      }
+    }
+    const errors = errorsOf(validate([], sinks, { modules: INDEX }));
+    for (const plant of plants) {
+      assert.ok(
+        errors.some(plant.matches),
+        `seed ${seed}: planted ${plant.what} not found in\n${lines(errors).join("\n")}`,
+      );
+    }
+    for (const error of errors) {
+      assert.ok(plants.some((p) => p.matches(error)), `seed ${seed}: unexpected ${error.render()}`);
+    }
+    assert.deepEqual(
+      lines(validate([], sinks, { modules: INDEX })),
+      lines(validate([], sinks, { modules: INDEX })),
+    );
+  },
+);
