@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { Barrier, crash, FaultSchedule, nth } from "../../src/backends/faults.ts";
 import { FileRuntimeStore } from "../../src/runtime/file_store.ts";
-import { verifyValue } from "../support/file_store_hammer.ts";
+import { verifyValue, xorshift } from "../support/file_store_hammer.ts";
 
 const HAMMER = new URL("../support/file_store_hammer.ts", import.meta.url).pathname;
 const REPO = new URL("../../", import.meta.url).pathname;
@@ -33,18 +33,6 @@ async function withRoot(body: (root: string) => Promise<void>): Promise<void> {
   } finally {
     await Deno.remove(root, { recursive: true });
   }
-}
-
-/** mulberry32, seeded so a failing kill schedule can be replayed. */
-function seeded(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** Resolves when the child prints `ready`; rejects if it ends first or takes past the limit. */
@@ -155,7 +143,7 @@ Deno.test("processes racing CAS increments on one key never win one version twic
 
 Deno.test("writers killed with SIGKILL at random instants leave every key whole, old or new", async () => {
   const seed = 0xc0ffee;
-  const random = seeded(seed);
+  const random = xorshift(seed);
   const kills = 36;
   const lastSeq = new Map<string, number>();
   const logLength = { value: 0 };

@@ -59,8 +59,8 @@ async function increment(store: FileRuntimeStore, key: string, attempts: number)
   return won;
 }
 
-/** xorshift32 seeded from the command line, so a failing writer can be rerun. */
-function xorshift(seed: number): () => number {
+/** xorshift32: a seeded PRNG, so a failing writer or kill schedule can be rerun from its seed. */
+export function xorshift(seed: number): () => number {
   let state = seed >>> 0 || 1;
   return () => {
     state ^= state << 13;
