@@ -9,11 +9,14 @@
  *
  * @example
  * ```ts
- * const pending = await backend.observePending(sub);
- * const drained = match(pending, {
- *   known: (count) => count === 0,
- *   unknown: () => false, // cannot tell: never declare the drain complete
- * });
+ * const reads: Observation<number>[] = [known(0), unknown("timeout", undefined, "broker silent for 5 s")];
+ * const drained = reads.map((pending) =>
+ *   match(pending, {
+ *     known: (count) => count === 0,
+ *     unknown: () => false, // cannot tell: never declare the drain complete
+ *   })
+ * );
+ * console.log(drained); // [true, false]
  * ```
  *
  * @module

@@ -330,7 +330,17 @@ async function ensureDirectory(path: string, parent: string): Promise<void> {
   await syncDirectory(parent);
 }
 
-/** A file-directory RuntimeStore; create one with {@link FileRuntimeStore.open}. */
+/**
+ * A file-directory RuntimeStore; create one with {@link FileRuntimeStore.open}.
+ *
+ * @example
+ * ```ts
+ * const store = await FileRuntimeStore.open(await Deno.makeTempDir());
+ * const won = await store.cas("vf/f/r/n/epoch", null, new TextEncoder().encode("1"));
+ * console.log(won, (await store.get("vf/f/r/n/epoch")).kind); // true "present"
+ * await store.close();
+ * ```
+ */
 export class FileRuntimeStore implements RuntimeStore {
   /** The directory the store lives in. */
   readonly root: string;

@@ -11,6 +11,7 @@
  * @example
  * ```ts
  * const store = await openRuntimeStore(Deno.env.get("VF_RUNTIME_STORE_URL"));
+ * console.log((await store.capabilities()).store); // "memory" when the variable is unset
  * ```
  *
  * @module

@@ -10,6 +10,7 @@
  * const store = new MemoryRuntimeStore();
  * await store.cas("vf/f/r/n/epoch", null, new TextEncoder().encode("1")); // true: created
  * const entry = await store.get("vf/f/r/n/epoch");
+ * console.log(entry.kind); // "present"
  * ```
  *
  * @module
