@@ -1,0 +1,85 @@
+/**
+ * The `vf` command line: `validate`, `compile` and `decode`. Every failure prints one rendered error
+ * (what broke, what to do, the context) and exits with the taxonomy's code; never a stack trace.
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import { ConfigError, exitCodeOf, VideoflowError } from "../core/errors.ts";
+import { compileCommand } from "./compile.ts";
+import { decodeCommand } from "./decode.ts";
+import { validateCommand } from "./validate.ts";
+
+/** Where a command writes what it reports: stdout for results, stderr for diagnostics. */
+export interface CommandOutput {
+  out(line: string): void;
+  err(line: string): void;
+}
+
+const USAGE = `usage: vf <command> [arguments]
+
+commands:
+  validate FLOW.ts   check a flow: one line per diagnostic; exit 2 when any is an error
+  compile FLOW.ts    print the compiled document as JSON
+  decode FILE        print an envelope's bytes as JSON with the wire's field names
+
+exit codes: 0 ok, 2 the flow or its configuration is wrong, 3 the environment is not as required,
+4 the flow ran and failed, 5 the flow stalled`;
+
+const COMMANDS: Record<string, (path: string, io: CommandOutput) => Promise<number>> = {
+  validate: validateCommand,
+  compile: compileCommand,
+  decode: decodeCommand,
+};
+
+function usageError(message: string): ConfigError {
+  return new ConfigError(message, "run `vf --help` for the commands and their arguments");
+}
+
+function parse(args: readonly string[]) {
+  try {
+    return parseArgs({
+      args: [...args],
+      allowPositionals: true,
+      strict: true,
+      options: { help: { type: "boolean", short: "h" } },
+    });
+  } catch (error) {
+    throw usageError(error instanceof Error ? error.message : String(error));
+  }
+}
+
+/** Runs the CLI on `args` and resolves with the process exit code; writes only through `io`. */
+export async function runCli(args: readonly string[], io: CommandOutput): Promise<number> {
+  try {
+    const { positionals, values } = parse(args);
+    if (values.help || positionals.length === 0) {
+      io.out(USAGE);
+      return values.help ? 0 : 2;
+    }
+    const [name, ...rest] = positionals;
+    const command = COMMANDS[name];
+    if (command === undefined) throw usageError(`unknown command ${JSON.stringify(name)}`);
+    if (rest.length !== 1) throw usageError(`${name} takes exactly one path, got ${rest.length}`);
+    return await command(rest[0], io);
+  } catch (error) {
+    io.err(render(error));
+    return exitCodeOf(error);
+  }
+}
+
+function render(error: unknown): string {
+  if (error instanceof VideoflowError) return error.render();
+  const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  return `VF_UNKNOWN: ${text}`;
+}
+
+/** The process entry: runs the CLI on `Deno.args` and exits with its code. */
+export async function main(): Promise<never> {
+  const code = await runCli(Deno.args, {
+    out: (line) => console.log(line),
+    err: (line) => console.error(line),
+  });
+  Deno.exit(code);
+}

@@ -1,0 +1,121 @@
+import assert from "node:assert/strict";
+
+const root = new URL("../../", import.meta.url);
+const fixture = (name: string) => new URL(`tests/fixtures/${name}`, root).pathname;
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `vf ARGS` as a user would: `deno run -A mod.ts ARGS` in the project directory. */
+async function vf(...args: string[]): Promise<Run> {
+  const output = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "mod.ts", ...args],
+    cwd: root,
+    env: { NO_COLOR: "1" },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const decoder = new TextDecoder();
+  return { code: output.code, stdout: decoder.decode(output.stdout), stderr: decoder.decode(output.stderr) };
+}
+
+function assertNoStackTrace(run: Run): void {
+  assert.doesNotMatch(run.stdout + run.stderr, /^\s+at /m, "no stack trace reaches the user");
+}
+
+Deno.test("vf validate accepts the first flow and exits 0", async () => {
+  const run = await vf("validate", "examples/hello.ts");
+  assert.equal(run.code, 0, run.stderr);
+  assert.equal(run.stdout.trim(), "");
+  assert.match(run.stderr, /flow squares: valid \(0 errors, 0 warnings, 4 nodes\)/);
+});
+
+Deno.test("vf validate reports every planted problem at once and exits 2", async () => {
+  const run = await vf("validate", fixture("cli/invalid_flow.ts"));
+  assert.equal(run.code, 2, run.stderr);
+  const lines = run.stdout.trim().split("\n");
+  assert.ok(lines.every((line) => /^(error|warning) VF_[A-Z_]+ /.test(line)), run.stdout);
+  assert.ok(lines.some((line) => /^error VF_GRAPH join: 2 nodes are named "join"/.test(line)), run.stdout);
+  assert.ok(lines.some((line) => /^error VF_GRAPH join: .*partition/i.test(line)), run.stdout);
+  assert.ok(lines.some((line) => /^error VF_[A-Z_]+ join: .*gpu/i.test(line)), run.stdout);
+  assert.match(run.stderr, /flow bad: invalid/);
+  assertNoStackTrace(run);
+});
+
+Deno.test("vf compile prints the specs document in topological order", async () => {
+  const run = await vf("compile", "examples/hello.ts");
+  assert.equal(run.code, 0, run.stderr);
+  const doc = JSON.parse(run.stdout);
+  assert.deepEqual(Object.keys(doc), ["specs"]);
+  assert.deepEqual(doc.specs.map((s: { name: string }) => s.name), ["count", "square", "sum", "print"]);
+  const square = doc.specs[1];
+  assert.equal(square.node_class, `${new URL("examples/hello.ts", root).href}#Square`);
+  assert.equal(square.nb_tasks, 2);
+  assert.deepEqual(doc.specs[2].parents, ["count", "square"]);
+  assert.equal(doc.specs[3].kind, "consumer");
+});
+
+Deno.test("vf compile refuses an invalid flow with one rendered GraphError and exit 2", async () => {
+  const run = await vf("compile", fixture("cli/invalid_flow.ts"));
+  assert.equal(run.code, 2);
+  assert.equal(run.stdout, "");
+  assert.match(run.stderr, /^VF_GRAPH: /);
+  assertNoStackTrace(run);
+});
+
+Deno.test("a flow file that does not exist is one clear line and exit 2", async () => {
+  const run = await vf("validate", "no/such/flow.ts");
+  assert.equal(run.code, 2);
+  assert.match(run.stderr, /^VF_CONFIG: flow file no\/such\/flow.ts does not exist\n/);
+  assertNoStackTrace(run);
+});
+
+Deno.test("a flow file that throws while loading names the file and line, exit 2", async () => {
+  const run = await vf("validate", fixture("cli/throws_while_loading.ts"));
+  assert.equal(run.code, 2);
+  assert.match(
+    run.stderr,
+    /^VF_CONFIG: flow file .*throws_while_loading.ts failed while loading \(line 3\): TypeError/,
+  );
+  assertNoStackTrace(run);
+});
+
+Deno.test("a flow file without a default Flow export is refused with a remedy, exit 2", async () => {
+  const run = await vf("compile", fixture("cli/no_default_export.ts"));
+  assert.equal(run.code, 2);
+  assert.match(run.stderr, /does not export a Flow as its default export/);
+  assert.match(run.stderr, /remedy: end the file with `export default new Flow/);
+});
+
+Deno.test("vf decode prints a golden vector with the wire's field names", async () => {
+  const run = await vf("decode", fixture("vectors/envelope/eos.bin"));
+  assert.equal(run.code, 0, run.stderr);
+  const json = JSON.parse(run.stdout);
+  assert.equal(json.v, 4);
+  assert.equal(json.type, "eos");
+  for (const key of ["producer_name", "flow_id", "run_id", "trace_id", "seq", "payload_type"]) {
+    assert.ok(key in json, `${key} in ${run.stdout}`);
+  }
+});
+
+Deno.test("vf decode refuses a legacy msgpack envelope with VF_POISON_DECODE", async () => {
+  const run = await vf("decode", fixture("vectors/reject/legacy_msgpack.bin"));
+  assert.equal(run.code, 4);
+  assert.match(run.stderr, /^VF_POISON_DECODE: /);
+  assertNoStackTrace(run);
+});
+
+Deno.test("an unknown command or a missing argument is a usage error, exit 2", async () => {
+  const unknown = await vf("frobnicate", "x");
+  assert.equal(unknown.code, 2);
+  assert.match(unknown.stderr, /^VF_CONFIG: unknown command "frobnicate"/);
+  const missing = await vf("validate");
+  assert.equal(missing.code, 2);
+  assert.match(missing.stderr, /validate takes exactly one path, got 0/);
+  const help = await vf("--help");
+  assert.equal(help.code, 0);
+  assert.match(help.stdout, /^usage: vf <command>/);
+});
