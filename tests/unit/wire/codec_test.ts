@@ -33,6 +33,9 @@ interface RejectEntry {
   };
 }
 
+/** The identity fields of a data envelope, for tests that build one. */
+const IDENTITY = { type: "data", producerName: "p", flowId: "f", runId: "r", traceId: "t", seq: 1 } as const;
+
 function readVector(folder: string, file: string): Uint8Array {
   return Deno.readFileSync(new URL(`${folder}/${file}`, VECTORS));
 }
@@ -191,22 +194,10 @@ Deno.test("an UNSPECIFIED or unknown message type is refused, ABORT (3) is read"
 });
 
 Deno.test("createEnvelope fills every field it is not given with the wire default", () => {
-  const env = createEnvelope({
-    type: "data",
-    producerName: "cam",
-    flowId: "f",
-    runId: "r",
-    traceId: "cam:1",
-    seq: 1,
-  });
+  const env = createEnvelope(IDENTITY);
   assert.deepEqual(env, {
     v: 4,
-    type: "data",
-    producerName: "cam",
-    flowId: "f",
-    runId: "r",
-    traceId: "cam:1",
-    seq: 1,
+    ...IDENTITY,
     eventTs: null,
     spanId: "",
     parentSpanId: "",
@@ -219,27 +210,13 @@ Deno.test("createEnvelope fills every field it is not given with the wire defaul
 });
 
 Deno.test("an event time of 0 stays 0 and an absent one stays null", () => {
-  const base = createEnvelope({
-    type: "data",
-    producerName: "p",
-    flowId: "f",
-    runId: "r",
-    traceId: "t",
-    seq: 1,
-  });
+  const base = createEnvelope(IDENTITY);
   assert.equal(decodeEnvelope(encodeEnvelope({ ...base, eventTs: 0 })).eventTs, 0);
   assert.equal(decodeEnvelope(encodeEnvelope(base)).eventTs, null);
 });
 
 Deno.test("encoding refuses fields out of their wire range and values the wire cannot carry, saying where", () => {
-  const base = createEnvelope({
-    type: "data",
-    producerName: "p",
-    flowId: "f",
-    runId: "r",
-    traceId: "t",
-    seq: 1,
-  });
+  const base = createEnvelope(IDENTITY);
   const refused = (env: Envelope, contains: string) => {
     assert.throws(() => encodeEnvelope(env), (error: unknown) => {
       assert.ok(error instanceof SchemaError, String(error));
@@ -356,11 +333,7 @@ Deno.test("an ABORT payload from a sparser writer gets defaults; one without cod
 
 Deno.test("the JSON view names every field in snake_case and spells what JSON cannot hold as strings", () => {
   const env = createEnvelope({
-    type: "data",
-    producerName: "p",
-    flowId: "f",
-    runId: "r",
-    traceId: "t",
+    ...IDENTITY,
     seq: 2n ** 63n,
     eventTs: -0,
     spanId: "s1",
@@ -398,11 +371,7 @@ Deno.test("the JSON view names every field in snake_case and spells what JSON ca
 
 Deno.test("the JSON view shows a malformed payload as undecodable and reads it back as the same bytes", () => {
   const env = createEnvelope({
-    type: "data",
-    producerName: "p",
-    flowId: "f",
-    runId: "r",
-    traceId: "t",
+    ...IDENTITY,
     seq: 1,
     payloadType: PayloadType.tensor,
     payload: Uint8Array.of(0x0a, 0x05),
