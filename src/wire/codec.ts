@@ -150,22 +150,26 @@ function canonicalInt(value: bigint): number | bigint {
   return value >= -MAX_SAFE && value <= MAX_SAFE ? Number(value) : value;
 }
 
-function canonicalDouble(value: number): number | WireDouble {
-  return Number.isSafeInteger(value) && !Object.is(value, -0) ? new WireDouble(value) : value;
+/** Whether a bare number is an `int_value` on the wire (value.ts's rule): a safe integer other than -0. */
+function isWireInt(value: number): boolean {
+  return Number.isSafeInteger(value) && !Object.is(value, -0);
 }
 
-function integerProblem(value: number | bigint, min: bigint, limit: bigint): boolean {
+function canonicalDouble(value: number): number | WireDouble {
+  return isWireInt(value) ? new WireDouble(value) : value;
+}
+
+function outOfRange(value: number | bigint, min: bigint, limit: bigint): boolean {
   if (typeof value === "number" && !Number.isSafeInteger(value)) return true;
   const big = BigInt(value);
   return big < min || big >= limit;
 }
 
 function checkedInteger(value: number | bigint, what: string, min: bigint, limit: bigint): bigint {
-  if (integerProblem(value, min, limit)) {
+  if (outOfRange(value, min, limit)) {
+    const range = `[${min}, ${limit - 1n}]`;
     throw new SchemaError(
-      `${what} must be an integer in [${min}, ${
-        limit - 1n
-      }] (a number only while it is a safe integer), got ${value}`,
+      `${what} must be an integer in ${range} (a number only while it is a safe integer), got ${value}`,
       `pass ${what} as a whole number, or as a bigint beyond 2^53`,
     );
   }
@@ -191,21 +195,18 @@ function describe(value: unknown): string {
   return `a ${value.constructor?.name ?? "object"}`;
 }
 
+const WIRE_VALUE_KINDS =
+  "null, a boolean, a number, a bigint, a string, a Uint8Array, a WireDouble, a Tensor, " +
+  "an array or a plain object";
+
 function unencodable(value: unknown, path: string): SchemaError {
-  let remedy =
-    "convert it first: a Date to epoch seconds or an ISO string, a Map to a plain object, a Set to an array";
+  let remedy = "convert it first: a Date to epoch seconds or an ISO string, a Map to a plain object";
   if (value === undefined) remedy = "use null for an absent value, or leave the key out";
-  else if (ArrayBuffer.isView(value)) {
-    remedy = "wrap a typed array in a Tensor (Tensor.from), or pass a Uint8Array for bytes";
-  }
-  return new SchemaError(
-    `cannot encode ${
-      describe(value)
-    } at ${path}: a wire value is null, a boolean, a number, a bigint, a string, ` +
-      "a Uint8Array, a WireDouble, a Tensor, an array or a plain object",
-    remedy,
-    { path },
-  );
+  else if (ArrayBuffer.isView(value)) remedy = "wrap a typed array in a Tensor (Tensor.from)";
+  const what = describe(value);
+  return new SchemaError(`cannot encode ${what} at ${path}: a wire value is ${WIRE_VALUE_KINDS}`, remedy, {
+    path,
+  });
 }
 
 function rawTensor(tensor: Tensor): RawTensor {
@@ -228,9 +229,7 @@ function rawValue(value: WireValue, path: string, depth: number): RawValue {
     case "boolean":
       return { boolValue: value };
     case "number":
-      return Number.isSafeInteger(value) && !Object.is(value, -0)
-        ? { intValue: BigInt(value) }
-        : { doubleValue: value };
+      return isWireInt(value) ? { intValue: BigInt(value) } : { doubleValue: value };
     case "bigint":
       return { intValue: checkedInteger(value, path, INT64_MIN, -INT64_MIN) };
     case "string":
@@ -479,11 +478,8 @@ export interface AbortMarker {
  * @throws SchemaError when the record is not JSON-safe.
  */
 export function abortPayload(marker: AbortMarker): EncodedPayload {
-  const fields = Object.entries(marker.error).filter(([, value]) => value !== undefined) as [
-    string,
-    WireValue,
-  ][];
-  return encodePayload(wireMap([...fields, ["node", marker.node]]));
+  const fields = Object.entries(marker.error).filter(([, value]) => value !== undefined);
+  return encodePayload(wireMap([...fields as [string, WireValue][], ["node", marker.node]]));
 }
 
 function isWireMap(value: WirePayload | undefined): value is WireMap {
@@ -514,19 +510,14 @@ function stringOrNull(value: unknown): string | null {
 export function readAbortPayload(payloadType: string, payload: Uint8Array): AbortMarker {
   const value = decodePayload(payloadType, payload);
   if (!isWireMap(value)) {
+    const type = JSON.stringify(payloadType);
     throw new DecodeError(
-      `an ABORT marker's payload is not a ${PayloadType.value} map (payload_type ${
-        JSON.stringify(payloadType)
-      })`,
+      `an ABORT marker's payload is not a ${PayloadType.value} map (payload_type ${type})`,
       "publish ABORT markers with abortPayload()",
     );
   }
-  const { node, code, type, message, remedy, exit_code, disposition, context, ...rest } = plainJson(
-    value,
-  ) as Record<
-    string,
-    unknown
-  >;
+  const fields = plainJson(value) as Record<string, unknown>;
+  const { node, code, type, message, remedy, exit_code, disposition, context, ...rest } = fields;
   if (typeof node !== "string" || typeof code !== "string" || typeof message !== "string") {
     throw new DecodeError(
       "an ABORT marker needs string node, code and message fields",
@@ -555,10 +546,10 @@ export type Json = null | boolean | number | string | readonly Json[] | { readon
  * An envelope as `vf decode` prints it: WIRE.md's snake_case field names, the shape the golden vectors'
  * manifest describes messages in. Values are tagged: `{"i": 7}` int, `{"d": 2.0}` double, `{"s": ...}`,
  * `{"bool": ...}`, `{"null": true}`, `{"bytes_b64": ...}`, `{"list": [...]}`, `{"map": {...}}`,
- * `{"tensor": {"shape", "dtype", "data_b64"}}`. An int beyond 2^53 − 1 is a decimal string; so is a double
- * JSON cannot spell: `"NaN"`, `"Infinity"`, `"-Infinity"`, `"-0"`. The payload is `{"none": true}`, `{"tensor": ...}`,
- * `{"value": <tagged>}`, `{"frame": ...}`, `{"detections": ...}`, `{"tracks": ...}`, `{"blob_ref": ...}`,
- * `{"opaque": {"payload_type", "data_b64"}}` for an unknown type, or
+ * `{"tensor": {"shape", "dtype", "data_b64"}}`. An int beyond 2^53 − 1 is a decimal string; so is a
+ * double JSON cannot spell: `"NaN"`, `"Infinity"`, `"-Infinity"`, `"-0"`. The payload is `{"none": true}`,
+ * `{"tensor": ...}`, `{"value": <tagged>}`, `{"frame": ...}`, `{"detections": ...}`, `{"tracks": ...}`,
+ * `{"blob_ref": ...}`, `{"opaque": {"payload_type", "data_b64"}}` for an unknown type, or
  * `{"undecodable": {"payload_type", "error", "data_b64"}}` when its bytes are malformed.
  */
 export interface EnvelopeJson {
@@ -599,7 +590,7 @@ function valueToJson(value: WireValue): Json {
     case "boolean":
       return { bool: value };
     case "number":
-      return Number.isSafeInteger(value) && !Object.is(value, -0) ? { i: value } : { d: jsonDouble(value) };
+      return isWireInt(value) ? { i: value } : { d: jsonDouble(value) };
     case "bigint":
       return { i: jsonInt(value) };
     case "string":
@@ -755,7 +746,7 @@ function valueFromJson(json: unknown, path: string): WireValue {
       return body;
     case "i": {
       const value = jsonInteger(body, `${path}.i`);
-      if (integerProblem(value, INT64_MIN, -INT64_MIN)) throw badJson(`${path}.i`, "within int64");
+      if (outOfRange(value, INT64_MIN, -INT64_MIN)) throw badJson(`${path}.i`, "within int64");
       return value;
     }
     case "d":
