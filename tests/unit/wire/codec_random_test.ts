@@ -25,39 +25,23 @@ import {
   type WirePayload,
   type WireValue,
 } from "../../../src/wire/value.ts";
+import { SeededRandom as Rng, testSeed } from "../../support/random.ts";
 
-/** mulberry32: a small seeded PRNG, so a failing run can be replayed with VF_TEST_SEED. */
-class Rng {
-  #state: number;
-  constructor(seed: number) {
-    this.#state = seed >>> 0;
-  }
-  next(): number {
-    this.#state = (this.#state + 0x6d2b79f5) >>> 0;
-    let t = this.#state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  }
-  int(n: number): number {
-    return Math.floor(this.next() * n);
-  }
-  pick<T>(items: readonly T[]): T {
-    return items[this.int(items.length)];
-  }
-  bytes(n: number): Uint8Array {
-    return Uint8Array.from({ length: n }, () => this.int(256));
-  }
-  bigint(bits: number): bigint {
-    let value = 0n;
-    for (let i = 0; i < bits; i += 16) value = (value << 16n) | BigInt(this.int(65536));
-    return BigInt.asUintN(bits, value);
-  }
+/** An integer in [0, n). */
+function below(rng: Rng, n: number): number {
+  return rng.int(0, n - 1);
+}
+
+/** A uniformly random unsigned integer of `bits` bits. */
+function randomBits(rng: Rng, bits: number): bigint {
+  let value = 0n;
+  for (let i = 0; i < bits; i += 16) value = (value << 16n) | BigInt(rng.int(0, 0xffff));
+  return BigInt.asUintN(bits, value);
 }
 
 function withSeed(name: string, body: (rng: Rng) => void): void {
   Deno.test(name, () => {
-    const seed = Number(Deno.env.get("VF_TEST_SEED") ?? Math.floor(Math.random() * 2 ** 32));
+    const seed = testSeed();
     try {
       body(new Rng(seed));
     } catch (error) {
@@ -73,26 +57,27 @@ const DTYPES = [...Object.keys(DTYPE_ITEMSIZE), "datetime64[ns]", "<U4"];
 const SAFE = Number.MAX_SAFE_INTEGER;
 
 function randomString(rng: Rng): string {
-  return Array.from({ length: rng.int(9) }, () => rng.pick(CHARS)).join("");
+  return Array.from({ length: below(rng, 9) }, () => rng.pick(CHARS)).join("");
 }
 
 function randomTensor(rng: Rng): Tensor {
   const dtype = rng.pick(DTYPES);
-  const shape = Array.from({ length: rng.int(4) }, () => rng.int(4));
+  const shape = Array.from({ length: below(rng, 4) }, () => below(rng, 4));
   const itemsize = (DTYPE_ITEMSIZE as Record<string, number>)[dtype];
-  const length = itemsize === undefined ? rng.int(12) : shape.reduce((n, d) => n * d, 1) * itemsize;
+  const length = itemsize === undefined ? below(rng, 12) : shape.reduce((n, d) => n * d, 1) * itemsize;
   return new Tensor(shape, dtype, rng.bytes(length));
 }
 
 /** An int in its canonical form: a number when safe, else a bigint within int64. */
 function randomInt(rng: Rng): number | bigint {
-  switch (rng.int(4)) {
+  switch (below(rng, 4)) {
     case 0:
-      return rng.int(200) - 100;
+      return below(rng, 200) - 100;
     case 1:
       return rng.pick([SAFE, -SAFE, 0, 2 ** 31, -(2 ** 31) - 1]);
     case 2:
-      return rng.pick([1n, -1n]) * (BigInt(SAFE) + 1n + rng.bigint(62) % (2n ** 63n - BigInt(SAFE) - 1n));
+      return rng.pick([1n, -1n]) *
+        (BigInt(SAFE) + 1n + randomBits(rng, 62) % (2n ** 63n - BigInt(SAFE) - 1n));
     default:
       return -(2n ** 63n);
   }
@@ -100,9 +85,9 @@ function randomInt(rng: Rng): number | bigint {
 
 /** A double in its canonical form: a number unless a bare number would encode as an int. */
 function randomDouble(rng: Rng): number | WireDouble {
-  switch (rng.int(3)) {
+  switch (below(rng, 3)) {
     case 0:
-      return (rng.next() - 0.5) * 10 ** rng.int(12) + 0.5;
+      return (rng.next() - 0.5) * 10 ** below(rng, 12) + 0.5;
     case 1:
       return rng.pick([NaN, Infinity, -Infinity, -0, 1e300, 5e-324, 2 ** 60, -(2 ** 70)]);
     default:
@@ -111,17 +96,20 @@ function randomDouble(rng: Rng): number | WireDouble {
 }
 
 function randomMap(rng: Rng, depth: number): Record<string, WireValue> {
-  const keys = Array.from({ length: rng.int(5) }, () => rng.int(2) ? rng.pick(KEYS) : randomString(rng));
+  const keys = Array.from(
+    { length: below(rng, 5) },
+    () => below(rng, 2) ? rng.pick(KEYS) : randomString(rng),
+  );
   return wireMap(keys.map((key) => [key, randomValue(rng, depth + 1)])) as Record<string, WireValue>;
 }
 
 function randomValue(rng: Rng, depth = 0): WireValue {
   const kinds = depth < 3 ? 9 : 7;
-  switch (rng.int(kinds)) {
+  switch (below(rng, kinds)) {
     case 0:
       return null;
     case 1:
-      return rng.int(2) === 1;
+      return below(rng, 2) === 1;
     case 2:
       return randomInt(rng);
     case 3:
@@ -129,18 +117,18 @@ function randomValue(rng: Rng, depth = 0): WireValue {
     case 4:
       return randomString(rng);
     case 5:
-      return rng.bytes(rng.int(6));
+      return rng.bytes(below(rng, 6));
     case 6:
       return randomTensor(rng);
     case 7:
-      return Array.from({ length: rng.int(5) }, () => randomValue(rng, depth + 1));
+      return Array.from({ length: below(rng, 5) }, () => randomValue(rng, depth + 1));
     default:
       return randomMap(rng, depth);
   }
 }
 
 function randomPayload(rng: Rng): WirePayload | undefined {
-  switch (rng.int(8)) {
+  switch (below(rng, 8)) {
     case 0:
       return undefined;
     case 1:
@@ -149,20 +137,23 @@ function randomPayload(rng: Rng): WirePayload | undefined {
       return new Frame(
         randomTensor(rng),
         rng.pick(["bgr8", "rgb8", "gray8"]),
-        rng.int(2) ? null : rng.next() * 1e9,
+        below(rng, 2) ? null : rng.next() * 1e9,
       );
     case 3:
-      return new Detections(randomTensor(rng), Array.from({ length: rng.int(3) }, () => randomString(rng)));
+      return new Detections(
+        randomTensor(rng),
+        Array.from({ length: below(rng, 3) }, () => randomString(rng)),
+      );
     case 4:
       return new Tracks(randomTensor(rng));
     case 5:
       return new BlobRef(
         randomString(rng),
         PayloadType.frame,
-        rng.int(2) ? rng.int(1 << 30) : 2n ** 63n + 5n,
+        below(rng, 2) ? below(rng, 1 << 30) : 2n ** 63n + 5n,
       );
     case 6:
-      return new OpaquePayload(`vendor.${randomString(rng)}.T`, rng.bytes(rng.int(20)));
+      return new OpaquePayload(`vendor.${randomString(rng)}.T`, rng.bytes(below(rng, 20)));
     default:
       return randomValue(rng);
   }
@@ -176,7 +167,7 @@ function randomEnvelope(rng: Rng): { env: Envelope; payload: WirePayload | undef
     flowId: randomString(rng),
     runId: randomString(rng),
     traceId: randomString(rng),
-    seq: rng.int(3) ? rng.int(2) ? rng.int(1000) : SAFE : BigInt(SAFE) + 1n + rng.bigint(63),
+    seq: below(rng, 3) ? below(rng, 2) ? below(rng, 1000) : SAFE : BigInt(SAFE) + 1n + randomBits(rng, 63),
     eventTs: rng.pick([null, 0, -0, 1700000000.5, rng.next() * 2e9, NaN]),
     spanId: randomString(rng),
     parentSpanId: randomString(rng),
@@ -227,13 +218,13 @@ function varint(n: number): number[] {
 /** Well-framed fields with random numbers, wire types and contents, nesting length-delimited ones. */
 function fieldSoup(rng: Rng, depth = 0): number[] {
   const out: number[] = [];
-  for (let fields = rng.int(6); fields > 0; fields--) {
+  for (let fields = below(rng, 6); fields > 0; fields--) {
     const wireType = rng.pick([0, 0, 1, 2, 2, 2, 5]);
-    out.push(...varint(((1 + rng.int(16)) << 3) | wireType));
-    if (wireType === 0) out.push(...varint(rng.int(2) ? rng.int(300) : rng.int(2 ** 40)));
+    out.push(...varint(((1 + below(rng, 16)) << 3) | wireType));
+    if (wireType === 0) out.push(...varint(below(rng, 2) ? below(rng, 300) : below(rng, 2 ** 40)));
     if (wireType === 1 || wireType === 5) out.push(...rng.bytes(wireType === 1 ? 8 : 4));
     if (wireType === 2) {
-      const body = depth < 4 && rng.int(3) ? fieldSoup(rng, depth + 1) : [...rng.bytes(rng.int(10))];
+      const body = depth < 4 && below(rng, 3) ? fieldSoup(rng, depth + 1) : [...rng.bytes(below(rng, 10))];
       out.push(...varint(body.length), ...body);
     }
   }
@@ -241,14 +232,14 @@ function fieldSoup(rng: Rng, depth = 0): number[] {
 }
 
 withSeed("random bytes decode to an envelope or a DecodeError, nothing else", (rng) => {
-  const header = () => [0x08, 0x04, 0x10, 1 + rng.int(3)];
+  const header = () => [0x08, 0x04, 0x10, 1 + below(rng, 3)];
   for (let i = 0; i < 4000; i++) {
-    switch (rng.int(3)) {
+    switch (below(rng, 3)) {
       case 0:
-        assertDecodesOrRefuses(rng.bytes(rng.int(80)));
+        assertDecodesOrRefuses(rng.bytes(below(rng, 80)));
         break;
       case 1:
-        assertDecodesOrRefuses(Uint8Array.from([...header(), ...rng.bytes(rng.int(80))]));
+        assertDecodesOrRefuses(Uint8Array.from([...header(), ...rng.bytes(below(rng, 80))]));
         break;
       default:
         assertDecodesOrRefuses(Uint8Array.from([...header(), ...fieldSoup(rng)]));
@@ -266,20 +257,20 @@ withSeed("mutated and truncated golden vectors decode to an envelope or a Decode
     for (let cut = 0; cut < vector.length; cut++) assertDecodesOrRefuses(vector.subarray(0, cut));
     for (let i = 0; i < 600; i++) {
       const mutated = [...vector];
-      for (let edits = 1 + rng.int(3); edits > 0; edits--) {
-        const at = rng.int(mutated.length);
-        switch (rng.int(4)) {
+      for (let edits = 1 + below(rng, 3); edits > 0; edits--) {
+        const at = below(rng, mutated.length);
+        switch (below(rng, 4)) {
           case 0:
-            mutated[at] ^= 1 << rng.int(8);
+            mutated[at] ^= 1 << below(rng, 8);
             break;
           case 1:
-            mutated[at] = rng.int(256);
+            mutated[at] = below(rng, 256);
             break;
           case 2:
             mutated.splice(at, 1);
             break;
           default:
-            mutated.splice(at, 0, rng.int(256));
+            mutated.splice(at, 0, below(rng, 256));
         }
       }
       assertDecodesOrRefuses(Uint8Array.from(mutated));
@@ -290,7 +281,7 @@ withSeed("mutated and truncated golden vectors decode to an envelope or a Decode
 withSeed("random bytes under every known payload type decode to a value or a DecodeError", (rng) => {
   for (const payloadType of Object.values(PayloadType)) {
     for (let i = 0; i < 1000; i++) {
-      const bytes = rng.bytes(rng.int(40));
+      const bytes = rng.bytes(below(rng, 40));
       try {
         decodePayload(payloadType, bytes);
       } catch (error) {
