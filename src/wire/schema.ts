@@ -2,8 +2,8 @@
  * The videoflow.v1 protobuf schema (envelope version 4) and the reader and writer that move its messages
  * on and off the wire.
  *
- * The schema is `envelope.proto`'s text, carried here as a string so that a worker with no read
- * permission can load it; protobufjs parses it once at module load, and every field number, wire type,
+ * The schema is `envelope.proto`, imported as text (a static import, so a worker with no read
+ * permission loads it with the module graph); protobufjs parses it once at module load, and every field number, wire type,
  * label and oneof the codec uses comes from that parse. The reading and writing walk protobufjs's
  * reflection with its `Reader` and `Writer` instead of its generated message classes, because those decode
  * maps into plain objects (losing wire order and mishandling keys such as `__proto__`), read 64-bit
@@ -18,103 +18,7 @@
 
 import protobuf from "protobufjs";
 import { DecodeError, SchemaError } from "../core/errors.ts";
-
-/** The text of `envelope.proto`, byte for byte (a test keeps the two identical). */
-export const ENVELOPE_PROTO =
-  `// The videoflow envelope, version 4 (WIRE.md "Protobuf schema"). Field numbers are the contract: a
-// reference worker and a Deno worker exchange these exact bytes. src/wire/schema.ts carries this text
-// verbatim (a worker may have no read permission); a test keeps the two identical.
-syntax = "proto3";
-
-package videoflow.v1;
-
-// What an envelope is. UNSPECIFIED is never sent; ABORT is this project's addition: it rides the EOS
-// subject, and a reference worker that does not know it must not take it for data.
-enum MsgType {
-  UNSPECIFIED = 0;
-  DATA = 1;
-  EOS = 2;
-  ABORT = 3;
-}
-
-enum NullValue {
-  NULL_VALUE = 0;
-}
-
-message Envelope {
-  uint32 v = 1;
-  MsgType type = 2;
-  string producer_name = 3;
-  string flow_id = 4;
-  string run_id = 5;
-  string trace_id = 6;
-  uint64 seq = 7;
-  // Epoch seconds; absent means null, not 0.
-  optional double event_ts = 8;
-  string span_id = 9;
-  string parent_span_id = 10;
-  uint32 replica_id = 11;
-  map<string, Value> metadata = 12;
-  // Fully qualified type name of payload; empty for EOS.
-  string payload_type = 13;
-  bytes payload = 14;
-}
-
-// Scalars, lists and string-keyed maps; integers and doubles stay distinct.
-message Value {
-  oneof kind {
-    NullValue null_value = 1;
-    double double_value = 2;
-    sint64 int_value = 3;
-    string string_value = 4;
-    bytes bytes_value = 5;
-    bool bool_value = 6;
-    ListValue list_value = 7;
-    MapValue map_value = 8;
-    Tensor tensor_value = 9;
-  }
-}
-
-message ListValue {
-  repeated Value values = 1;
-}
-
-message MapValue {
-  map<string, Value> fields = 1;
-}
-
-// An n-dimensional array: numpy dtype name (uint8, float32, int64 ...) and raw C-contiguous bytes.
-message Tensor {
-  repeated int64 shape = 1;
-  string dtype = 2;
-  bytes data = 3;
-}
-
-message Frame {
-  Tensor pixels = 1;
-  // bgr8, rgb8, gray8 ...
-  string pixel_format = 2;
-  optional double capture_ts = 3;
-}
-
-message Detections {
-  // n x 6: x1 y1 x2 y2 score class_id
-  Tensor boxes = 1;
-  repeated string class_names = 2;
-}
-
-message Tracks {
-  // n x 5: x1 y1 x2 y2 track_id
-  Tensor tracks = 1;
-}
-
-// A payload offloaded to the blob store.
-message BlobRef {
-  string ref = 1;
-  string inner_payload_type = 2;
-  uint64 size = 3;
-}
-`;
+import envelopeProto from "./envelope.proto" with { type: "text" };
 
 /** The protobuf package of every videoflow message type. */
 export const PROTO_PACKAGE = "videoflow.v1";
@@ -289,7 +193,7 @@ function planOf(type: protobuf.Type, plans: Map<protobuf.Type, MessagePlan>): Me
   return plan;
 }
 
-const root = protobuf.parse(ENVELOPE_PROTO, { keepCase: true }).root;
+const root = protobuf.parse(envelopeProto, { keepCase: true }).root;
 root.resolveAll();
 
 /** The parsed schema (protobufjs reflection), for tests and tools that inspect it. */
