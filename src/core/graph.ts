@@ -338,26 +338,24 @@ function checkJoin(node: ReceiverNode, policy: JoinPolicy | null, out: Diagnosti
 
 function checkReplication(node: ProcessorNode, policy: JoinPolicy | null, out: Diagnostic[]): void {
   if (node.parents.length < 2 || !isPositiveInteger(node.nbTasks) || node.nbTasks < 2) return;
-  if (node.partitionBy === null) {
+  if (policy?.mode === JOIN_TIME) {
+    out.push(
+      fail(
+        CONFIG,
+        node.name,
+        `node ${node.name} is a time-mode join of ${node.parents.length} parents on ${node.nbTasks} replicas: ` +
+          "a time window is assembled by one replica, so the members of one window would be split",
+        "set nbTasks: 1 on a time-mode join of several parents",
+      ),
+    );
+  } else if (node.partitionBy === null) {
     out.push(
       fail(
         GRAPH,
         node.name,
         `node ${node.name} joins ${node.parents.length} parents on ${node.nbTasks} replicas without a partition ` +
           "key: the halves of one group would land on different replicas",
-        policy?.mode === JOIN_TIME
-          ? "set partitionBy to a metadata field every parent sets (ctx.setPartitionKey), or nbTasks: 1"
-          : "set partitionBy: 'trace_id' (co-locates both halves of a join), or nbTasks: 1",
-      ),
-    );
-  } else if (policy?.mode === JOIN_TIME && node.partitionBy === "trace_id") {
-    out.push(
-      fail(
-        CONFIG,
-        node.name,
-        `node ${node.name} is a time-mode join of ${node.parents.length} parents on ${node.nbTasks} replicas ` +
-          "partitioned by trace_id: parents from different producers never share a trace id, so no group forms",
-        "partition by a metadata field every parent sets (ctx.setPartitionKey), or use nbTasks: 1",
+        "set partitionBy: 'trace_id' (co-locates both halves of a join), or nbTasks: 1",
       ),
     );
   }
@@ -722,7 +720,7 @@ function nameErrors(nodes: readonly Node[]): Diagnostic[] {
  * a ConsumerNode, a root that is not a producer, cycles, consumers unreachable from any producer,
  * duplicate names, names that collide once encoded), then each node's errors (class not exported, params
  * not JSON, invalid framework params, a repeated parent, invalid delivery or join policy, a replicated
- * join without a partition key, a time-mode join partitioned by trace id, GPU knobs on a CPU node,
+ * join without a partition key, a replicated time-mode join of several parents, GPU knobs on a CPU node,
  * gpuCount > 1 with gpuMemoryGib, invalid class declarations, permissions or assets), then warnings
  * (children outside the flow, ignored declarations, a given producer that feeds no consumer). Empty means
  * the graph is sound.
