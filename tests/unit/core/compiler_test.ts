@@ -25,6 +25,7 @@ import { ModuleIndex, rebuildNode } from "../../../src/core/node_class.ts";
 import * as several from "../../fixtures/flows/several_problems.ts";
 import * as squares from "../../fixtures/flows/squares.ts";
 import * as unexported from "../../fixtures/flows/unexported.ts";
+import { SeededRandom } from "../../support/random.ts";
 
 const SQUARES_URL = new URL("../../fixtures/flows/squares.ts", import.meta.url).href;
 const SQUARES = new ModuleIndex().add(SQUARES_URL, squares);
@@ -353,31 +354,22 @@ Deno.test("blob readers count competing children once and partitioned children p
   assert.throws(() => parentReplicas(spec({ name: "x", parents: ["ghost"] }), specs), ConfigError);
 });
 
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 Deno.test("random spec graphs: reader ids are as many as blob readers, and unique", () => {
   for (let run = 0; run < 300; run++) {
     const seed = 0xb10b + run;
-    const random = mulberry32(seed);
-    const count = 2 + Math.floor(random() * 12);
+    const random = new SeededRandom(seed);
+    const count = random.int(2, 13);
     const specs: NodeSpec[] = [];
     for (let i = 0; i < count; i++) {
       const parents = i === 0 ? [] : [
         ...new Set(
-          Array.from({ length: 1 + Math.floor(random() * 2) }, () => `n${Math.floor(random() * i)}`),
+          Array.from({ length: random.int(1, 2) }, () => `n${random.int(0, i - 1)}`),
         ),
       ];
-      const nbTasks = 1 + Math.floor(random() * 4);
-      specs.push(spec({ name: `n${i}`, parents, nbTasks, partitionBy: random() < 0.5 ? "trace_id" : null }));
+      const nbTasks = random.int(1, 4);
+      specs.push(
+        spec({ name: `n${i}`, parents, nbTasks, partitionBy: random.chance(0.5) ? "trace_id" : null }),
+      );
     }
     for (const s of specs) {
       const ids = blobReaderIds(s, specs);

@@ -15,6 +15,7 @@ import {
 } from "../../../src/core/node.ts";
 import { ModuleIndex } from "../../../src/core/node_class.ts";
 import * as several from "../../fixtures/flows/several_problems.ts";
+import { SeededRandom } from "../../support/random.ts";
 
 class Src extends ProducerNode {
   next() {
@@ -439,17 +440,6 @@ Deno.test("a given topological sort is used for the per-node order", () => {
 
 // ---- randomized: seeded DAGs ----
 
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 interface Blueprint {
   /** Per node: its kind and the indexes of its parents (always earlier nodes). */
   readonly nodes: ReadonlyArray<
@@ -459,25 +449,16 @@ interface Blueprint {
   readonly sinks: readonly number[];
 }
 
-function shuffled<T>(random: () => number, items: readonly T[]): T[] {
-  const out = [...items];
-  for (let i = out.length - 1; i > 0; i--) {
-    const j = Math.floor(random() * (i + 1));
-    [out[i], out[j]] = [out[j], out[i]];
-  }
-  return out;
-}
-
 /** A random DAG: producers first, processors wired to 1–3 distinct earlier nodes, a sink under every leaf. */
-function randomBlueprint(random: () => number): Blueprint {
-  const producers = 1 + Math.floor(random() * 3);
-  const processors = 2 + Math.floor(random() * 30);
+function randomBlueprint(random: SeededRandom): Blueprint {
+  const producers = random.int(1, 3);
+  const processors = random.int(2, 31);
   const nodes: Array<{ kind: "src" | "proc" | "sink"; parents: number[] }> = [];
   for (let i = 0; i < producers; i++) nodes.push({ kind: "src", parents: [] });
   for (let i = 0; i < processors; i++) {
-    const fanIn = 1 + Math.floor(random() * 3);
+    const fanIn = random.int(1, 3);
     const parents = new Set<number>();
-    for (let k = 0; k < fanIn; k++) parents.add(Math.floor(random() * nodes.length));
+    for (let k = 0; k < fanIn; k++) parents.add(random.int(0, nodes.length - 1));
     nodes.push({ kind: "proc", parents: [...parents] });
   }
   const hasChild = new Set(nodes.flatMap((n) => n.parents));
@@ -487,7 +468,7 @@ function randomBlueprint(random: () => number): Blueprint {
     sinks.push(nodes.length);
     nodes.push({ kind: "sink", parents: [i] });
   }
-  return { nodes, sinks: shuffled(random, sinks) };
+  return { nodes, sinks: random.shuffle(sinks) };
 }
 
 /** Builds a blueprint, constructing nodes in `order` (the wiring does not depend on it). */
@@ -504,12 +485,12 @@ function build(blueprint: Blueprint, order: readonly number[]): { nodes: Node[];
   return { nodes, sinks: blueprint.sinks.map((i) => nodes[i] as Sink) };
 }
 
-function withSeed(name: string, runs: number, body: (random: () => number, seed: number) => void): void {
+function withSeed(name: string, runs: number, body: (random: SeededRandom, seed: number) => void): void {
   Deno.test(name, () => {
     for (let run = 0; run < runs; run++) {
       const seed = 0x5eed + run * 7919;
       try {
-        body(mulberry32(seed), seed);
+        body(new SeededRandom(seed), seed);
       } catch (error) {
         console.error(`failing seed: ${seed}`);
         throw error;
@@ -544,7 +525,7 @@ withSeed("random DAGs: the sort depends only on the wiring, not on construction 
   const blueprint = randomBlueprint(random);
   const identity = blueprint.nodes.map((_, i) => i);
   const first = build(blueprint, identity);
-  const again = build(blueprint, shuffled(random, identity));
+  const again = build(blueprint, random.shuffle(identity));
   const names = (sinks: readonly Node[]) => topologicalSort(sinks).map((n) => n.name);
   assert.deepEqual(names(again.sinks), names(first.sinks));
   assert.deepEqual(names(first.sinks), names(first.sinks));
@@ -567,10 +548,10 @@ withSeed(
     const blueprint = randomBlueprint(random);
     const { nodes, sinks } = build(blueprint, blueprint.nodes.map((_, i) => i));
     const procs = nodes.filter((n): n is Proc => n instanceof Proc);
-    const free = shuffled(random, procs);
+    const free = random.shuffle(procs);
     const take = () => free.pop();
     const plants: Plant[] = [];
-    const kinds = shuffled(random, [
+    const kinds = random.shuffle([
       "cycle",
       "duplicate",
       "collision",
@@ -580,7 +561,7 @@ withSeed(
       "hidden",
       "json",
     ]);
-    for (const kind of kinds.slice(0, 1 + Math.floor(random() * kinds.length))) {
+    for (const kind of kinds.slice(0, random.int(1, kinds.length))) {
       const target = take();
       if (target === undefined) break;
       const name = target.name;

@@ -16,24 +16,13 @@ import {
   ReorderBuffer,
   type ReorderRelease,
 } from "../../../src/core/policies.ts";
-
-/** mulberry32: a small seeded PRNG so randomized cases reproduce from their seed. */
-function seededRandom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { SeededRandom } from "../../support/random.ts";
 
 /** Runs `body` once per seed, naming the seed in any failure. */
-function forSeeds(count: number, body: (random: () => number, seed: number) => void): void {
+function forSeeds(count: number, body: (random: SeededRandom, seed: number) => void): void {
   for (let seed = 1; seed <= count; seed++) {
     try {
-      body(seededRandom(seed), seed);
+      body(new SeededRandom(seed), seed);
     } catch (error) {
       console.error(`failing seed: ${seed}`);
       throw error;
@@ -41,14 +30,9 @@ function forSeeds(count: number, body: (random: () => number, seed: number) => v
   }
 }
 
-/** 1..count in a uniformly random order (Fisher–Yates). */
-function shuffled(count: number, random: () => number): number[] {
-  const items = Array.from({ length: count }, (_, i) => i + 1);
-  for (let i = items.length - 1; i > 0; i--) {
-    const j = Math.floor(random() * (i + 1));
-    [items[i], items[j]] = [items[j], items[i]];
-  }
-  return items;
+/** 1..count in a uniformly random order. */
+function shuffled(count: number, random: SeededRandom): number[] {
+  return random.shuffle(Array.from({ length: count }, (_, i) => i + 1));
 }
 
 /** Asserts `build` throws a ConfigError whose message mentions every one of `mentions` and has a remedy. */
@@ -376,9 +360,9 @@ Deno.test("jittered retry delays stay within [0.5, 1.5] × the base delay and va
   forSeeds(20, (random) => {
     const seen = new Set<number>();
     for (let i = 0; i < 200; i++) {
-      const attempt = 1 + Math.floor(random() * 8);
+      const attempt = random.int(1, 8);
       const base = Math.min(2 ** attempt, 30);
-      const jitter = drawRetryJitter(random);
+      const jitter = drawRetryJitter(random.source);
       assert.ok(jitter >= 0.5 && jitter < 1.5, `jitter ${jitter}`);
       const delay = policy.retryDelay(attempt, jitter);
       assert.ok(delay >= base * 0.5 && delay < base * 1.5, `delay ${delay} for attempt ${attempt}`);
@@ -592,12 +576,12 @@ Deno.test("flush releases everything held in order, marking a record that follow
  * Arrival order where no gap ever has more than `horizon` records waiting behind it: consecutive blocks of
  * at most horizon + 1 records, each shuffled or reversed (a reversed full block is the tight case).
  */
-function withinHorizon(count: number, horizon: number, random: () => number): number[] {
+function withinHorizon(count: number, horizon: number, random: SeededRandom): number[] {
   const order: number[] = [];
   for (let start = 1; start <= count;) {
-    const size = Math.min(count - start + 1, 1 + Math.floor(random() * (horizon + 1)));
+    const size = Math.min(count - start + 1, random.int(1, horizon + 1));
     const block = shuffled(size, random).map((i) => start + i - 1);
-    order.push(...(random() < 0.5 ? block.sort((a, b) => b - a) : block));
+    order.push(...(random.chance(0.5) ? block.sort((a, b) => b - a) : block));
     start += size;
   }
   return order;
@@ -605,14 +589,14 @@ function withinHorizon(count: number, horizon: number, random: () => number): nu
 
 Deno.test("random permutations within the horizon come out in sequence order, each once (seeded)", () => {
   forSeeds(200, (random) => {
-    const horizon = Math.floor(random() * 10);
-    const count = 1 + Math.floor(random() * 60);
-    const late = random() < 0.5 ? "drop" : "mark";
+    const horizon = random.int(0, 9);
+    const count = random.int(1, 60);
+    const late = random.chance(0.5) ? "drop" : "mark";
     const buffer = new ReorderBuffer<number>(new OrderingPolicy({ mode: "sequence", horizon, late }));
     const released: ReorderRelease<number>[] = [];
     for (const seq of withinHorizon(count, horizon, random)) {
       released.push(...buffer.offer(seq, seq * 10));
-      if (random() < 0.2) released.push(...buffer.offer(seq, -1));
+      if (random.chance(0.2)) released.push(...buffer.offer(seq, -1));
     }
     assert.deepEqual(seqs(released), Array.from({ length: count }, (_, i) => i + 1));
     assert.ok(released.every((r) => !r.late && r.record === r.seq * 10));
@@ -623,9 +607,9 @@ Deno.test("random permutations within the horizon come out in sequence order, ea
 
 Deno.test("any arrival order: each record is applied at most once, on-time ones ascending (seeded)", () => {
   forSeeds(200, (random) => {
-    const horizon = Math.floor(random() * 6);
-    const count = 1 + Math.floor(random() * 40);
-    const late = random() < 0.5 ? "drop" : "mark";
+    const horizon = random.int(0, 5);
+    const count = random.int(1, 40);
+    const late = random.chance(0.5) ? "drop" : "mark";
     const order = shuffled(count, random);
     const buffer = new ReorderBuffer<number>(new OrderingPolicy({ mode: "sequence", horizon, late }));
     const released: ReorderRelease<number>[] = [];
@@ -651,11 +635,11 @@ Deno.test("a restored snapshot resumes exactly where the buffer left off (seeded
   forSeeds(100, (random) => {
     const policy = new OrderingPolicy({
       mode: "sequence",
-      horizon: Math.floor(random() * 5),
-      late: random() < 0.5 ? "drop" : "mark",
+      horizon: random.int(0, 4),
+      late: random.chance(0.5) ? "drop" : "mark",
     });
     const order = shuffled(30, random);
-    const cut = Math.floor(random() * order.length);
+    const cut = random.int(0, order.length - 1);
     const whole = new ReorderBuffer<string>(policy);
     const first = new ReorderBuffer<string>(policy);
     const expected = order.flatMap((seq) => whole.offer(seq, `r${seq}`));

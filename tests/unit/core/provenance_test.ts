@@ -11,18 +11,7 @@ import {
   resolveGpuRequirements,
   SOURCE_PRECEDENCE,
 } from "../../../src/core/provenance.ts";
-
-/** mulberry32: a small seeded PRNG so randomized cases reproduce from their seed. */
-function seededRandom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { SeededRandom } from "../../support/random.ts";
 
 /** Asserts `resolve` throws a GpuRequirementConflict mentioning every one of `mentions` (message or remedy). */
 function assertConflict(resolve: () => unknown, ...mentions: string[]): GpuRequirementConflict {
@@ -309,15 +298,10 @@ Deno.test("the resolution is the same whatever order the declarations arrive in 
     ],
   ];
   for (let seed = 1; seed <= 50; seed++) {
-    const random = seededRandom(seed);
+    const random = new SeededRandom(seed);
     for (const declarations of scenarios) {
       const expected = resolveGpuRequirements(declarations);
-      const order = [...declarations];
-      for (let i = order.length - 1; i > 0; i--) {
-        const j = Math.floor(random() * (i + 1));
-        [order[i], order[j]] = [order[j], order[i]];
-      }
-      const resolution = resolveGpuRequirements(order);
+      const resolution = resolveGpuRequirements(random.shuffle(declarations));
       assert.deepEqual(resolution, expected, `seed ${seed}`);
       assert.deepEqual(
         Object.keys(resolution.values),
