@@ -2,17 +2,7 @@ import assert from "node:assert/strict";
 import { ConfigError } from "../../../src/core/errors.ts";
 import { SystemClock, systemClock } from "../../../src/backends/clock.ts";
 import { FAKE_MONOTONIC_START, FAKE_WALL_START, FakeClock } from "../../../src/backends/memory/clock.ts";
-
-/** xorshift32: a tiny seeded generator, so a failing randomized case reproduces from its printed seed. */
-function xorshift(seed: number): () => number {
-  let state = seed >>> 0 || 1;
-  return () => {
-    state ^= state << 13;
-    state ^= state >>> 17;
-    state ^= state << 5;
-    return (state >>> 0) / 4294967296;
-  };
-}
+import { SeededRandom } from "../../support/random.ts";
 
 Deno.test("the system clock reads epoch seconds and a monotonic time that never decreases", () => {
   const before = Date.now() / 1000;
@@ -206,15 +196,15 @@ type TimerOp =
   | { readonly kind: "cancel"; readonly index: number }
   | { readonly kind: "advance"; readonly by: number };
 
-function randomOps(random: () => number): TimerOp[] {
+function randomOps(random: SeededRandom): TimerOp[] {
   const ops: TimerOp[] = [];
   for (let i = 0; i < 80; i++) {
-    const roll = random();
+    const roll = random.next();
     if (roll < 0.5) {
-      const childDelay = random() < 0.3 ? Math.floor(random() * 4) : null;
-      ops.push({ kind: "arm", delay: Math.floor(random() * 6), childDelay });
-    } else if (roll < 0.65) ops.push({ kind: "cancel", index: Math.floor(random() * 40) });
-    else ops.push({ kind: "advance", by: Math.floor(random() * 5) });
+      const childDelay = random.chance(0.3) ? random.int(0, 3) : null;
+      ops.push({ kind: "arm", delay: random.int(0, 5), childDelay });
+    } else if (roll < 0.65) ops.push({ kind: "cancel", index: random.int(0, 39) });
+    else ops.push({ kind: "advance", by: random.int(0, 4) });
   }
   return ops;
 }
@@ -243,7 +233,7 @@ function execute(clock: FakeClock | ReferenceClock, ops: readonly TimerOp[]): un
 
 Deno.test("randomized timer sets fire exactly like a naive sorted reference (seeded)", () => {
   for (let seed = 1; seed <= 300; seed++) {
-    const ops = randomOps(xorshift(seed * 2654435761));
+    const ops = randomOps(new SeededRandom(seed));
     try {
       const actual = execute(new FakeClock(0, 0), ops);
       assert.deepEqual(actual, execute(new ReferenceClock(), ops));

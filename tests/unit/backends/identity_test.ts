@@ -16,12 +16,9 @@ import {
   raiseForCollisions,
   renderCollisions,
 } from "../../../src/backends/identity.ts";
+import { SeededRandom, testSeed } from "../../support/random.ts";
 
-const SEED = Date.now() >>> 0;
-function prng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => (s = (Math.imul(s ^ (s >>> 15), 0x2c1b3c6d) + 0x6d2b79f5) >>> 0) / 2 ** 32;
-}
+const SEED = testSeed();
 
 function spec(
   name: string,
@@ -148,25 +145,23 @@ Deno.test("runs r and r-x share stream names but never subjects, and the DLQ str
   assert.deepEqual(collisionsAcrossRuns(specs, "f", ["r1", "r2", "r1"]), []);
 });
 
+const LOWER_ALPHANUMERIC = [..."abcdefghijklmnopqrstuvwxyz0123456789"];
+
 Deno.test("distinct lower-case alphanumeric names never collide", () => {
-  const next = prng(SEED);
+  const random = new SeededRandom(SEED);
   for (let round = 0; round < 200; round++) {
     const names = new Set<string>();
-    const count = 2 + Math.floor(next() * 8);
+    const count = random.int(2, 9);
     while (names.size < count) {
-      const length = 1 + Math.floor(next() * 20);
-      names.add(
-        Array.from({ length }, () => "abcdefghijklmnopqrstuvwxyz0123456789"[Math.floor(next() * 36)]).join(
-          "",
-        ),
-      );
+      const length = random.int(1, 20);
+      names.add(Array.from({ length }, () => random.pick(LOWER_ALPHANUMERIC)).join(""));
     }
     const list = [...names];
     const specs = list.map((name, i) =>
       spec(name, i === 0 ? [] : [list[i - 1]], 1 + (i % 3), i % 2 ? "key" : null)
     );
-    assert.deepEqual(collisions(specs, "flow", "run"), [], `seed ${SEED}: ${list.join(",")}`);
-    assert.deepEqual(nodeNameCollisions(list), [], `seed ${SEED}: ${list.join(",")}`);
+    assert.deepEqual(collisions(specs, "flow", "run"), [], `VF_TEST_SEED=${SEED}: ${list.join(",")}`);
+    assert.deepEqual(nodeNameCollisions(list), [], `VF_TEST_SEED=${SEED}: ${list.join(",")}`);
   }
 });
 

@@ -21,16 +21,12 @@ import {
   subjectFor,
   subjectOwner,
 } from "../../../src/backends/names.ts";
+import { SeededRandom, testSeed } from "../../support/random.ts";
 
-const SEED = Date.now() >>> 0;
-function prng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => (s = (Math.imul(s ^ (s >>> 15), 0x2c1b3c6d) + 0x6d2b79f5) >>> 0) / 2 ** 32;
-}
+const SEED = testSeed();
 const ALPHABET = [..."aZ0_-. *>éΩ😀/:\t\u0130\u212a"];
-function randomString(next: () => number, max: number): string {
-  const length = Math.floor(next() * max);
-  return Array.from({ length }, () => ALPHABET[Math.floor(next() * ALPHABET.length)]).join("");
+function randomString(random: SeededRandom, max: number): string {
+  return Array.from({ length: random.int(0, max - 1) }, () => random.pick(ALPHABET)).join("");
 }
 
 Deno.test("sanitize turns each run of unsafe characters into one underscore", () => {
@@ -43,14 +39,19 @@ Deno.test("sanitize turns each run of unsafe characters into one underscore", ()
 });
 
 Deno.test("sanitize is idempotent, never lengthens, keeps safe strings and yields only [A-Za-z0-9_-]", () => {
-  const next = prng(SEED);
+  const random = new SeededRandom(SEED);
   for (let i = 0; i < 2000; i++) {
-    const value = randomString(next, 24);
+    const value = randomString(random, 24);
     const once = sanitize(value);
-    assert.equal(sanitize(once), once, `seed ${SEED}: ${JSON.stringify(value)}`);
-    assert.match(once, /^[A-Za-z0-9_-]*$/, `seed ${SEED}: ${JSON.stringify(value)}`);
-    assert.ok(once.length <= value.length, `seed ${SEED}: sanitize never lengthens ${JSON.stringify(value)}`);
-    if (/^[A-Za-z0-9_-]*$/.test(value)) assert.equal(once, value, `seed ${SEED}: a safe string is kept`);
+    assert.equal(sanitize(once), once, `VF_TEST_SEED=${SEED}: ${JSON.stringify(value)}`);
+    assert.match(once, /^[A-Za-z0-9_-]*$/, `VF_TEST_SEED=${SEED}: ${JSON.stringify(value)}`);
+    assert.ok(
+      once.length <= value.length,
+      `VF_TEST_SEED=${SEED}: sanitize never lengthens ${JSON.stringify(value)}`,
+    );
+    if (/^[A-Za-z0-9_-]*$/.test(value)) {
+      assert.equal(once, value, `VF_TEST_SEED=${SEED}: a safe string is kept`);
+    }
   }
 });
 
@@ -65,13 +66,17 @@ Deno.test("kubernetesName lower-cases, hyphenates non-DNS runs, strips edge hyph
 });
 
 Deno.test("kubernetesName always yields a DNS-1123 label of at most 63 characters", () => {
-  const next = prng(SEED ^ 0x9e3779b9);
+  const random = new SeededRandom(SEED ^ 0x9e3779b9);
   for (let i = 0; i < 2000; i++) {
-    const parts = Array.from({ length: 1 + Math.floor(next() * 3) }, () => randomString(next, 40));
+    const parts = Array.from({ length: random.int(1, 3) }, () => randomString(random, 40));
     const name = kubernetesName(...parts);
-    assert.ok(name.length <= KUBERNETES_NAME_MAX_LENGTH, `seed ${SEED}: ${name}`);
-    assert.match(name, /^(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)?$/, `seed ${SEED}: ${JSON.stringify(parts)}`);
-    assert.equal(kubernetesName(name), name, `seed ${SEED}: idempotent on ${name}`);
+    assert.ok(name.length <= KUBERNETES_NAME_MAX_LENGTH, `VF_TEST_SEED=${SEED}: ${name}`);
+    assert.match(
+      name,
+      /^(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)?$/,
+      `VF_TEST_SEED=${SEED}: ${JSON.stringify(parts)}`,
+    );
+    assert.equal(kubernetesName(name), name, `VF_TEST_SEED=${SEED}: idempotent on ${name}`);
   }
 });
 
@@ -110,12 +115,12 @@ Deno.test("subjectOwner reads the run boundary out of subject tokens, never a na
   assert.equal(subjectOwner("vf.f.r.*"), null);
   assert.equal(subjectOwner("xx.f.r.n"), null);
   assert.equal(subjectOwner("vf.f.r.n.extra"), null);
-  const next = prng(SEED ^ 0x5bd1e995);
+  const random = new SeededRandom(SEED ^ 0x5bd1e995);
   for (let i = 0; i < 500; i++) {
-    const [f, r, n] = ["f", "r", "n"].map((fallback) => randomString(next, 8) || fallback);
+    const [f, r, n] = ["f", "r", "n"].map((fallback) => randomString(random, 8) || fallback);
     const expected = { flow: sanitize(f), run: sanitize(r), node: sanitize(n) };
-    assert.deepEqual(subjectOwner(subjectFor(f, r, n)), expected, `seed ${SEED}`);
-    assert.deepEqual(subjectOwner(eosSubjectFor(f, r, n)), expected, `seed ${SEED}`);
+    assert.deepEqual(subjectOwner(subjectFor(f, r, n)), expected, `VF_TEST_SEED=${SEED}`);
+    assert.deepEqual(subjectOwner(eosSubjectFor(f, r, n)), expected, `VF_TEST_SEED=${SEED}`);
   }
 });
 

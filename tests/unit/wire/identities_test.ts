@@ -23,17 +23,11 @@ import {
   timeWindowSeq,
   traceGroupIdentity,
 } from "../../../src/wire/identities.ts";
+import { SeededRandom, testSeed } from "../../support/random.ts";
 
 // Expected digests below were computed independently with the Python reference's rules (hashlib, round()).
 
-const SEED = Date.now() >>> 0;
-function prng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => (s = (Math.imul(s ^ (s >>> 15), 0x2c1b3c6d) + 0x6d2b79f5) >>> 0) / 2 ** 32;
-}
-function shuffled<T>(items: readonly T[], next: () => number): T[] {
-  return items.map((item) => [next(), item] as const).sort((a, b) => a[0] - b[0]).map(([, item]) => item);
-}
+const SEED = testSeed();
 
 interface MessageIdVector {
   flow_id: string;
@@ -108,12 +102,12 @@ Deno.test("a trace group carries its trace id, the minimum seq and the minimum e
     { traceId: "cam:4", seq: 6, eventTs: 11.25 },
   ];
   assert.deepEqual(traceGroupIdentity(members), { traceId: "cam:4", seq: 4, eventTs: 11.25 });
-  const next = prng(SEED);
+  const random = new SeededRandom(SEED);
   for (let i = 0; i < 50; i++) {
     assert.deepEqual(
-      traceGroupIdentity(shuffled(members, next)),
+      traceGroupIdentity(random.shuffle(members)),
       traceGroupIdentity(members),
-      `seed ${SEED}`,
+      `VF_TEST_SEED=${SEED}`,
     );
   }
   assert.deepEqual(traceGroupIdentity([{ traceId: "t", seq: 3n, eventTs: null }]), {
@@ -148,21 +142,21 @@ Deno.test("round half to even decides ties on the exact double", () => {
 });
 
 Deno.test("round half to even lands within one half, and on an even integer at a tie", () => {
-  const next = prng(SEED ^ 0x1234567);
+  const random = new SeededRandom(SEED ^ 0x1234567);
   let ties = 0;
   for (let i = 0; i < 5000; i++) {
-    const scale = 10 ** Math.floor(next() * 12);
-    const spread = (next() - 0.5) * scale;
+    const scale = 10 ** random.int(0, 11);
+    const spread = (random.next() - 0.5) * scale;
     const x = i % 3 === 0 ? Math.floor(spread) + 0.5 : spread;
     const r = roundHalfToEven(x);
     const distance = Math.abs(x - Number(r));
-    assert.ok(distance <= 0.5, `seed ${SEED}: round(${x}) = ${r}`);
+    assert.ok(distance <= 0.5, `VF_TEST_SEED=${SEED}: round(${x}) = ${r}`);
     if (distance === 0.5) {
       ties++;
-      assert.equal(r % 2n, 0n, `seed ${SEED}: tie ${x} goes to even, got ${r}`);
+      assert.equal(r % 2n, 0n, `VF_TEST_SEED=${SEED}: tie ${x} goes to even, got ${r}`);
     }
   }
-  assert.ok(ties > 1000, `seed ${SEED}: only ${ties} ties were exercised`);
+  assert.ok(ties > 1000, `VF_TEST_SEED=${SEED}: only ${ties} ties were exercised`);
 });
 
 Deno.test("a time window's seq is Python's round(ts * 1e6)", () => {
@@ -211,19 +205,23 @@ Deno.test("group identity matches the reference digest for trace, time and windo
 });
 
 Deno.test("group identity ignores member order and tells distinct members apart", () => {
-  const next = prng(SEED ^ 0xabcdef);
+  const random = new SeededRandom(SEED ^ 0xabcdef);
   const seen = new Map<string, string>();
   for (let round = 0; round < 300; round++) {
-    const parents = Array.from({ length: 1 + Math.floor(next() * 5) }, (_, i) => `p${i}`);
+    const parents = Array.from({ length: random.int(1, 5) }, (_, i) => `p${i}`);
     const members: Array<[string, MemberId & { seq: number }]> = parents.map((p) => {
-      const seq = Math.floor(next() * 50);
-      return [p, { producer: `src${Math.floor(next() * 3)}`, traceId: `t:${seq}`, seq }];
+      const seq = random.int(0, 49);
+      return [p, { producer: `src${random.int(0, 2)}`, traceId: `t:${seq}`, seq }];
     });
     const id = groupIdentity(new Map(members), null);
-    assert.equal(groupIdentity(new Map(shuffled(members, next)), null), id, `seed ${SEED}`);
-    assert.equal(groupIdentity(Object.fromEntries(shuffled(members, next)), null), id, `seed ${SEED}`);
+    assert.equal(groupIdentity(new Map(random.shuffle(members)), null), id, `VF_TEST_SEED=${SEED}`);
+    assert.equal(
+      groupIdentity(Object.fromEntries(random.shuffle(members)), null),
+      id,
+      `VF_TEST_SEED=${SEED}`,
+    );
     const canonical = JSON.stringify(members);
-    assert.equal(seen.get(id) ?? canonical, canonical, `seed ${SEED}: ${id} named two member sets`);
+    assert.equal(seen.get(id) ?? canonical, canonical, `VF_TEST_SEED=${SEED}: ${id} named two member sets`);
     seen.set(id, canonical);
     const [parent, member] = members[0];
     for (
@@ -233,9 +231,17 @@ Deno.test("group identity ignores member order and tells distinct members apart"
         { ...member, producer: `${member.producer}x` },
       ]
     ) {
-      assert.notEqual(groupIdentity(new Map([...members, [parent, changed]]), null), id, `seed ${SEED}`);
+      assert.notEqual(
+        groupIdentity(new Map([...members, [parent, changed]]), null),
+        id,
+        `VF_TEST_SEED=${SEED}`,
+      );
     }
-    assert.notEqual(groupIdentity(new Map(members), "w"), id, `seed ${SEED}: the window is part of the id`);
+    assert.notEqual(
+      groupIdentity(new Map(members), "w"),
+      id,
+      `VF_TEST_SEED=${SEED}: the window is part of the id`,
+    );
   }
 });
 
@@ -323,14 +329,14 @@ Deno.test("partition owners match the reference: first 8 hex of SHA-256, mod nb_
 });
 
 Deno.test("partition owners agree with an independent SHA-256 and stay in range", async () => {
-  const next = prng(SEED ^ 0x7777);
+  const random = new SeededRandom(SEED ^ 0x7777);
   for (let i = 0; i < 300; i++) {
-    const key = `k${Math.floor(next() * 1e9)}`;
-    const nbTasks = 1 + Math.floor(next() * 16);
+    const key = `k${random.int(0, 1e9 - 1)}`;
+    const nbTasks = random.int(1, 16);
     const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(key)));
     const word = new DataView(digest.buffer).getUint32(0, false);
     const owner = partitionOwner(key, nbTasks);
-    assert.equal(owner, word % nbTasks, `seed ${SEED}: ${key} over ${nbTasks}`);
+    assert.equal(owner, word % nbTasks, `VF_TEST_SEED=${SEED}: ${key} over ${nbTasks}`);
     assert.ok(owner >= 0 && owner < nbTasks);
   }
 });
