@@ -20,28 +20,17 @@ import {
   FileRuntimeStore,
   MAX_READABLE_NAME_LENGTH,
 } from "../../../src/runtime/file_store.ts";
+import { SeededRandom } from "../../support/random.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 const bytes = (text: string) => encoder.encode(text);
 const text = (value: Uint8Array) => decoder.decode(value);
 
-/** splitmix32: a small seeded PRNG so randomized cases reproduce from their seed. */
-function prng(seed: number): () => number {
-  let state = seed | 0;
-  return () => {
-    state = (state + 0x9e3779b9) | 0;
-    let z = state;
-    z = Math.imul(z ^ (z >>> 16), 0x85ebca6b);
-    z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
-    return ((z ^ (z >>> 16)) >>> 0) / 4294967296;
-  };
-}
-
 /** Runs `body` for `seed`, naming the seed when it fails. */
-async function withSeed(seed: number, body: (random: () => number) => Promise<void> | void): Promise<void> {
+async function withSeed(seed: number, body: (random: SeededRandom) => Promise<void> | void): Promise<void> {
   try {
-    await body(prng(seed));
+    await body(new SeededRandom(seed));
   } catch (error) {
     console.error(`failed with seed ${seed}`);
     throw error;
@@ -64,11 +53,9 @@ const ALPHABET = [
 ];
 
 /** A random well-formed key: mostly short, sometimes far past the readable limit. */
-function randomKey(random: () => number): string {
-  const length = random() < 0.15 ? 100 + Math.floor(random() * 400) : 1 + Math.floor(random() * 24);
-  let key = "";
-  for (let i = 0; i < length; i++) key += ALPHABET[Math.floor(random() * ALPHABET.length)];
-  return key;
+function randomKey(random: SeededRandom): string {
+  const length = random.chance(0.15) ? random.int(100, 499) : random.int(1, 24);
+  return Array.from({ length }, () => random.pick(ALPHABET)).join("");
 }
 
 async function withStore(body: (store: FileRuntimeStore, root: string) => Promise<void>): Promise<void> {
@@ -159,7 +146,7 @@ Deno.test("scan finds every one of many random keys, and exactly those under eac
       const sample = [...keys].slice(0, 25);
       for (const key of sample) {
         const chars = Array.from(key);
-        const prefix = chars.slice(0, Math.max(1, Math.floor(chars.length * random()))).join("");
+        const prefix = chars.slice(0, Math.max(1, random.int(0, chars.length - 1))).join("");
         const expected = [...keys].filter((k) => k.startsWith(prefix)).sort();
         assert.deepEqual(
           (await store.scan(prefix)).map((r) => r.key),

@@ -14,6 +14,7 @@ import {
   openRuntimeStore,
   registerRuntimeStore,
 } from "../../../src/runtime/runtime_stores.ts";
+import { SeededRandom } from "../../support/random.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -54,18 +55,6 @@ async function present(store: RuntimeStore, key: string): Promise<{ value: strin
   assert.equal(entry.kind, "present", `expected ${key} to be present`);
   if (entry.kind !== "present") throw new Error("unreachable");
   return { value: text(entry.value), version: entry.version };
-}
-
-/** mulberry32: a small seeded PRNG so randomized scenarios reproduce from their seed. */
-function seeded(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 type Scenario = readonly [name: string, run: (store: RuntimeStore, provider: Provider) => Promise<void>];
@@ -278,19 +267,18 @@ const SCENARIOS: readonly Scenario[] = [
   }],
   ["random operation sequences agree with a model of the contract", async (store) => {
     const seed = 0x5eed_0001;
-    const random = seeded(seed);
-    const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)];
+    const random = new SeededRandom(seed);
     const keys = ["a", "a/b", "a/c", "b", "ü/1", "ü/2"];
     const model = new Map<string, { value: string; version: string }>();
     const logs = new Map<string, string[]>();
     const seenVersions: string[] = [];
     try {
       for (let step = 0; step < 300; step++) {
-        const key = pick(keys);
+        const key = random.pick(keys);
         const current = model.get(key);
-        const op = pick(["cas", "cas", "delete", "get", "scan", "append"] as const);
+        const op = random.pick(["cas", "cas", "delete", "get", "scan", "append"] as const);
         if (op === "cas") {
-          const expected = pick([current?.version ?? null, null, ...seenVersions.slice(-3)]);
+          const expected = random.pick([current?.version ?? null, null, ...seenVersions.slice(-3)]);
           const won = await store.cas(key, expected, bytes(`s${step}`));
           assert.equal(won, expected === (current?.version ?? null), `cas ${key} at step ${step}`);
           if (won) {
@@ -299,7 +287,7 @@ const SCENARIOS: readonly Scenario[] = [
             seenVersions.push(version);
           }
         } else if (op === "delete") {
-          const expected = pick([current?.version ?? null, null, ...seenVersions.slice(-2)]);
+          const expected = random.pick([current?.version ?? null, null, ...seenVersions.slice(-2)]);
           const removed = await store.delete(key, expected);
           assert.equal(removed, current !== undefined && (expected === null || expected === current.version));
           if (removed) model.delete(key);
@@ -308,7 +296,7 @@ const SCENARIOS: readonly Scenario[] = [
           if (current === undefined) assert.equal(entry.kind, "absent");
           else assert.deepEqual(await present(store, key), current);
         } else if (op === "scan") {
-          const prefix = pick(["", "a", "a/", "ü", "x"]);
+          const prefix = random.pick(["", "a", "a/", "ü", "x"]);
           const scanned = (await store.scan(prefix)).map((r) => [r.key, text(r.value), r.version]);
           const expected = [...model].filter(([k]) => k.startsWith(prefix)).sort((
             [x],
@@ -317,7 +305,7 @@ const SCENARIOS: readonly Scenario[] = [
             .map(([k, v]) => [k, v.value, v.version]);
           assert.deepEqual(scanned, expected);
         } else {
-          const log = pick(["l1", "l2"]);
+          const log = random.pick(["l1", "l2"]);
           const records = logs.get(log) ?? [];
           records.push(`s${step}`);
           logs.set(log, records);
