@@ -9,6 +9,7 @@ import { parseArgs } from "node:util";
 import { ConfigError, exitCodeOf, VideoflowError } from "../core/errors.ts";
 import { compileCommand } from "./compile.ts";
 import { decodeCommand } from "./decode.ts";
+import { explainCommand } from "./explain.ts";
 import { validateCommand } from "./validate.ts";
 
 /** Where a command writes what it reports: stdout for results, stderr for diagnostics. */
@@ -22,15 +23,35 @@ const USAGE = `usage: vf <command> [arguments]
 commands:
   validate FLOW.ts   check a flow: one line per diagnostic; exit 2 when any is an error
   compile FLOW.ts    print the compiled document as JSON
+  explain FLOW.ts    what the flow will do: graph, replicas, joins, delivery, permissions
+                     (--dot: the graph for Graphviz)
   decode FILE        print an envelope's bytes as JSON with the wire's field names
 
 exit codes: 0 ok, 2 the flow or its configuration is wrong, 3 the environment is not as required,
 4 the flow ran and failed, 5 the flow stalled`;
 
-const COMMANDS: Record<string, (path: string, io: CommandOutput) => Promise<number>> = {
-  validate: validateCommand,
-  compile: compileCommand,
-  decode: decodeCommand,
+/** Every option any command takes; each command names the ones it accepts. */
+const OPTIONS = {
+  help: { type: "boolean", short: "h" },
+  dot: { type: "boolean" },
+} as const;
+
+/** The parsed options. */
+export type CliOptions = { readonly [K in keyof typeof OPTIONS]?: boolean };
+
+interface Command {
+  readonly accepts: readonly (keyof typeof OPTIONS)[];
+  run(path: string, options: CliOptions, io: CommandOutput): Promise<number>;
+}
+
+const COMMANDS: Record<string, Command> = {
+  validate: { accepts: [], run: (path, _options, io) => validateCommand(path, io) },
+  compile: { accepts: [], run: (path, _options, io) => compileCommand(path, io) },
+  explain: {
+    accepts: ["dot"],
+    run: (path, options, io) => explainCommand(path, { dot: options.dot ?? false }, io),
+  },
+  decode: { accepts: [], run: (path, _options, io) => decodeCommand(path, io) },
 };
 
 function usageError(message: string): ConfigError {
@@ -43,7 +64,7 @@ function parse(args: readonly string[]) {
       args: [...args],
       allowPositionals: true,
       strict: true,
-      options: { help: { type: "boolean", short: "h" } },
+      options: OPTIONS,
     });
   } catch (error) {
     throw usageError(error instanceof Error ? error.message : String(error));
@@ -62,7 +83,11 @@ export async function runCli(args: readonly string[], io: CommandOutput): Promis
     const command = COMMANDS[name];
     if (command === undefined) throw usageError(`unknown command ${JSON.stringify(name)}`);
     if (rest.length !== 1) throw usageError(`${name} takes exactly one path, got ${rest.length}`);
-    return await command(rest[0], io);
+    const refused = Object.keys(values).filter((key) =>
+      !(command.accepts as readonly string[]).includes(key)
+    );
+    if (refused.length > 0) throw usageError(`${name} does not take --${refused.join(", --")}`);
+    return await command.run(rest[0], values, io);
   } catch (error) {
     io.err(render(error));
     return exitCodeOf(error);

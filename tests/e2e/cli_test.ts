@@ -58,6 +58,40 @@ Deno.test("vf compile prints the specs document in topological order", async () 
   assert.equal(doc.specs[3].kind, "consumer");
 });
 
+Deno.test("vf explain shows the graph, replicas, join, delivery and permissions of each node", async () => {
+  const run = await vf("explain", "examples/hello.ts");
+  assert.equal(run.code, 0, run.stderr);
+  const lines = run.stdout.split("\n");
+  assert.equal(lines[0], "flow squares (batch), 4 nodes");
+  assert.ok(lines[1].startsWith("  batch: nothing is lost"), lines[1]);
+  for (
+    const line of [
+      "  count  ──▶ square, sum",
+      "  print  (sink)",
+      "  square (processor, 2 replicas competing for each item)",
+      "    delivery at-least-once, 3 retries then dead-letter (full DLQ), at most 4 deliveries (the batch default)",
+    ]
+  ) {
+    assert.ok(lines.includes(line), `${JSON.stringify(line)} in\n${run.stdout}`);
+  }
+  const join = lines.find((line) => line.startsWith("    join of count, square by trace id"));
+  assert.ok(join?.includes("waits for every member") && join.endsWith("(the batch default)"), join);
+  assert.equal(lines.filter((line) => line === "    permissions: none").length, 4);
+});
+
+Deno.test("vf explain --dot prints a Graphviz digraph with every edge", async () => {
+  const run = await vf("explain", "examples/hello.ts", "--dot");
+  assert.equal(run.code, 0, run.stderr);
+  assert.match(run.stdout, /^digraph "squares" \{/);
+  for (const edge of ['"count" -> "square"', '"count" -> "sum"', '"square" -> "sum"', '"sum" -> "print"']) {
+    assert.ok(run.stdout.includes(edge), edge);
+  }
+  assert.match(run.stdout, /"square" \[shape=box, label="square\\nprocessor ×2"\]/);
+  const refused = await vf("validate", "examples/hello.ts", "--dot");
+  assert.equal(refused.code, 2);
+  assert.match(refused.stderr, /validate does not take --dot/);
+});
+
 Deno.test("vf compile refuses an invalid flow with one rendered GraphError and exit 2", async () => {
   const run = await vf("compile", fixture("cli/invalid_flow.ts"));
   assert.equal(run.code, 2);

@@ -1,0 +1,151 @@
+/**
+ * `vf explain FLOW.ts [--dot]`: what a flow will do when it runs, read off its compiled specs: the graph,
+ * each node's replicas and partitioning, its join and delivery policies as resolved for the flow type,
+ * the Deno permissions its workers get, and what the flow type implies for every edge. `--dot` prints the
+ * graph for Graphviz instead.
+ *
+ * @module
+ */
+
+import { compileFlow, nodePermissions, type NodeSpec } from "../core/compiler.ts";
+import { DeliveryPolicy } from "../core/delivery_policy.ts";
+import type { FlowType } from "../core/flow.ts";
+import { JoinPolicy } from "../core/join_policy.ts";
+import type { PermissionKind } from "../core/node.ts";
+import { loadFlow } from "./load_flow.ts";
+import type { CommandOutput } from "./main.ts";
+
+type Permissions = Record<string, Partial<Record<PermissionKind, string[]>>>;
+
+/** What each flow type implies for every edge (WIRE.md "Streams and consumers"). */
+const FLOW_TYPE_MEANING: Record<FlowType, string> = {
+  realtime: "realtime: the freshest item wins. Each node's stream keeps its newest item (limits retention, " +
+    "buffer 1, discard old), an item is delivered at most once (best effort), and a join gives up on a " +
+    "missing member after 10 s.",
+  batch: "batch: nothing is lost. Each stream keeps an item until every consuming node acked it (interest " +
+    "retention, at most 10000 per stream; a full stream refuses and the publisher backs off), a failed item " +
+    "is retried and then dead-lettered, and a join waits for every member.",
+};
+
+function plural(n: number, one: string, many = `${one}s`): string {
+  return `${n} ${n === 1 ? one : many}`;
+}
+
+function replicasLine(spec: NodeSpec): string {
+  const replicas = plural(spec.nbTasks, "replica");
+  if (spec.nbTasks === 1) return replicas;
+  return spec.partitionBy === null
+    ? `${replicas} competing for each item`
+    : `${replicas} partitioned by ${spec.partitionBy}`;
+}
+
+function joinLine(spec: NodeSpec, flowType: FlowType): string | null {
+  if (spec.parents.length < 2) return null;
+  const declared = spec.joinPolicy !== null;
+  const policy = declared ? JoinPolicy.fromDict(spec.joinPolicy) : JoinPolicy.defaultFor(flowType);
+  const how = policy.mode === "time"
+    ? `by event time within ${policy.toleranceMs} ms`
+    : "by trace id (one item from each parent per source event)";
+  const wait = policy.timeoutSeconds === null
+    ? "waits for every member"
+    : `gives up after ${policy.timeoutSeconds} s and ${
+      policy.missing === "drop" ? "drops" : policy.missing
+    }s`;
+  const quorum = policy.quorum === null ? "" : `, emits with a quorum of ${policy.quorum}`;
+  const source = declared ? "" : ` (the ${flowType} default)`;
+  return `join of ${spec.parents.join(", ")} ${how}; ${wait}${quorum}; at most ${policy.maxPending} ` +
+    `incomplete groups${source}`;
+}
+
+function deliveryLine(spec: NodeSpec, flowType: FlowType): string {
+  const policy = DeliveryPolicy.resolve(flowType, spec.delivery);
+  const source = spec.delivery === null ? ` (the ${flowType} default)` : "";
+  const retries = policy.delivery === "at-least-once"
+    ? `, ${plural(policy.maxRetries, "retry", "retries")} then dead-letter (${policy.dlq} DLQ)`
+    : `, a failed item is not retried (${policy.dlq} DLQ)`;
+  return `delivery ${policy.delivery}${retries}, at most ${
+    plural(policy.maxDeliver, "delivery", "deliveries")
+  }${source}`;
+}
+
+function permissionsLine(name: string, permissions: Permissions): string {
+  const granted = permissions[name];
+  if (granted === undefined) return "permissions: none";
+  const parts = Object.entries(granted).map(([kind, list]) =>
+    list.length === 0 ? `${kind} (all)` : `${kind} ${list.join(", ")}`
+  );
+  return `permissions: ${parts.join("; ")}`;
+}
+
+/** The text view: the flow type, the edges, then one block per node. */
+export function explainText(
+  flowId: string,
+  flowType: FlowType,
+  specs: readonly NodeSpec[],
+  permissions: Permissions,
+): string {
+  const width = Math.max(...specs.map((s) => s.name.length));
+  const lines = [
+    `flow ${flowId} (${flowType}), ${plural(specs.length, "node")}`,
+    `  ${FLOW_TYPE_MEANING[flowType]}`,
+    "",
+    "graph",
+  ];
+  for (const spec of specs) {
+    const children = specs.filter((child) => child.parents.includes(spec.name)).map((child) => child.name);
+    lines.push(
+      `  ${spec.name.padEnd(width)} ${children.length === 0 ? "(sink)" : `──▶ ${children.join(", ")}`}`,
+    );
+  }
+  lines.push("", "nodes");
+  for (const spec of specs) {
+    lines.push(
+      `  ${spec.name} (${spec.kind}, ${replicasLine(spec)}${spec.deviceType === "gpu" ? ", gpu" : ""})`,
+    );
+    const details = [
+      spec.parents.length === 1 ? `input from ${spec.parents[0]}` : null,
+      joinLine(spec, flowType),
+      spec.kind === "producer" ? null : deliveryLine(spec, flowType),
+      permissionsLine(spec.name, permissions),
+    ];
+    for (const detail of details) if (detail !== null) lines.push(`    ${detail}`);
+  }
+  return lines.join("\n");
+}
+
+function dotLabel(spec: NodeSpec): string {
+  return spec.nbTasks === 1 ? `${spec.name}\\n${spec.kind}` : `${spec.name}\\n${spec.kind} ×${spec.nbTasks}`;
+}
+
+const DOT_SHAPES: Record<string, string> = { producer: "invhouse", processor: "box", consumer: "house" };
+
+/** The Graphviz view: one node per spec, one edge per parent link. */
+export function explainDot(flowId: string, specs: readonly NodeSpec[]): string {
+  const lines = [`digraph ${JSON.stringify(flowId)} {`, "  rankdir=LR;"];
+  for (const spec of specs) {
+    lines.push(`  ${JSON.stringify(spec.name)} [shape=${DOT_SHAPES[spec.kind]}, label="${dotLabel(spec)}"];`);
+  }
+  for (const spec of specs) {
+    for (const parent of spec.parents) {
+      lines.push(`  ${JSON.stringify(parent)} -> ${JSON.stringify(spec.name)};`);
+    }
+  }
+  lines.push("}");
+  return lines.join("\n");
+}
+
+/** Explains the flow file at `path` (text, or Graphviz with `dot`); resolves with the exit code. */
+export async function explainCommand(
+  path: string,
+  options: { dot: boolean },
+  io: CommandOutput,
+): Promise<number> {
+  const { flow, modules } = await loadFlow(path);
+  const specs = compileFlow(flow, { modules });
+  io.out(
+    options.dot
+      ? explainDot(flow.flowId, specs)
+      : explainText(flow.flowId, flow.flowType, specs, nodePermissions(flow)),
+  );
+  return 0;
+}
