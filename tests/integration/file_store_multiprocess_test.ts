@@ -7,7 +7,8 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { Barrier, crash, FaultSchedule, nth } from "../../src/backends/faults.ts";
 import { FileRuntimeStore } from "../../src/runtime/file_store.ts";
-import { verifyValue, xorshift } from "../support/file_store_hammer.ts";
+import { verifyValue } from "../support/file_store_hammer.ts";
+import { SeededRandom } from "../support/random.ts";
 
 const HAMMER = new URL("../support/file_store_hammer.ts", import.meta.url).pathname;
 const REPO = new URL("../../", import.meta.url).pathname;
@@ -143,7 +144,7 @@ Deno.test("processes racing CAS increments on one key never win one version twic
 
 Deno.test("writers killed with SIGKILL at random instants leave every key whole, old or new", async () => {
   const seed = 0xc0ffee;
-  const random = xorshift(seed);
+  const random = new SeededRandom(seed);
   const kills = 36;
   const lastSeq = new Map<string, number>();
   const logLength = { value: 0 };
@@ -160,7 +161,7 @@ Deno.test("writers killed with SIGKILL at random instants leave every key whole,
           await child.status;
           throw new Error(`round ${round}: ${(error as Error).message}\n${await stderrText(child)}`);
         }
-        await new Promise((resolve) => setTimeout(resolve, random() * 40));
+        await new Promise((resolve) => setTimeout(resolve, random.next() * 40));
         child.kill("SIGKILL");
         const status = await child.status;
         await stdout.cancel();

@@ -7,7 +7,9 @@
  *
  * `deno run -A file_store_hammer.ts write <root> <keys> <seed> <appendShare>`: writes forever (until
  * killed) to keys `k0..k<keys-1>`, and after that share (0..1) of its writes appends to the log `log`,
- * values that carry their own SHA-256 and a per-key sequence; prints `ready` once its first write landed. Every value it reads must verify, or it exits 3 saying why.
+ * values that carry their own SHA-256 and a per-key sequence (drawn from SeededRandom(seed), so a failing
+ * writer reruns from its seed); prints `ready` once its first write landed. Every value it reads must
+ * verify, or it exits 3 saying why.
  *
  * A fault schedule in the environment (VF_FAULT_SCHEDULE_JSON) is installed first, so a test can crash
  * it at a named barrier.
@@ -15,6 +17,7 @@
 import { createHash } from "node:crypto";
 import { installFromEnv } from "../../src/backends/faults.ts";
 import { FileRuntimeStore } from "../../src/runtime/file_store.ts";
+import { SeededRandom } from "./random.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -59,33 +62,22 @@ async function increment(store: FileRuntimeStore, key: string, attempts: number)
   return won;
 }
 
-/** xorshift32: a seeded PRNG, so a failing writer or kill schedule can be rerun from its seed. */
-export function xorshift(seed: number): () => number {
-  let state = seed >>> 0 || 1;
-  return () => {
-    state ^= state << 13;
-    state ^= state >>> 17;
-    state ^= state << 5;
-    return (state >>> 0) / 4294967296;
-  };
-}
-
 async function writeForever(
   store: FileRuntimeStore,
   keys: number,
   seed: number,
   appendShare: number,
 ): Promise<never> {
-  const random = xorshift(seed);
+  const random = new SeededRandom(seed);
   let announced = false;
   for (;;) {
-    const key = `k${Math.floor(random() * keys)}`;
+    const key = `k${random.int(0, keys - 1)}`;
     const entry = await store.get(key);
     const seq = entry.kind === "present" ? verifyValue(entry.value, key).seq + 1 : 1;
-    const payload = String.fromCharCode(97 + Math.floor(random() * 26)).repeat(Math.floor(random() * 48_000));
+    const payload = String.fromCharCode(random.int(97, 122)).repeat(random.int(0, 47_999));
     const expected = entry.kind === "present" ? entry.version : null;
     if (!await store.cas(key, expected, checkedValue(seq, payload))) continue;
-    if (random() < appendShare) await store.append("log", checkedValue(seq, payload.slice(0, 2000)));
+    if (random.chance(appendShare)) await store.append("log", checkedValue(seq, payload.slice(0, 2000)));
     if (!announced) {
       announced = true;
       console.log("ready");
