@@ -76,15 +76,8 @@ export interface JoinPolicyDict {
 
 type JoinRaw = { readonly [K in keyof JoinPolicyInit]?: unknown };
 
-interface JoinFields {
-  readonly timeoutSeconds: number | null;
-  readonly missing: MissingPolicy;
-  readonly maxPending: number;
-  readonly mode: JoinMode;
-  readonly toleranceMs: number | null;
-  readonly quorum: number | null;
-  readonly collect: Readonly<Record<string, number>>;
-}
+/** The checked, normalized fields: exactly what a {@link JoinPolicy} holds. */
+type JoinFields = Pick<JoinPolicy, keyof JoinPolicyInit>;
 
 function checkCollect(raw: unknown, check: PolicyCheck): Record<string, number> {
   const collect: Record<string, number> = {};
