@@ -233,23 +233,11 @@ Deno.test("an invalid delivery mode or disposition is a configuration error", ()
 Deno.test("an invalid join policy, a collect of a non-parent and an unreachable quorum are errors", () => {
   const bad = new Proc({ name: "bad", joinPolicy: { mode: "sideways" as "time" } }).from(...pair());
   assertOnly(check(new Sink({ name: "s1" }).from(bad)), "error VF_CONFIG bad", /mode/);
-  const policy = new JoinPolicy({
-    mode: "time",
-    toleranceMs: 10,
-    timeoutSeconds: 1,
-    quorum: 2,
-    collect: { c: 5 },
-  });
-  const stranger = new Proc({ name: "stranger", joinPolicy: policy }).from(...pair());
+  const quorumOfTwo = (collect: Record<string, number>) =>
+    new JoinPolicy({ mode: "time", toleranceMs: 10, timeoutSeconds: 1, quorum: 2, collect });
+  const stranger = new Proc({ name: "stranger", joinPolicy: quorumOfTwo({ c: 5 }) }).from(...pair());
   assertOnly(check(new Sink({ name: "s2" }).from(stranger)), "error VF_CONFIG stranger", /collect names c/);
-  const quorum = new JoinPolicy({
-    mode: "time",
-    toleranceMs: 10,
-    timeoutSeconds: 1,
-    quorum: 2,
-    collect: { b: 5 },
-  });
-  const short = new Proc({ name: "short", joinPolicy: quorum }).from(...pair());
+  const short = new Proc({ name: "short", joinPolicy: quorumOfTwo({ b: 5 }) }).from(...pair());
   assertOnly(check(new Sink({ name: "s3" }).from(short)), "error VF_CONFIG short", /quorum 2 exceeds its 1/);
 });
 
