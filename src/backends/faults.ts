@@ -284,14 +284,22 @@ export function throwSimulatedCrash(exitCode: number, barrier: Barrier): never {
 
 function requireInteger(value: number, min: number, what: string): number {
   if (!Number.isInteger(value) || value < min) {
-    throw new ConfigError(`${what} must be an integer of at least ${min}, got ${value}`);
+    throw new ConfigError(
+      `${what} must be an integer of at least ${min}, got ${value}`,
+      `pass a whole number >= ${min} as the ${what}`,
+      { value },
+    );
   }
   return value;
 }
 
 function requireSeconds(value: number, what: string): number {
   if (!Number.isFinite(value) || value < 0) {
-    throw new ConfigError(`${what} must be a finite, non-negative number of seconds, got ${value}`);
+    throw new ConfigError(
+      `${what} must be a finite, non-negative number of seconds, got ${value}`,
+      `pass the ${what} in seconds, 0 or more`,
+      { value },
+    );
   }
   return value;
 }

@@ -135,7 +135,11 @@ export type StoreNameRole = "key" | "log" | "prefix";
  */
 export function checkStoreName(role: StoreNameRole, name: string): void {
   if (typeof name !== "string") {
-    throw new ConfigError(`a runtime store ${role} must be a string, got ${typeof name}`, null, { role });
+    throw new ConfigError(
+      `a runtime store ${role} must be a string, got ${typeof name}`,
+      `pass the ${role} as a string`,
+      { role },
+    );
   }
   if (role !== "prefix" && name.length === 0) {
     throw new ConfigError(`a runtime store ${role} must not be empty`, `give the ${role} a name`, { role });
