@@ -1,0 +1,695 @@
+/**
+ * The MessagingBackend contract (spec backends.messaging): how an envelope reaches its required consumers.
+ *
+ * A messaging backend owns channels, publication outcomes, logical subscriptions, delivery leases,
+ * settlement semantics, transport retention and replay capabilities. It does not own joining inputs, GPU
+ * reservations, application effects or whole-run completion: those belong to the runtime, which composes a
+ * backend with a payload store and a durable ledger.
+ *
+ * The vocabulary that matters:
+ * - A subscription is a logical consumer. Ten replicas serving one consumer compete for its work (one
+ *   {@link SubscriptionId} with `partition: null`); two distinct downstream consumers each have their own
+ *   obligations. Fan-out and competing delivery are never interchangeable defaults.
+ * - A {@link DeliveryToken} names the subscription, the message, the attempt and the ownership generation.
+ *   A stale attempt cannot decide a newer attempt's outcome: `settle` on a superseded token returns
+ *   SettleStale without reaching the broker (MSG-011).
+ * - Terminal settlement requires a reference to a durable record (a dead-letter acceptance, a ledger
+ *   entry): {@link terminal} refuses an empty one (DELIV-15), and so must every adapter.
+ * - Observations distinguish zero from unknown: a subscription observation that could not be made is
+ *   Unknown; work the broker retains but will never deliver again is `unresolved`, never "0 pending"
+ *   (MSG-012).
+ *
+ * Times are seconds on the backend's clock (`Clock`, injected): deadlines are monotonic readings, never
+ * durations.
+ *
+ * @example
+ * ```ts
+ * import { channelId, completed, subscriptionId } from "./messaging.ts";
+ * const cam = channelId("flow-A", "run-1", "cam");
+ * const work = subscriptionId(cam, "detect");
+ * console.log(work.kind, work.partition, completed().kind); // "data" null "completed"
+ * ```
+ *
+ * @module
+ */
+
+import { ConfigError } from "../core/errors.ts";
+import type { OwnerMetadata } from "./identity.ts";
+import type { CleanupObservation, Observation, PublicationOutcome, SettleOutcome } from "./outcomes.ts";
+
+/** What an envelope's bytes are, which decides the subject they ride and what a receiver does with them. */
+export const MessageKind = {
+  /** A node's output. */
+  data: "data",
+  /** An end-of-stream (or ABORT) terminator on the node's `_eos` subject. */
+  eos: "eos",
+  /** A dead letter: raw wire bytes addressed by the origin node's channel, kept by the flow's DLQ (DELIV-8). */
+  dlq: "dlq",
+} as const;
+/** One of {@link MessageKind}. */
+export type MessageKind = typeof MessageKind[keyof typeof MessageKind];
+
+/** The kinds a subscription can filter to: data or end-of-stream markers, never dead letters. */
+export type SubscriptionKind = typeof MessageKind.data | typeof MessageKind.eos;
+
+/** Retention classes a channel can be compiled to; a channel has exactly one. */
+export const Retention = {
+  /** Keep at most the configured number of messages (and bytes, and age), whoever has read them. */
+  limits: "limits",
+  /** Keep a message until every required subscription has settled it. */
+  interest: "interest",
+} as const;
+/** One of {@link Retention}. */
+export type Retention = typeof Retention[keyof typeof Retention];
+
+/** What a full channel does with one more publication. */
+export const Overflow = {
+  /** Evict the oldest message, recording a drop for every subscription that had not settled it. */
+  evictOldest: "evict_oldest",
+  /** Refuse the publication (Rejected, retryable: waiting for consumers can make room). */
+  reject: "reject",
+} as const;
+/** One of {@link Overflow}. */
+export type Overflow = typeof Overflow[keyof typeof Overflow];
+
+/** What a backend knows about the fate of a publication after the fact (`observePublication`). */
+export const PublicationLedger = {
+  /** Nothing: every earlier unknown publication is Unresolvable. */
+  none: "none",
+  /** Publications within the channel's duplicate window can be resolved; older ones are Unresolvable. */
+  dedupWindow: "dedup_window",
+} as const;
+/** One of {@link PublicationLedger}. */
+export type PublicationLedger = typeof PublicationLedger[keyof typeof PublicationLedger];
+
+function requireText(value: string, what: string): string {
+  if (typeof value !== "string" || value === "") {
+    throw new ConfigError(`${what} must be a non-empty string, got ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
+function requireInteger(value: number, min: number, what: string, remedy?: string): number {
+  if (!Number.isSafeInteger(value) || value < min) {
+    throw new ConfigError(`${what} must be an integer of at least ${min}, got ${value}`, remedy);
+  }
+  return value;
+}
+
+function requirePositiveSeconds(value: number, what: string): number {
+  if (!Number.isFinite(value) || value <= 0) {
+    throw new ConfigError(`${what} must be a positive, finite number of seconds, got ${value}`);
+  }
+  return value;
+}
+
+function oneOf<T extends string>(value: string, allowed: Readonly<Record<string, T>>, what: string): T {
+  const values = Object.values(allowed);
+  if (!values.includes(value as T)) {
+    throw new ConfigError(
+      `${what} must be one of ${values.join(", ")}, got ${JSON.stringify(value)}`,
+    );
+  }
+  return value as T;
+}
+
+/** The output channel of one node of one run: what a JetStream stream serves. */
+export interface ChannelId {
+  readonly flowId: string;
+  readonly runId: string;
+  readonly node: string;
+}
+
+/** Constructs a {@link ChannelId}; every part must be non-empty. */
+export function channelId(flowId: string, runId: string, node: string): ChannelId {
+  return Object.freeze({
+    flowId: requireText(flowId, "a channel's flow id"),
+    runId: requireText(runId, "a channel's run id"),
+    node: requireText(node, "a channel's node"),
+  });
+}
+
+/** A string equal for two channel ids exactly when their parts are equal (for maps and sets). */
+export function channelKey(id: ChannelId): string {
+  return JSON.stringify([id.flowId, id.runId, id.node]);
+}
+
+/** Whether two channel ids name the same channel. */
+export function sameChannel(a: ChannelId, b: ChannelId): boolean {
+  return a.flowId === b.flowId && a.runId === b.runId && a.node === b.node;
+}
+
+/**
+ * One logical consumer of a channel. `partition` is the replica index of a partitioned consumer (every
+ * replica has its own logical subscription), `null` for a competing subscription shared by all replicas.
+ * `instance` names a per-process observer (an EOS subscription every replica holds for itself), `null` for
+ * the logical work subscription.
+ */
+export interface SubscriptionId {
+  readonly channel: ChannelId;
+  readonly consumerNode: string;
+  readonly partition: number | null;
+  readonly kind: SubscriptionKind;
+  readonly instance: string | null;
+}
+
+/** Constructs a {@link SubscriptionId}: a competing data subscription unless told otherwise. */
+export function subscriptionId(
+  channel: ChannelId,
+  consumerNode: string,
+  options: {
+    readonly partition?: number | null;
+    readonly kind?: SubscriptionKind;
+    readonly instance?: string | null;
+  } = {},
+): SubscriptionId {
+  const partition = options.partition ?? null;
+  if (partition !== null) requireInteger(partition, 0, "a subscription's partition");
+  const instance = options.instance ?? null;
+  if (instance !== null) requireText(instance, "a subscription's instance");
+  const kind = options.kind ?? MessageKind.data;
+  if (kind !== MessageKind.data && kind !== MessageKind.eos) {
+    throw new ConfigError(
+      `a subscription filters to data or eos, got ${JSON.stringify(kind)}`,
+      "dead letters are read through the DLQ tools, never through a run subscription",
+    );
+  }
+  return Object.freeze({
+    channel,
+    consumerNode: requireText(consumerNode, "a subscription's consumer node"),
+    partition,
+    kind,
+    instance,
+  });
+}
+
+/** A string equal for two subscription ids exactly when their parts are equal (for maps and sets). */
+export function subscriptionKey(id: SubscriptionId): string {
+  const c = id.channel;
+  return JSON.stringify([c.flowId, c.runId, c.node, id.consumerNode, id.partition, id.kind, id.instance]);
+}
+
+/**
+ * What a channel must provide, verified against the broker before production starts. `maxMsgs` and
+ * `maxBytes` bound the run's slot (data and EOS share it unless `perSubjectLimits`); `ownerLabels` is the
+ * exact-ownership metadata teardown matches on. `profile` names the messaging profile the planner assigned.
+ */
+export interface ChannelSpec {
+  readonly id: ChannelId;
+  readonly profile: string;
+  readonly retention: Retention;
+  readonly maxMsgs: number;
+  readonly maxBytes: number | null;
+  readonly maxAgeSeconds: number | null;
+  readonly overflow: Overflow;
+  readonly dedupWindowSeconds: number;
+  readonly replicas: number;
+  readonly persistence: boolean;
+  readonly requiredSubscriptions: readonly SubscriptionId[];
+  readonly ownerLabels: OwnerMetadata;
+  readonly perSubjectLimits: boolean;
+}
+
+/** The fields of a {@link ChannelSpec}; the last two default to no labels and a shared slot. */
+export type ChannelSpecInit =
+  & Omit<ChannelSpec, "ownerLabels" | "perSubjectLimits">
+  & Partial<Pick<ChannelSpec, "ownerLabels" | "perSubjectLimits">>;
+
+/** Constructs a {@link ChannelSpec}, refusing limits no broker could apply with a {@link ConfigError}. */
+export function channelSpec(init: ChannelSpecInit): ChannelSpec {
+  if (init.maxBytes !== null) requireInteger(init.maxBytes, 1, "a channel's max_bytes");
+  if (init.maxAgeSeconds !== null) requirePositiveSeconds(init.maxAgeSeconds, "a channel's max_age");
+  for (const required of init.requiredSubscriptions) {
+    if (!sameChannel(required.channel, init.id)) {
+      throw new ConfigError(
+        `required subscription of ${required.consumerNode} reads channel ${channelKey(required.channel)}, ` +
+          `not ${channelKey(init.id)}`,
+        "list only subscriptions of this channel as its required consumers",
+      );
+    }
+  }
+  return Object.freeze({
+    id: init.id,
+    profile: requireText(init.profile, "a channel's profile"),
+    retention: oneOf(init.retention, Retention, "a channel's retention"),
+    maxMsgs: requireInteger(init.maxMsgs, 1, "a channel's max_msgs"),
+    maxBytes: init.maxBytes,
+    maxAgeSeconds: init.maxAgeSeconds,
+    overflow: oneOf(init.overflow, Overflow, "a channel's overflow"),
+    dedupWindowSeconds: requireInteger(init.dedupWindowSeconds, 0, "a channel's dedup window"),
+    replicas: requireInteger(init.replicas, 1, "a channel's replicas"),
+    persistence: init.persistence,
+    requiredSubscriptions: Object.freeze([...init.requiredSubscriptions]),
+    ownerLabels: Object.freeze({ ...init.ownerLabels }),
+    perSubjectLimits: init.perSubjectLimits ?? false,
+  });
+}
+
+/**
+ * What a channel retains right now: the first and last stream sequences it holds and how many messages,
+ * the eviction facts a reconciler needs (BLOB-14 step 4: a publication below `firstSeq` was evicted and its
+ * readers will never take it). An empty channel reports `firstSeq = lastSeq + 1`. The time and generation
+ * of the reading are the enclosing {@link Observation}'s.
+ */
+export interface ChannelObservation {
+  readonly firstSeq: number;
+  readonly lastSeq: number;
+  readonly messages: number;
+  readonly retention: Retention;
+}
+
+/**
+ * How one logical consumer is served. `competing` subscriptions share `itemCredit` (the broker-side cap on
+ * leased messages) among every replica; `maxDeliver === -1` means the broker never strands a message (the
+ * runtime's ledger budgets attempts); `byteCredit` bounds the bytes one receive hands out.
+ */
+export interface SubscriptionSpec {
+  readonly id: SubscriptionId;
+  readonly competing: boolean;
+  readonly ackWaitSeconds: number;
+  readonly maxDeliver: number;
+  readonly itemCredit: number;
+  readonly byteCredit: number;
+  readonly ownerLabels: OwnerMetadata;
+}
+
+/** The fields of a {@link SubscriptionSpec}; owner labels default to none. */
+export type SubscriptionSpecInit =
+  & Omit<SubscriptionSpec, "ownerLabels">
+  & Partial<Pick<SubscriptionSpec, "ownerLabels">>;
+
+/** Constructs a {@link SubscriptionSpec}, refusing settings no broker could apply with a {@link ConfigError}. */
+export function subscriptionSpec(init: SubscriptionSpecInit): SubscriptionSpec {
+  if (init.competing && init.id.partition !== null) {
+    throw new ConfigError(
+      `subscription of ${init.id.consumerNode} is competing but names partition ${init.id.partition}`,
+      "a partitioned consumer has one subscription per replica (competing: false)",
+    );
+  }
+  if (init.maxDeliver !== -1) {
+    requireInteger(init.maxDeliver, 1, "a subscription's max_deliver", "use -1 for unlimited redelivery");
+  }
+  return Object.freeze({
+    id: init.id,
+    competing: init.competing,
+    ackWaitSeconds: requirePositiveSeconds(init.ackWaitSeconds, "a subscription's ack_wait"),
+    maxDeliver: init.maxDeliver,
+    itemCredit: requireInteger(init.itemCredit, 1, "a subscription's item credit"),
+    byteCredit: requireInteger(init.byteCredit, 1, "a subscription's byte credit"),
+    ownerLabels: Object.freeze({ ...init.ownerLabels }),
+  });
+}
+
+/**
+ * One subscription's state as the broker reports it. `available` is work waiting to be delivered (a
+ * delayed retry included), `leased` is work handed out and not yet settled, `unresolved` is work the
+ * broker retains but will never deliver again (past max_deliver), `dropped` counts messages this
+ * subscription lost to eviction, age or a slow consumer, and `rejectedPublications` counts publications the
+ * channel refused. The time and generation of the reading are the enclosing {@link Observation}'s.
+ */
+export interface SubscriptionObservation {
+  readonly available: number;
+  readonly leased: number;
+  readonly unresolved: number;
+  readonly dropped: number;
+  readonly rejectedPublications: number;
+}
+
+/**
+ * Names one delivery attempt: the subscription, the message (its publication id), the stream sequence
+ * (diagnostics, not identity), the attempt (1 for the first delivery) and the ownership generation of the
+ * subscription that handed it out.
+ */
+export interface DeliveryToken {
+  readonly subscription: SubscriptionId;
+  readonly messageId: string;
+  readonly streamSequence: number | null;
+  readonly attempt: number;
+  readonly generation: string;
+}
+
+/** Constructs a {@link DeliveryToken}. */
+export function deliveryToken(
+  subscription: SubscriptionId,
+  messageId: string,
+  streamSequence: number | null,
+  attempt: number,
+  generation: string,
+): DeliveryToken {
+  return Object.freeze({
+    subscription,
+    messageId: requireText(messageId, "a delivery's message id"),
+    streamSequence,
+    attempt: requireInteger(attempt, 1, "a delivery attempt"),
+    generation,
+  });
+}
+
+/** A settlement outcome as settle returns it for this contract's tokens. */
+export type SettlementOutcome = SettleOutcome<DeliveryToken>;
+
+/**
+ * One leased delivery. `envelopeBytes` is the publication's body; a receiver must treat it as read-only (an
+ * in-memory broker hands out the very bytes it retains). `receivedAt` is the backend clock's monotonic
+ * reading when the lease began.
+ */
+export interface Delivery {
+  readonly token: DeliveryToken;
+  readonly envelopeBytes: Uint8Array;
+  readonly size: number;
+  readonly receivedAt: number;
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+/**
+ * A payload reference an envelope carries beside its bytes (the payload store's immutable reference, by
+ * its identifying fields). The transport only carries it; the runtime reads it.
+ */
+export interface CarriedPayloadRef {
+  readonly store: string;
+  readonly key: string;
+  readonly size: number;
+  readonly digest: string;
+}
+
+/**
+ * A publication. `publicationId` is the stable operation identity a retry re-uses (it becomes the broker's
+ * dedup key); `eventId` is the logical event identity the runtime reasons about. Physical stream sequences
+ * are diagnostics, not identity. `size` is the byte size limits and credits count.
+ */
+export interface Envelope {
+  readonly channel: ChannelId;
+  readonly publicationId: string;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly body: Uint8Array;
+  readonly size: number;
+  readonly eventId: string;
+  readonly partitionKey: string | null;
+  readonly eventTs: number | null;
+  readonly sourceEpoch: string | null;
+  readonly sourceOffset: number | null;
+  readonly schemaVersion: number;
+  readonly payloadRefs: readonly CarriedPayloadRef[];
+  readonly kind: MessageKind;
+}
+
+/** The fields of an {@link Envelope}: channel, ids, body and schema version are required. */
+export type EnvelopeInit =
+  & Pick<Envelope, "channel" | "publicationId" | "body" | "eventId" | "schemaVersion">
+  & Partial<Omit<Envelope, "channel" | "publicationId" | "body" | "eventId" | "schemaVersion">>;
+
+/**
+ * Constructs an {@link Envelope}. Defaults: no headers, `size` = the body's length, no partition key,
+ * event time, source epoch or offset, no payload refs, kind data. The body is not copied.
+ */
+export function envelope(init: EnvelopeInit): Envelope {
+  const size = init.size ?? init.body.byteLength;
+  requireInteger(size, 0, "an envelope's size");
+  if (init.sourceOffset != null) requireInteger(init.sourceOffset, 0, "an envelope's source offset");
+  return Object.freeze({
+    channel: init.channel,
+    publicationId: requireText(init.publicationId, "an envelope's publication id"),
+    headers: Object.freeze({ ...init.headers }),
+    body: init.body,
+    size,
+    eventId: requireText(init.eventId, "an envelope's event id"),
+    partitionKey: init.partitionKey ?? null,
+    eventTs: init.eventTs ?? null,
+    sourceEpoch: init.sourceEpoch ?? null,
+    sourceOffset: init.sourceOffset ?? null,
+    schemaVersion: requireInteger(init.schemaVersion, 1, "an envelope's schema version"),
+    payloadRefs: Object.freeze([...(init.payloadRefs ?? [])]),
+    kind: oneOf(init.kind ?? MessageKind.data, MessageKind, "an envelope's kind"),
+  });
+}
+
+/** The message is done for this subscription: the broker will never deliver it to it again. */
+export interface Completed {
+  readonly kind: "completed";
+}
+
+/** Hand the message back for another attempt, after `delaySeconds` (null: at once). */
+export interface Retry {
+  readonly kind: "retry";
+  readonly delaySeconds: number | null;
+}
+
+/** Give up on the message; `recordRef` names the durable record (DLQ acceptance, ledger id) that outlives it. */
+export interface Terminal {
+  readonly kind: "terminal";
+  readonly recordRef: string;
+}
+
+/** What a receiver decides about one delivery. */
+export type Settlement = Completed | Retry | Terminal;
+
+const COMPLETED: Completed = Object.freeze({ kind: "completed" });
+
+/** The one {@link Completed} settlement. */
+export function completed(): Completed {
+  return COMPLETED;
+}
+
+/** A {@link Retry}; `delaySeconds` must be null or a finite, non-negative number. */
+export function retry(delaySeconds: number | null = null): Retry {
+  if (delaySeconds !== null && (!Number.isFinite(delaySeconds) || delaySeconds < 0)) {
+    throw new ConfigError(
+      `a retry delay must be a finite, non-negative number of seconds, got ${delaySeconds}`,
+    );
+  }
+  return Object.freeze({ kind: "retry", delaySeconds });
+}
+
+/**
+ * A {@link Terminal}. An empty `recordRef` is refused with a {@link ConfigError} (DELIV-15): a message whose
+ * only trace would be its own disappearance must not be terminated.
+ */
+export function terminal(recordRef: string): Terminal {
+  return Object.freeze({ kind: "terminal", recordRef: checkRecordRef(recordRef) });
+}
+
+function checkRecordRef(recordRef: string): string {
+  if (typeof recordRef !== "string" || recordRef.trim() === "") {
+    throw new ConfigError(
+      "a terminal settlement needs a reference to a durable record (DELIV-15)",
+      "dead-letter the message (or record it in the ledger) first, then terminate it with that record's id",
+    );
+  }
+  return recordRef;
+}
+
+/**
+ * Refuses a settlement no adapter may apply: a Terminal without a durable record reference (DELIV-15) or a
+ * Retry with an invalid delay, however it was built. Every adapter calls this before anything else in
+ * `settle`.
+ */
+export function checkSettlement(outcome: Settlement): Settlement {
+  switch (outcome.kind) {
+    case "completed":
+      return outcome;
+    case "retry":
+      return outcome.delaySeconds === null ? outcome : retry(outcome.delaySeconds);
+    case "terminal":
+      checkRecordRef(outcome.recordRef);
+      return outcome;
+  }
+}
+
+/** What a lease renewal achieved: `renewed` with the new expiry, or why not (`reason`). */
+export interface LeaseObservation {
+  readonly token: DeliveryToken;
+  readonly renewed: boolean;
+  readonly expiresAt: number | null;
+  readonly reason: string;
+}
+
+/** Constructs a {@link LeaseObservation}. */
+export function leaseObservation(
+  token: DeliveryToken,
+  renewed: boolean,
+  expiresAt: number | null,
+  reason = "",
+): LeaseObservation {
+  return Object.freeze({ token, renewed, expiresAt, reason });
+}
+
+/**
+ * A channel as the broker has it after `ensureChannel`: the spec asked for, the configuration read back
+ * (snake_case broker field names), and every field where the two still differ.
+ */
+export interface VerifiedChannel {
+  readonly spec: ChannelSpec;
+  readonly effective: Readonly<Record<string, unknown>>;
+  readonly mismatches: readonly string[];
+}
+
+/** A subscription as the broker has it after `ensureSubscription` (see {@link VerifiedChannel}). */
+export interface VerifiedSubscription {
+  readonly spec: SubscriptionSpec;
+  readonly effective: Readonly<Record<string, unknown>>;
+  readonly mismatches: readonly string[];
+}
+
+/**
+ * What a messaging adapter, as configured, can guarantee; the composition planner compares it with the
+ * flow's profile requests. Facts that depend on the deployed broker (replication, storage, payload limit)
+ * are Observations: an adapter that could not read them says so, and the planner rejects a profile that
+ * depends on them. `maxStreams`/`maxConsumers` are the largest graph the adapter supports (MSG-026), null
+ * when it declares nothing.
+ */
+export interface MessagingCapabilities {
+  readonly adapter: string;
+  readonly version: string;
+  readonly retainedBacklog: boolean;
+  readonly recoverableDelivery: boolean;
+  readonly latestPerKey: boolean;
+  readonly dedupWindowSeconds: number | null;
+  readonly publicationLedger: PublicationLedger;
+  readonly replicationFactor: Observation<number>;
+  readonly persistentStorage: Observation<boolean>;
+  readonly maxPayloadBytes: Observation<number>;
+  readonly creditResizable: boolean;
+  readonly controlSharesDataSlot: boolean;
+  readonly durableControl: boolean;
+  readonly archive: boolean;
+  readonly mixedRetentionPerChannel: boolean;
+  readonly maxStreams: Observation<number> | null;
+  readonly maxConsumers: Observation<number> | null;
+}
+
+/** The fields of {@link MessagingCapabilities}; the optional profiles default to false, the limits to null. */
+export type MessagingCapabilitiesInit =
+  & Omit<
+    MessagingCapabilities,
+    "durableControl" | "archive" | "mixedRetentionPerChannel" | "maxStreams" | "maxConsumers"
+  >
+  & Partial<
+    Pick<
+      MessagingCapabilities,
+      "durableControl" | "archive" | "mixedRetentionPerChannel" | "maxStreams" | "maxConsumers"
+    >
+  >;
+
+/** Constructs a {@link MessagingCapabilities}. */
+export function messagingCapabilities(init: MessagingCapabilitiesInit): MessagingCapabilities {
+  return Object.freeze({
+    durableControl: false,
+    archive: false,
+    mixedRetentionPerChannel: false,
+    maxStreams: null,
+    maxConsumers: null,
+    ...init,
+    publicationLedger: oneOf(init.publicationLedger, PublicationLedger, "a publication ledger"),
+  });
+}
+
+/**
+ * The transport contract. Every method returns an outcome rather than throwing for the expected failure
+ * modes (a full channel, a lost receipt, an unreadable counter, a stale token); exceptions are for
+ * programming errors (a {@link ConfigError}: bad input, an unknown subscription) and for injected faults
+ * the caller could not have anticipated. Deadlines are monotonic readings of the backend's clock.
+ */
+export interface MessagingBackend {
+  /** What this adapter, as configured, can guarantee. */
+  capabilities(): Promise<MessagingCapabilities>;
+
+  /**
+   * Creates or reconciles the channel and reads back its effective configuration. An immutable mismatch
+   * (retention, replicas, persistence), or a spec the broker cannot provide, throws IncompatibleProfile;
+   * "already exists" is never accepted without inspection. `operationId` makes a retry idempotent.
+   */
+  ensureChannel(spec: ChannelSpec, operationId: string): Promise<VerifiedChannel>;
+
+  /**
+   * Creates or reconciles the subscription on an existing channel (ResourceUnavailable otherwise) and
+   * reads it back; an immutable mismatch (competing) throws IncompatibleProfile.
+   */
+  ensureSubscription(spec: SubscriptionSpec, operationId: string): Promise<VerifiedSubscription>;
+
+  /** Publishes with a monotonic deadline; past it the outcome is PublicationUnknown, never a guess. */
+  publish(envelope: Envelope, deadline: number): Promise<PublicationOutcome>;
+
+  /**
+   * What the backend can say later about `envelope.publicationId`: within its ledger an idempotent
+   * re-publish (Accepted, `duplicate` when the first send was stored), beyond it Unresolvable.
+   */
+  observePublication(envelope: Envelope): Promise<PublicationOutcome>;
+
+  /**
+   * Leases up to `itemCredit` deliveries of `subscription` (bounded by its spec's shared credit) whose
+   * bytes stop at `byteCredit` (the last one may overshoot by one message, so a large message still
+   * moves), waiting until `deadline` for at least one. Returns `[]` at the deadline.
+   */
+  receive(
+    subscription: SubscriptionId,
+    itemCredit: number,
+    byteCredit: number,
+    deadline: number,
+  ): Promise<readonly Delivery[]>;
+
+  /**
+   * {@link receive} over several subscriptions at once: deliveries from whichever has any, waiting until
+   * `deadline` for at least one. Each delivery's `token.subscription` names its subscription.
+   */
+  receiveAny(
+    subscriptions: readonly SubscriptionId[],
+    itemCredit: number,
+    byteCredit: number,
+    deadline: number,
+  ): Promise<readonly Delivery[]>;
+
+  /** Extends the lease of a live delivery by its subscription's ack wait; a lapsed or stale one is not renewed. */
+  renew(token: DeliveryToken): Promise<LeaseObservation>;
+
+  /**
+   * Settles one delivery. A superseded token is SettleStale with no broker call (MSG-011); a settlement the
+   * broker applied without confirming is SettleUnknown, on which no payload obligation may be released
+   * (PAY-004). A Terminal without a durable record reference is refused (DELIV-15).
+   */
+  settle(token: DeliveryToken, outcome: Settlement, settlementId: string): Promise<SettlementOutcome>;
+
+  /**
+   * Retires a delivery token locally (the receiver now holds a newer attempt of the same logical message)
+   * without any broker settlement. Returns whether it was live; a later settle of it is SettleStale.
+   */
+  supersede(token: DeliveryToken): boolean;
+
+  /** The subscription's counters, or Unknown when they could not be read: never zero for unknown. */
+  observeSubscription(subscription: SubscriptionId): Promise<Observation<SubscriptionObservation>>;
+
+  /** The channel's retained range, or Unknown when it could not be read. */
+  observeChannel(channel: ChannelId): Promise<Observation<ChannelObservation>>;
+
+  /**
+   * The stream sequence up to which `subscription` has settled everything, for any subscription of the
+   * run; Unknown when unreadable, which a reconciler treats as "still required", never as settled.
+   */
+  observeAckFloor(subscription: SubscriptionId): Promise<Observation<number>>;
+
+  /**
+   * Runs `admit` on every delivery of `subscription` before it is handed out: a refused delivery is
+   * settled Completed by the backend at once and then handed to `onSkip` off the backend's own turn.
+   * Returns false when the backend keeps no such filter (the caller then decides on the receiving side).
+   */
+  setAdmission(
+    subscription: SubscriptionId,
+    admit: (delivery: Delivery) => boolean,
+    onSkip?: (delivery: Delivery) => void,
+  ): boolean;
+
+  /** Deliveries fetched from the broker and parked locally for `subscription` (0 when none are kept). */
+  prefetched(subscription: SubscriptionId): number;
+
+  /** Calls `callback` when the run's flow-wide stop is published; a backend without a control channel ignores it. */
+  subscribeControl(callback: () => void): void;
+
+  /** Releases this client's waits and timers; the channels stay (`close` removes those). */
+  shutdown(): Promise<void>;
+
+  /**
+   * Removes exactly the `owned` channels whose ownership labels match (and `expectedGeneration`, when not
+   * empty); reports what could not be confirmed removed. A listing that failed removes nothing and is
+   * `complete: false`, never "nothing to remove".
+   */
+  close(owned: readonly ChannelId[], expectedGeneration: string): Promise<CleanupObservation>;
+}
