@@ -402,8 +402,9 @@ export class UpstreamAborted extends VideoflowRuntimeError {
   static override readonly defaultDisposition: Disposition = WORKER_FATAL;
 }
 
+/** Any class an error classifier can be registered for: whatever its constructor takes. */
 // deno-lint-ignore no-explicit-any
-type ErrorClass = abstract new (...args: any[]) => unknown;
+export type ErrorClass = abstract new (...args: any[]) => unknown;
 
 const classifiers: Array<readonly [ErrorClass, Disposition]> = [];
 
