@@ -11,6 +11,7 @@
  */
 
 import { DecodeError, type ErrorRecord, EXIT_FLOW_FAILED, SchemaError } from "../core/errors.ts";
+import type { JsonValue } from "../core/node.ts";
 import { MsgType, type Seq } from "./identities.ts";
 import {
   decodeMessage,
@@ -539,9 +540,6 @@ export function readAbortPayload(payloadType: string, payload: Uint8Array): Abor
   return { node, error };
 }
 
-/** A JSON value, as `JSON.parse` returns it. */
-export type Json = null | boolean | number | string | readonly Json[] | { readonly [key: string]: Json };
-
 /**
  * An envelope as `vf decode` prints it: WIRE.md's snake_case field names, the shape the golden vectors'
  * manifest describes messages in. Values are tagged: `{"i": 7}` int, `{"d": 2.0}` double, `{"s": ...}`,
@@ -564,9 +562,9 @@ export interface EnvelopeJson {
   readonly span_id: string;
   readonly parent_span_id: string;
   readonly replica_id: number;
-  readonly metadata: Json;
+  readonly metadata: JsonValue;
   readonly payload_type: string;
-  readonly payload: Json;
+  readonly payload: JsonValue;
 }
 
 const JSON_REMEDY = "write the envelope as envelopeToJson (vf decode) prints it";
@@ -581,11 +579,11 @@ function jsonDouble(value: number): number | string {
   return Number.isFinite(value) ? value : String(value);
 }
 
-function tensorJson(tensor: Tensor): Json {
+function tensorJson(tensor: Tensor): JsonValue {
   return { shape: [...tensor.shape], dtype: tensor.dtype, data_b64: tensor.data.toBase64() };
 }
 
-function valueToJson(value: WireValue): Json {
+function valueToJson(value: WireValue): JsonValue {
   switch (typeof value) {
     case "boolean":
       return { bool: value };
@@ -604,7 +602,7 @@ function valueToJson(value: WireValue): Json {
   return { map: Object.fromEntries(Object.entries(value).map(([k, v]) => [k, valueToJson(v)])) };
 }
 
-function payloadValueToJson(value: WirePayload | undefined): Json {
+function payloadValueToJson(value: WirePayload | undefined): JsonValue {
   if (value === undefined) return { none: true };
   if (value instanceof OpaquePayload) {
     return { opaque: { payload_type: value.payloadType, data_b64: value.data.toBase64() } };
@@ -627,7 +625,7 @@ function payloadValueToJson(value: WirePayload | undefined): Json {
   return { value: valueToJson(value) };
 }
 
-function payloadToJson(payloadType: string, payload: Uint8Array): Json {
+function payloadToJson(payloadType: string, payload: Uint8Array): JsonValue {
   try {
     return payloadValueToJson(decodePayload(payloadType, payload));
   } catch (error) {
