@@ -100,7 +100,9 @@ function entriesOf<T>(members: MembersByParent<T>): Array<[string, T]> {
 /**
  * The `Nats-Msg-Id` dedup key: the first 32 hex characters of SHA-256 over
  * `{flow_id}:{run_id}:{producer_name}:{trace_id}:{seq}:{msg_type}`. The parts are the raw (unsanitized)
- * strings, so a retried publication of the same logical message gets the same id.
+ * strings, so a retried publication of the same logical message gets the same id, byte for byte the
+ * reference's whichever runtime published it first. `abort` gives an ABORT marker an id distinct from its
+ * clean EOS's.
  *
  * @example messageId("flow-A", "run-1", "cam", "cam:1", 1, "data") === "745708c2eeaf98a60fdbebafe1d04eff"
  */
