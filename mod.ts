@@ -3,7 +3,9 @@
  *
  * Build a flow of producer, processor and consumer nodes, validate it (every problem at once), and
  * compile it to the JSON document of node specs that workers are rebuilt from. For other runtimes on the
- * same wire, the protobuf envelope v4 codec and the message-id derivation are exported too.
+ * same wire, the protobuf envelope v4 codec, the identities every runtime derives alike (message ids,
+ * producer traces, group identities, partition owners) and the node rebuilding of a worker
+ * ({@link loadNodeClass}, {@link rebuildNode}) are exported too.
  *
  * ```ts
  * import { ConsumerNode, END, Flow, ProducerNode } from "jsr:@videoflow/cli";
@@ -16,7 +18,7 @@
  * export default new Flow([new Print({ name: "print" }).from(new Count({ name: "count", n: 3 }))]);
  * ```
  *
- * Run as the main module, this file is the `vf` command line (`validate`, `compile`, `decode`).
+ * Run as the main module, this file is the `vf` command line (`validate`, `explain`, `compile`, `decode`).
  *
  * @module
  */
@@ -32,15 +34,29 @@ export * from "./src/core/policies.ts";
 export * from "./src/core/provenance.ts";
 export * from "./src/core/context.ts";
 export * from "./src/core/messenger.ts";
-export { ModuleIndex, registerNodeModule } from "./src/core/node_class.ts";
 export {
+  isNodeClass,
+  loadNodeClass,
+  ModuleIndex,
+  rebuildNode,
+  registerNodeModule,
+} from "./src/core/node_class.ts";
+export type { ModuleEntry, NodeClass } from "./src/core/node_class.ts";
+export {
+  batchingPolicies,
   blobReaderIds,
   blobReaders,
   compileFlow,
   compileToDict,
+  executionGroups,
   gpuProvenance,
+  hasNativeComponents,
+  hasRemoteComponents,
+  nodePermissions,
   NodeSpec,
   parentReplicas,
+  sinkGuarantees,
+  specsFromDicts,
   validateWireCompatibility,
 } from "./src/core/compiler.ts";
 export type {
@@ -48,23 +64,73 @@ export type {
   CompileDocumentOptions,
   CompileOptions,
   NodeSpecDict,
+  NodeSpecInit,
+  RequirementsDocument,
 } from "./src/core/compiler.ts";
 export { validate } from "./src/core/graph.ts";
+export type { ValidateOptions } from "./src/core/graph.ts";
 export {
   abortPayload,
+  createEnvelope,
   decodeEnvelope,
   decodePayload,
   encodeEnvelope,
   encodePayload,
   ENVELOPE_VERSION,
+  envelopeFromJson,
   envelopeToJson,
+  PayloadType,
   readAbortPayload,
 } from "./src/wire/codec.ts";
-export type { Envelope } from "./src/wire/codec.ts";
-export { deriveMessageId } from "./src/wire/message_id.ts";
-export { BlobRef, Detections, Frame, OpaquePayload, Tensor, Tracks, WireDouble } from "./src/wire/value.ts";
-export type { WirePayload, WireValue } from "./src/wire/value.ts";
+export type { AbortMarker, EncodedPayload, Envelope, EnvelopeInit, EnvelopeJson } from "./src/wire/codec.ts";
+export { deriveMessageId, envelopeMessageId } from "./src/wire/message_id.ts";
+export {
+  groupIdentity,
+  MsgType,
+  partitionKeyOf,
+  partitionOwner,
+  producerTrace,
+  timeGroupIdentity,
+  traceGroupIdentity,
+} from "./src/wire/identities.ts";
+export type {
+  GroupTraceIdentity,
+  MemberId,
+  MembersByParent,
+  Seq,
+  TimeGroupMember,
+  TraceGroupMember,
+  TraceIdentity,
+} from "./src/wire/identities.ts";
+export {
+  BlobRef,
+  Detections,
+  Frame,
+  OpaquePayload,
+  Tensor,
+  Tracks,
+  WireDouble,
+  wireMap,
+} from "./src/wire/value.ts";
+export type {
+  TensorSource,
+  TensorView,
+  ViewDtype,
+  WireMap,
+  WirePayload,
+  WireValue,
+} from "./src/wire/value.ts";
 export { openRuntimeStore } from "./src/runtime/runtime_stores.ts";
+export type {
+  AbsentEntry,
+  PresentEntry,
+  RuntimeCapabilities,
+  RuntimeStore,
+  StoredRecord,
+  StoreEntry,
+} from "./src/backends/runtime_store.ts";
+export { UNKNOWN_REASONS } from "./src/backends/outcomes.ts";
+export type { Known, Observation, Unknown, UnknownReason } from "./src/backends/outcomes.ts";
 
 registerNodeModule(import.meta.url, api);
 
