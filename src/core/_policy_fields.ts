@@ -6,6 +6,7 @@
  */
 
 import { ConfigError } from "./errors.ts";
+import { checkFlowType, FlowType } from "./flow_type.ts";
 
 /** How a field is named in a problem: as the camelCase init key, or as the snake_case dict key. */
 export type FieldNaming = "init" | "dict";
@@ -166,17 +167,7 @@ export function readCheckedDict(
   return raw;
 }
 
-/** The flow types a policy has presets for. */
-const FLOW_TYPES = ["realtime", "batch"] as const;
-
 /** Whether `flowType` is the batch flow type; throws {@link ConfigError} for a name that is no flow type. */
 export function isBatchFlow(flowType: string): boolean {
-  if (!(FLOW_TYPES as readonly string[]).includes(flowType)) {
-    throw new ConfigError(
-      `unknown flow type ${show(flowType)}`,
-      `use one of ${FLOW_TYPES.map((t) => JSON.stringify(t)).join(", ")}`,
-      { flow_type: flowType },
-    );
-  }
-  return flowType === "batch";
+  return checkFlowType(flowType) === FlowType.batch;
 }

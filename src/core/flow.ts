@@ -16,13 +16,9 @@ import { childrenWithin, discoverNodes, topologicalSort, validate } from "./grap
 import type { ModuleIndex } from "./node_class.ts";
 import type { ConsumerNode, Node } from "./node.ts";
 import { ProducerNode } from "./node.ts";
+import { checkFlowType, FlowType } from "./flow_type.ts";
 
-/** How a flow's edges retain messages: freshest-wins (`realtime`) or complete, at-least-once (`batch`). */
-export const FlowType = { realtime: "realtime", batch: "batch" } as const;
-/** How a flow's edges retain messages. */
-export type FlowType = typeof FlowType[keyof typeof FlowType];
-/** Every flow type. */
-export const FLOW_TYPES: readonly FlowType[] = Object.values(FlowType);
+export { FLOW_TYPES, FlowType } from "./flow_type.ts";
 
 /** Options of a {@link Flow}. */
 export interface FlowOptions {
@@ -62,14 +58,7 @@ export class Flow {
     if (!Array.isArray(consumers)) {
       throw new ConfigError("a Flow takes the list of its consumers", "pass new Flow([sink, ...], options)");
     }
-    const flowType = options.flowType ?? FlowType.realtime;
-    if (!(FLOW_TYPES as readonly string[]).includes(flowType)) {
-      throw new ConfigError(
-        `unknown flow type ${JSON.stringify(flowType)}`,
-        `use one of ${FLOW_TYPES.map((t) => JSON.stringify(t)).join(", ")}`,
-        { flow_type: flowType },
-      );
-    }
+    const flowType = checkFlowType(options.flowType ?? FlowType.realtime);
     const flowId = options.flowId ?? generateFlowId();
     if (typeof flowId !== "string" || flowId === "") {
       throw new ConfigError(
