@@ -126,7 +126,7 @@ export function isPlainObject(value: unknown): value is Record<string, unknown> 
  * not an object, and any key outside `keys`, is a problem recorded on `check` (a misspelt key never
  * silently falls back to a default).
  */
-export function readPolicyDict(
+function readPolicyDict(
   check: PolicyCheck,
   d: unknown,
   keys: readonly string[],
