@@ -54,9 +54,7 @@ export const TERMINATION_LOG_ENV = "VF_TERMINATION_LOG";
 export const TERMINATION_MESSAGE_LIMIT_BYTES = 4096;
 
 /** Where environment variables are read from: `Deno.env`, or a Map in tests. */
-export interface EnvSource {
-  get(name: string): string | undefined;
-}
+type EnvSource = Pick<Deno.Env, "get">;
 
 /** What a watchdog does with the stall it found: the ProgressStalled or BrokerUnavailable the deadline raised. */
 export type StallHandler = (error: VideoflowError) => void;
