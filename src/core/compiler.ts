@@ -18,6 +18,7 @@
 import { ConfigError, raiseForDiagnostics } from "./errors.ts";
 import type { Flow } from "./flow.ts";
 import { childrenWithin } from "./graph.ts";
+import { isNonEmptyString, isPositiveInteger, isPositiveNumber } from "./_predicates.ts";
 import type { ModuleIndex } from "./node_class.ts";
 import type {
   BatchingPolicy,
@@ -92,12 +93,9 @@ export interface NodeSpecInit {
 }
 
 const isString = (v: unknown): boolean => typeof v === "string";
-const isNonEmptyString = (v: unknown): boolean => typeof v === "string" && v !== "";
 const isBoolean = (v: unknown): boolean => typeof v === "boolean";
 const isInteger = (v: unknown): boolean => Number.isSafeInteger(v);
 const isCount = (v: unknown): boolean => Number.isSafeInteger(v) && (v as number) >= 0;
-const isPositiveCount = (v: unknown): boolean => Number.isSafeInteger(v) && (v as number) >= 1;
-const isPositiveNumber = (v: unknown): boolean => typeof v === "number" && Number.isFinite(v) && v > 0;
 const isStringList = (v: unknown): boolean => Array.isArray(v) && v.every(isString);
 const isJsonObject = (v: unknown): boolean =>
   typeof v === "object" && v !== null && !Array.isArray(v) && findNonJson(v, "") === null;
@@ -153,7 +151,7 @@ const SPEC_FIELDS: readonly SpecField[] = [
     prop: "nbTasks",
     fallback: REQUIRED,
     expected: "an integer >= 1",
-    accepts: isPositiveCount,
+    accepts: isPositiveInteger,
   },
   {
     key: "device_type",
@@ -206,7 +204,13 @@ const SPEC_FIELDS: readonly SpecField[] = [
     expected: "an integer or null",
     accepts: nullable(isInteger),
   },
-  { key: "gpu_count", prop: "gpuCount", fallback: 1, expected: "an integer >= 1", accepts: isPositiveCount },
+  {
+    key: "gpu_count",
+    prop: "gpuCount",
+    fallback: 1,
+    expected: "an integer >= 1",
+    accepts: isPositiveInteger,
+  },
   {
     key: "gpu_resource_name",
     prop: "gpuResourceName",

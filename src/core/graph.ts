@@ -38,6 +38,7 @@ import {
   TaskModuleNode,
 } from "./node.ts";
 import { PartitionKeyPolicy } from "./partition_key_policy.ts";
+import { isNonEmptyString, isPositiveInteger, isPositiveNumber } from "./_predicates.ts";
 
 const GRAPH = "VF_GRAPH";
 const CONFIG = "VF_CONFIG";
@@ -194,10 +195,6 @@ function attempt<T>(out: Diagnostic[], node: string, compute: () => T): T | unde
 }
 
 const isAbsent = (value: unknown): boolean => value === undefined || value === null;
-const isNonEmptyString = (value: unknown): boolean => typeof value === "string" && value !== "";
-const isPositiveInteger = (value: unknown): boolean => Number.isSafeInteger(value) && (value as number) >= 1;
-const isPositiveNumber = (value: unknown): boolean =>
-  typeof value === "number" && Number.isFinite(value) && value > 0;
 
 /** A param check: the key, what it must be, and whether a value passes (`undefined` always passes). */
 type ParamRule = readonly [key: string, expected: string, passes: (value: unknown) => boolean];
