@@ -35,7 +35,8 @@ export function camelCase(snake: string): string {
   return snake.replace(/_([a-z])/g, (_, letter: string) => letter.toUpperCase());
 }
 
-function show(value: unknown): string {
+/** A value as a message quotes it: its JSON, or `String(value)` for what JSON cannot spell. */
+export function show(value: unknown): string {
   if (value === undefined) return "undefined";
   try {
     return JSON.stringify(value) ?? String(value);

@@ -25,7 +25,7 @@
  */
 
 import { ConfigError, GpuRequirementConflict } from "./errors.ts";
-import { camelCase } from "./_policy_fields.ts";
+import { camelCase, show } from "./_policy_fields.ts";
 
 /** An explicit option on the node or on `component(...)`. */
 export const SOURCE_NODE = "node";
@@ -176,10 +176,6 @@ function where(source: DeclarationSource, field: GpuField): string {
     case SOURCE_DEFAULT:
       return `the built-in default for ${field}`;
   }
-}
-
-function show(value: unknown): string {
-  return JSON.stringify(value) ?? String(value);
 }
 
 function rank(declaration: Declaration): number {
