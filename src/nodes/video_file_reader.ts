@@ -1,0 +1,473 @@
+/**
+ * {@link VideoFileReader}: a producer that decodes a video file or a live stream (`rtsp://` ...) with an
+ * `ffmpeg` subprocess and yields one {@link Frame} per `next()`.
+ *
+ * ```ts
+ * const frames = new VideoFileReader({ name: "cam", path: "clips/street.mp4", width: 640, height: 360 });
+ * ```
+ *
+ * @module
+ */
+
+import { systemClock } from "../backends/clock.ts";
+import type { RuntimeContext } from "../core/context.ts";
+import { ConfigError, NodeContractError, ResourceUnavailable } from "../core/errors.ts";
+import type { End, NodePermissions } from "../core/node.ts";
+import { END, ProducerNode } from "../core/node.ts";
+import { Frame, Tensor } from "../wire/value.ts";
+import {
+  FFMPEG,
+  FFPROBE,
+  type FrameRate,
+  isPositiveInteger,
+  isRawFormat,
+  parseFrameRate,
+  probeVideoStream,
+  QUIET,
+  RAW_FORMATS,
+  type RawFormat,
+  runTool,
+  ToolProcess,
+} from "./_ffmpeg.ts";
+
+/** Params of a {@link VideoFileReader}. */
+export interface VideoFileReaderParams {
+  /**
+   * A file path, or the URL of a live stream: anything with a scheme (`rtsp://`, `rtmp://`, `http://`,
+   * `tcp://` ...) is read as a live source.
+   */
+  readonly path: string;
+  /** Frame width in pixels; default the source's (or, with only `height` given, the source's aspect). */
+  readonly width?: number;
+  /** Frame height in pixels; default the source's (or, with only `width` given, the source's aspect). */
+  readonly height?: number;
+  /** ffmpeg's raw layout: `bgr24` (frames say `bgr8`, the default), `rgb24` (`rgb8`) or `gray` (`gray8`). */
+  readonly pixelFormat?: RawFormat;
+  /**
+   * Frames per second to deliver, duplicating or dropping frames as ffmpeg's `fps` filter does. A file
+   * defaults to its nominal rate (`r_frame_rate`); a live source to every frame it sends.
+   */
+  readonly fps?: number;
+  /** Start over at the first frame after the last one, forever (a file only). */
+  readonly loop?: boolean;
+  /** A file's event time of frame 0, epoch seconds; default the wall time `open()` ran at. */
+  readonly startTs?: number;
+  /** Live sources: consecutive failed (re)connections tolerated before the reader fails (default 10). */
+  readonly maxReconnects?: number;
+  /** Live sources: the wait before the first reconnection, doubled for each next one (default 0.5 s). */
+  readonly reconnectDelaySeconds?: number;
+  /** Live sources: the longest wait between reconnections (default 8 s). */
+  readonly reconnectMaxDelaySeconds?: number;
+  /** Live sources: a connection that delivers no frame for this long is dropped and redialled (default 10 s). */
+  readonly readTimeoutSeconds?: number;
+}
+
+/** A file is sought this far before the wanted frame, so the decoder lands on a key frame before it. */
+const SEEK_MARGIN_SECONDS = 3;
+
+const DEFAULTS = {
+  pixelFormat: "bgr24",
+  maxReconnects: 10,
+  reconnectDelaySeconds: 0.5,
+  reconnectMaxDelaySeconds: 8,
+  readTimeoutSeconds: 10,
+} as const;
+
+/** Whether a reader path names a live stream (a URL with a scheme) rather than a file. */
+export function isLiveSource(path: string): boolean {
+  return /^[a-z][a-z0-9+.-]*:\/\//i.test(path);
+}
+
+/** Where a decoder starts: at the file's start, or after an input seek with absolute timestamps. */
+interface DecodePlan {
+  /** Input seek in seconds from the start of the file (with `-copyts`), or `null` for none. */
+  readonly seekSeconds: number | null;
+  /** The `select` expression that drops the frames before the wanted one, or `null` to keep all. */
+  readonly select: string | null;
+}
+
+interface Geometry {
+  readonly width: number;
+  readonly height: number;
+}
+
+function outputGeometry(source: Geometry, width?: number, height?: number): Geometry {
+  if (width !== undefined && height !== undefined) return { width, height };
+  if (width !== undefined) {
+    return { width, height: Math.max(1, Math.round(source.height * width / source.width)) };
+  }
+  if (height !== undefined) {
+    return { width: Math.max(1, Math.round(source.width * height / source.height)), height };
+  }
+  return source;
+}
+
+/**
+ * The slot of the first frame a decode with these input options emits, as ffmpeg's `framemd5` numbers it
+ * after the `fps` filter (frame-duration units, absolute under `-copyts`); `null` when no frame comes out
+ * or the numbering is not in frame units.
+ */
+function firstSlot(framemd5: string): number | null {
+  const line = framemd5.split("\n").find((text) => text.trim() !== "" && !text.startsWith("#"));
+  const [, , pts, duration] = (line ?? "").split(",").map((field) => field.trim());
+  return duration === "1" && /^-?\d+$/.test(pts ?? "") ? Number(pts) : null;
+}
+
+/**
+ * Decodes a video file or a live stream with an `ffmpeg` subprocess (`-f rawvideo`), one {@link Frame}
+ * per `next()`: pixels a `uint8` {@link Tensor} of shape `[height, width, channels]` (3, or 1 for `gray`)
+ * over a fresh `ArrayBuffer` of exactly one frame, so it can be transferred to another worker uncopied.
+ *
+ * Event time (`Frame.captureTs`, also set with `ctx.setEventTimestamp`): for a file, `startTs + index /
+ * fps`, the frame's position on the file's timeline from an origin that defaults to when `open()` ran (set
+ * `startTs` for the same event times across restarts); for a live source, the wall time its bytes arrived.
+ *
+ * A file is replayable: item `i` (1-based, what `seek` counts) is frame `i - 1` of the constant-rate
+ * sequence ffmpeg's `fps` filter makes, so `seek(k)` then `next()` yields frame `k` exactly. The decoder
+ * restarts with an input seek {@link SEEK_MARGIN_SECONDS} before the frame, checked by a one-frame probe
+ * that it lands before it, and falls back to decoding from the start (exact, slower) where it does not.
+ *
+ * A live source has no position (`seek` does nothing) and is not finite by default. When it ends, stalls
+ * for `readTimeoutSeconds` or cannot be reached, the reader redials with exponential backoff
+ * (`reconnectDelaySeconds`, doubled, capped at `reconnectMaxDelaySeconds`); a frame resets the count, and
+ * failing more than `maxReconnects` times in a row throws {@link ResourceUnavailable}. `close()` during a
+ * wait ends it at once: the pending `next()` returns {@link END}.
+ *
+ * The subprocess is killed and reaped at `close()`, at `seek()`, and reaped when a file ends. A missing
+ * file or one ffprobe cannot read is {@link ResourceUnavailable}; so is a missing ffmpeg (remedy: install
+ * it); invalid params are {@link ConfigError}.
+ */
+export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
+  /** A file's frames have stable positions: a restart re-mints the same ids (MSGID-6). */
+  static override replayable = true;
+
+  #format: RawFormat = DEFAULTS.pixelFormat;
+  #geometry: Geometry | null = null;
+  #rate: FrameRate | null = null;
+  #startTs = 0;
+  #opened = false;
+  #closed = false;
+  #ended = false;
+  #nextIndex = 0;
+  #failures = 0;
+  #decoder: ToolProcess | null = null;
+  readonly #abort = new AbortController();
+
+  /** Whether `path` is a live stream. */
+  get live(): boolean {
+    return isLiveSource(this.params.path);
+  }
+
+  /** `isFinite` when given, else true for a file that does not loop. */
+  override get isFinite(): boolean {
+    return this.params.isFinite ?? !(this.live || (this.params.loop ?? false));
+  }
+
+  /** Runs `ffmpeg` and `ffprobe`; reads a file's path (to check it exists). */
+  override permissions(): NodePermissions {
+    return { ...super.permissions(), run: [FFMPEG, FFPROBE], read: this.live ? [] : [this.params.path] };
+  }
+
+  /**
+   * Checks the params and, for a file, that it exists and holds a video stream ffprobe can size.
+   * Throws {@link ConfigError} for bad params, {@link ResourceUnavailable} for a missing or unreadable file
+   * or a missing ffmpeg.
+   */
+  override async open(_ctx: RuntimeContext): Promise<void> {
+    this.#checkParams();
+    const { path, width, height, fps } = this.params;
+    this.#format = this.params.pixelFormat ?? DEFAULTS.pixelFormat;
+    this.#startTs = this.params.startTs ?? systemClock.now();
+    this.#rate = fps === undefined ? null : parseFrameRate(String(fps));
+    if (this.live) {
+      if (width !== undefined && height !== undefined) this.#geometry = { width, height };
+    } else {
+      await this.#checkFile();
+      const probe = await probeVideoStream(path);
+      if (probe.kind === "failed") {
+        throw new ResourceUnavailable(
+          `node ${this.name}: ${path} has no video stream ffmpeg can read: ${probe.detail}`,
+          `check the file with \`ffprobe ${path}\``,
+          { node: this.name, path },
+        );
+      }
+      this.#geometry = outputGeometry(probe, width, height);
+      this.#rate ??= probe.rate;
+      if (this.#rate === null) {
+        throw new ResourceUnavailable(
+          `node ${this.name}: ${path} states no frame rate`,
+          "pass fps, the rate to deliver frames at",
+          { node: this.name, path },
+        );
+      }
+    }
+    this.#opened = true;
+  }
+
+  /** The next frame, or {@link END} when a file ends or the reader is closed. */
+  async next(ctx: RuntimeContext): Promise<Frame | End> {
+    this.#requireOpen("next");
+    while (!this.#closed && !this.#ended) {
+      const decoder = this.#decoder ?? await this.#start(ctx);
+      if (decoder === null) continue;
+      const bytes = await this.#read(decoder);
+      if (bytes !== null) {
+        this.#failures = 0;
+        return this.#frame(bytes, ctx);
+      }
+      if (this.#closed) break;
+      await this.#sourceEnded(decoder, ctx);
+    }
+    return END;
+  }
+
+  /**
+   * Positions a file so the next `next()` yields frame `offset` (0-based; item `offset + 1`). Does nothing
+   * for a live source. Throws {@link ConfigError} for an offset that is not a non-negative integer.
+   */
+  override async seek(offset: number, _ctx: RuntimeContext): Promise<void> {
+    this.#requireOpen("seek");
+    if (!Number.isSafeInteger(offset) || offset < 0) {
+      throw new ConfigError(`node ${this.name}: cannot seek to ${offset}`, "seek to a frame index ≥ 0", {
+        node: this.name,
+      });
+    }
+    if (this.live) return;
+    await this.#stopDecoder();
+    this.#nextIndex = offset;
+    this.#ended = false;
+  }
+
+  /** Ends any wait, kills and reaps the subprocess; a pending or later `next()` returns {@link END}. */
+  override async close(_ctx: RuntimeContext): Promise<void> {
+    this.#closed = true;
+    this.#abort.abort();
+    await this.#stopDecoder();
+  }
+
+  #requireOpen(method: string): void {
+    if (!this.#opened) {
+      throw new NodeContractError(`node ${this.name}: ${method}() before open()`, "open the node first", {
+        node: this.name,
+      });
+    }
+  }
+
+  #checkParams(): void {
+    const p = this.params;
+    const problems: string[] = [];
+    const positive = (key: keyof VideoFileReaderParams, value: unknown, integer: boolean) => {
+      if (value === undefined) return;
+      const ok = integer
+        ? isPositiveInteger(value)
+        : typeof value === "number" && value > 0 && value < Infinity;
+      if (!ok) problems.push(`${key} must be a positive ${integer ? "integer" : "number"}, got ${value}`);
+    };
+    if (typeof p.path !== "string" || p.path === "") problems.push("path must be a non-empty string");
+    else if (p.path.startsWith("file:")) problems.push("path must be a plain file path, not a file: URL");
+    positive("width", p.width, true);
+    positive("height", p.height, true);
+    positive("fps", p.fps, false);
+    positive("reconnectDelaySeconds", p.reconnectDelaySeconds, false);
+    positive("reconnectMaxDelaySeconds", p.reconnectMaxDelaySeconds, false);
+    positive("readTimeoutSeconds", p.readTimeoutSeconds, false);
+    if (p.pixelFormat !== undefined && !isRawFormat(p.pixelFormat)) {
+      problems.push(
+        `pixelFormat must be one of ${Object.keys(RAW_FORMATS).join(", ")}, got ${p.pixelFormat}`,
+      );
+    }
+    if (p.maxReconnects !== undefined && !(Number.isSafeInteger(p.maxReconnects) && p.maxReconnects >= 0)) {
+      problems.push(`maxReconnects must be an integer ≥ 0, got ${p.maxReconnects}`);
+    }
+    if (p.startTs !== undefined && !Number.isFinite(p.startTs)) {
+      problems.push("startTs must be a finite number");
+    }
+    if (p.loop && isLiveSource(String(p.path))) problems.push("loop applies to a file, not a live source");
+    if (problems.length > 0) {
+      throw new ConfigError(`node ${this.name}: ${problems.join("; ")}`, "fix the reader's params", {
+        node: this.name,
+      });
+    }
+  }
+
+  async #checkFile(): Promise<void> {
+    const { path } = this.params;
+    let info: Deno.FileInfo;
+    try {
+      info = await Deno.stat(path);
+    } catch (error) {
+      if (!(error instanceof Deno.errors.NotFound)) throw error;
+      throw new ResourceUnavailable(
+        `node ${this.name}: video file ${path} does not exist`,
+        "check the path; a relative path is resolved against the worker's working directory",
+        { node: this.name, path },
+      );
+    }
+    if (!info.isFile) {
+      throw new ResourceUnavailable(
+        `node ${this.name}: ${path} is not a file`,
+        "point path at a video file",
+        {
+          node: this.name,
+          path,
+        },
+      );
+    }
+  }
+
+  /** Starts a decoder at the next frame; for a live source, `null` after a failed connection and its wait. */
+  async #start(ctx: RuntimeContext): Promise<ToolProcess | null> {
+    if (this.live && this.#geometry === null) {
+      const probe = await this.#bounded((signal) => probeVideoStream(this.params.path, signal));
+      if (probe.kind === "failed") {
+        await this.#backoff(probe.detail, ctx);
+        return null;
+      }
+      this.#geometry = outputGeometry(probe, this.params.width, this.params.height);
+    }
+    const plan = this.live ? { seekSeconds: null, select: null } : await this.#planFrom(this.#nextIndex);
+    if (this.#closed) return null;
+    ctx.logger.debug("starting ffmpeg", {
+      path: this.params.path,
+      frame: this.#nextIndex,
+      seek_seconds: plan.seekSeconds,
+      select: plan.select,
+    });
+    this.#decoder = ToolProcess.spawn(FFMPEG, this.#decodeArgs(plan), "read");
+    return this.#decoder;
+  }
+
+  /** How to start decoding a file at frame `index` (see the class doc). */
+  async #planFrom(index: number): Promise<DecodePlan> {
+    const fromStart = { seekSeconds: null, select: index > 0 ? `select=gte(n\\,${index})` : null };
+    const seekSeconds = index / this.#rate!.perSecond - SEEK_MARGIN_SECONDS;
+    if (seekSeconds <= 0) return fromStart;
+    const origin = await this.#probeFirstSlot(0);
+    const landing = await this.#probeFirstSlot(seekSeconds);
+    if (origin === null || landing === null || landing > origin + index) return fromStart;
+    return { seekSeconds, select: `select=gte(pts\\,${origin + index})` };
+  }
+
+  async #probeFirstSlot(seekSeconds: number): Promise<number | null> {
+    const args = [
+      ...this.#inputArgs(seekSeconds),
+      ...["-an", "-sn", "-dn", "-vf", `fps=${this.#rate!.text}`, "-fps_mode", "passthrough"],
+      ...["-frames:v", "1", "-f", "framemd5", "pipe:1"],
+    ];
+    const { code, stdout } = await runTool(FFMPEG, args);
+    return code === 0 ? firstSlot(stdout) : null;
+  }
+
+  /** Input options: loop, then (with a seek) absolute timestamps and the seek, then the source. */
+  #inputArgs(seekSeconds: number | null): string[] {
+    return [
+      ...QUIET,
+      ...(this.params.loop ? ["-stream_loop", "-1"] : []),
+      ...(seekSeconds === null ? [] : ["-copyts", "-ss", seekSeconds.toFixed(6)]),
+      "-i",
+      this.params.path,
+    ];
+  }
+
+  #decodeArgs(plan: DecodePlan): string[] {
+    const { width, height } = this.#geometry!;
+    const filters = [
+      ...(this.#rate === null ? [] : [`fps=${this.#rate.text}`]),
+      ...(plan.select === null ? [] : [plan.select]),
+      `scale=${width}:${height}`,
+    ];
+    return [
+      ...this.#inputArgs(plan.seekSeconds),
+      ...["-an", "-sn", "-dn", "-vf", filters.join(","), "-fps_mode", "passthrough"],
+      ...["-f", "rawvideo", "-pix_fmt", this.#format, "pipe:1"],
+    ];
+  }
+
+  get #frameBytes(): number {
+    const { width, height } = this.#geometry!;
+    return width * height * RAW_FORMATS[this.#format].channels;
+  }
+
+  /** One frame's bytes; for a live source, a connection silent for `readTimeoutSeconds` is dropped. */
+  #read(decoder: ToolProcess): Promise<Uint8Array<ArrayBuffer> | null> {
+    if (!this.live) return decoder.readRecord(this.#frameBytes);
+    return this.#bounded((signal) => {
+      // A stop() failure is not lost: wait() (memoized) rethrows it where the reader reaps the decoder.
+      signal.addEventListener("abort", () => decoder.stop().catch(() => {}), { once: true });
+      return decoder.readRecord(this.#frameBytes);
+    });
+  }
+
+  /** Runs `work` with a signal that aborts after `readTimeoutSeconds` or at `close()`. */
+  async #bounded<T>(work: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    const timeout = new AbortController();
+    const timer = systemClock.setTimer(
+      this.params.readTimeoutSeconds ?? DEFAULTS.readTimeoutSeconds,
+      () => timeout.abort(),
+    );
+    try {
+      return await work(AbortSignal.any([this.#abort.signal, timeout.signal]));
+    } finally {
+      timer.cancel();
+    }
+  }
+
+  #frame(bytes: Uint8Array<ArrayBuffer>, ctx: RuntimeContext): Frame {
+    const index = this.#nextIndex++;
+    const { width, height } = this.#geometry!;
+    const layout = RAW_FORMATS[this.#format];
+    const captureTs = this.live ? systemClock.now() : this.#startTs + index / this.#rate!.perSecond;
+    ctx.setEventTimestamp(captureTs);
+    return new Frame(Tensor.from(bytes, [height, width, layout.channels]), layout.pixelFormat, captureTs);
+  }
+
+  /** A decoder's output ended: a file is done (or failed); a live source is redialled after a wait. */
+  async #sourceEnded(decoder: ToolProcess, ctx: RuntimeContext): Promise<void> {
+    const status = await decoder.wait();
+    this.#decoder = null;
+    const said = decoder.stderrTail;
+    if (this.live) {
+      await this.#backoff(`ffmpeg exited with code ${status.code}${said ? `: ${said}` : ""}`, ctx);
+      return;
+    }
+    if (!status.success) {
+      throw new ResourceUnavailable(
+        `node ${this.name}: ffmpeg failed decoding ${this.params.path} (exit code ${status.code}): ${said}`,
+        `check the file with \`ffmpeg -i ${this.params.path} -f null -\``,
+        { node: this.name, path: this.params.path },
+      );
+    }
+    this.#ended = true;
+  }
+
+  /** Counts a failed connection, throws past the budget, else waits the backoff (cut short by close). */
+  async #backoff(reason: string, ctx: RuntimeContext): Promise<void> {
+    const budget = this.params.maxReconnects ?? DEFAULTS.maxReconnects;
+    this.#failures += 1;
+    if (this.#failures > budget) {
+      throw new ResourceUnavailable(
+        `node ${this.name}: live source ${this.params.path} failed ${this.#failures} times in a row: ${reason}`,
+        "check that the stream is up and reachable from the worker, or raise maxReconnects",
+        { node: this.name, path: this.params.path },
+      );
+    }
+    const first = this.params.reconnectDelaySeconds ?? DEFAULTS.reconnectDelaySeconds;
+    const cap = this.params.reconnectMaxDelaySeconds ?? DEFAULTS.reconnectMaxDelaySeconds;
+    const delay = Math.min(first * 2 ** (this.#failures - 1), cap);
+    ctx.logger.warn("live source lost; reconnecting", {
+      path: this.params.path,
+      attempt: this.#failures,
+      delay_seconds: delay,
+      reason,
+    });
+    await systemClock.sleep(delay, this.#abort.signal).catch((error) => {
+      if (!this.#abort.signal.aborted) throw error;
+    });
+  }
+
+  async #stopDecoder(): Promise<void> {
+    const decoder = this.#decoder;
+    this.#decoder = null;
+    await decoder?.stop();
+  }
+}
