@@ -1,5 +1,5 @@
 /**
- * The `vf` command line: `validate`, `compile` and `decode`. Every failure prints one rendered error
+ * The `vf` command line: `validate`, `compile`, `explain` and `decode`. Every failure prints one rendered error
  * (what broke, what to do, the context) and exits with the taxonomy's code; never a stack trace.
  *
  * @module
