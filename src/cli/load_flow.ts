@@ -51,9 +51,12 @@ export async function loadFlow(path: string): Promise<LoadedFlow> {
     }
   } catch (error) {
     if (error instanceof VideoflowError) throw error;
+    const missing = error instanceof Deno.errors.NotFound;
     throw new ConfigError(
-      `flow file ${path} does not exist`,
-      "check the path, relative to the current directory",
+      missing ? `flow file ${path} does not exist` : `flow file ${path} cannot be read: ${describe(error)}`,
+      missing
+        ? "check the path, relative to the current directory"
+        : "make the file readable by this process (permissions, --allow-read)",
       { path },
     );
   }
