@@ -1,0 +1,199 @@
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import {
+  EFFECT_KEY_PREFIX,
+  EFFECT_RETENTION_SECONDS,
+  idempotencyKey,
+  LedgerIdempotencyStore,
+} from "../../../src/runtime/idempotency.ts";
+import { FileRuntimeStore } from "../../../src/runtime/file_store.ts";
+import { MemoryRuntimeStore } from "../../../src/backends/memory/runtime_store.ts";
+import type { RuntimeStore } from "../../../src/backends/runtime_store.ts";
+import { FakeClock } from "../../../src/backends/memory/clock.ts";
+import { Barrier, dropResponse, FaultSchedule, nth } from "../../../src/backends/faults.ts";
+import { ConfigError, UnobservableState } from "../../../src/core/errors.ts";
+
+interface Provider {
+  readonly name: string;
+  open(
+    clock: FakeClock,
+  ): Promise<{ store: RuntimeStore; reopen: () => Promise<RuntimeStore>; done: () => Promise<void> }>;
+}
+
+const providers: readonly Provider[] = [
+  {
+    name: "memory",
+    open(clock) {
+      const store = new MemoryRuntimeStore(clock);
+      return Promise.resolve({ store, reopen: () => Promise.resolve(store), done: () => store.close() });
+    },
+  },
+  {
+    name: "file",
+    async open(clock) {
+      const dir = await Deno.makeTempDir();
+      const opened: RuntimeStore[] = [];
+      const reopen = async () => {
+        const store = await FileRuntimeStore.open(dir, clock);
+        opened.push(store);
+        return store;
+      };
+      const store = await reopen();
+      return {
+        store,
+        reopen,
+        done: async () => {
+          for (const each of opened) await each.close();
+          await Deno.remove(dir, { recursive: true });
+        },
+      };
+    },
+  },
+];
+
+const key = idempotencyKey("flow-A", "sink", "745708c2eeaf98a60fdbebafe1d04eff");
+
+for (const provider of providers) {
+  const scenario = (
+    name: string,
+    body: (clock: FakeClock, store: RuntimeStore, reopen: () => Promise<RuntimeStore>) => Promise<void>,
+  ) =>
+    Deno.test(`${provider.name}: ${name}`, async () => {
+      const clock = new FakeClock();
+      const opened = await provider.open(clock);
+      try {
+        await body(clock, opened.store, opened.reopen);
+      } finally {
+        await opened.done();
+      }
+    });
+
+  scenario(
+    "an effect is unseen until marked; the first mark wins, a repeated mark reports it already applied",
+    async (clock, store) => {
+      const effects = new LedgerIdempotencyStore(store, { clock });
+      assert.equal(await effects.seen(key), false);
+      assert.equal(await effects.mark(key), true);
+      assert.equal(await effects.seen(key), true);
+      assert.equal(await effects.mark(key), false);
+      assert.equal(await effects.seen(idempotencyKey("flow-A", "sink", "another message")), false);
+      const entry = await store.get(EFFECT_KEY_PREFIX + key);
+      assert.equal(entry.kind, "present");
+      const marker = JSON.parse(new TextDecoder().decode(entry.kind === "present" ? entry.value : undefined));
+      assert.deepEqual(marker, { format: 1, key, marked_at: clock.now(), expires_at: clock.now() + 86_400 });
+    },
+  );
+
+  scenario(
+    "a marker is kept 24 hours; after that the effect reads as unseen and the next mark replaces it",
+    async (clock, store) => {
+      const effects = new LedgerIdempotencyStore(store, { clock });
+      assert.equal(effects.retentionSeconds, EFFECT_RETENTION_SECONDS);
+      await effects.mark(key);
+      clock.advance(EFFECT_RETENTION_SECONDS - 0.001);
+      assert.equal(await effects.seen(key), true);
+      clock.advance(0.001);
+      assert.equal(await effects.seen(key), false);
+      assert.equal(await effects.mark(key), true, "an expired marker is replaced");
+      clock.advance(EFFECT_RETENTION_SECONDS - 1);
+      assert.equal(await effects.seen(key), true, "the replacement starts a new retention");
+    },
+  );
+
+  scenario(
+    "sweep removes exactly the expired markers and nothing outside its prefix",
+    async (clock, store) => {
+      const effects = new LedgerIdempotencyStore(store, { clock, retentionSeconds: 60 });
+      await effects.mark("old-1");
+      await effects.mark("old-2");
+      clock.advance(30);
+      await effects.mark("young");
+      await store.cas("vf/other/key", null, new TextEncoder().encode("not a marker"));
+      clock.advance(30);
+      assert.equal(await effects.sweep(), 2);
+      assert.deepEqual((await store.scan(EFFECT_KEY_PREFIX)).map((r) => r.key), [
+        `${EFFECT_KEY_PREFIX}young`,
+      ]);
+      assert.equal((await store.get("vf/other/key")).kind, "present");
+      assert.equal(await effects.sweep(), 0);
+      assert.equal(await effects.seen("young"), true);
+    },
+  );
+
+  scenario(
+    "two stores over one ledger: a marker one writes the other sees, and of racing marks exactly one wins",
+    async (clock, store, reopen) => {
+      const first = new LedgerIdempotencyStore(store, { clock });
+      const second = new LedgerIdempotencyStore(await reopen(), { clock });
+      await first.mark("k1");
+      assert.equal(await second.seen("k1"), true);
+      for (let round = 0; round < 20; round++) {
+        const wins = await Promise.all([first.mark(`race-${round}`), second.mark(`race-${round}`)]);
+        assert.equal(wins.filter(Boolean).length, 1, `round ${round}: ${wins}`);
+      }
+    },
+  );
+
+  scenario(
+    "a lost write receipt surfaces as UnobservableState, and the retried mark finds the effect marked",
+    async (clock, store) => {
+      const effects = new LedgerIdempotencyStore(store, { clock });
+      using schedule = new FaultSchedule({ [Barrier.ledgerWriteAfter]: nth(1, dropResponse()) }).install();
+      await assert.rejects(effects.mark(key), UnobservableState);
+      schedule.assertAllFired();
+      assert.equal(await effects.mark(key), false);
+      assert.equal(await effects.seen(key), true);
+    },
+  );
+
+  scenario(
+    "a document under the prefix that is not a marker is UnobservableState, never 'unseen'",
+    async (clock, store) => {
+      const effects = new LedgerIdempotencyStore(store, { clock, prefix: "fx/" });
+      assert.equal(effects.prefix, "fx/");
+      for (
+        const [name, text] of [["garbage", "{"], ["wrong", '{"format":2,"expires_at":1}'], [
+          "nan",
+          '{"format":1}',
+        ]]
+      ) {
+        await store.cas(`fx/${name}`, null, new TextEncoder().encode(text));
+        await assert.rejects(effects.seen(name), UnobservableState, name);
+        await assert.rejects(effects.mark(name), UnobservableState, name);
+      }
+    },
+  );
+}
+
+Deno.test("idempotencyKey is vf-idem- and the SHA-256 hex of flow:node:message_id", () => {
+  const expected = createHash("sha256").update("flow-A:sink:745708c2eeaf98a60fdbebafe1d04eff").digest("hex");
+  assert.equal(key, `vf-idem-${expected}`);
+  assert.notEqual(idempotencyKey("flow-A", "sink2", "x"), idempotencyKey("flow-A", "sink", "x"));
+});
+
+Deno.test("a retention that is not a positive number is a ConfigError", () => {
+  const store = new MemoryRuntimeStore();
+  for (const retention of [0, -1, Number.NaN, Infinity]) {
+    assert.throws(() => new LedgerIdempotencyStore(store, { retentionSeconds: retention }), ConfigError);
+  }
+});
+
+Deno.test("a mark that keeps losing its compare-and-swap gives up with UnobservableState instead of looping", async () => {
+  const inner = new MemoryRuntimeStore();
+  const contended: RuntimeStore = {
+    get: (k) => inner.get(k),
+    cas: () => Promise.resolve(false),
+    delete: (k, v) => inner.delete(k, v),
+    scan: (p) => inner.scan(p),
+    append: (l, r) => inner.append(l, r),
+    logEntries: (l) => inner.logEntries(l),
+    capabilities: () => inner.capabilities(),
+    close: () => inner.close(),
+  };
+  const effects = new LedgerIdempotencyStore(contended);
+  await assert.rejects(effects.mark("k"), (error: unknown) => {
+    assert.ok(error instanceof UnobservableState);
+    assert.equal(error.context.attempts, 8);
+    return true;
+  });
+});
