@@ -30,6 +30,7 @@
 
 import { createHash } from "node:crypto";
 import { ConfigError, Diagnostic, IncompatibleProfile, TransientFailure } from "../core/errors.ts";
+import { type PayloadCapabilities, retentionShortfall } from "./capabilities.ts";
 import type { Observation } from "./outcomes.ts";
 
 /** The obligation family of a publisher's send in flight: `intent/<publication_id>`. */
@@ -166,14 +167,17 @@ export function retentionContract(init: RetentionContractInit): RetentionContrac
  */
 export function admitRetention(contract: RetentionContract): void {
   if (!contract.durableRequired) return;
-  if (contract.ttlSeconds >= contract.horizonSeconds || contract.obligations.length > 0) return;
-  const message = `payload TTL ${contract.ttlSeconds} s is shorter than the ${contract.horizonSeconds} s ` +
-    "recovery horizon the flow promises, and no obligation pins the object (PAY-009)";
+  const shortfall = retentionShortfall(
+    contract.ttlSeconds,
+    contract.horizonSeconds,
+    contract.obligations.length > 0,
+  );
+  if (shortfall === null) return;
   const remedy = "raise VF_BLOB_TTL_SECONDS to the horizon, or set VF_BLOB_READER_IDS so readers pin it";
   throw new IncompatibleProfile(
-    message,
+    shortfall,
     remedy,
-    [new Diagnostic("error", IncompatibleProfile.code, null, message, remedy)],
+    [new Diagnostic("error", IncompatibleProfile.code, null, shortfall, remedy)],
     { ttl_seconds: contract.ttlSeconds, horizon_seconds: contract.horizonSeconds },
   );
 }
@@ -318,31 +322,6 @@ export interface ObligationLedger {
   requiredObligations(): Promise<ReadonlyMap<string, readonly string[]>>;
   /** Whether this ledger may cancel `obligationId` when it does not require it. */
   authoritative(obligationId: string): boolean;
-}
-
-/** What a payload store can guarantee (spec backends.capabilities.PayloadCapabilities), read by the planner. */
-export interface PayloadCapabilities {
-  /** The implementation: `memory`, `redis`. */
-  readonly adapter: string;
-  /** An accepted object survives the store's restart and is never dropped while a reader holds it. */
-  readonly durable: Observation<boolean>;
-  /** The store may expire or evict an object a reader still needs (volatile-lru). */
-  readonly evictable: Observation<boolean>;
-  /** Bytes, metadata and obligations change in one atomic step. */
-  readonly atomicMultikey: Observation<boolean>;
-  /** The largest object the store takes; null when unbounded. */
-  readonly maxObjectBytes: number | null;
-  /** Obligations are named by reader identity (not a count). */
-  readonly readerIdentities: boolean;
-  /** An unchanged payload republished by a stage shares the canonical object (PAY-017). */
-  readonly referenceForwarding: boolean;
-  /** The data lives on a volume that outlives the store's process or pod. */
-  readonly persistentStorage: Observation<boolean>;
-}
-
-/** Constructs a {@link PayloadCapabilities}. */
-export function payloadCapabilities(fields: PayloadCapabilities): PayloadCapabilities {
-  return Object.freeze({ ...fields });
 }
 
 /**

@@ -46,6 +46,7 @@
  */
 
 import { ConfigError, ResourceUnavailable, TransientFailure, UnobservableState } from "../../core/errors.ts";
+import { type PayloadCapabilities, payloadCapabilities } from "../capabilities.ts";
 import { type Clock, systemClock } from "../clock.ts";
 import { Barrier, barrier, type BarrierContext } from "../faults.ts";
 import type { ObservationLog } from "../observation.ts";
@@ -61,8 +62,6 @@ import {
   type ObligationLedger,
   PayloadBudgetExceeded,
   payloadBytes,
-  type PayloadCapabilities,
-  payloadCapabilities,
   payloadDigest,
   type PayloadReadOutcome,
   payloadRef,
@@ -369,7 +368,7 @@ export class MemoryPayloadStore implements PayloadStore {
         readerIdentities: true,
         referenceForwarding: this.#forwardUnchanged,
         persistentStorage: known(false, this.#clock),
-      });
+      }, this.#clock);
     });
   }
 

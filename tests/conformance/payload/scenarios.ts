@@ -21,7 +21,16 @@ import {
   SimulatedCrash,
   throwSimulatedCrash,
 } from "../../../src/backends/faults.ts";
+import {
+  type CompositionPlan,
+  FlowRequirements,
+  messagingCapabilities,
+  type PayloadCapabilities,
+  planComposition,
+  ProfileRequest,
+} from "../../../src/backends/capabilities.ts";
 import { StaticLedger } from "../../../src/backends/memory/payload.ts";
+import { known } from "../../../src/backends/outcomes.ts";
 import {
   admitRetention,
   type ImmutablePayloadRef,
@@ -76,6 +85,32 @@ export interface PayloadProvider {
 }
 
 const DURABLE: PayloadProviderOptions = { tier: "durable", maxBytes: null, forwardUnchanged: true };
+
+/** Plans a reliable_work channel whose payloads go to a store with `payload`'s capabilities (story 12). */
+function planReliableWork(payload: PayloadCapabilities): CompositionPlan {
+  const messaging = messagingCapabilities({
+    adapter: "retained-broker",
+    version: "1",
+    retainedBacklog: true,
+    recoverableDelivery: true,
+    latestPerKey: true,
+    dedupWindowSeconds: 120,
+    publicationLedger: "window",
+    replicationFactor: known(1),
+    persistentStorage: known(true),
+    maxPayloadBytes: known(8 << 20),
+    creditResizable: true,
+    controlSharesDataSlot: false,
+  });
+  const requirements = new FlowRequirements({ profiles: [new ProfileRequest("camera", "reliable_work")] });
+  return planComposition(requirements, {
+    messaging,
+    payload,
+    payloadRefsInUse: true,
+    payloadTtlSeconds: 3600,
+    payloadObligations: true,
+  });
+}
 
 /** A schedule whose Crash throws SimulatedCrash, installed for the scope of `using`. */
 function faults(actions: Record<string, FaultAction>): FaultSchedule {
@@ -271,7 +306,7 @@ const SCENARIOS: readonly Scenario[] = [
     },
   ],
   [
-    "reliable_work 12: an evictable store under pressure evicts a payload a reader still owes, and its capabilities say so",
+    "reliable_work 12: an evictable store under pressure evicts a payload a reader still owes, so reliable_work over it is refused",
     { tier: "evictable", maxBytes: 1000, forwardUnchanged: true },
     async ({ store }) => {
       const needed = await store.put(frame(121, 600), "cam:e121", contract(["detector"], 3600, 3600));
@@ -282,10 +317,18 @@ const SCENARIOS: readonly Scenario[] = [
       const capabilities = await store.capabilities();
       assert.equal(capabilities.evictable.kind === "known" && capabilities.evictable.value, true);
       assert.equal(capabilities.durable.kind === "known" && capabilities.durable.value, false);
+      assert.throws(() => planReliableWork(capabilities), (error: unknown) => {
+        assert.ok(error instanceof IncompatibleProfile);
+        assert.ok(
+          error.diagnostics.some((d) => /evictable/.test(d.message)),
+          "the refusal names the eviction",
+        );
+        return true;
+      });
     },
   ],
   [
-    "reliable_work 12: a durable store under the same pressure refuses the put (backpressure) and keeps what is owed",
+    "reliable_work 12: a durable store under the same pressure refuses the put (backpressure), keeps what is owed, and is admitted",
     { tier: "durable", maxBytes: 1000, forwardUnchanged: true },
     async ({ store }) => {
       const data = frame(123, 600);
@@ -298,6 +341,7 @@ const SCENARIOS: readonly Scenario[] = [
       const capabilities = await store.capabilities();
       assert.equal(capabilities.durable.kind === "known" && capabilities.durable.value, true);
       assert.equal(capabilities.evictable.kind === "known" && capabilities.evictable.value, false);
+      assert.deepEqual(planReliableWork(capabilities).channelProfiles, { camera: "reliable_work" });
       await store.releaseObligation(needed, "detector", "settle-123");
       await store.put(frame(124, 600), "cam:e124", contract(["detector"], 3600, 3600));
     },
