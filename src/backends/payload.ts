@@ -364,7 +364,15 @@ export interface PayloadStore {
     obligationId: string,
     completionReceipt: string,
   ): Promise<ReleaseReceipt>;
-  /** Reconciles every object against `ledger` (see the implementation for its rules); `operationId` is logged. */
+  /**
+   * Reconciles every stored object against `ledger` (BLOB-14 step 4); `operationId` labels the pass. For a
+   * key the ledger lists, the list is the whole truth: every other obligation the ledger is authoritative
+   * for is cancelled (PAY-006, PAY-012). For a key it does not list, only `intent/*` obligations are
+   * cancelled (PAY-013): reader obligations belong to readers the ledger may not see. An object is kept
+   * while an obligation remains or the ledger requires anything of it; it is reclaimed when the pass
+   * emptied the set it had and, with no set at all, only once older than the store's orphan grace
+   * (PAY-007). Keys the store could not judge are reported unknown, never reclaimed.
+   */
   reconcile(ledger: ObligationLedger, operationId: string): Promise<ReclamationObservation>;
   /** Every stored object's ref, or Unknown when the store could not be listed (never an empty list). */
   inventory(): Promise<Observation<readonly ImmutablePayloadRef[]>>;

@@ -71,6 +71,7 @@ import {
   type ReleaseReceipt,
   releaseReceipt,
   type RetentionContract,
+  retentionContract,
   transientRead,
 } from "../payload.ts";
 
@@ -178,7 +179,8 @@ export class MemoryPayloadStore implements PayloadStore {
     return this.#tier;
   }
 
-  async put(data: Uint8Array, contentId: string, contract: RetentionContract): Promise<ImmutablePayloadRef> {
+  async put(data: Uint8Array, contentId: string, terms: RetentionContract): Promise<ImmutablePayloadRef> {
+    const contract = retentionContract(terms);
     if (!(data instanceof Uint8Array)) {
       throw new ConfigError("payload data must be a Uint8Array", "encode the payload to bytes first");
     }
@@ -296,12 +298,8 @@ export class MemoryPayloadStore implements PayloadStore {
   }
 
   /**
-   * For a key the ledger lists, its list is the whole truth: every other obligation the ledger is
-   * authoritative for is cancelled. For a key it does not list, only `intent/*` obligations are cancelled:
-   * reader obligations belong to readers this ledger may not see. An object is retained while an
-   * obligation remains or the ledger requires anything of it; it is reclaimed when this pass emptied the
-   * set it had, and, with no set at all, only once older than the orphan grace. With the inventory
-   * unreadable nothing is judged: every key the ledger lists is reported unknown.
+   * {@link PayloadStore.reconcile}'s rules. With the inventory unreadable ({@link failInventory}) nothing is
+   * judged: every key the ledger lists is reported unknown.
    */
   async reconcile(ledger: ObligationLedger, operationId: string): Promise<ReclamationObservation> {
     const required = await ledger.requiredObligations();

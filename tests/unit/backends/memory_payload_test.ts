@@ -149,6 +149,15 @@ Deno.test("the constructor refuses an unknown tier, a bad budget or grace, and a
   }
 });
 
+Deno.test("put refuses a malformed contract, non-byte data and a non-string content id before storing", async () => {
+  const { store } = fixture();
+  const malformed = { ttlSeconds: NaN, horizonSeconds: 0, durableRequired: false, obligations: [] };
+  await assert.rejects(store.put(new Uint8Array(1), "cam:a", malformed), ConfigError);
+  await assert.rejects(store.put("bytes" as unknown as Uint8Array, "cam:a", contract()), ConfigError);
+  await assert.rejects(store.put(new Uint8Array(1), 7 as unknown as string, contract()), ConfigError);
+  assert.equal(store.objectCount(), 0);
+});
+
 Deno.test("put returns a complete ref and keeps its own copy of the bytes", async () => {
   const { store } = fixture({ storeId: "embedded" });
   const data = encoder.encode("frame bytes");

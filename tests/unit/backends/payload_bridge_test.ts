@@ -3,7 +3,7 @@
  * that turns puts into obligation-keeping contracts and typed read outcomes into ladder errors.
  */
 import assert from "node:assert/strict";
-import { blobReaderIds, NodeSpec, type NodeSpecInit } from "../../../src/core/compiler.ts";
+import { blobReaderIds, NodeSpec } from "../../../src/core/compiler.ts";
 import { ConfigError, DecodeError, POISON, TRANSIENT, TransientFailure } from "../../../src/core/errors.ts";
 import { FakeClock } from "../../../src/backends/memory/clock.ts";
 import { MemoryPayloadStore } from "../../../src/backends/memory/payload.ts";
@@ -238,24 +238,27 @@ Deno.test("bridge release is a no-op; readers release by id and the last one rec
 });
 
 Deno.test("readerObligationId names readers as the compiler's blobReaderIds lists them", () => {
-  const spec = (init: Partial<NodeSpecInit> & { name: string }) =>
-    new NodeSpec({
-      nodeClass: "file:///f.ts#C",
-      params: {},
-      parents: ["root"],
-      kind: "processor",
-      hasChildren: false,
-      nbTasks: 1,
-      deviceType: "cpu",
-      isFinite: true,
-      ...init,
-    });
-  const root = spec({ name: "root", parents: [], kind: "producer" });
-  const children = [
-    spec({ name: "competing", nbTasks: 3 }),
-    spec({ name: "keyed", nbTasks: 3, partitionBy: "camera" }),
-    spec({ name: "single", partitionBy: "camera" }),
-  ];
+  const shared = { nodeClass: "file:///f.ts#C", params: {}, hasChildren: false, isFinite: true } as const;
+  const root = new NodeSpec({
+    ...shared,
+    name: "root",
+    parents: [],
+    kind: "producer",
+    nbTasks: 1,
+    deviceType: "cpu",
+  });
+  const children = ([["competing", 3, null], ["keyed", 3, "camera"], ["single", 1, "camera"]] as const).map(
+    ([name, nbTasks, partitionBy]) =>
+      new NodeSpec({
+        ...shared,
+        name,
+        parents: ["root"],
+        kind: "processor",
+        nbTasks,
+        deviceType: "cpu",
+        partitionBy,
+      }),
+  );
   const named = children.flatMap((child) =>
     child.isPartitioned
       ? Array.from({ length: child.nbTasks }, (_, i) => readerObligationId(child.name, i))
