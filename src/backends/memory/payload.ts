@@ -116,8 +116,8 @@ interface StoredObject {
   readonly digest: string;
   readonly generation: string;
   readonly contentId: string;
-  /** Wall seconds of the put that minted this generation. */
-  readonly createdAt: number;
+  /** Wall seconds of the latest put that stored or forwarded this object (the orphan grace runs from it). */
+  putAt: number;
   /** Wall seconds at which the TTL fires. */
   expiresAt: number;
   /** Obligation id → deadline (wall seconds); null when the set is absent. A present set is never empty. */
@@ -199,6 +199,7 @@ export class MemoryPayloadStore implements PayloadStore {
     if (existing !== undefined && this.#forwardUnchanged) {
       object = existing;
       object.expiresAt = Math.max(object.expiresAt, now + contract.ttlSeconds);
+      object.putAt = now;
       this.#touch(key, object);
       this.#emit("payload.forwarded", { key, generation: object.generation, payload_digest: digest });
     } else {
@@ -210,7 +211,7 @@ export class MemoryPayloadStore implements PayloadStore {
         digest,
         generation: String(++this.#lastGeneration),
         contentId,
-        createdAt: now,
+        putAt: now,
         expiresAt: now + contract.ttlSeconds,
         obligations: existing?.obligations ?? null,
       };
@@ -323,7 +324,7 @@ export class MemoryPayloadStore implements PayloadStore {
         });
       }
       const keep = object.obligations !== null || (listed !== undefined && listed.length > 0) ||
-        (!hadSet && now - object.createdAt <= this.#orphanGrace);
+        (!hadSet && now - object.putAt <= this.#orphanGrace);
       if (keep) {
         retained.push(key);
       } else {

@@ -431,14 +431,17 @@ Deno.test("expireObligation drops one record; an emptied set no longer exists an
   assert.equal((await store.read(ref)).kind, "bytes");
 });
 
-Deno.test("the orphan grace is configurable and measured from the put", async () => {
+Deno.test("the orphan grace is configurable and measured from the latest put", async () => {
   const { clock, store } = fixture({ orphanGraceSeconds: 5 });
   const ref = await store.put(encoder.encode("a"), "cam:a", contract([], 3600));
   const ledger = new StaticLedger(new Map());
   clock.advance(5);
   assert.deepEqual((await store.reconcile(ledger, "op1")).retained, [ref.key]);
+  await store.put(encoder.encode("a"), "cam:a", contract([], 3600));
+  clock.advance(5);
+  assert.deepEqual((await store.reconcile(ledger, "op2")).retained, [ref.key], "a forwarded put restarts it");
   clock.advance(0.001);
-  assert.deepEqual((await store.reconcile(ledger, "op2")).reclaimed, [ref.key]);
+  assert.deepEqual((await store.reconcile(ledger, "op3")).reclaimed, [ref.key]);
   assert.equal(DEFAULT_ORPHAN_GRACE_SECONDS, 60);
 });
 
