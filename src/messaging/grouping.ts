@@ -17,6 +17,7 @@
  * @example
  * ```ts
  * import { JoinPolicy } from "../core/join_policy.ts";
+ * import { envelopeEntry, makeAssembler } from "./grouping.ts";
  * const join = makeAssembler<number>("fuse", ["left", "right"], new JoinPolicy({ missing: "wait" }));
  * join.add("left", envelopeEntry({ traceId: "cam:1", seq: 1, handle: 1 }));
  * join.add("right", envelopeEntry({ traceId: "cam:1", seq: 1, handle: 2 }));
