@@ -34,8 +34,10 @@
  */
 
 import { ConfigError } from "../core/errors.ts";
+import { type MessagingCapabilities, MessagingProfile, Retention } from "./capabilities.ts";
 import type { OwnerMetadata } from "./identity.ts";
 import type { CleanupObservation, Observation, PublicationOutcome, SettleOutcome } from "./outcomes.ts";
+import type { ImmutablePayloadRef } from "./payload.ts";
 
 /** What an envelope's bytes are, which decides the subject they ride and what a receiver does with them. */
 export const MessageKind = {
@@ -52,16 +54,6 @@ export type MessageKind = typeof MessageKind[keyof typeof MessageKind];
 /** The kinds a subscription can filter to: data or end-of-stream markers, never dead letters. */
 export type SubscriptionKind = typeof MessageKind.data | typeof MessageKind.eos;
 
-/** Retention classes a channel can be compiled to; a channel has exactly one. */
-export const Retention = {
-  /** Keep at most the configured number of messages (and bytes, and age), whoever has read them. */
-  limits: "limits",
-  /** Keep a message until every required subscription has settled it. */
-  interest: "interest",
-} as const;
-/** One of {@link Retention}. */
-export type Retention = typeof Retention[keyof typeof Retention];
-
 /** What a full channel does with one more publication. */
 export const Overflow = {
   /** Evict the oldest message, recording a drop for every subscription that had not settled it. */
@@ -71,16 +63,6 @@ export const Overflow = {
 } as const;
 /** One of {@link Overflow}. */
 export type Overflow = typeof Overflow[keyof typeof Overflow];
-
-/** What a backend knows about the fate of a publication after the fact (`observePublication`). */
-export const PublicationLedger = {
-  /** Nothing: every earlier unknown publication is Unresolvable. */
-  none: "none",
-  /** Publications within the channel's duplicate window can be resolved; older ones are Unresolvable. */
-  dedupWindow: "dedup_window",
-} as const;
-/** One of {@link PublicationLedger}. */
-export type PublicationLedger = typeof PublicationLedger[keyof typeof PublicationLedger];
 
 function requireText(value: string, what: string): string {
   if (typeof value !== "string" || value === "") {
@@ -190,13 +172,15 @@ export function subscriptionKey(id: SubscriptionId): string {
 }
 
 /**
- * What a channel must provide, verified against the broker before production starts. `maxMsgs` and
+ * What a channel must provide, verified against the broker before production starts. `profile` is the
+ * messaging profile the planner assigned and `retention` the class it compiles to (an `archive` channel
+ * keeps history whatever its consumers did, bounded by its limits as a `limits` one is). `maxMsgs` and
  * `maxBytes` bound the run's slot (data and EOS share it unless `perSubjectLimits`); `ownerLabels` is the
- * exact-ownership metadata teardown matches on. `profile` names the messaging profile the planner assigned.
+ * exact-ownership metadata teardown matches on.
  */
 export interface ChannelSpec {
   readonly id: ChannelId;
-  readonly profile: string;
+  readonly profile: MessagingProfile;
   readonly retention: Retention;
   readonly maxMsgs: number;
   readonly maxBytes: number | null;
@@ -230,7 +214,7 @@ export function channelSpec(init: ChannelSpecInit): ChannelSpec {
   }
   return Object.freeze({
     id: init.id,
-    profile: requireText(init.profile, "a channel's profile"),
+    profile: oneOf(init.profile, MessagingProfile, "a channel's profile"),
     retention: oneOf(init.retention, Retention, "a channel's retention"),
     maxMsgs: requireInteger(init.maxMsgs, 1, "a channel's max_msgs"),
     maxBytes: init.maxBytes,
@@ -362,17 +346,6 @@ export interface Delivery {
 }
 
 /**
- * A payload reference an envelope carries beside its bytes (the payload store's immutable reference, by
- * its identifying fields). The transport only carries it; the runtime reads it.
- */
-export interface CarriedPayloadRef {
-  readonly store: string;
-  readonly key: string;
-  readonly size: number;
-  readonly digest: string;
-}
-
-/**
  * A publication. `publicationId` is the stable operation identity a retry re-uses (it becomes the broker's
  * dedup key); `eventId` is the logical event identity the runtime reasons about. Physical stream sequences
  * are diagnostics, not identity. `size` is the byte size limits and credits count.
@@ -389,7 +362,7 @@ export interface Envelope {
   readonly sourceEpoch: string | null;
   readonly sourceOffset: number | null;
   readonly schemaVersion: number;
-  readonly payloadRefs: readonly CarriedPayloadRef[];
+  readonly payloadRefs: readonly ImmutablePayloadRef[];
   readonly kind: MessageKind;
 }
 
@@ -531,66 +504,13 @@ export interface VerifiedSubscription {
 }
 
 /**
- * What a messaging adapter, as configured, can guarantee; the composition planner compares it with the
- * flow's profile requests. Facts that depend on the deployed broker (replication, storage, payload limit)
- * are Observations: an adapter that could not read them says so, and the planner rejects a profile that
- * depends on them. `maxStreams`/`maxConsumers` are the largest graph the adapter supports (MSG-026), null
- * when it declares nothing.
- */
-export interface MessagingCapabilities {
-  readonly adapter: string;
-  readonly version: string;
-  readonly retainedBacklog: boolean;
-  readonly recoverableDelivery: boolean;
-  readonly latestPerKey: boolean;
-  readonly dedupWindowSeconds: number | null;
-  readonly publicationLedger: PublicationLedger;
-  readonly replicationFactor: Observation<number>;
-  readonly persistentStorage: Observation<boolean>;
-  readonly maxPayloadBytes: Observation<number>;
-  readonly creditResizable: boolean;
-  readonly controlSharesDataSlot: boolean;
-  readonly durableControl: boolean;
-  readonly archive: boolean;
-  readonly mixedRetentionPerChannel: boolean;
-  readonly maxStreams: Observation<number> | null;
-  readonly maxConsumers: Observation<number> | null;
-}
-
-/** The fields of {@link MessagingCapabilities}; the optional profiles default to false, the limits to null. */
-export type MessagingCapabilitiesInit =
-  & Omit<
-    MessagingCapabilities,
-    "durableControl" | "archive" | "mixedRetentionPerChannel" | "maxStreams" | "maxConsumers"
-  >
-  & Partial<
-    Pick<
-      MessagingCapabilities,
-      "durableControl" | "archive" | "mixedRetentionPerChannel" | "maxStreams" | "maxConsumers"
-    >
-  >;
-
-/** Constructs a {@link MessagingCapabilities}. */
-export function messagingCapabilities(init: MessagingCapabilitiesInit): MessagingCapabilities {
-  return Object.freeze({
-    durableControl: false,
-    archive: false,
-    mixedRetentionPerChannel: false,
-    maxStreams: null,
-    maxConsumers: null,
-    ...init,
-    publicationLedger: oneOf(init.publicationLedger, PublicationLedger, "a publication ledger"),
-  });
-}
-
-/**
  * The transport contract. Every method returns an outcome rather than throwing for the expected failure
  * modes (a full channel, a lost receipt, an unreadable counter, a stale token); exceptions are for
  * programming errors (a {@link ConfigError}: bad input, an unknown subscription) and for injected faults
  * the caller could not have anticipated. Deadlines are monotonic readings of the backend's clock.
  */
 export interface MessagingBackend {
-  /** What this adapter, as configured, can guarantee. */
+  /** What this adapter, as configured, can guarantee (the record the composition planner reads). */
   capabilities(): Promise<MessagingCapabilities>;
 
   /**

@@ -66,6 +66,13 @@
 
 import { ConfigError, IncompatibleProfile, ResourceUnavailable } from "../../core/errors.ts";
 import { ENVELOPE_VERSION } from "../../wire/codec.ts";
+import {
+  type MessagingCapabilities,
+  messagingCapabilities,
+  type MessagingProfile,
+  PublicationLedger,
+  Retention,
+} from "../capabilities.ts";
 import { type Clock, systemClock, type TimerHandle } from "../clock.ts";
 import { Barrier, barrier, type BarrierContext, faultsInstalled } from "../faults.ts";
 import { hasOwnerLabels, type OwnerMetadata, owns } from "../identity.ts";
@@ -86,11 +93,7 @@ import {
   leaseObservation,
   MessageKind,
   type MessagingBackend,
-  type MessagingCapabilities,
-  messagingCapabilities,
   Overflow,
-  PublicationLedger,
-  Retention,
   type Settlement,
   type SettlementOutcome,
   type SubscriptionId,
@@ -619,7 +622,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
         recoverableDelivery: !this.#core,
         latestPerKey: this.#latestPerKey,
         dedupWindowSeconds: this.#core ? null : this.#dedupSeconds,
-        publicationLedger: this.#core ? PublicationLedger.none : PublicationLedger.dedupWindow,
+        publicationLedger: this.#core ? PublicationLedger.none : PublicationLedger.window,
         replicationFactor: known(this.#replicationFactor, this.#clock),
         persistentStorage: known(this.#persistent, this.#clock),
         maxPayloadBytes: known(this.#maxPayload, this.#clock),
@@ -726,18 +729,22 @@ export class MemoryMessagingBackend implements MessagingBackend {
    * A deadline already past at the call sends nothing: Rejected, retryable.
    */
   publish(envelope: Envelope, deadline: number): Promise<PublicationOutcome> {
-    return Promise.try(() => {
+    try {
       this.#live("publish");
       const now = this.#clock.monotonic();
       if (requireDeadline(deadline) <= now) {
-        return rejected(envelope.publicationId, "the deadline had passed: nothing was sent", true);
+        return Promise.resolve(
+          rejected(envelope.publicationId, "the deadline had passed: nothing was sent", true),
+        );
       }
       const dlq = envelope.kind === MessageKind.dlq;
       if (!faultsInstalled() && (dlq || this.#channelOf(envelope.channel)?.paused !== true)) {
-        return dlq ? this.#storeDeadLetter(envelope, now) : this.#store(envelope, now);
+        return Promise.resolve(dlq ? this.#storeDeadLetter(envelope, now) : this.#store(envelope, now));
       }
       return this.#publishBeforeDeadline(envelope, deadline, dlq);
-    });
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   /**
@@ -763,10 +770,12 @@ export class MemoryMessagingBackend implements MessagingBackend {
     byteCredit: number,
     deadline: number,
   ): Promise<readonly Delivery[]> {
-    return Promise.try(() => {
+    try {
       this.#live("receive");
       return this.#receiveFrom([this.#boundSub(subscription)], itemCredit, byteCredit, deadline);
-    });
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   receiveAny(
@@ -1383,6 +1392,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
     ch.bytes[message.kind] -= message.envelope.size;
     const key = message.envelope.partitionKey;
     if (key !== null && ch.byKey.get(key) === message) ch.byKey.delete(key);
+    ch.head(message.kind);
     if (reason === null) return;
     for (const state of ch.fanout[message.kind]) {
       const entry = state.outstanding.get(message.seq);
@@ -1952,7 +1962,7 @@ export function makeChannel(
   flowId: string,
   runId: string,
   node: string,
-  profile: string,
+  profile: MessagingProfile,
   retention: Retention,
   options: MakeChannelOptions = {},
 ): ChannelSpec {
