@@ -317,10 +317,6 @@ class Fifo<T> {
   }
 }
 
-function settlementFor(policy: JoinPolicy): Settlement {
-  return policy.missing === MISSING_ERROR ? Settlement.nak : Settlement.ack;
-}
-
 function checkParents(nodeName: string, parentNames: readonly string[]): Map<string, number> {
   const index = new Map<string, number>();
   parentNames.forEach((name, i) => index.set(name, i));
@@ -517,12 +513,7 @@ export abstract class GroupAssembler<H = unknown> {
 
   /** The settlement a group gets when it is given up on: nak under `missing: error`, else ack (a drop). */
   protected get missingSettlement(): Settlement {
-    return settlementFor(this.policy);
-  }
-
-  /** Whether every parent in `parents` (indices) has ended. */
-  protected allEnded(parents: readonly number[]): boolean {
-    return parents.every((index) => this.endOf[index] !== undefined);
+    return this.policy.missing === MISSING_ERROR ? Settlement.nak : Settlement.ack;
   }
 
   /** Counts ended parents for which `has(index)` is false. */
@@ -1238,7 +1229,10 @@ export class TimeGroupAssembler<H = unknown> extends GroupAssembler<H> {
    * never be claimed: they go at once (as drops) instead of holding their parent's drain for the retention.
    */
   #dropUnclaimable(): void {
-    if (this.#pending.size + this.#settling.size + this.#ready.size > 0 || !this.allEnded(this.#sync)) return;
+    if (
+      this.#pending.size + this.#settling.size + this.#ready.size > 0 ||
+      !this.#sync.every((i) => this.endOf[i] !== undefined)
+    ) return;
     for (const buffer of this.#buffers) {
       if (buffer === undefined) continue;
       const dropped: Member<H>[] = [];

@@ -508,7 +508,7 @@ Deno.test("an entry without an event time is placed at its arrival time", () => 
   assert.equal(late.eventTs, wall + 1, "the arrival time (wall clock) stands in for the missing event time");
 });
 
-Deno.test("a time group's identity is the same whatever order its members arrive in (replay)", () => {
+Deno.test("story 50 (JOIN-23): a time group's identity is the same whatever order its members arrive in (replay)", () => {
   const ids: string[] = [];
   for (const order of [["a", "b", "c"], ["c", "a", "b"], ["b", "c", "a"]]) {
     const { book } = time(["a", "b", "c"], { missing: "wait" });
@@ -520,7 +520,7 @@ Deno.test("a time group's identity is the same whatever order its members arrive
   assert.equal(new Set(ids).size, 1, ids.join(" "));
 });
 
-Deno.test("at the timeout a time group with a quorum is emitted with null for its missing parents", () => {
+Deno.test("story 50: at the timeout a time group with a quorum is emitted with null for its missing parents", () => {
   const { join, clock, book } = time(["a", "b", "c"], { timeoutSeconds: 2, quorum: 2 });
   const ha = book.offer("a", "a:1", 1, { eventTs: T0 });
   const hc = book.offer("c", "c:1", 1, { eventTs: T0 + 0.005 });
@@ -542,7 +542,7 @@ Deno.test("at the timeout a time group with a quorum is emitted with null for it
   book.assertAllBack();
 });
 
-Deno.test("at the timeout a time group below quorum is evicted per missing", () => {
+Deno.test("story 50: at the timeout a time group below quorum is evicted per missing", () => {
   for (const [missing, settlement] of [["drop", "ack"], ["error", "nak"]] as const) {
     const { join, clock, book } = time(["a", "b", "c"], { timeoutSeconds: 2, quorum: 2, missing });
     const h = book.offer("b", "b:1", 1, { eventTs: T0 });
