@@ -158,6 +158,11 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
     return isLiveSource(this.params.path);
   }
 
+  /** The process id of the running ffmpeg decoder, or `null` when none runs (for logs and health checks). */
+  get decoderPid(): number | null {
+    return this.#decoder?.pid ?? null;
+  }
+
   /** `isFinite` when given, else true for a file that does not loop. */
   override get isFinite(): boolean {
     return this.params.isFinite ?? !(this.live || (this.params.loop ?? false));
