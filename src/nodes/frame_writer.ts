@@ -48,6 +48,11 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
   #layout: Layout | null = null;
   #opened = false;
 
+  /** The process id of the running ffmpeg encoder, or `null` before the first frame and after `close()`. */
+  get encoderPid(): number | null {
+    return this.#encoder?.pid ?? null;
+  }
+
   /** Runs `ffmpeg`, which writes `path` (declared so the grant names the file the node produces). */
   override permissions(): NodePermissions {
     return { ...super.permissions(), run: [FFMPEG], write: [this.params.path] };
@@ -76,14 +81,16 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
   /** Appends one frame to the file. Throws {@link SchemaError} for a frame that does not fit it. */
   async consume(input: unknown, _ctx: RuntimeContext): Promise<void> {
     if (!this.#opened) {
-      throw new NodeContractError(`node ${this.name}: consume() before open()`, "open the node first", {
-        node: this.name,
-      });
+      throw new NodeContractError(
+        `node ${this.name}: consume() outside open() ... close()`,
+        "open the node first; a closed writer's file is finished",
+        { node: this.name },
+      );
     }
     const layout = this.#layoutOf(input);
     if (this.#layout === null) {
-      this.#layout = layout;
       this.#encoder = ToolProcess.spawn(FFMPEG, this.#encodeArgs(layout), "write");
+      this.#layout = layout;
     } else if (!sameLayout(this.#layout, layout)) {
       throw new SchemaError(
         `node ${this.name}: a ${describe(layout)} frame cannot join a ${describe(this.#layout)} video`,
@@ -91,19 +98,25 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
         { node: this.name },
       );
     }
+    const encoder = this.#encoder!;
     try {
-      await this.#encoder!.write((input as Frame).pixels.data);
+      await encoder.write((input as Frame).pixels.data);
     } catch (error) {
-      throw await this.#failed(`stopped taking frames (${error instanceof Error ? error.message : error})`);
+      throw await this.#failed(
+        encoder,
+        `stopped taking frames (${error instanceof Error ? error.message : error})`,
+      );
     }
   }
 
   /** Ends the input, waits for ffmpeg and checks it finished the file; throws {@link WorkerFatal} if not. */
   override async close(_ctx: RuntimeContext): Promise<void> {
+    this.#opened = false;
     const encoder = this.#encoder;
     if (encoder === null) return;
+    this.#encoder = null;
     const status = await encoder.finish();
-    if (!status.success) throw await this.#failed(`exited with code ${status.code}`);
+    if (!status.success) throw await this.#failed(encoder, `exited with code ${status.code}`);
   }
 
   #layoutOf(input: unknown): Layout {
@@ -136,8 +149,7 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
     ];
   }
 
-  async #failed(what: string): Promise<WorkerFatal> {
-    const encoder = this.#encoder!;
+  async #failed(encoder: ToolProcess, what: string): Promise<WorkerFatal> {
     await encoder.stop();
     return new WorkerFatal(
       `node ${this.name}: ffmpeg writing ${this.params.path} ${what}: ${encoder.stderrTail}`,

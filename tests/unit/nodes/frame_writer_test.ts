@@ -1,0 +1,211 @@
+import assert from "node:assert/strict";
+import {
+  ConfigError,
+  NodeContractError,
+  POISON,
+  SchemaError,
+  WorkerFatal,
+} from "../../../src/core/errors.ts";
+import { FrameWriter, type FrameWriterParams } from "../../../src/nodes/frame_writer.ts";
+import { Frame, Tensor } from "../../../src/wire/value.ts";
+import { SeededRandom, testSeed } from "../../support/random.ts";
+import {
+  assertSameBytes,
+  decodeAll,
+  makeClip,
+  processExists,
+  type TestContext,
+  testContext,
+} from "../../fixtures/video/clips.ts";
+
+const dir = await Deno.makeTempDir({ prefix: "vf_writer_" });
+const clip = await makeClip(`${dir}/clip.mp4`, { size: "160x120", frames: 20 });
+const W = 160;
+const H = 120;
+
+globalThis.addEventListener("unload", () => Deno.removeSync(dir, { recursive: true }));
+
+async function sourceFrames(pixFmt: string, pixelFormat: string, channels: number): Promise<Frame[]> {
+  const raw = await decodeAll(clip, W * H * channels, pixFmt);
+  return raw.map((bytes) => new Frame(Tensor.from(bytes.slice(), [H, W, channels]), pixelFormat));
+}
+
+async function opened(params: FrameWriterParams, t: TestContext) {
+  const writer = new FrameWriter({ name: "writer", ...params });
+  await writer.open(t.ctx);
+  return writer;
+}
+
+async function probe(path: string, entries: string): Promise<string> {
+  const out = await new Deno.Command("ffprobe", {
+    args: [
+      "-v",
+      "error",
+      "-count_frames",
+      "-select_streams",
+      "v:0",
+      "-show_entries",
+      entries,
+      "-of",
+      "csv=p=0",
+      path,
+    ],
+  }).output();
+  return new TextDecoder().decode(out.stdout).trim();
+}
+
+Deno.test("frames written with a lossless codec decode back to the same frames, at the declared rate", async () => {
+  for (
+    const [pixFmt, pixelFormat, channels] of [["bgr24", "bgr8", 3], ["rgb24", "rgb8", 3], [
+      "gray",
+      "gray8",
+      1,
+    ]]
+  ) {
+    const t = testContext();
+    const frames = await sourceFrames(pixFmt as string, pixelFormat as string, channels as number);
+    const path = `${dir}/round_${pixelFormat}.mkv`;
+    const writer = await opened({ path, fps: 10, codec: "ffv1" }, t);
+    for (const frame of frames) await writer.consume(frame, t.ctx);
+    await writer.close(t.ctx);
+    const back = await decodeAll(path, W * H * (channels as number), pixFmt as string);
+    assert.equal(back.length, frames.length, `${pixelFormat}: frame count`);
+    back.forEach((bytes, i) => assertSameBytes(bytes, frames[i].pixels.data, `${pixelFormat} frame ${i}`));
+    assert.equal(await probe(path, "stream=r_frame_rate,codec_name"), "ffv1,10/1");
+  }
+});
+
+Deno.test("a lossy codec round trip keeps the frame count and stays close to the pixels", async () => {
+  const t = testContext();
+  const frames = await sourceFrames("bgr24", "bgr8", 3);
+  const path = `${dir}/lossy.mp4`;
+  const writer = await opened({ path, fps: 25, codec: "libx264" }, t);
+  for (const frame of frames) await writer.consume(frame, t.ctx);
+  await writer.close(t.ctx);
+  const back = await decodeAll(path, W * H * 3);
+  assert.equal(back.length, frames.length);
+  for (const i of [0, 10, 19]) {
+    const original = frames[i].pixels.data;
+    const meanError = back[i].reduce((sum, byte, at) => sum + Math.abs(byte - original[at]), 0) /
+      original.length;
+    assert.ok(meanError < 8, `frame ${i}: mean absolute error ${meanError}`);
+  }
+});
+
+Deno.test("gray8 frames of shape [h, w] are accepted as [h, w, 1]", async () => {
+  const t = testContext();
+  const [frame] = await sourceFrames("gray", "gray8", 1);
+  const flat = new Frame(new Tensor([H, W], "uint8", frame.pixels.data), "gray8");
+  const path = `${dir}/flat.mkv`;
+  const writer = await opened({ path, fps: 5, codec: "ffv1" }, t);
+  await writer.consume(flat, t.ctx);
+  await writer.consume(frame, t.ctx);
+  await writer.close(t.ctx);
+  assert.equal((await decodeAll(path, W * H, "gray")).length, 2);
+});
+
+Deno.test("a frame of another size or layout is poison; the file goes on without it", async () => {
+  const seed = testSeed();
+  const random = new SeededRandom(seed);
+  const t = testContext();
+  const frames = await sourceFrames("bgr24", "bgr8", 3);
+  const path = `${dir}/mixed.mkv`;
+  const writer = await opened({ path, fps: 25, codec: "ffv1" }, t);
+  const misfits = [
+    new Frame(Tensor.from(new Uint8Array(8 * 8 * 3), [8, 8, 3]), "bgr8"),
+    new Frame(frames[0].pixels, "rgb8"),
+    new Frame(Tensor.from(new Uint8Array(W * H), [H, W, 1]), "gray8"),
+  ];
+  let written = 0;
+  for (const frame of frames) {
+    await writer.consume(frame, t.ctx);
+    written += 1;
+    if (random.chance(0.3)) {
+      const misfit = random.pick(misfits);
+      await assert.rejects(writer.consume(misfit, t.ctx), (error: unknown) => {
+        assert.ok(error instanceof SchemaError, `seed ${seed}`);
+        assert.equal(error.disposition, POISON);
+        assert.match(error.message, /cannot join a 160x120 bgr8 video/);
+        return true;
+      });
+    }
+  }
+  await writer.close(t.ctx);
+  assert.equal((await decodeAll(path, W * H * 3)).length, written, `seed ${seed}`);
+});
+
+Deno.test("anything but a uint8 bgr8/rgb8/gray8 frame is a SchemaError before ffmpeg starts", async () => {
+  const t = testContext();
+  const writer = await opened({ path: `${dir}/never.mkv`, fps: 25 }, t);
+  const bad = [
+    "a string",
+    Tensor.from(new Uint8Array(12), [2, 2, 3]),
+    new Frame(Tensor.from(new Uint8Array(12), [2, 2, 3]), "yuv420p"),
+    new Frame(Tensor.from(new Float32Array(12), [2, 2, 3]), "bgr8"),
+    new Frame(Tensor.from(new Uint8Array(16), [2, 2, 4]), "bgr8"),
+    new Frame(Tensor.from(new Uint8Array(0), [0, 2, 3]), "bgr8"),
+  ];
+  for (const input of bad) await assert.rejects(writer.consume(input, t.ctx), SchemaError);
+  assert.equal(writer.encoderPid, null);
+  await writer.close(t.ctx);
+  await assert.rejects(Deno.stat(`${dir}/never.mkv`), Deno.errors.NotFound, "no frame, no file");
+});
+
+Deno.test("close() finishes the file and reaps ffmpeg; consume() after close() is a contract error", async () => {
+  const t = testContext();
+  const frames = await sourceFrames("bgr24", "bgr8", 3);
+  const writer = await opened({ path: `${dir}/reaped.mkv`, fps: 25, codec: "ffv1" }, t);
+  await writer.consume(frames[0], t.ctx);
+  const pid = writer.encoderPid!;
+  assert.ok(processExists(pid));
+  await writer.close(t.ctx);
+  assert.equal(processExists(pid), false, `ffmpeg ${pid} was reaped`);
+  assert.equal(writer.encoderPid, null);
+  await assert.rejects(writer.consume(frames[1], t.ctx), NodeContractError);
+});
+
+Deno.test("an encoder ffmpeg cannot run is WorkerFatal carrying ffmpeg's own words", async () => {
+  const frames = await sourceFrames("bgr24", "bgr8", 3);
+  for (
+    const [params, words] of [
+      [{ path: `${dir}/codec.mkv`, fps: 25, codec: "no_such_encoder" }, /no_such_encoder/],
+      [{ path: `${dir}/missing/dir/out.mkv`, fps: 25, codec: "ffv1" }, /No such file or directory/],
+    ] as const
+  ) {
+    const t = testContext();
+    const writer = await opened(params, t);
+    const failure = async () => {
+      for (const frame of frames) await writer.consume(frame, t.ctx);
+      await writer.close(t.ctx);
+    };
+    await assert.rejects(failure(), (error: unknown) => {
+      assert.ok(error instanceof WorkerFatal, String(error));
+      assert.match(error.message, words);
+      assert.ok(error.remedy);
+      return true;
+    });
+    const pid = writer.encoderPid;
+    await writer.close(t.ctx).catch(() => {});
+    if (pid !== null) assert.equal(processExists(pid), false);
+  }
+});
+
+Deno.test("invalid params are a ConfigError at open()", () => {
+  const t = testContext();
+  for (
+    const params of [
+      { path: "", fps: 25 },
+      { path: "a.mkv", fps: 0 },
+      { path: "a.mkv", fps: 25, codec: "x264 -evil" },
+    ]
+  ) {
+    assert.throws(() => new FrameWriter({ name: "w", ...params }).open(t.ctx), ConfigError);
+  }
+});
+
+Deno.test("permissions(): run ffmpeg and write the output file, nothing else", () => {
+  const granted = new FrameWriter({ name: "w", path: "out/a.mkv", fps: 25 }).permissions();
+  assert.deepEqual(granted.run, ["ffmpeg"]);
+  assert.deepEqual(granted.write, ["out/a.mkv"]);
+  assert.deepEqual([granted.read, granted.net, granted.env, granted.ffi, granted.sys], [[], [], [], [], []]);
+});
