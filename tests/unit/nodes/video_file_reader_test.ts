@@ -427,3 +427,33 @@ Deno.test("close() during a reconnect wait ends the pending next() with END at o
   assert.equal(await pending, END);
   assert.ok(performance.now() - started < 2000, "close() did not wait out the 60 s backoff");
 });
+
+Deno.test("with exactly the declared permissions, a worker's reader decodes frames", async () => {
+  const source = new URL("../../../src/nodes/video_file_reader.ts", import.meta.url).href;
+  const context = new URL("../../../src/core/context.ts", import.meta.url).href;
+  const code = `
+    import { VideoFileReader } from ${JSON.stringify(source)};
+    import { RuntimeContext } from ${JSON.stringify(context)};
+    const log = { debug() {}, info() {}, warn() {}, error() {} };
+    const ctx = new RuntimeContext({ flowId: "f", runId: "r", nodeName: "r", replicaId: 0 }, log);
+    const reader = new VideoFileReader({ name: "r", path: ${JSON.stringify(clip)} });
+    try {
+      await reader.open(ctx);
+      await reader.seek(5, ctx);
+      const frame = await reader.next(ctx);
+      await reader.close(ctx);
+      postMessage(frame.pixels.shape.join("x"));
+    } catch (error) {
+      postMessage(String(error));
+    }`;
+  const granted = new VideoFileReader({ name: "r", path: clip }).permissions();
+  const worker = new Worker(`data:application/javascript,${encodeURIComponent(code)}`, {
+    type: "module",
+    deno: {
+      permissions: { read: [...granted.read], run: [...granted.run], write: false, net: false, env: false },
+    },
+  });
+  const said = await new Promise((resolve) => worker.onmessage = (event) => resolve(event.data));
+  worker.terminate();
+  assert.equal(said, "240x320x3");
+});
