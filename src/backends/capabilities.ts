@@ -23,7 +23,6 @@
  *
  * @example
  * ```ts
- * import { FlowRequirements, messagingCapabilities, planComposition, ProfileRequest } from "./capabilities.ts";
  * import { known } from "./outcomes.ts";
  * const requirements = new FlowRequirements({ profiles: [new ProfileRequest("camera", "reliable_work")] });
  * const coreNats = messagingCapabilities({

@@ -20,7 +20,6 @@
  *
  * @example
  * ```ts
- * import { MemoryAllocationBackend } from "./allocation.ts";
  * import { workloadRequest } from "../allocation.ts";
  * const cluster = new MemoryAllocationBackend([{ name: "n1", product: "NVIDIA-A100-SXM4-80GB", gpuCount: 2, memoryGib: 80 }]);
  * const snapshot = await cluster.inventory();
@@ -271,6 +270,19 @@ interface NodeState {
   readonly workloads: Map<string, Workload>;
   /** Device key → holder ids, one unit each. */
   readonly holds: Map<string, string[]>;
+}
+
+/** The node fields a geometry write changes, as a rollback puts them back. */
+type GeometryFields = Pick<NodeState, "owner" | "ownerEpoch" | "migConfig" | "pending" | "restoreRecord">;
+
+function geometryFields(n: NodeState): GeometryFields {
+  return {
+    owner: n.owner,
+    ownerEpoch: n.ownerEpoch,
+    migConfig: n.migConfig,
+    pending: n.pending,
+    restoreRecord: n.restoreRecord,
+  };
 }
 
 /** What a writer read of a node: the version its write will name, and the state it decides on. */
@@ -683,6 +695,15 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
             throw conflict(`node ${read.name} is owned by ${read.owner}`, { node: read.name });
           }
           if (geometry !== undefined) {
+            const users = this.#usersBlockingGeometry(read, claimId);
+            if (users.length > 0) {
+              throw conflict(
+                `node ${read.name} is in use by ${users.join(", ")}: its geometry cannot change`,
+                {
+                  node: read.name,
+                },
+              );
+            }
             writes.set(read.name, this.#geometryWrite(read, claim, geometry, true));
             continue;
           }
@@ -1157,13 +1178,7 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
     const n = this.#node(read.name);
     const generation = n.lastWrite + 1;
     const config = configName(claim, read.name);
-    const before = {
-      owner: n.owner,
-      epoch: n.ownerEpoch,
-      config: n.migConfig,
-      pending: n.pending,
-      restore: n.restoreRecord,
-    };
+    const before = geometryFields(n);
     const holders = Object.entries(claim.assignments)
       .filter(([, devices]) => devices.some((d) => d.node === read.name))
       .map(([workload, devices]) => [holderOf(claim.claimId, workload), devices.length] as const);
@@ -1184,22 +1199,13 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
         node.ownerEpoch = String(claim.generation);
         node.migConfig = config;
         node.lastWrite = generation;
-        node.pending = {
-          generation,
-          config,
-          layout: parseLayoutText(layout),
-          dueAt: this.#clock.monotonic() + this.#migApplySeconds,
-        };
+        node.pending = this.#pendingWrite(generation, config, parseLayoutText(layout));
       },
       undo: (node) => {
         const stillMine = node.migConfig === config && node.lastWrite === generation &&
           (!stampOwner || node.owner === claim.claimId);
         if (!stillMine) return false;
-        node.owner = before.owner;
-        node.ownerEpoch = before.epoch;
-        node.migConfig = before.config;
-        node.pending = before.pending;
-        node.restoreRecord = before.restore;
+        Object.assign(node, before);
         for (const [holder] of holders) node.workloads.delete(holder);
         return true;
       },
@@ -1215,13 +1221,7 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
     const savedHolds = [...read.holds].flatMap(([key, ids]) =>
       ids.filter((id) => saved.has(id)).map((id) => [key, id] as const)
     );
-    const before = {
-      owner: n.owner,
-      epoch: n.ownerEpoch,
-      config: n.migConfig,
-      pending: n.pending,
-      restore: n.restoreRecord,
-    };
+    const before = geometryFields(n);
     return {
       changes: [
         ...holders.map((h) => ["release", h] as const),
@@ -1240,12 +1240,7 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
         node.migConfig = restore;
         node.restoreRecord = null;
         node.lastWrite = generation;
-        node.pending = {
-          generation,
-          config: restore,
-          layout: this.#layoutOfConfig(restore),
-          dueAt: this.#clock.monotonic() + this.#migApplySeconds,
-        };
+        node.pending = this.#pendingWrite(generation, restore, this.#layoutOfConfig(restore));
       },
       undo: (node) => {
         const absent = [...saved.keys()].filter((holder) => !node.workloads.has(holder));
@@ -1254,14 +1249,15 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
           if (absent.includes(holder)) node.holds.set(key, [...(node.holds.get(key) ?? []), holder]);
         }
         const geometryMine = restoreGeometry && node.owner === null && node.lastWrite === generation;
-        if (geometryMine) {
-          Object.assign(node, { owner: before.owner, ownerEpoch: before.epoch, migConfig: before.config });
-          node.pending = before.pending;
-          node.restoreRecord = before.restore;
-        }
+        if (geometryMine) Object.assign(node, before);
         return absent.length > 0 || geometryMine;
       },
     };
+  }
+
+  /** A geometry write for the MIG manager, due after the configured delay. */
+  #pendingWrite(generation: number, config: string, layout: MigLayout): GeometryWrite {
+    return { generation, config, layout, dueAt: this.#clock.monotonic() + this.#migApplySeconds };
   }
 
   #layoutOfConfig(config: string): MigLayout {

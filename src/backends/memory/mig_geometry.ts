@@ -16,7 +16,6 @@
  *
  * @example
  * ```ts
- * import { checkLayout } from "./mig_geometry.ts";
  * checkLayout("NVIDIA-A100-SXM4-40GB", { "4g.20gb": 1, "3g.20gb": 1 }); // []
  * checkLayout("NVIDIA-A100-SXM4-40GB", { "3g.20gb": 2, "1g.5gb": 1 }).length > 0; // true: 9 memory slices
  * ```

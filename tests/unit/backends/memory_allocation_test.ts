@@ -58,21 +58,10 @@ function request(
   return workloadRequest({ flowId: "f", runId: "r", workloadId, deviceCount, sharing: "exclusive", ...more });
 }
 
+/** The device-plugin stand-in's capabilities, with `overrides`. */
 function caps(overrides: Partial<AllocationCapabilities> = {}): AllocationCapabilities {
-  return allocationCapabilities({
-    adapter: "kubernetes",
-    authority: "device-plugin",
-    exclusiveDevice: true,
-    isolatedMig: true,
-    cooperativeSharing: false,
-    memoryEnforcement: "scheduler",
-    multiDevice: true,
-    topologyVerification: false,
-    elastic: false,
-    admissionBoundary: false,
-    versionMatrix: { version: "1.31", features: ["dynamic-mig"] },
-    ...overrides,
-  });
+  const base = new MemoryAllocationBackend([]).capabilities({ version: "1.31", features: ["dynamic-mig"] });
+  return allocationCapabilities({ ...base, ...overrides });
 }
 
 function node(name: string, gpuCount: number, more: Partial<NodeFixture> = {}): NodeFixture {
@@ -227,7 +216,7 @@ Deno.test("ALLOC-023: rejections name the request, what it needs and what adapte
   const reasons = allocationRejections(requests, caps()).join("\n");
   for (
     const pattern of [
-      /request shared needs time-sliced devices; adapter kubernetes \(authority device-plugin\) does not offer/,
+      /request shared needs time-sliced devices; adapter memory \(authority device-plugin\) does not offer/,
       /request twoslices asks for 2 MIG slices; a MIG request takes one/,
       /request elastic needs an elastic device set/,
       /request gate needs feature consumable-capacity; .* version 1\.31 offers \[dynamic-mig\]/,
@@ -563,6 +552,10 @@ Deno.test("managed MIG: a failed preparation is reported for its generation, and
   await assert.rejects(backend.reserve(plan, "op-1", null), UnobservableState);
   assert.deepEqual(backend.mutations(), [], "nothing written when the shared map cannot be read");
   backend.failReads("config", null);
+  backend.bindWorkload("n1", "arrived-since-the-plan", 1);
+  await assert.rejects(backend.reserve(plan, "op-1", null), /its geometry cannot change/);
+  assert.deepEqual(backend.mutations(), [], "geometry is never changed under a workload");
+  backend.unbindWorkload("n1", "arrived-since-the-plan");
   backend.failGeometry("n1");
   const claim = await backend.reserve(plan, "op-1", null);
   const failed = requireKnown(await backend.observe(claim.claimId), "claim");
