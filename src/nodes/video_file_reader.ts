@@ -144,6 +144,8 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
   #format: RawFormat = DEFAULTS.pixelFormat;
   #geometry: Geometry | null = null;
   #rate: FrameRate | null = null;
+  /** Whether ffmpeg scales: a file only to a size other than its own; a live source always (it may change). */
+  #scale = true;
   #startTs = 0;
   #opened = false;
   #closed = false;
@@ -197,6 +199,7 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
         );
       }
       this.#geometry = outputGeometry(probe, width, height);
+      this.#scale = this.#geometry.width !== probe.width || this.#geometry.height !== probe.height;
       this.#rate ??= probe.rate;
       if (this.#rate === null) {
         throw new ResourceUnavailable(
@@ -379,7 +382,7 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
     const filters = [
       ...(this.#rate === null ? [] : [`fps=${this.#rate.text}`]),
       ...(plan.select === null ? [] : [plan.select]),
-      `scale=${width}:${height}`,
+      ...(this.#scale ? [`scale=${width}:${height}`] : []),
     ];
     return [
       ...this.#inputArgs(plan.seekSeconds),
