@@ -18,7 +18,7 @@ import {
   wireMap,
 } from "../../../src/wire/value.ts";
 import { SeededRandom, testSeed } from "../../support/random.ts";
-import { type TestContext, testContext } from "../../fixtures/video/clips.ts";
+import { inSandbox, type TestContext, testContext } from "../../fixtures/video/clips.ts";
 
 const dir = await Deno.makeTempDir({ prefix: "vf_jsonl_" });
 globalThis.addEventListener("unload", () => Deno.removeSync(dir, { recursive: true }));
@@ -209,29 +209,13 @@ Deno.test("permissions(): read and write on the path alone; the sink declares id
 
 Deno.test("with exactly the declared permissions, a worker's sink writes its file", async () => {
   const path = freshPath();
-  const source = new URL("../../../src/nodes/jsonl_sink.ts", import.meta.url).href;
-  const context = new URL("../../../src/core/context.ts", import.meta.url).href;
-  const code = `
-    import { JsonlSink } from ${JSON.stringify(source)};
-    import { RuntimeContext } from ${JSON.stringify(context)};
-    const log = { debug() {}, info() {}, warn() {}, error() {} };
-    const ctx = new RuntimeContext({ flowId: "f", runId: "r", nodeName: "s", replicaId: 0 }, log);
+  const body = `
     const sink = new JsonlSink({ name: "s", path: ${JSON.stringify(path)} });
-    try {
-      await sink.open(ctx);
-      await sink.consume({ ok: true }, ctx);
-      sink.close(ctx);
-      postMessage("done");
-    } catch (error) {
-      postMessage(String(error));
-    }`;
+    await sink.open(ctx);
+    await sink.consume({ ok: true }, ctx);
+    sink.close(ctx);
+    return "done";`;
   const granted = new JsonlSink({ name: "s", path }).permissions();
-  const worker = new Worker(`data:application/javascript,${encodeURIComponent(code)}`, {
-    type: "module",
-    deno: { permissions: { read: [...granted.read], write: [...granted.write], net: false, env: false } },
-  });
-  const said = await new Promise((resolve) => worker.onmessage = (event) => resolve(event.data));
-  worker.terminate();
-  assert.equal(said, "done");
+  assert.equal(await inSandbox("jsonl_sink.ts", "JsonlSink", body, granted), "done");
   assert.deepEqual(await lines(path), [{ key: null, value: { ok: true } }]);
 });

@@ -12,10 +12,12 @@ import {
   assertSameBytes,
   decodeAll,
   decodeFrame,
+  inSandbox,
   makeClip,
   processExists,
   type TestContext,
   testContext,
+  withPath,
 } from "../../fixtures/video/clips.ts";
 
 const dir = await Deno.makeTempDir({ prefix: "vf_reader_" });
@@ -283,30 +285,11 @@ Deno.test("invalid params are one ConfigError listing each problem", async () =>
 
 Deno.test("without ffmpeg on PATH, open() is ResourceUnavailable with the remedy to install it", async () => {
   const empty = await Deno.makeTempDir({ dir });
-  const script = `
-    import { VideoFileReader } from ${
-    JSON.stringify(new URL("../../../src/nodes/video_file_reader.ts", import.meta.url).href)
-  };
-    import { RuntimeContext } from ${
-    JSON.stringify(new URL("../../../src/core/context.ts", import.meta.url).href)
-  };
-    const log = { debug() {}, info() {}, warn() {}, error() {} };
-    const ctx = new RuntimeContext({ flowId: "f", runId: "r", nodeName: "r", replicaId: 0 }, log);
-    try {
-      await new VideoFileReader({ name: "r", path: ${JSON.stringify(clip)} }).open(ctx);
-      console.log("opened");
-    } catch (error) {
-      console.log(JSON.stringify(error));
-    }`;
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["eval", script],
-    env: { PATH: empty },
-    stdin: "null",
-  }).output();
-  const said = new TextDecoder().decode(out.stdout).trim();
-  const record = JSON.parse(said);
-  assert.equal(record.code, "VF_RESOURCE_UNAVAILABLE", said);
-  assert.match(record.remedy, /install ffmpeg/);
+  const body = `await new VideoFileReader({ name: "r", path: ${JSON.stringify(clip)} }).open(ctx);`;
+  const outcome = await withPath("video_file_reader.ts", "VideoFileReader", body, empty);
+  const { thrown } = outcome as { thrown: { code: string; remedy: string } };
+  assert.equal(thrown?.code, "VF_RESOURCE_UNAVAILABLE", JSON.stringify(outcome));
+  assert.match(thrown.remedy, /install ffmpeg/);
 });
 
 Deno.test("permissions(): run ffmpeg and ffprobe, read the file itself; a live URL reads nothing", () => {
@@ -354,6 +337,13 @@ function serve(bytes: Uint8Array | null) {
   };
 }
 
+/** The URL of a port nothing listens on any more. */
+async function deadUrl(): Promise<string> {
+  const server = serve(null);
+  await server.stop();
+  return server.url;
+}
+
 const streamBytes = await Deno.readFile(await makeClip(`${dir}/stream.ts`));
 
 Deno.test("a live source that ends is redialled and frames keep coming", async () => {
@@ -374,12 +364,9 @@ Deno.test("a live source that ends is redialled and frames keep coming", async (
 });
 
 Deno.test("a dead live source fails with ResourceUnavailable after its reconnect budget, backing off", async () => {
-  const server = serve(null);
-  const url = server.url;
-  await server.stop();
   const t = testContext();
   const reader = await opened({
-    path: url,
+    path: await deadUrl(),
     reconnectDelaySeconds: 0.02,
     reconnectMaxDelaySeconds: 0.05,
     maxReconnects: 3,
@@ -415,11 +402,11 @@ Deno.test("a live source that stalls is dropped after readTimeoutSeconds and cou
 });
 
 Deno.test("close() during a reconnect wait ends the pending next() with END at once", async () => {
-  const server = serve(null);
-  const url = server.url;
-  await server.stop();
   const t = testContext();
-  const reader = await opened({ path: url, width: 320, height: 240, reconnectDelaySeconds: 60 }, t);
+  const reader = await opened(
+    { path: await deadUrl(), width: 320, height: 240, reconnectDelaySeconds: 60 },
+    t,
+  );
   const pending = reader.next(t.ctx);
   while (!t.logger.records.some((r) => r.level === "warn")) await new Promise((r) => setTimeout(r, 10));
   const started = performance.now();
@@ -429,31 +416,13 @@ Deno.test("close() during a reconnect wait ends the pending next() with END at o
 });
 
 Deno.test("with exactly the declared permissions, a worker's reader decodes frames", async () => {
-  const source = new URL("../../../src/nodes/video_file_reader.ts", import.meta.url).href;
-  const context = new URL("../../../src/core/context.ts", import.meta.url).href;
-  const code = `
-    import { VideoFileReader } from ${JSON.stringify(source)};
-    import { RuntimeContext } from ${JSON.stringify(context)};
-    const log = { debug() {}, info() {}, warn() {}, error() {} };
-    const ctx = new RuntimeContext({ flowId: "f", runId: "r", nodeName: "r", replicaId: 0 }, log);
+  const body = `
     const reader = new VideoFileReader({ name: "r", path: ${JSON.stringify(clip)} });
-    try {
-      await reader.open(ctx);
-      await reader.seek(5, ctx);
-      const frame = await reader.next(ctx);
-      await reader.close(ctx);
-      postMessage(frame.pixels.shape.join("x"));
-    } catch (error) {
-      postMessage(String(error));
-    }`;
+    await reader.open(ctx);
+    await reader.seek(5, ctx);
+    const frame = await reader.next(ctx);
+    await reader.close(ctx);
+    return frame.pixels.shape;`;
   const granted = new VideoFileReader({ name: "r", path: clip }).permissions();
-  const worker = new Worker(`data:application/javascript,${encodeURIComponent(code)}`, {
-    type: "module",
-    deno: {
-      permissions: { read: [...granted.read], run: [...granted.run], write: false, net: false, env: false },
-    },
-  });
-  const said = await new Promise((resolve) => worker.onmessage = (event) => resolve(event.data));
-  worker.terminate();
-  assert.equal(said, "240x320x3");
+  assert.deepEqual(await inSandbox("video_file_reader.ts", "VideoFileReader", body, granted), [240, 320, 3]);
 });
