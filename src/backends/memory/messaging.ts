@@ -1162,7 +1162,9 @@ export class MemoryMessagingBackend implements MessagingBackend {
 
   async #publishSteps(envelope: Envelope, dlq: boolean): Promise<PublicationOutcome> {
     const context: BarrierContext = { op_id: envelope.publicationId, event_id: envelope.eventId };
-    await barrier(dlq ? Barrier.dlqPublishBefore : Barrier.messagePublishBefore, context);
+    if (faultsInstalled()) {
+      await barrier(dlq ? Barrier.dlqPublishBefore : Barrier.messagePublishBefore, context);
+    }
     let outcome: PublicationOutcome;
     if (dlq) {
       outcome = this.#storeDeadLetter(envelope, this.#clock.monotonic());
@@ -1172,7 +1174,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
         ? await new Promise<PublicationOutcome>((resolve) => ch.held.push({ envelope, resolve }))
         : this.#store(envelope, this.#clock.monotonic());
     }
-    if (outcome.kind !== "accepted") return outcome;
+    if (outcome.kind !== "accepted" || !faultsInstalled()) return outcome;
     const hit = await barrier(dlq ? Barrier.dlqPublishAfter : Barrier.messagePublishAfter, context);
     if (!hit.dropResponse) return outcome;
     this.#markUnknown(envelope);
