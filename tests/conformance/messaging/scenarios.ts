@@ -190,6 +190,18 @@ async function provision(
   for (const sub of subs) await h.backend.ensureSubscription(sub, `bind-${sub.id.consumerNode}`);
 }
 
+/** An interest channel "cam" with one required consumer, bound: the shape most stories start from. */
+async function workChannel(
+  h: MessagingHarness,
+  consumer: string,
+  options: SubscriptionOptions = {},
+): Promise<{ spec: ChannelSpec; sub: SubscriptionSpec }> {
+  const spec = channel("cam", { required: [subscriptionId(channelId(FLOW, RUN, "cam"), consumer)] });
+  const sub = subscription(spec.id, consumer, options);
+  await provision(h, spec, [sub]);
+  return { spec, sub };
+}
+
 async function publishAccepted(h: MessagingHarness, env: Envelope): Promise<number> {
   const outcome = await h.backend.publish(env, h.now() + 5);
   assert.equal(outcome.kind, "accepted", `publish ${env.publicationId}: ${JSON.stringify(outcome)}`);
@@ -229,9 +241,7 @@ const SCENARIOS: readonly Scenario[] = [
     "one copy inside the dedup window and Unresolvable past it",
     "retained",
     async (h) => {
-      const spec = channel("cam", { required: [subscriptionId(channelId(FLOW, RUN, "cam"), "sink")] });
-      const sink = subscription(spec.id, "sink");
-      await provision(h, spec, [sink]);
+      const { spec, sub: sink } = await workChannel(h, "sink");
       using schedule = faults({ [Barrier.messagePublishBefore]: pause("accept") });
       const env = publication(spec.id, "pub-1");
       const pending = h.backend.publish(env, h.now() + 2);
@@ -263,9 +273,7 @@ const SCENARIOS: readonly Scenario[] = [
     "duplicate of the one stored copy",
     "retained",
     async (h) => {
-      const spec = channel("cam", { required: [subscriptionId(channelId(FLOW, RUN, "cam"), "sink")] });
-      const sink = subscription(spec.id, "sink");
-      await provision(h, spec, [sink]);
+      const { spec, sub: sink } = await workChannel(h, "sink");
       using schedule = faults({ [Barrier.messagePublishAfter]: nth(1, dropResponse()) });
       const env = publication(spec.id, "pub-1");
       assert.equal((await h.backend.publish(env, h.now() + 5)).kind, "publication_unknown");
@@ -301,9 +309,7 @@ const SCENARIOS: readonly Scenario[] = [
     "broker, and the current token still settles",
     "retained",
     async (h) => {
-      const spec = channel("cam", { required: [subscriptionId(channelId(FLOW, RUN, "cam"), "sink")] });
-      const sink = subscription(spec.id, "sink", { ackWaitSeconds: 10 });
-      await provision(h, spec, [sink]);
+      const { spec, sub: sink } = await workChannel(h, "sink", { ackWaitSeconds: 10 });
       await publishAccepted(h, publication(spec.id, "pub-1"));
       const [first] = await receiveNow(h, sink.id);
       await h.advance(11);
@@ -337,9 +343,7 @@ const SCENARIOS: readonly Scenario[] = [
     "still lapses into a redelivery",
     "retained",
     async (h) => {
-      const spec = channel("cam", { required: [subscriptionId(channelId(FLOW, RUN, "cam"), "sink")] });
-      const sink = subscription(spec.id, "sink", { ackWaitSeconds: 10 });
-      await provision(h, spec, [sink]);
+      const { spec, sub: sink } = await workChannel(h, "sink", { ackWaitSeconds: 10 });
       await publishAccepted(h, publication(spec.id, "pub-1"));
       const [delivery] = await receiveNow(h, sink.id);
       assert.equal(h.backend.supersede(delivery.token), true, "a live token retires");
@@ -356,9 +360,7 @@ const SCENARIOS: readonly Scenario[] = [
     "real counts come back",
     "retained",
     async (h) => {
-      const spec = channel("cam", { required: [subscriptionId(channelId(FLOW, RUN, "cam"), "sink")] });
-      const sink = subscription(spec.id, "sink");
-      await provision(h, spec, [sink]);
+      const { spec, sub: sink } = await workChannel(h, "sink");
       await publishAccepted(h, publication(spec.id, "a"));
       await publishAccepted(h, publication(spec.id, "b"));
       {
@@ -378,9 +380,7 @@ const SCENARIOS: readonly Scenario[] = [
     "PAY-004 2: a settlement whose confirmation is lost is SettleUnknown, never confirmed",
     "retained",
     async (h) => {
-      const spec = channel("cam", { required: [subscriptionId(channelId(FLOW, RUN, "cam"), "sink")] });
-      const sink = subscription(spec.id, "sink", { ackWaitSeconds: 10 });
-      await provision(h, spec, [sink]);
+      const { spec, sub: sink } = await workChannel(h, "sink", { ackWaitSeconds: 10 });
       await publishAccepted(h, publication(spec.id, "pub-1"));
       const [delivery] = await receiveNow(h, sink.id);
       using schedule = faults({ [Barrier.messageSettleAfter]: dropResponse() });
@@ -402,9 +402,7 @@ const SCENARIOS: readonly Scenario[] = [
     "unresolved: retained, undeliverable, never 0 pending",
     "retained",
     async (h) => {
-      const spec = channel("cam", { required: [subscriptionId(channelId(FLOW, RUN, "cam"), "sink")] });
-      const sink = subscription(spec.id, "sink", { ackWaitSeconds: 5, maxDeliver: 3 });
-      await provision(h, spec, [sink]);
+      const { spec, sub: sink } = await workChannel(h, "sink", { ackWaitSeconds: 5, maxDeliver: 3 });
       await publishAccepted(h, publication(spec.id, "pub-1"));
       for (let attempt = 1; attempt <= 3; attempt++) {
         const deliveries = await receiveNow(h, sink.id);
@@ -427,9 +425,7 @@ const SCENARIOS: readonly Scenario[] = [
     "still terminates it against a durable record",
     "retained",
     async (h) => {
-      const spec = channel("cam", { required: [subscriptionId(channelId(FLOW, RUN, "cam"), "sink")] });
-      const sink = subscription(spec.id, "sink", { maxDeliver: 1 });
-      await provision(h, spec, [sink]);
+      const { spec, sub: sink } = await workChannel(h, "sink", { maxDeliver: 1 });
       await publishAccepted(h, publication(spec.id, "pub-1"));
       const [delivery] = await receiveNow(h, sink.id);
       assert.equal((await h.backend.settle(delivery.token, retry(), "s-1")).kind, "settle_confirmed");
@@ -524,9 +520,7 @@ const SCENARIOS: readonly Scenario[] = [
     "unresolved; the dead letter republished under its id is stored once and then terminates it",
     "retained",
     async (h) => {
-      const spec = channel("cam", { required: [subscriptionId(channelId(FLOW, RUN, "cam"), "sink")] });
-      const sink = subscription(spec.id, "sink", { ackWaitSeconds: 10, maxDeliver: 1 });
-      await provision(h, spec, [sink]);
+      const { spec, sub: sink } = await workChannel(h, "sink", { ackWaitSeconds: 10, maxDeliver: 1 });
       const seq = await publishAccepted(h, publication(spec.id, "poison"));
       const [delivery] = await receiveNow(h, sink.id);
       const letter = publication(spec.id, `dlq:${FLOW}:${RUN}:cam:${seq}`, MessageKind.dlq);
@@ -559,9 +553,7 @@ const SCENARIOS: readonly Scenario[] = [
     "DELIV-15 27: a terminal settlement without a durable record reference is refused and changes nothing",
     "retained",
     async (h) => {
-      const spec = channel("cam", { required: [subscriptionId(channelId(FLOW, RUN, "cam"), "sink")] });
-      const sink = subscription(spec.id, "sink");
-      await provision(h, spec, [sink]);
+      const { spec, sub: sink } = await workChannel(h, "sink");
       await publishAccepted(h, publication(spec.id, "pub-1"));
       const [delivery] = await receiveNow(h, sink.id);
       assert.throws(() => terminal(""), ConfigError);
@@ -593,9 +585,7 @@ const SCENARIOS: readonly Scenario[] = [
     "its byte credit, overshooting by one message at most",
     "retained",
     async (h) => {
-      const spec = channel("cam", { required: [subscriptionId(channelId(FLOW, RUN, "cam"), "work")] });
-      const work = subscription(spec.id, "work", { itemCredit: 3 });
-      await provision(h, spec, [work]);
+      const { spec, sub: work } = await workChannel(h, "work", { itemCredit: 3 });
       for (let i = 0; i < 6; i++) {
         await publishAccepted(h, publication(spec.id, `m${i}`, MessageKind.data, 100));
       }
@@ -618,9 +608,7 @@ const SCENARIOS: readonly Scenario[] = [
     "settling resumes it",
     "budget",
     async (h) => {
-      const spec = channel("cam", { required: [subscriptionId(channelId(FLOW, RUN, "cam"), "work")] });
-      const work = subscription(spec.id, "work", { itemCredit: 100 });
-      await provision(h, spec, [work]);
+      const { spec, sub: work } = await workChannel(h, "work", { itemCredit: 100 });
       for (let i = 0; i < 10; i++) {
         await publishAccepted(h, publication(spec.id, `m${i}`, MessageKind.data, 100));
       }
