@@ -127,7 +127,8 @@ function firstSlot(framemd5: string): number | null {
  * restarts with an input seek {@link SEEK_MARGIN_SECONDS} before the frame, checked by a one-frame probe
  * that it lands before it, and falls back to decoding from the start (exact, slower) where it does not.
  *
- * A live source has no position (`seek` does nothing) and is not finite by default. When it ends, stalls
+ * A live source has no position: `seek` does nothing, so after a restart its frames are new frames under
+ * the offsets that follow the last accepted one, and it is not finite by default. When it ends, stalls
  * for `readTimeoutSeconds` or cannot be reached, the reader redials with exponential backoff
  * (`reconnectDelaySeconds`, doubled, capped at `reconnectMaxDelaySeconds`); a frame resets the count, and
  * failing more than `maxReconnects` times in a row throws {@link ResourceUnavailable}. `close()` during a
