@@ -199,6 +199,9 @@ function kindIndex(kind: SubscriptionKind | MessageKind): KindIndex {
   return kind === MessageKind.eos ? EOS : DATA;
 }
 
+/** How many dead items a queue may hold beyond twice its live ones before it is compacted. */
+const COMPACTION_SLACK = 64;
+
 /** A growable circular FIFO: push and shift in O(1), no element moves on shift. */
 class Ring<T> {
   #items: (T | undefined)[] = new Array(8);
@@ -234,6 +237,20 @@ class Ring<T> {
       out.push(this.#items[(this.#head + i) & (this.#items.length - 1)] as T);
     }
     return out;
+  }
+
+  /**
+   * Drops the items `live` refuses once they outnumber the live ones (`live` counted by the caller) by more
+   * than a small slack, keeping order. Each compaction is paid for by the dead items since the last one,
+   * so a queue whose head stays put while items behind it die never grows without bound.
+   */
+  compactBeyond(liveCount: number, live: (item: T) => boolean): void {
+    if (this.#length <= 2 * liveCount + COMPACTION_SLACK) return;
+    const kept = this.toArray().filter(live);
+    this.#items = new Array(Math.max(8, 2 ** Math.ceil(Math.log2(kept.length + 1))));
+    this.#head = 0;
+    this.#length = 0;
+    for (const item of kept) this.push(item);
   }
 
   #grow(): void {
@@ -327,6 +344,14 @@ const DELAYED = 2;
 const UNRESOLVED = 3;
 const DONE = 4;
 type EntryState = typeof AVAILABLE | typeof LEASED | typeof DELAYED | typeof UNRESOLVED | typeof DONE;
+
+function isAvailable(entry: Entry): boolean {
+  return entry.state === AVAILABLE;
+}
+
+function isRetained(message: StoredMessage): boolean {
+  return !message.removed;
+}
 
 /** One message's state for one subscription. */
 class Entry {
@@ -1395,6 +1420,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
     const key = message.envelope.partitionKey;
     if (key !== null && ch.byKey.get(key) === message) ch.byKey.delete(key);
     ch.head(message.kind);
+    ch.messages[message.kind].compactBeyond(ch.count[message.kind], isRetained);
     if (reason === null) return;
     for (const state of ch.fanout[message.kind]) {
       const entry = state.outstanding.get(message.seq);
@@ -1634,6 +1660,8 @@ export class MemoryMessagingBackend implements MessagingBackend {
     }
     entry.state = DONE;
     state.outstanding.delete(entry.msg.seq);
+    state.fresh.compactBeyond(state.available, isAvailable);
+    state.redeliver.compactBeyond(state.available, isAvailable);
   }
 
   /** Settles the entry for good; an interest message settled by its last holder leaves the channel. */
