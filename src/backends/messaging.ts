@@ -24,7 +24,6 @@
  *
  * @example
  * ```ts
- * import { channelId, completed, subscriptionId } from "./messaging.ts";
  * const cam = channelId("flow-A", "run-1", "cam");
  * const work = subscriptionId(cam, "detect");
  * console.log(work.kind, work.partition, completed().kind); // "data" null "completed"

@@ -48,7 +48,6 @@
  * @example
  * ```ts
  * import { FakeClock } from "./clock.ts";
- * import { makeChannel, makeEnvelope, makeSubscription, MemoryMessagingBackend } from "./messaging.ts";
  * import { completed, subscriptionId } from "../messaging.ts";
  * const clock = new FakeClock();
  * const broker = new MemoryMessagingBackend({ clock });
@@ -789,6 +788,10 @@ export class MemoryMessagingBackend implements MessagingBackend {
     return outcome;
   }
 
+  /**
+   * Leases what the credits allow (redeliveries first), waiting on the clock until `deadline` for at least
+   * one delivery; a subscription nobody bound is {@link ResourceUnavailable}.
+   */
   receive(
     subscription: SubscriptionId,
     itemCredit: number,
@@ -803,6 +806,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
     }
   }
 
+  /** {@link receive} over several subscriptions, starting with a different one each call so none starves. */
   receiveAny(
     subscriptions: readonly SubscriptionId[],
     itemCredit: number,
