@@ -36,8 +36,6 @@ import {
   subjectFor,
 } from "./names.ts";
 
-export { kubernetesName, sanitize } from "./names.ts";
-
 /** The metadata keys of exact ownership (RFC 0006), written on streams and consumers, compared verbatim. */
 export const OwnerLabel = {
   flow: "videoflow.io/flow-id",
