@@ -303,7 +303,8 @@ function checkFunctionRef(
   ));
 }
 
-function checkJoin(node: ReceiverNode, policy: JoinPolicy | null, out: Diagnostic[]): void {
+/** A time join's collect parents and quorum, checked against the parents the node really has. */
+function checkTimeJoinParents(node: ReceiverNode, policy: JoinPolicy | null, out: Diagnostic[]): void {
   if (policy === null || policy.mode !== JOIN_TIME) return;
   const parents = node.parents.map((parent) => parent.name);
   const strangers = Object.keys(policy.collect).filter((name) => !parents.includes(name));
@@ -532,7 +533,7 @@ function nodeErrors(node: Node, modules: ModuleIndex | undefined): Diagnostic[] 
   if (node instanceof ReceiverNode) {
     attempt(out, node.name, () => node.deliveryPolicy());
     const policy = attempt(out, node.name, () => node.joinPolicy);
-    checkJoin(node, policy ?? null, out);
+    checkTimeJoinParents(node, policy ?? null, out);
     if (node instanceof ProcessorNode) {
       checkReplication(node, policy ?? null, out);
       checkGpu(node, out);
