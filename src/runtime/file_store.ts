@@ -186,12 +186,16 @@ function malformed(what: string, path: string, why: string): UnobservableState {
   );
 }
 
-function decodeBase64(text: string, what: string, path: string): Uint8Array {
+/** The bytes a document carries as base64, checked against the SHA-256 it records for them. */
+function verifiedBytes(base64: string, sha256: unknown, what: string, path: string): Uint8Array {
+  let bytes: Uint8Array;
   try {
-    return Uint8Array.fromBase64(text);
+    bytes = Uint8Array.fromBase64(base64);
   } catch {
     throw malformed(what, path, "the payload is not base64");
   }
+  if (sha256Hex(bytes) !== sha256) throw malformed(what, path, "checksum mismatch");
+  return bytes;
 }
 
 function parseDocument(bytes: Uint8Array, what: string, path: string): Record<string, unknown> {
@@ -212,10 +216,7 @@ function readKeyDocument(bytes: Uint8Array, path: string): { key: string; entry:
   if (typeof doc.key !== "string" || typeof doc.version !== "string" || typeof doc.value !== "string") {
     throw malformed("a key", path, "key, version or value is missing");
   }
-  const value = decodeBase64(doc.value, "a key", path);
-  if (sha256Hex(value) !== doc.sha256) {
-    throw malformed(`key ${JSON.stringify(doc.key)}`, path, "checksum mismatch");
-  }
+  const value = verifiedBytes(doc.value, doc.sha256, `key ${JSON.stringify(doc.key)}`, path);
   return { key: doc.key, entry: presentEntry(value, doc.version) };
 }
 
@@ -224,11 +225,7 @@ function readRecordDocument(bytes: Uint8Array, path: string, log: string, index:
   if (doc.log !== log || doc.index !== index || typeof doc.record !== "string") {
     throw malformed(`record ${index} of log ${JSON.stringify(log)}`, path, "it names another log or index");
   }
-  const record = decodeBase64(doc.record, "a log record", path);
-  if (sha256Hex(record) !== doc.sha256) {
-    throw malformed(`record ${index} of log ${JSON.stringify(log)}`, path, "checksum mismatch");
-  }
-  return record;
+  return verifiedBytes(doc.record, doc.sha256, `record ${index} of log ${JSON.stringify(log)}`, path);
 }
 
 function nextVersion(current: string | null): string {
