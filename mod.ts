@@ -130,6 +130,12 @@ export type {
   StoreEntry,
 } from "./src/backends/runtime_store.ts";
 export { UNKNOWN_REASONS } from "./src/backends/outcomes.ts";
+export { isLiveSource, VideoFileReader } from "./src/nodes/video_file_reader.ts";
+export type { VideoFileReaderParams } from "./src/nodes/video_file_reader.ts";
+export { FrameWriter } from "./src/nodes/frame_writer.ts";
+export type { FrameWriterParams } from "./src/nodes/frame_writer.ts";
+export { JsonlSink, toJsonLine } from "./src/nodes/jsonl_sink.ts";
+export type { JsonlRecord, JsonlSinkParams } from "./src/nodes/jsonl_sink.ts";
 export type { Known, Observation, Unknown, UnknownReason } from "./src/backends/outcomes.ts";
 
 registerNodeModule(import.meta.url, api);
