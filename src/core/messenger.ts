@@ -6,6 +6,7 @@
  * @module
  */
 
+import { known, type Observation } from "../backends/outcomes.ts";
 import type { ErrorRecord } from "./errors.ts";
 
 /** Why `checkForTermination()` is true. */
@@ -51,7 +52,11 @@ export type InputGroup = Readonly<Record<string, InputEntry | null>>;
  * processed the group (and a processor has published its output).
  */
 export interface Messenger {
-  /** Resolves with the next complete input group, or one whose entries all signal termination. */
+  /**
+   * Resolves with the next complete input group, or one whose entries all signal termination. After
+   * `quiesce()` or a lost authority, once nothing is left to hand out, it resolves with such a terminating
+   * group too, so the task's loop ends (it reads `stopReason()` and publishes no EOS).
+   */
   receiveMessage(): Promise<InputGroup>;
   /** Publishes this node's output; under realtime retention it may be dropped when consumers lag. */
   publishMessage(message: unknown, metadata?: Record<string, unknown>): Promise<void>;
@@ -85,6 +90,21 @@ export interface Messenger {
   lastInputKey(): string | null;
   /** Inputs given up on since the last call, by reason. */
   takeDrops(): Record<string, number>;
+  /**
+   * How many messages wait for this node across its parents (prefetched, held in incomplete join groups,
+   * or still on the broker), as an observation: Unknown as soon as any parent's count could not be read,
+   * never a total that silently omits one. It feeds the progress deadline. Optional: a messenger without
+   * it cannot count, which {@link pendingObservationOf} reads as Known(0), idle (the spec's default).
+   */
+  pendingObservation?(): Promise<Observation<number>>;
   /** Releases broker resources. */
   close(): Promise<void>;
+}
+
+/**
+ * The messenger's pending-work observation, or Known(0) for a messenger that cannot count (so the progress
+ * deadline reads it as idle and never trips). What a worker hands `ProgressDeadline` as its probe.
+ */
+export function pendingObservationOf(messenger: Messenger): Promise<Observation<number>> {
+  return messenger.pendingObservation?.() ?? Promise.resolve(known(0));
 }
