@@ -195,7 +195,11 @@ export interface NodeTaskOptions {
   readonly hasChildren: boolean;
   /** Trips after too many failures in a row (`VF_BREAKER_THRESHOLD`); none: never. */
   readonly breaker?: ConsecutiveFailureBreaker | null;
-  /** Trips when the node acks nothing while work is pending; the watchdog must hold the same instance. */
+  /**
+   * Trips when the node acks nothing while work is pending; the watchdog must hold the same instance. Its
+   * silence runs from its construction, so an `open()` that outlasts the timeout while work is pending is
+   * a stall at the first check.
+   */
   readonly deadline?: ProgressDeadline | null;
   /** Re-checks the deadline while the node is inside a call; started after `open()`, stopped at the end. */
   readonly watchdog?: TaskWatchdog | null;
