@@ -85,6 +85,9 @@ export const DEFAULT_RECONCILE_INTERVAL_SECONDS = 60;
 /** How often a would-be owner re-reads a held lease while waiting for it to lapse, in seconds. */
 export const LEASE_POLL_SECONDS = 0.5;
 
+/** The shortest wait between two reads of a held lease, so rounding never turns a wait into a spin. */
+const SHORTEST_WAIT_SECONDS = 0.001;
+
 /**
  * How many compare-and-swap rounds a ledger write loses to concurrent writers before the caller is told
  * the store would not take the update (StaleAuthority for a partition, TransientFailure otherwise).
@@ -1096,7 +1099,12 @@ export class FlowRuntime {
           waitedOn = document;
           deadline = now + this.#leaseSeconds;
         }
-        await this.#clock.sleep(Math.min(LEASE_POLL_SECONDS, document.lease_until - now, deadline - now));
+        await this.#clock.sleep(
+          Math.max(
+            SHORTEST_WAIT_SECONDS,
+            Math.min(LEASE_POLL_SECONDS, document.lease_until - now, deadline - now),
+          ),
+        );
         continue;
       }
       const next: PartitionDocument = {
