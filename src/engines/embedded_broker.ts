@@ -1,0 +1,765 @@
+/**
+ * The embedded broker: the local engine's supervisor hosts one memory MessagingBackend, one memory
+ * PayloadStore and the run's RuntimeStore (the file store under `.videoflow/`) and serves them to every
+ * node worker over the protocol of `src/runtime/embedded_rpc.ts`: a MessagePort per Deno Worker
+ * ({@link EmbeddedBroker.openPort}) and a TCP loopback listener for `deno run` subprocesses
+ * ({@link EmbeddedBroker.listen}, whose address and per-run secret {@link EmbeddedBroker.workerEnv} hands
+ * out). The workers' side is `EmbeddedConnection` with the three proxies built on it.
+ *
+ * What the server guarantees:
+ * - A connection's calls start in the order they were made; a long-poll receive waits in the broker and
+ *   holds back nothing else. Results are coalesced per turn.
+ * - A server-side exception is its call's error, rebuilt client-side as the same class.
+ * - The hosted models hit their fault barriers as they do in-process; the transport adds none.
+ * - A worker's death never acks what it held: its leases lapse through the broker's ack wait. A receive
+ *   that completes after its connection ended (or after the client's messaging shut down) never reached
+ *   anyone, so its deliveries are handed back at once (settled Retry, which costs them an attempt exactly
+ *   as a lapsed lease would).
+ * - A payload read's bytes are a fresh copy the store made for this read, so a MessagePort moves them
+ *   (transfer) instead of copying them again; a delivery's bytes are the broker's retained body (another
+ *   subscriber or a redelivery needs them), so those are copied, as is everything over TCP.
+ * - Closing the broker closes every connection (each client's waiting calls end with BrokerUnavailable),
+ *   stops the listener and shuts the messaging model down; the payload store has nothing to release and
+ *   the runtime store stays its creator's to close.
+ *
+ * The hosted models are public ({@link EmbeddedBroker.messaging}, {@link EmbeddedBroker.payload},
+ * {@link EmbeddedBroker.runtimeStore}): their hooks (commitControl, pauseAcceptance, failObservation,
+ * corrupt, ...) are the supervisor's and the tests' controls.
+ *
+ * @example
+ * ```ts
+ * const broker = new EmbeddedBroker();
+ * const port = broker.openPort("detect-0"); // transfer it to the worker: new Worker(...).postMessage(port, [port])
+ * const address = await broker.listen();     // tcp://127.0.0.1:PORT, for subprocesses (with workerEnv())
+ * console.log(address.startsWith("tcp://127.0.0.1:"), broker.connections().length); // true 1
+ * await broker.close();
+ * ```
+ *
+ * @module
+ */
+
+import { randomBytes } from "node:crypto";
+import { BrokerUnavailable, ConfigError, ResourceUnavailable } from "../core/errors.ts";
+import { type Clock, systemClock } from "../backends/clock.ts";
+import { faultsInstalled } from "../backends/faults.ts";
+import { MemoryMessagingBackend } from "../backends/memory/messaging.ts";
+import { MemoryPayloadStore, StaticLedger } from "../backends/memory/payload.ts";
+import {
+  type ChannelId,
+  channelId,
+  type Delivery,
+  type DeliveryToken,
+  retry,
+  type SubscriptionId,
+  subscriptionId,
+  subscriptionKey,
+} from "../backends/messaging.ts";
+import type { PayloadReadOutcome } from "../backends/payload.ts";
+import type { RuntimeStore } from "../backends/runtime_store.ts";
+import {
+  decodeEnvelope,
+  decodeSettlement,
+  decodeToken,
+  EMBEDDED_BROKER_ENV,
+  EMBEDDED_BROKER_SECRET_ENV,
+  EMBEDDED_PROTOCOL_VERSION,
+  EmbeddedEvent,
+  encodeDeliveries,
+  encodeLease,
+  encodePublication,
+  encodeSettleOutcome,
+  errorToWire,
+  Frame,
+  type FrameLink,
+  Op,
+  portLink,
+  secretMatches,
+  socketLink,
+  TOKEN_FIELDS,
+} from "../runtime/embedded_rpc.ts";
+
+/** How long a TCP client has to say hello before the server drops it, by default (seconds). */
+export const DEFAULT_HELLO_TIMEOUT_SECONDS = 10;
+
+/** Microtask turns a result waits for others to share its frame (a broker call settles within three). */
+const RESULT_FLUSH_HOPS = 3;
+
+/** How the broker is composed; every service defaults to a fresh memory model on `clock`. */
+export interface EmbeddedBrokerOptions {
+  /** The clock the default models read (the system clock by default). */
+  readonly clock?: Clock;
+  readonly messaging?: MemoryMessagingBackend;
+  readonly payload?: MemoryPayloadStore;
+  /** The run ledger served to workers; null (the default) serves none (its calls fail ResourceUnavailable). */
+  readonly runtimeStore?: RuntimeStore | null;
+  /** The secret TCP clients must present; a fresh random one by default. */
+  readonly secret?: string;
+  /** How long a TCP client may take to say hello (default {@link DEFAULT_HELLO_TIMEOUT_SECONDS}). */
+  readonly helloTimeoutSeconds?: number;
+}
+
+/** What a {@link BrokerConnection} serves: the hosted services, shared by every connection. */
+interface Services {
+  readonly messaging: MemoryMessagingBackend;
+  readonly payload: MemoryPayloadStore;
+  readonly runtimeStore: RuntimeStore | null;
+  stopCommitted(): boolean;
+  forget(connection: BrokerConnection): void;
+}
+
+let connectionIds = 0;
+
+/**
+ * The server end of one worker's connection. Created by {@link EmbeddedBroker}; the supervisor keeps it
+ * to {@link disconnect} a worker it has given up on.
+ */
+export class BrokerConnection {
+  /** Unique within the process. */
+  readonly id: number = ++connectionIds;
+  readonly #link: FrameLink;
+  readonly #services: Services;
+  /** The secret a hello must present; null on a MessagePort (the port itself is the capability). */
+  readonly #secret: string | null;
+  #label: string;
+  #welcomed = false;
+  #open = true;
+  #messagingOpen = true;
+  #controlSubscribed = false;
+  #helloTimer: ReturnType<typeof setTimeout> | undefined;
+  readonly #channels: (ChannelId | undefined)[] = [];
+  readonly #subs: (SubscriptionId | undefined)[] = [];
+  readonly #subHandles = new WeakMap<SubscriptionId, number>();
+  readonly #subKeys = new Map<string, number>();
+  #results: unknown[] = [Frame.results];
+  #transfer: ArrayBuffer[] = [];
+  #hopsLeft = 0;
+  readonly #hop = () => {
+    if (--this.#hopsLeft > 0) queueMicrotask(this.#hop);
+    else this.#flush();
+  };
+  readonly #handleOf = (subscription: SubscriptionId) => this.#handleFor(subscription);
+  /** Broker tokens of deliveries handed out on this connection, by id, until settled or released. */
+  readonly #tokens = new Map<number, DeliveryToken>();
+  #tokenCount = 0;
+  readonly #tokenIdOf = (token: DeliveryToken) => {
+    const id = ++this.#tokenCount;
+    this.#tokens.set(id, token);
+    return id;
+  };
+
+  constructor(
+    link: FrameLink,
+    services: Services,
+    label: string,
+    secret: string | null,
+    helloTimeoutSeconds: number | null,
+  ) {
+    this.#link = link;
+    this.#services = services;
+    this.#label = label;
+    this.#secret = secret;
+    if (helloTimeoutSeconds !== null) {
+      this.#helloTimer = setTimeout(
+        () => this.disconnect(`no hello within ${helloTimeoutSeconds} s`),
+        helloTimeoutSeconds * 1000,
+      );
+    }
+    link.start((frame) => this.#receive(frame), () => this.#closed());
+  }
+
+  /** The worker's name: the one the supervisor gave the port, else the one its hello named. */
+  get label(): string {
+    return this.#label;
+  }
+
+  /** `port` or `tcp`. */
+  get transport(): "port" | "tcp" {
+    return this.#link.kind;
+  }
+
+  /** Whether the connection still serves calls. */
+  get open(): boolean {
+    return this.#open;
+  }
+
+  /**
+   * Ends the connection: the client is told why (its waiting calls end with BrokerUnavailable), nothing
+   * it holds is settled (its leases lapse through the ack wait). Idempotent.
+   */
+  disconnect(reason = "disconnected by the supervisor"): Promise<void> {
+    if (this.#open) {
+      this.#flush();
+      this.#link.send([Frame.bye, reason], []);
+    }
+    return this.#link.close();
+  }
+
+  /** Pushes the flow-wide stop to this worker if it subscribed to control events. */
+  notifyStop(): void {
+    if (this.#controlSubscribed && this.#open) {
+      this.#link.send([Frame.event, EmbeddedEvent.controlStop, null], []);
+    }
+  }
+
+  #closed(): void {
+    this.#open = false;
+    this.#messagingOpen = false;
+    clearTimeout(this.#helloTimer);
+    this.#results = [Frame.results];
+    this.#transfer = [];
+    this.#tokens.clear();
+    this.#services.forget(this);
+  }
+
+  #receive(frame: unknown[]): void {
+    if (!this.#open) return;
+    switch (frame[0]) {
+      case Frame.calls:
+        if (this.#welcomed) this.#dispatch(frame);
+        else this.#refuse("the first frame must be a hello");
+        return;
+      case Frame.hello:
+        this.#hello(frame);
+        return;
+      case Frame.bye:
+        this.#link.close();
+        return;
+      default:
+        this.#refuse(`a frame of unknown kind ${String(frame[0])}`);
+    }
+  }
+
+  #hello(frame: unknown[]): void {
+    if (this.#welcomed) {
+      this.#refuse("a second hello");
+      return;
+    }
+    if (frame[1] !== EMBEDDED_PROTOCOL_VERSION) {
+      this.#refuse(`protocol version ${String(frame[1])} (this broker speaks ${EMBEDDED_PROTOCOL_VERSION})`);
+      return;
+    }
+    if (this.#secret !== null && !secretMatches(frame[2], this.#secret)) {
+      this.#refuse("a wrong secret");
+      return;
+    }
+    clearTimeout(this.#helloTimer);
+    if (this.#label === "" && typeof frame[3] === "string") this.#label = frame[3];
+    this.#welcomed = true;
+    this.#link.send([Frame.welcome, EMBEDDED_PROTOCOL_VERSION], []);
+  }
+
+  #refuse(why: string): void {
+    const error = new BrokerUnavailable(
+      `the embedded broker refused the connection: ${why}`,
+      `connect with this run's ${EMBEDDED_BROKER_SECRET_ENV} and the same videoflow version`,
+      { connection: this.#label },
+    );
+    this.#link.send([Frame.refused, errorToWire(error)], []);
+    this.#link.close();
+  }
+
+  #dispatch(frame: unknown[]): void {
+    for (let i = 1; i < frame.length && this.#open; i += 3) {
+      const op = frame[i] as Op;
+      const id = frame[i + 1] as number;
+      let result: unknown;
+      try {
+        result = this.#invoke(op, frame[i + 2] as unknown[]);
+      } catch (error) {
+        if (id !== 0) this.#reply(id, 0, errorToWire(error), null);
+        continue;
+      }
+      if (!(result instanceof Promise)) {
+        if (id !== 0) this.#reply(id, 1, result, null);
+      } else if (id === 0) {
+        result.catch(() => {});
+      } else {
+        result.then(
+          (value) => this.#reply(id, 1, value, op === Op.payloadRead ? transferable(value) : null),
+          (error) => this.#reply(id, 0, errorToWire(error), null),
+        );
+      }
+    }
+  }
+
+  #reply(id: number, ok: 0 | 1, value: unknown, transfer: ArrayBuffer | null): void {
+    if (!this.#open) return;
+    this.#results.push(id, ok, value);
+    if (transfer !== null && this.#link.kind === "port") this.#transfer.push(transfer);
+    if (this.#hopsLeft === 0) {
+      this.#hopsLeft = RESULT_FLUSH_HOPS;
+      queueMicrotask(this.#hop);
+    }
+  }
+
+  #flush(): void {
+    this.#hopsLeft = 0;
+    if (this.#results.length === 1 || !this.#open) return;
+    const frame = this.#results;
+    const transfer = this.#transfer;
+    this.#results = [Frame.results];
+    this.#transfer = [];
+    try {
+      this.#link.send(frame, transfer);
+    } catch (error) {
+      this.#failFrame(frame, error);
+    }
+  }
+
+  /** A results frame that could not be serialized: each result is replaced by that error. */
+  #failFrame(frame: unknown[], error: unknown): void {
+    const wire = errorToWire(
+      new ConfigError(
+        `a result of the embedded broker could not be serialized: ${(error as Error).message}`,
+        "report this: every hosted result should be structured-cloneable",
+      ),
+    );
+    const failed: unknown[] = [Frame.results];
+    for (let i = 1; i < frame.length; i += 3) failed.push(frame[i], 0, wire);
+    this.#link.send(failed, []);
+  }
+
+  // ---- operations ---------------------------------------------------------------------------------
+
+  #invoke(op: Op, args: unknown[]): unknown {
+    const messaging = this.#services.messaging;
+    switch (op) {
+      case Op.publish:
+        return messaging.publish(decodeEnvelope(args, this.#channel(args[0])), args[13] as number)
+          .then(encodePublication);
+      case Op.receive:
+        return this.#receiveOne(args);
+      case Op.settle:
+        return this.#settle(args);
+      case Op.receiveAny:
+        return this.#receiveMany(args);
+      case Op.renew:
+        return messaging.renew(this.#token(args)).then(encodeLease);
+      case Op.supersede:
+        return messaging.supersede(this.#token(args));
+      case Op.releaseTokens:
+        for (const tokenId of args) this.#tokens.delete(tokenId as number);
+        return null;
+      case Op.defineChannel:
+        return this.#defineChannel(args[0] as number, args[1] as ChannelId);
+      case Op.defineSubscription:
+        return this.#defineSubscription(args[0] as number, args[1] as SubscriptionId);
+      case Op.messagingCapabilities:
+        return messaging.capabilities();
+      case Op.ensureChannel:
+        return messaging.ensureChannel(
+          args[0] as Parameters<MemoryMessagingBackend["ensureChannel"]>[0],
+          args[1] as string,
+        );
+      case Op.ensureSubscription:
+        return messaging.ensureSubscription(
+          args[0] as Parameters<MemoryMessagingBackend["ensureSubscription"]>[0],
+          args[1] as string,
+        );
+      case Op.observePublication:
+        return messaging.observePublication(decodeEnvelope(args, this.#channel(args[0]))).then(
+          encodePublication,
+        );
+      case Op.observeSubscription:
+        return messaging.observeSubscription(this.#sub(args[0]));
+      case Op.observeChannel:
+        return messaging.observeChannel(this.#channel(args[0]));
+      case Op.observeAckFloor:
+        return messaging.observeAckFloor(this.#sub(args[0]));
+      case Op.subscribeControl:
+        this.#controlSubscribed = true;
+        if (this.#services.stopCommitted()) this.notifyStop();
+        return null;
+      case Op.messagingShutdown:
+        this.#messagingOpen = false;
+        return null;
+      case Op.closeChannels:
+        return messaging.close(args[0] as ChannelId[], args[1] as string);
+      default:
+        return this.#invokeStore(op, args);
+    }
+  }
+
+  #invokeStore(op: Op, args: unknown[]): unknown {
+    const payload = this.#services.payload;
+    type Ref = Parameters<MemoryPayloadStore["read"]>[0];
+    switch (op) {
+      case Op.payloadPut:
+        return payload.put(
+          args[0] as Uint8Array,
+          args[1] as string,
+          args[2] as Parameters<MemoryPayloadStore["put"]>[2],
+        );
+      case Op.payloadRead:
+        return payload.read(args[0] as Ref);
+      case Op.payloadAcquire:
+        return payload.acquireObligation(args[0] as Ref, args[1] as string, args[2] as number);
+      case Op.payloadRenew:
+        return payload.renewObligation(args[0] as Ref, args[1] as string, args[2] as number);
+      case Op.payloadRelease:
+        return payload.releaseObligation(args[0] as Ref, args[1] as string, args[2] as string);
+      case Op.payloadObligationIds:
+        return this.#obligationIds();
+      case Op.payloadReconcile: {
+        const authoritative = new Set(args[1] as string[]);
+        const ledger = new StaticLedger(
+          new Map(args[0] as [string, string[]][]),
+          (id) => authoritative.has(id),
+        );
+        return payload.reconcile(ledger, args[2] as string);
+      }
+      case Op.payloadInventory:
+        return payload.inventory();
+      case Op.payloadRefForKey:
+        return payload.refForKey(args[0] as string);
+      case Op.payloadCapabilities:
+        return payload.capabilities();
+      default:
+        return this.#invokeLedger(op, args);
+    }
+  }
+
+  #invokeLedger(op: Op, args: unknown[]): unknown {
+    const store = this.#services.runtimeStore;
+    if (store === null) {
+      throw new ResourceUnavailable(
+        "this embedded broker serves no runtime store",
+        "give the EmbeddedBroker the run's RuntimeStore (runtimeStore option)",
+      );
+    }
+    switch (op) {
+      case Op.storeGet:
+        return store.get(args[0] as string);
+      case Op.storeCas:
+        return store.cas(args[0] as string, args[1] as string | null, args[2] as Uint8Array);
+      case Op.storeDelete:
+        return store.delete(args[0] as string, args[1] as string | null);
+      case Op.storeScan:
+        return store.scan(args[0] as string);
+      case Op.storeAppend:
+        return store.append(args[0] as string, args[1] as Uint8Array);
+      case Op.storeLogEntries:
+        return store.logEntries(args[0] as string);
+      case Op.storeCapabilities:
+        return store.capabilities();
+      default:
+        throw new ConfigError(`the embedded broker has no operation ${String(op)}`);
+    }
+  }
+
+  async #obligationIds(): Promise<string[] | null> {
+    const inventory = await this.#services.payload.inventory();
+    if (inventory.kind === "unknown") return null;
+    const ids = new Set<string>();
+    for (const ref of inventory.value) {
+      for (const id of this.#services.payload.obligations(ref.key).keys()) ids.add(id);
+    }
+    return [...ids];
+  }
+
+  // ---- tokens -------------------------------------------------------------------------------------
+
+  /**
+   * The broker's own token for a wire token, so staleness is decided as for an in-process caller (a token
+   * of an older attempt stays stale after the current one settled); a plain token when none is kept.
+   */
+  #token(wire: unknown[]): DeliveryToken {
+    return this.#tokens.get(wire[0] as number) ?? decodeToken(wire, this.#sub(wire[1]));
+  }
+
+  /**
+   * Settles through the broker's token. Once a Completed or Terminal settlement is confirmed the server
+   * forgets that token: its entry is done at that very attempt, and a plain token of it gets the same
+   * answers (confirmed, not renewed, not live).
+   */
+  #settle(args: unknown[]): Promise<unknown> {
+    const tokenId = args[0] as number;
+    const outcome = decodeSettlement(args[TOKEN_FIELDS], args[TOKEN_FIELDS + 1]);
+    return this.#services.messaging.settle(this.#token(args), outcome, args[TOKEN_FIELDS + 2] as string)
+      .then((settled) => {
+        if (settled.kind === "settle_confirmed" && outcome.kind !== "retry") this.#tokens.delete(tokenId);
+        return encodeSettleOutcome(settled);
+      });
+  }
+
+  // ---- receiving ----------------------------------------------------------------------------------
+
+  #receiveOne(args: unknown[]): Promise<unknown> {
+    const handle = args[0] as number;
+    const sub = this.#sub(handle);
+    const itemCredit = args[1] as number;
+    const byteCredit = args[2] as number;
+    const messaging = this.#services.messaging;
+    return messaging.receive(sub, itemCredit, byteCredit, args[3] as number)
+      .then((deliveries) =>
+        this.#topUp(
+          deliveries,
+          itemCredit,
+          byteCredit,
+          (items, bytes) => messaging.receive(sub, items, bytes, -Infinity),
+        )
+      )
+      .then((deliveries) => this.#handOut(deliveries, () => handle));
+  }
+
+  #receiveMany(args: unknown[]): Promise<unknown> {
+    const subs = (args[0] as number[]).map((handle) => this.#sub(handle));
+    const itemCredit = args[1] as number;
+    const byteCredit = args[2] as number;
+    const messaging = this.#services.messaging;
+    return messaging.receiveAny(subs, itemCredit, byteCredit, args[3] as number)
+      .then((deliveries) =>
+        this.#topUp(
+          deliveries,
+          itemCredit,
+          byteCredit,
+          (items, bytes) => messaging.receiveAny(subs, items, bytes, -Infinity),
+        )
+      )
+      .then((deliveries) => this.#handOut(deliveries, this.#handleOf));
+  }
+
+  /**
+   * A long-poll is answered by the first publication that wakes it; by the time its reply is encoded,
+   * the rest of that publisher's frame has been stored too. Takes what became available since, within
+   * the call's credits (never with faults installed, where barrier hit counts must stay as scripted).
+   */
+  #topUp(
+    deliveries: readonly Delivery[],
+    itemCredit: number,
+    byteCredit: number,
+    more: (items: number, bytes: number) => Promise<readonly Delivery[]>,
+  ): readonly Delivery[] | Promise<readonly Delivery[]> {
+    if (
+      deliveries.length === 0 || deliveries.length >= itemCredit || faultsInstalled() || !this.#messagingOpen
+    ) {
+      return deliveries;
+    }
+    let bytes = 0;
+    for (const delivery of deliveries) bytes += delivery.size;
+    if (bytes >= byteCredit) return deliveries;
+    return more(itemCredit - deliveries.length, byteCredit - bytes)
+      .then((extra) => extra.length === 0 ? deliveries : deliveries.concat(extra));
+  }
+
+  /** Encodes deliveries for this client, or hands them back when nobody is left to receive them. */
+  #handOut(deliveries: readonly Delivery[], handleOf: (subscription: SubscriptionId) => number): unknown {
+    if (this.#messagingOpen) return encodeDeliveries(deliveries, this.#tokenIdOf, handleOf);
+    const messaging = this.#services.messaging;
+    for (const delivery of deliveries) {
+      const token = delivery.token;
+      messaging.settle(token, retry(), `handback/${this.id}/${token.messageId}/${token.attempt}`).catch(
+        () => {},
+      );
+    }
+    return [];
+  }
+
+  // ---- identities ---------------------------------------------------------------------------------
+
+  #defineChannel(handle: number, id: ChannelId): null {
+    this.#channels[checkHandle(handle)] = channelId(id.flowId, id.runId, id.node);
+    return null;
+  }
+
+  #defineSubscription(handle: number, id: SubscriptionId): null {
+    const channel = channelId(id.channel.flowId, id.channel.runId, id.channel.node);
+    const sub = subscriptionId(channel, id.consumerNode, {
+      partition: id.partition,
+      kind: id.kind,
+      instance: id.instance,
+    });
+    this.#subs[checkHandle(handle)] = sub;
+    this.#subKeys.set(subscriptionKey(sub), handle);
+    this.#subHandles.set(sub, handle);
+    return null;
+  }
+
+  #channel(handle: unknown): ChannelId {
+    const id = this.#channels[handle as number];
+    if (id === undefined) throw unknownHandle("channel", handle);
+    return id;
+  }
+
+  #sub(handle: unknown): SubscriptionId {
+    const id = this.#subs[handle as number];
+    if (id === undefined) throw unknownHandle("subscription", handle);
+    return id;
+  }
+
+  /** The handle this connection uses for a subscription the broker names (its own id object). */
+  #handleFor(subscription: SubscriptionId): number {
+    const cached = this.#subHandles.get(subscription);
+    if (cached !== undefined) return cached;
+    const handle = this.#subKeys.get(subscriptionKey(subscription));
+    if (handle === undefined) throw unknownHandle("subscription", subscriptionKey(subscription));
+    this.#subHandles.set(subscription, handle);
+    return handle;
+  }
+}
+
+function checkHandle(handle: number): number {
+  if (!Number.isSafeInteger(handle) || handle < 0 || handle > 1 << 24) {
+    throw new ConfigError(`an identity handle must be a small non-negative integer, got ${handle}`);
+  }
+  return handle;
+}
+
+function unknownHandle(what: string, handle: unknown): ConfigError {
+  return new ConfigError(
+    `the connection never defined ${what} ${String(handle)}`,
+    "use the embedded client of the same videoflow version",
+  );
+}
+
+/** The buffer of a payload read's fresh bytes, which may move to the reader instead of being copied. */
+function transferable(value: unknown): ArrayBuffer | null {
+  const outcome = value as PayloadReadOutcome;
+  if (outcome.kind !== "bytes") return null;
+  const data = outcome.data;
+  const buffer = data.buffer;
+  return buffer instanceof ArrayBuffer && data.byteOffset === 0 && data.byteLength === buffer.byteLength
+    ? buffer
+    : null;
+}
+
+/**
+ * The broker the local engine's supervisor hosts (see the module comment): the services, the
+ * connections, the TCP listener.
+ */
+export class EmbeddedBroker {
+  /** The hosted messaging model (its hooks are the supervisor's and the tests' controls). */
+  readonly messaging: MemoryMessagingBackend;
+  /** The hosted payload store. */
+  readonly payload: MemoryPayloadStore;
+  /** The hosted run ledger, or null when none is served. */
+  readonly runtimeStore: RuntimeStore | null;
+  /** The secret TCP clients present (hand it to subprocesses through {@link workerEnv}). */
+  readonly secret: string;
+  readonly #helloTimeout: number;
+  readonly #connections = new Set<BrokerConnection>();
+  readonly #services: Services;
+  #listener: Deno.TcpListener | null = null;
+  #accepting: Promise<void> = Promise.resolve();
+  #stopCommitted = false;
+  #closed = false;
+
+  /** Throws ConfigError for an empty secret or a hello timeout that is not a positive number. */
+  constructor(options: EmbeddedBrokerOptions = {}) {
+    const clock = options.clock ?? systemClock;
+    this.messaging = options.messaging ?? new MemoryMessagingBackend({ clock });
+    this.payload = options.payload ?? new MemoryPayloadStore({ clock });
+    this.runtimeStore = options.runtimeStore ?? null;
+    this.secret = options.secret ?? randomBytes(32).toString("hex");
+    if (this.secret === "") throw new ConfigError("the embedded broker's secret must not be empty");
+    this.#helloTimeout = options.helloTimeoutSeconds ?? DEFAULT_HELLO_TIMEOUT_SECONDS;
+    if (!(this.#helloTimeout > 0) || !Number.isFinite(this.#helloTimeout)) {
+      throw new ConfigError(`helloTimeoutSeconds must be a positive number, got ${this.#helloTimeout}`);
+    }
+    this.#services = {
+      messaging: this.messaging,
+      payload: this.payload,
+      runtimeStore: this.runtimeStore,
+      stopCommitted: () => this.#stopCommitted,
+      forget: (connection) => this.#connections.delete(connection),
+    };
+    this.messaging.subscribeControl(() => {
+      this.#stopCommitted = true;
+      for (const connection of this.#connections) connection.notifyStop();
+    });
+  }
+
+  /**
+   * A new connection over a fresh MessageChannel: serves one end and returns the other, to be transferred
+   * to the worker (`worker.postMessage(port, [port])`), which connects with `EmbeddedConnection.connect`.
+   */
+  openPort(label: string): MessagePort {
+    const { port1, port2 } = new MessageChannel();
+    this.servePort(port1, label);
+    return port2;
+  }
+
+  /** Serves an existing MessagePort (the other end belongs to the worker). */
+  servePort(port: MessagePort, label: string): BrokerConnection {
+    this.#live();
+    return this.#add(new BrokerConnection(portLink(port), this.#services, label, null, null));
+  }
+
+  /** Starts the TCP listener on 127.0.0.1 (an OS-chosen port) once; resolves with its `tcp://` address. */
+  listen(): Promise<string> {
+    this.#live();
+    if (this.#listener === null) {
+      this.#listener = Deno.listen({ hostname: "127.0.0.1", port: 0, transport: "tcp" });
+      this.#accepting = this.#accept(this.#listener);
+    }
+    return Promise.resolve(this.address as string);
+  }
+
+  /** The listener's `tcp://127.0.0.1:PORT`, or null before {@link listen}. */
+  get address(): string | null {
+    const listener = this.#listener;
+    return listener === null ? null : `tcp://127.0.0.1:${(listener.addr as Deno.NetAddr).port}`;
+  }
+
+  /** The environment a subprocess worker needs to connect; ConfigError before {@link listen}. */
+  workerEnv(): Record<string, string> {
+    const address = this.address;
+    if (address === null) {
+      throw new ConfigError(
+        "the embedded broker is not listening",
+        "call listen() before starting subprocesses",
+      );
+    }
+    return { [EMBEDDED_BROKER_ENV]: address, [EMBEDDED_BROKER_SECRET_ENV]: this.secret };
+  }
+
+  /** The connections open now. */
+  connections(): readonly BrokerConnection[] {
+    return [...this.#connections];
+  }
+
+  /**
+   * Closes every connection (each client is told), the listener, and the messaging model (every receive
+   * still waiting returns empty). Idempotent.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#listener?.close();
+    await this.#accepting;
+    await Promise.all(
+      [...this.#connections].map((connection) => connection.disconnect("the broker is closing")),
+    );
+    await this.messaging.shutdown();
+  }
+
+  async #accept(listener: Deno.TcpListener): Promise<void> {
+    try {
+      for await (const conn of listener) {
+        if (this.#closed) {
+          conn.close();
+          continue;
+        }
+        this.#add(
+          new BrokerConnection(socketLink(conn), this.#services, "", this.secret, this.#helloTimeout),
+        );
+      }
+    } catch {
+      // The listener was closed: accepting ends here.
+    }
+  }
+
+  #add(connection: BrokerConnection): BrokerConnection {
+    if (connection.open) this.#connections.add(connection);
+    return connection;
+  }
+
+  #live(): void {
+    if (this.#closed) {
+      throw new ResourceUnavailable(
+        "the embedded broker is closed",
+        "start a new EmbeddedBroker for a new run",
+      );
+    }
+  }
+}

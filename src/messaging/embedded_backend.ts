@@ -1,0 +1,558 @@
+/**
+ * The MessagingBackend a node worker uses to reach the local engine's embedded broker: a proxy over an
+ * {@link EmbeddedConnection} (`src/runtime/embedded_rpc.ts`) to the memory broker the supervisor hosts
+ * (`src/engines/embedded_broker.ts`). Every broker decision (retention, leases, credit, dedup, staleness,
+ * barriers) is the hosted model's; this client adds only what the contract makes local:
+ *
+ * - Token state. A token this client handed out knows whether it was settled or retired here.
+ *   {@link EmbeddedMessagingBackend.supersede} answers at once from that state, retires the token locally
+ *   and tells the broker without waiting; settling a token retired here is SettleStale without a round
+ *   trip (MSG-011). A token this client did not hand out is not live here (supersede returns false).
+ * - Admission. {@link EmbeddedMessagingBackend.setAdmission} keeps the predicate here and runs it on
+ *   every delivery received for the subscription: a refused delivery is settled Completed at once (every
+ *   replica reads every message on its durable and acks what it does not own, WIRE.md) and handed to
+ *   `onSkip` off the receive's turn; a receive whose deliveries were all refused waits on until its
+ *   deadline.
+ * - Control events. The broker pushes the flow-wide stop; `subscribeControl` callbacks run on a later turn.
+ * - A lost connection. A publish or settle already sent is PublicationUnknown or SettleUnknown (its effect
+ *   may have happened: the contract's lost receipt), a renewal is not confirmed (renewed false), an
+ *   observation is Unknown('unreachable') and a teardown incomplete; every other call, and every call
+ *   made after the loss, rejects with BrokerUnavailable.
+ *
+ * Bytes: a publication's body is copied into the frame, never transferred (a caller may publish the same
+ * envelope again under its publication id, and a dead letter reuses a delivery's bytes); a delivery's
+ * bytes are the client's own copy.
+ *
+ * Time: deadlines are passed through unchanged and read on the broker's clock, so the client's `clock`
+ * must share its monotonic basis (the system clock in production, the broker's FakeClock in tests); the
+ * client reads it only to stamp Unknown observations and to decide when a receive filtered empty by
+ * admission has reached its deadline.
+ *
+ * @example
+ * ```ts
+ * import { EmbeddedConnection } from "../runtime/embedded_rpc.ts";
+ * const connection = await EmbeddedConnection.fromEnv();
+ * const backend = new EmbeddedMessagingBackend(connection);
+ * console.log((await backend.capabilities()).adapter); // "memory"
+ * ```
+ *
+ * @module
+ */
+
+import { type BrokerUnavailable, ConfigError, ResourceUnavailable } from "../core/errors.ts";
+import type { MessagingCapabilities } from "../backends/capabilities.ts";
+import { type Clock, systemClock } from "../backends/clock.ts";
+import {
+  type ChannelId,
+  type ChannelObservation,
+  type ChannelSpec,
+  checkSettlement,
+  type Delivery,
+  type DeliveryToken,
+  type Envelope,
+  type LeaseObservation,
+  leaseObservation,
+  type MessagingBackend,
+  type Settlement,
+  type SettlementOutcome,
+  type SubscriptionId,
+  type SubscriptionObservation,
+  type SubscriptionSpec,
+  type VerifiedChannel,
+  type VerifiedSubscription,
+} from "../backends/messaging.ts";
+import { streamNameFor } from "../backends/names.ts";
+import {
+  type CleanupObservation,
+  cleanupObservation,
+  type Observation,
+  type PublicationOutcome,
+  publicationUnknown,
+  settleStale,
+  settleUnknown,
+  unknown,
+} from "../backends/outcomes.ts";
+import {
+  decodeDeliveries,
+  decodeLease,
+  decodePublication,
+  decodeSettleOutcome,
+  deepFreeze,
+  type EmbeddedConnection,
+  EmbeddedEvent,
+  encodeEnvelope,
+  encodeSettlement,
+  encodeToken,
+  FROZEN_REPLY,
+  Op,
+  raiseLost,
+  type Reply,
+} from "../runtime/embedded_rpc.ts";
+
+const LIVE = 0;
+const SETTLED = 1;
+const RETIRED = 2;
+type TokenState = typeof LIVE | typeof SETTLED | typeof RETIRED;
+
+/**
+ * A token this client handed out: the server's id for the broker's token, its subscription handle, and
+ * what this client did with it.
+ */
+class EmbeddedToken implements DeliveryToken {
+  #state: TokenState = LIVE;
+  readonly #id: number;
+  readonly #handle: number;
+
+  constructor(
+    readonly subscription: SubscriptionId,
+    readonly messageId: string,
+    readonly streamSequence: number | null,
+    readonly attempt: number,
+    readonly generation: string,
+    id: number,
+    handle: number,
+  ) {
+    this.#id = id;
+    this.#handle = handle;
+  }
+
+  static own(token: DeliveryToken): EmbeddedToken | null {
+    return #state in token ? token as EmbeddedToken : null;
+  }
+
+  get state(): TokenState {
+    return this.#state;
+  }
+
+  set state(state: TokenState) {
+    this.#state = state;
+  }
+
+  get id(): number {
+    return this.#id;
+  }
+
+  get handle(): number {
+    return this.#handle;
+  }
+}
+
+class EmbeddedDelivery implements Delivery {
+  constructor(
+    readonly token: DeliveryToken,
+    readonly envelopeBytes: Uint8Array,
+    readonly size: number,
+    readonly receivedAt: number,
+    readonly headers: Readonly<Record<string, string>>,
+  ) {}
+}
+
+interface Admission {
+  readonly admit: (delivery: Delivery) => boolean;
+  readonly onSkip: ((delivery: Delivery) => void) | null;
+}
+
+interface SettleCall {
+  readonly token: DeliveryToken;
+  readonly settlementId: string;
+  readonly final: boolean;
+}
+
+const PUBLICATION_REPLY: Reply<string, PublicationOutcome> = Object.freeze({
+  decode: decodePublication,
+  lost: (publicationId: string, sent: boolean, error: BrokerUnavailable) => {
+    if (!sent) throw error;
+    return publicationUnknown(publicationId, `the broker's receipt was lost: ${error.message}`);
+  },
+});
+
+const SETTLE_REPLY: Reply<SettleCall, SettlementOutcome> = Object.freeze({
+  decode: (value: unknown, call: SettleCall) => {
+    const outcome = decodeSettleOutcome(value, call.token, call.settlementId);
+    const own = EmbeddedToken.own(call.token);
+    if (outcome.kind === "settle_confirmed" && call.final && own !== null && own.state === LIVE) {
+      own.state = SETTLED;
+    }
+    return outcome;
+  },
+  lost: (call: SettleCall, sent: boolean, error: BrokerUnavailable) => {
+    if (!sent) throw error;
+    return settleUnknown(call.token, `the broker's confirmation was lost: ${error.message}`);
+  },
+});
+
+const LEASE_REPLY: Reply<DeliveryToken, LeaseObservation> = Object.freeze({
+  decode: decodeLease,
+  lost: (token: DeliveryToken, _sent: boolean, error: BrokerUnavailable) =>
+    leaseObservation(token, false, null, `the renewal was not confirmed: ${error.message}`),
+});
+
+const OBSERVATION_REPLY: Reply<Clock, Observation<never>> = Object.freeze({
+  decode: (value: unknown) => deepFreeze(value as Observation<never>),
+  lost: (clock: Clock, _sent: boolean, error: BrokerUnavailable) =>
+    unknown("unreachable", clock, error.message),
+});
+
+const CLEANUP_REPLY: Reply<readonly string[], CleanupObservation> = Object.freeze({
+  decode: (value: unknown) => deepFreeze(value as CleanupObservation),
+  lost: (names: readonly string[], _sent: boolean, error: BrokerUnavailable) =>
+    cleanupObservation(false, [], [...new Set(names)], `the teardown was not confirmed: ${error.message}`),
+});
+
+/** Options of an {@link EmbeddedMessagingBackend}. */
+export interface EmbeddedMessagingOptions {
+  /** The clock sharing the broker's monotonic basis (the system clock by default). */
+  readonly clock?: Clock;
+}
+
+/**
+ * The embedded broker's MessagingBackend client (see the module comment). Any number may share one
+ * connection with the payload and runtime-store proxies.
+ */
+export class EmbeddedMessagingBackend implements MessagingBackend {
+  readonly #connection: EmbeddedConnection;
+  readonly #clock: Clock;
+  readonly #admission = new Map<number, Admission>();
+  readonly #controlCallbacks: (() => void)[] = [];
+  readonly #waiting = new Set<(deliveries: readonly Delivery[]) => void>();
+  /** Server token ids of this client's tokens the garbage collector took, not yet sent. */
+  #released: number[] = [];
+  readonly #registry = new FinalizationRegistry<number>((tokenId) => this.#release(tokenId));
+  #controlSubscribed = false;
+  #stopSeen = false;
+  #shutDown = false;
+
+  static readonly #DELIVERIES: Reply<EmbeddedMessagingBackend, readonly Delivery[]> = Object.freeze({
+    decode: (value: unknown, self: EmbeddedMessagingBackend) => self.#decodeDeliveries(value),
+    lost: raiseLost,
+  });
+
+  constructor(connection: EmbeddedConnection, options: EmbeddedMessagingOptions = {}) {
+    this.#connection = connection;
+    this.#clock = options.clock ?? systemClock;
+  }
+
+  /** The hosted broker's capabilities. */
+  capabilities(): Promise<MessagingCapabilities> {
+    return this.#call(
+      "capabilities",
+      Op.messagingCapabilities,
+      [],
+      null,
+      FROZEN_REPLY as Reply<null, MessagingCapabilities>,
+    );
+  }
+
+  /** {@link MessagingBackend.ensureChannel}, applied by the hosted broker. */
+  ensureChannel(spec: ChannelSpec, operationId: string): Promise<VerifiedChannel> {
+    return this.#call(
+      "ensureChannel",
+      Op.ensureChannel,
+      [spec, operationId],
+      null,
+      FROZEN_REPLY as Reply<null, VerifiedChannel>,
+    );
+  }
+
+  /** {@link MessagingBackend.ensureSubscription}, applied by the hosted broker. */
+  ensureSubscription(spec: SubscriptionSpec, operationId: string): Promise<VerifiedSubscription> {
+    return this.#call(
+      "ensureSubscription",
+      Op.ensureSubscription,
+      [spec, operationId],
+      null,
+      FROZEN_REPLY as Reply<null, VerifiedSubscription>,
+    );
+  }
+
+  /** {@link MessagingBackend.publish}; a publish whose connection is lost after sending is PublicationUnknown. */
+  publish(envelope: Envelope, deadline: number): Promise<PublicationOutcome> {
+    if (this.#shutDown) return this.#refused("publish");
+    const wire = encodeEnvelope(envelope, this.#connection.channelHandle(envelope.channel));
+    wire.push(deadline);
+    return this.#connection.call(Op.publish, wire, envelope.publicationId, PUBLICATION_REPLY);
+  }
+
+  /** {@link MessagingBackend.observePublication}, answered by the hosted broker's ledger. */
+  observePublication(envelope: Envelope): Promise<PublicationOutcome> {
+    if (this.#shutDown) return this.#refused("observePublication");
+    const wire = encodeEnvelope(envelope, this.#connection.channelHandle(envelope.channel));
+    return this.#connection.call(Op.observePublication, wire, envelope.publicationId, PUBLICATION_REPLY);
+  }
+
+  /** {@link MessagingBackend.receive}: a long-poll the broker answers; admission filters here. */
+  receive(
+    subscription: SubscriptionId,
+    itemCredit: number,
+    byteCredit: number,
+    deadline: number,
+  ): Promise<readonly Delivery[]> {
+    if (this.#shutDown) return this.#refused("receive");
+    const args = [this.#connection.subscriptionHandle(subscription), itemCredit, byteCredit, deadline];
+    return this.#admission.size === 0
+      ? this.#poll(Op.receive, args)
+      : this.#admitted(Op.receive, args, deadline);
+  }
+
+  /** {@link MessagingBackend.receiveAny}: as {@link receive}, over several subscriptions. */
+  receiveAny(
+    subscriptions: readonly SubscriptionId[],
+    itemCredit: number,
+    byteCredit: number,
+    deadline: number,
+  ): Promise<readonly Delivery[]> {
+    if (this.#shutDown) return this.#refused("receiveAny");
+    const handles = subscriptions.map((subscription) => this.#connection.subscriptionHandle(subscription));
+    const args = [handles, itemCredit, byteCredit, deadline];
+    return this.#admission.size === 0
+      ? this.#poll(Op.receiveAny, args)
+      : this.#admitted(Op.receiveAny, args, deadline);
+  }
+
+  /** {@link MessagingBackend.renew}; a renewal whose answer is lost reads as not renewed. */
+  renew(token: DeliveryToken): Promise<LeaseObservation> {
+    if (this.#shutDown) return this.#refused("renew");
+    return this.#connection.call(Op.renew, this.#tokenWire(token), token, LEASE_REPLY);
+  }
+
+  /**
+   * {@link MessagingBackend.settle}. Refuses a malformed settlement before anything else (DELIV-15); a
+   * token retired here is SettleStale without a round trip; a settle whose connection is lost after
+   * sending is SettleUnknown.
+   */
+  settle(token: DeliveryToken, outcome: Settlement, settlementId: string): Promise<SettlementOutcome> {
+    try {
+      if (this.#shutDown) throw this.#closedError("settle");
+      checkSettlement(outcome);
+      if (typeof settlementId !== "string" || settlementId === "") {
+        throw new ConfigError(
+          "an operation id must be a non-empty string",
+          "pass the settlement's stable identity",
+        );
+      }
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    const own = EmbeddedToken.own(token);
+    if (own !== null && own.state === RETIRED) {
+      return Promise.resolve(settleStale(token, token.attempt, token.generation));
+    }
+    const [code, argument] = encodeSettlement(outcome);
+    const args = this.#tokenWire(token);
+    args.push(code, argument, settlementId);
+    const call: SettleCall = { token, settlementId, final: outcome.kind !== "retry" };
+    return this.#connection.call(Op.settle, args, call, SETTLE_REPLY);
+  }
+
+  /**
+   * Retires a token this client handed out and has neither settled nor retired: true, and the broker is
+   * told (without waiting) so no later settle of it can decide anything. False for any other token.
+   */
+  supersede(token: DeliveryToken): boolean {
+    if (this.#shutDown) throw this.#closedError("supersede");
+    const own = EmbeddedToken.own(token);
+    if (own === null || own.state !== LIVE) return false;
+    own.state = RETIRED;
+    this.#connection.send(Op.supersede, encodeToken(own, own.id, own.handle));
+    return true;
+  }
+
+  /** The hosted subscription's counters; Unknown('unreachable') when the connection is lost. */
+  observeSubscription(subscription: SubscriptionId): Promise<Observation<SubscriptionObservation>> {
+    return this.#observe(Op.observeSubscription, this.#connection.subscriptionHandle(subscription));
+  }
+
+  /** The hosted channel's retained range; Unknown('unreachable') when the connection is lost. */
+  observeChannel(channel: ChannelId): Promise<Observation<ChannelObservation>> {
+    return this.#observe(Op.observeChannel, this.#connection.channelHandle(channel));
+  }
+
+  /** The hosted subscription's ack floor; Unknown('unreachable') when the connection is lost. */
+  observeAckFloor(subscription: SubscriptionId): Promise<Observation<number>> {
+    return this.#observe(Op.observeAckFloor, this.#connection.subscriptionHandle(subscription));
+  }
+
+  /**
+   * Keeps `admit` here for `subscription` (see the module comment); always true. A later call for the
+   * same subscription replaces the filter.
+   */
+  setAdmission(
+    subscription: SubscriptionId,
+    admit: (delivery: Delivery) => boolean,
+    onSkip?: (delivery: Delivery) => void,
+  ): boolean {
+    if (this.#shutDown) throw this.#closedError("setAdmission");
+    this.#admission.set(this.#connection.subscriptionHandle(subscription), { admit, onSkip: onSkip ?? null });
+    return true;
+  }
+
+  /** Always 0: deliveries come from the broker per receive, none is parked here. */
+  prefetched(_subscription: SubscriptionId): number {
+    return 0;
+  }
+
+  /** Calls `callback` on a later turn once the broker reports the flow-wide stop (at once if it already did). */
+  subscribeControl(callback: () => void): void {
+    if (this.#shutDown) throw this.#closedError("subscribeControl");
+    this.#controlCallbacks.push(callback);
+    if (this.#stopSeen) {
+      queueMicrotask(callback);
+      return;
+    }
+    if (this.#controlSubscribed) return;
+    this.#controlSubscribed = true;
+    this.#connection.onEvent(EmbeddedEvent.controlStop, () => this.#onStop());
+    this.#connection.send(Op.subscribeControl, []);
+  }
+
+  /**
+   * Ends this client: every receive still waiting returns `[]` at once, the broker hands back whatever a
+   * receive of this connection leases from now on, and later calls throw ResourceUnavailable. The
+   * channels stay, and so does the connection (the payload and ledger proxies may still use it).
+   */
+  shutdown(): Promise<void> {
+    if (this.#shutDown) return Promise.resolve();
+    this.#shutDown = true;
+    this.#connection.send(Op.messagingShutdown, []);
+    const waiting = [...this.#waiting];
+    this.#waiting.clear();
+    for (const resolve of waiting) resolve([]);
+    return Promise.resolve();
+  }
+
+  /** {@link MessagingBackend.close}, applied by the hosted broker; incomplete when the connection is lost. */
+  close(owned: readonly ChannelId[], expectedGeneration: string): Promise<CleanupObservation> {
+    const names = owned.map((id) => streamNameFor(id.flowId, id.runId, id.node));
+    return this.#call("close", Op.closeChannels, [owned, expectedGeneration], names, CLEANUP_REPLY);
+  }
+
+  // ---- internals ----------------------------------------------------------------------------------
+
+  #call<C, T>(operation: string, op: Op, args: unknown[], context: C, reply: Reply<C, T>): Promise<T> {
+    if (this.#shutDown) return this.#refused(operation);
+    return this.#connection.call(op, args, context, reply);
+  }
+
+  #observe<T>(op: Op, handle: number): Promise<Observation<T>> {
+    if (this.#shutDown) return this.#refused("observe");
+    return this.#connection.call(
+      op,
+      [handle],
+      this.#clock,
+      OBSERVATION_REPLY as Reply<Clock, Observation<T>>,
+    );
+  }
+
+  #tokenWire(token: DeliveryToken): unknown[] {
+    const own = EmbeddedToken.own(token);
+    return own !== null
+      ? encodeToken(token, own.id, own.handle)
+      : encodeToken(token, 0, this.#connection.subscriptionHandle(token.subscription));
+  }
+
+  /** Tells the server (batched, without a reply) that a token is gone, so it forgets the broker's. */
+  #release(tokenId: number): void {
+    if (this.#released.push(tokenId) > 1) return;
+    queueMicrotask(() => {
+      const released = this.#released;
+      this.#released = [];
+      this.#connection.send(Op.releaseTokens, released);
+    });
+  }
+
+  /** One long-poll; a shutdown resolves it with `[]` at once. */
+  #poll(op: Op, args: unknown[]): Promise<readonly Delivery[]> {
+    const { promise, resolve, reject } = Promise.withResolvers<readonly Delivery[]>();
+    this.#waiting.add(resolve);
+    this.#connection.call(op, args, this, EmbeddedMessagingBackend.#DELIVERIES).then(
+      (deliveries) => {
+        if (this.#waiting.delete(resolve)) resolve(deliveries);
+      },
+      (error) => {
+        if (this.#waiting.delete(resolve)) reject(error);
+      },
+    );
+    return promise;
+  }
+
+  /** Long-polls until a delivery is admitted, the broker returns none, or the deadline passes. */
+  async #admitted(op: Op, args: unknown[], deadline: number): Promise<readonly Delivery[]> {
+    for (;;) {
+      const batch = await this.#poll(op, args);
+      const kept = this.#admit(batch);
+      if (kept.length > 0 || batch.length === 0 || this.#shutDown || this.#clock.monotonic() >= deadline) {
+        return kept;
+      }
+    }
+  }
+
+  /** The deliveries admission keeps; each refused one is settled Completed and reported through onSkip. */
+  #admit(batch: readonly Delivery[]): readonly Delivery[] {
+    let kept: Delivery[] | null = null;
+    for (let i = 0; i < batch.length; i++) {
+      const delivery = batch[i];
+      const token = delivery.token as EmbeddedToken;
+      const admission = this.#admission.get(token.handle);
+      if (admission === undefined || admission.admit(delivery)) {
+        kept?.push(delivery);
+        continue;
+      }
+      kept ??= batch.slice(0, i);
+      const id = `skip/${token.messageId}/${token.attempt}`;
+      this.settle(token, { kind: "completed" }, id).catch(() => {});
+      const onSkip = admission.onSkip;
+      if (onSkip !== null) queueMicrotask(() => onSkip(delivery));
+    }
+    return kept ?? batch;
+  }
+
+  #decodeDeliveries(value: unknown): readonly Delivery[] {
+    const connection = this.#connection;
+    const registry = this.#registry;
+    return decodeDeliveries(
+      value,
+      (
+        tokenId,
+        handle,
+        messageId,
+        streamSequence,
+        attempt,
+        generation,
+        envelopeBytes,
+        size,
+        receivedAt,
+        headers,
+      ) => {
+        const subscription = connection.subscriptionOf(handle);
+        const token = new EmbeddedToken(
+          subscription,
+          messageId,
+          streamSequence,
+          attempt,
+          generation,
+          tokenId,
+          handle,
+        );
+        registry.register(token, tokenId);
+        return new EmbeddedDelivery(token, envelopeBytes, size, receivedAt, headers);
+      },
+    );
+  }
+
+  #onStop(): void {
+    if (this.#stopSeen) return;
+    this.#stopSeen = true;
+    for (const callback of this.#controlCallbacks) queueMicrotask(callback);
+  }
+
+  #closedError(operation: string): ResourceUnavailable {
+    return new ResourceUnavailable(
+      `the embedded messaging client was shut down; ${operation} is no longer possible`,
+      "create a new EmbeddedMessagingBackend on the connection",
+    );
+  }
+
+  #refused<T>(operation: string): Promise<T> {
+    return Promise.reject(this.#closedError(operation));
+  }
+}

@@ -1,0 +1,1167 @@
+/**
+ * The embedded broker's RPC protocol: how a node worker (a Deno Worker of the supervisor's process, or a
+ * `deno run` subprocess) reaches the broker, payload store and run ledger the local engine's supervisor
+ * hosts (`src/engines/embedded_broker.ts`). Both ends import this module; the client proxies are
+ * `src/messaging/embedded_backend.ts`, `./embedded_payload.ts` and `./embedded_runtime_store.ts`.
+ *
+ * One connection per worker carries all three services, over one of two links:
+ * - a MessagePort ({@link portLink}): frames are structured-cloned; an ArrayBuffer named in a call's
+ *   transfer list moves instead of being copied (the sender's buffer is detached);
+ * - a TCP loopback socket ({@link socketLink}): each frame is a 4-byte big-endian length and the
+ *   `node:v8` serialization of the frame (which keeps bigint, Uint8Array and Map), so bytes are always
+ *   copied. The server listens on 127.0.0.1 and hands a subprocess {@link EMBEDDED_BROKER_ENV}
+ *   (`tcp://127.0.0.1:PORT`) and {@link EMBEDDED_BROKER_SECRET_ENV}; the secret is checked in the hello,
+ *   because any local process could connect.
+ *
+ * A frame is an array whose first element is its {@link Frame} kind:
+ * ```
+ * hello    [1, version, secret | null, label]          client → server, first frame
+ * welcome  [2, version]                                 server → client
+ * refused  [3, wireError]                               server → client, then the link closes
+ * calls    [4, op, id, args, op, id, args, ...]         client → server; id 0 expects no reply
+ * results  [5, id, ok, value, id, ok, value, ...]       server → client; ok 0: value is a WireError
+ * event    [6, name, value]                             server → client (the flow-wide stop)
+ * bye      [7, reason]                                  either way, then the link closes
+ * ```
+ *
+ * Batching. Calls made in the same turn are coalesced into one `calls` frame, flushed on a microtask. The
+ * server starts a frame's calls in order, so the synchronous effects of one call happen before the next
+ * call starts; a call that waits (a receive long-poll, a barrier pause) holds back none of the calls after
+ * it, exactly as an in-process caller that does not await each call sees the same backend. Results that
+ * settle within a few microtask turns of each other share one `results` frame. Callers may pipeline: a
+ * publish resolves when its outcome arrives, and any number may be outstanding.
+ *
+ * Identities. A channel or subscription id is sent once per connection (`defineChannel`,
+ * `defineSubscription`) and named by a small integer handle afterwards; the server keeps one id object
+ * per handle, so the broker's identity caches hit.
+ *
+ * Errors. A server-side exception is returned as its call's error, serialized with `errorToDict` and
+ * rebuilt client-side as the same class ({@link errorFromWire}: by type name, then by code, then as the
+ * nearest branch of the taxonomy keeping the code). A link that closes fails every call still waiting
+ * with {@link BrokerUnavailable}, unless the call's {@link Reply} defines the truthful outcome of a lost
+ * reply (an Unknown observation, a PublicationUnknown, a SettleUnknown).
+ *
+ * Time. Deadlines and timestamps cross the link unchanged: both ends must read one monotonic basis. In
+ * production that is `SystemClock.monotonic()` (`performance.timeOrigin + performance.now()`, which lines
+ * up across the threads and processes of one host); in-process tests share one FakeClock.
+ *
+ * @example
+ * ```ts
+ * const { port1, port2 } = new MessageChannel();
+ * const link = portLink(port1);
+ * link.start((frame) => console.log(frame[0] === Frame.hello), () => {});
+ * portLink(port2).send([Frame.hello, EMBEDDED_PROTOCOL_VERSION, null, "demo"], []);
+ * ```
+ *
+ * @module
+ */
+
+import { timingSafeEqual } from "node:crypto";
+import { deserialize, serialize } from "node:v8";
+import * as taxonomy from "../core/errors.ts";
+import {
+  BrokerUnavailable,
+  ConfigError,
+  Diagnostic,
+  type DiagnosticRecord,
+  type ErrorRecord,
+  errorToDict,
+  isDisposition,
+  VideoflowError,
+  VideoflowRuntimeError,
+} from "../core/errors.ts";
+import { UnobservableComposition } from "../backends/capabilities.ts";
+import type { Barrier } from "../backends/faults.ts";
+import {
+  InjectedFault,
+  InvalidTest,
+  PauseTimeout,
+  SimulatedCrash,
+  UnknownBarrier,
+} from "../backends/faults.ts";
+import {
+  type ChannelId,
+  channelKey,
+  type Delivery,
+  type DeliveryToken,
+  type Envelope,
+  type LeaseObservation,
+  leaseObservation,
+  MessageKind,
+  type Settlement,
+  type SettlementOutcome,
+  type SubscriptionId,
+  subscriptionKey,
+} from "../backends/messaging.ts";
+import {
+  accepted,
+  DURABILITY_MEMORY,
+  type PublicationOutcome,
+  publicationUnknown,
+  publicationUnresolvable,
+  rejected,
+  settleConfirmed,
+  settleStale,
+  settleUnknown,
+} from "../backends/outcomes.ts";
+import { PayloadBudgetExceeded } from "../backends/payload.ts";
+
+/** The protocol version a hello names; a server refuses any other. */
+export const EMBEDDED_PROTOCOL_VERSION = 1;
+
+/** The environment variable that tells a subprocess where the embedded broker listens (`tcp://HOST:PORT`). */
+export const EMBEDDED_BROKER_ENV = "VF_EMBEDDED_BROKER";
+
+/** The environment variable carrying the per-run secret a TCP client must present in its hello. */
+export const EMBEDDED_BROKER_SECRET_ENV = "VF_EMBEDDED_BROKER_SECRET";
+
+/** The largest frame a socket link accepts (a frame holds whole payloads): 1 GiB. */
+export const MAX_SOCKET_FRAME_BYTES = 1 << 30;
+
+/** The kind of a frame: its first element. */
+export const Frame = {
+  hello: 1,
+  welcome: 2,
+  refused: 3,
+  calls: 4,
+  results: 5,
+  event: 6,
+  bye: 7,
+} as const;
+/** One of {@link Frame}. */
+export type Frame = typeof Frame[keyof typeof Frame];
+
+/** Server-pushed events (`event` frames). */
+export const EmbeddedEvent = {
+  /** The run's flow-wide stop was committed on the broker's control channel. */
+  controlStop: "control_stop",
+} as const;
+/** One of {@link EmbeddedEvent}. */
+export type EmbeddedEvent = typeof EmbeddedEvent[keyof typeof EmbeddedEvent];
+
+/**
+ * Every operation a client may call, by service. The argument and result layouts are documented by the
+ * codecs below (hot messaging calls) or are the contract's own records, structured-cloned (everything
+ * else).
+ */
+export const Op = {
+  /** `[handle, ChannelId]`, no reply: names a channel for the rest of the connection. */
+  defineChannel: 1,
+  /** `[handle, SubscriptionId]`, no reply. */
+  defineSubscription: 2,
+  messagingCapabilities: 10,
+  ensureChannel: 11,
+  ensureSubscription: 12,
+  /** {@link EnvelopeWire} plus the deadline; result {@link PublicationWire}. */
+  publish: 13,
+  /** {@link EnvelopeWire}; result {@link PublicationWire}. */
+  observePublication: 14,
+  /** `[handle, itemCredit, byteCredit, deadline]`; result {@link DeliveriesWire}. */
+  receive: 15,
+  /** `[handles, itemCredit, byteCredit, deadline]`; result {@link DeliveriesWire}. */
+  receiveAny: 16,
+  /** {@link TokenWire}; result {@link LeaseWire}. */
+  renew: 17,
+  /** {@link TokenWire}, settlement code, its argument, settlement id; result {@link SettleWire}. */
+  settle: 18,
+  /** {@link TokenWire}, no reply. */
+  supersede: 19,
+  observeSubscription: 20,
+  observeChannel: 21,
+  observeAckFloor: 22,
+  /** `[tokenId, ...]`, no reply: the client dropped these tokens, so the server forgets their broker tokens. */
+  releaseTokens: 26,
+  /** No arguments, no reply: the server pushes {@link EmbeddedEvent.controlStop} when the stop commits. */
+  subscribeControl: 23,
+  /** No arguments: this connection's receives that complete from now on are handed back, never sent. */
+  messagingShutdown: 24,
+  closeChannels: 25,
+  payloadPut: 40,
+  payloadRead: 41,
+  payloadAcquire: 42,
+  payloadRenew: 43,
+  payloadRelease: 44,
+  /** No arguments: every obligation id the store holds (null when its inventory is unreadable). */
+  payloadObligationIds: 45,
+  /** `[[key, ids][], authoritativeIds, operationId]`: reconcile against the client's ledger as read. */
+  payloadReconcile: 46,
+  payloadInventory: 47,
+  payloadRefForKey: 48,
+  payloadCapabilities: 49,
+  storeGet: 60,
+  storeCas: 61,
+  storeDelete: 62,
+  storeScan: 63,
+  storeAppend: 64,
+  storeLogEntries: 65,
+  storeCapabilities: 66,
+} as const;
+/** One of {@link Op}. */
+export type Op = typeof Op[keyof typeof Op];
+
+// ---- links ------------------------------------------------------------------------------------------
+
+/** A bidirectional frame pipe: one end of a connection. */
+export interface FrameLink {
+  /** `port` (structured clone, transfers honoured) or `tcp` (v8 serialization, always a copy). */
+  readonly kind: "port" | "tcp";
+  /** Starts delivering frames; `onClosed` runs once, when the link ends for any reason. */
+  start(onFrame: (frame: unknown[]) => void, onClosed: (reason: string) => void): void;
+  /**
+   * Sends one frame; `transfer` lists buffers to move rather than copy (a socket copies them). Throws
+   * when the frame cannot be serialized; a socket that fails later closes the link.
+   */
+  send(frame: unknown[], transfer: readonly ArrayBuffer[]): void;
+  /** Ends the link (idempotent); resolves once its resources are released. */
+  close(): Promise<void>;
+}
+
+/** A MessagePort as a {@link FrameLink}. A MessagePort reports no close: ends say `bye` before closing. */
+export function portLink(port: MessagePort): FrameLink {
+  let closed = false;
+  let onClosedOnce: ((reason: string) => void) | null = null;
+  return {
+    kind: "port",
+    start(onFrame, onClosed) {
+      onClosedOnce = onClosed;
+      port.onmessage = (event: MessageEvent) => onFrame(event.data as unknown[]);
+      port.onmessageerror = () => {
+        this.close();
+        onClosed("a frame could not be deserialized");
+      };
+    },
+    send(frame, transfer) {
+      if (closed) return;
+      port.postMessage(frame, transfer as ArrayBuffer[]);
+    },
+    close() {
+      if (!closed) {
+        closed = true;
+        port.onmessage = null;
+        port.onmessageerror = null;
+        port.close();
+        const notify = onClosedOnce;
+        onClosedOnce = null;
+        notify?.("the link was closed");
+      }
+      return Promise.resolve();
+    },
+  };
+}
+
+/** A TCP connection as a {@link FrameLink}: length-prefixed `node:v8` frames, writes coalesced. */
+export function socketLink(conn: Deno.Conn): FrameLink {
+  return new SocketLink(conn);
+}
+
+class SocketLink implements FrameLink {
+  readonly kind = "tcp";
+  readonly #conn: Deno.Conn;
+  #queued: Uint8Array[] = [];
+  #writing: Promise<void> | null = null;
+  #reading: Promise<void> = Promise.resolve();
+  #closed = false;
+  /** Set by close(): frames queued so far are still written, later ones are dropped. */
+  #closing = false;
+  #onClosed: ((reason: string) => void) | null = null;
+
+  constructor(conn: Deno.Conn) {
+    this.#conn = conn;
+  }
+
+  start(onFrame: (frame: unknown[]) => void, onClosed: (reason: string) => void): void {
+    this.#onClosed = onClosed;
+    this.#reading = this.#readLoop(onFrame);
+  }
+
+  send(frame: unknown[]): void {
+    if (this.#closed || this.#closing) return;
+    const body = serialize(frame);
+    const out = new Uint8Array(4 + body.byteLength);
+    new DataView(out.buffer).setUint32(0, body.byteLength);
+    out.set(body, 4);
+    this.#queued.push(out);
+    this.#writing ??= this.#writeLoop();
+  }
+
+  async close(): Promise<void> {
+    this.#closing = true;
+    await this.#writing;
+    this.#shut("the link was closed");
+    await this.#reading;
+  }
+
+  #shut(reason: string): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#queued = [];
+    try {
+      this.#conn.close();
+    } catch {
+      // Already closed by the peer: nothing left to release.
+    }
+    const notify = this.#onClosed;
+    this.#onClosed = null;
+    notify?.(reason);
+  }
+
+  async #writeLoop(): Promise<void> {
+    try {
+      while (this.#queued.length > 0 && !this.#closed) {
+        const chunks = this.#queued;
+        this.#queued = [];
+        const bytes = chunks.length === 1 ? chunks[0] : concat(chunks);
+        for (let offset = 0; offset < bytes.byteLength;) {
+          offset += await this.#conn.write(bytes.subarray(offset));
+        }
+      }
+    } catch (error) {
+      this.#shut(`the socket write failed: ${(error as Error).message}`);
+    } finally {
+      this.#writing = null;
+    }
+  }
+
+  async #readLoop(onFrame: (frame: unknown[]) => void): Promise<void> {
+    const scratch = new Uint8Array(64 * 1024);
+    const header = new Uint8Array(4);
+    let headerFill = 0;
+    let body: Uint8Array | null = null;
+    let bodyFill = 0;
+    let reason = "the peer closed the socket";
+    try {
+      for (;;) {
+        const n = await this.#conn.read(scratch);
+        if (n === null) break;
+        for (let at = 0; at < n;) {
+          if (body === null) {
+            const take = Math.min(4 - headerFill, n - at);
+            header.set(scratch.subarray(at, at + take), headerFill);
+            headerFill += take;
+            at += take;
+            if (headerFill < 4) continue;
+            headerFill = 0;
+            const length = new DataView(header.buffer).getUint32(0);
+            if (length > MAX_SOCKET_FRAME_BYTES) {
+              throw new Error(`a ${length}-byte frame exceeds ${MAX_SOCKET_FRAME_BYTES} bytes`);
+            }
+            body = new Uint8Array(length);
+            bodyFill = 0;
+          }
+          const take = Math.min(body.byteLength - bodyFill, n - at);
+          body.set(scratch.subarray(at, at + take), bodyFill);
+          bodyFill += take;
+          at += take;
+          if (bodyFill < body.byteLength) continue;
+          const frame = deserialize(body);
+          body = null;
+          if (!Array.isArray(frame)) throw new Error("a frame is not an array");
+          onFrame(frame);
+          if (this.#closed) return;
+        }
+      }
+    } catch (error) {
+      if (!this.#closed) reason = `the socket read failed: ${(error as Error).message}`;
+    }
+    this.#shut(reason);
+  }
+}
+
+function concat(chunks: readonly Uint8Array[]): Uint8Array {
+  let total = 0;
+  for (const chunk of chunks) total += chunk.byteLength;
+  const out = new Uint8Array(total);
+  let offset = 0;
+  for (const chunk of chunks) {
+    out.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return out;
+}
+
+/** Parses `tcp://HOST:PORT` (what {@link EMBEDDED_BROKER_ENV} holds); a ConfigError for anything else. */
+export function parseBrokerAddress(address: string): { readonly hostname: string; readonly port: number } {
+  const match = /^tcp:\/\/([^:/]+):(\d{1,5})$/.exec(address);
+  const port = match === null ? NaN : Number(match[2]);
+  if (match === null || port < 1 || port > 65535) {
+    throw new ConfigError(
+      `${JSON.stringify(address)} is not an embedded broker address`,
+      `set ${EMBEDDED_BROKER_ENV} to tcp://127.0.0.1:PORT, as the local engine does`,
+      { address },
+    );
+  }
+  return { hostname: match[1], port };
+}
+
+/** Whether `presented` equals `expected`, compared in constant time. */
+export function secretMatches(presented: unknown, expected: string): boolean {
+  if (typeof presented !== "string") return false;
+  const a = new TextEncoder().encode(presented);
+  const b = new TextEncoder().encode(expected);
+  return a.byteLength === b.byteLength && timingSafeEqual(a, b);
+}
+
+// ---- errors -----------------------------------------------------------------------------------------
+
+/** An error as it crosses the link: its `errorToDict` record and the fields its class needs to be rebuilt. */
+export type WireError = readonly [record: ErrorRecord, extra: Readonly<Record<string, unknown>> | null];
+
+/** Serializes a thrown value for the link (see {@link errorFromWire}). */
+export function errorToWire(error: unknown): WireError {
+  const record = errorToDict(error);
+  if (error instanceof SimulatedCrash) return [record, { exit_code: error.exitCode, barrier: error.barrier }];
+  if (error instanceof InvalidTest) return [record, { unfired: [...error.unfired] }];
+  return [record, null];
+}
+
+// deno-lint-ignore no-explicit-any
+type AnyErrorClass = new (...args: any[]) => Error;
+
+/** Taxonomy classes by name, and by their own code (the first class that declares it). */
+const CLASSES_BY_NAME = new Map<string, AnyErrorClass>();
+const CLASSES_BY_CODE = new Map<string, AnyErrorClass>();
+for (
+  const value of [
+    ...Object.values(taxonomy),
+    UnobservableComposition,
+    PayloadBudgetExceeded,
+    UnknownBarrier,
+    PauseTimeout,
+  ]
+) {
+  if (typeof value !== "function" || !(value.prototype instanceof VideoflowError)) continue;
+  const cls = value as unknown as AnyErrorClass & { readonly code: string };
+  CLASSES_BY_NAME.set(cls.name, cls);
+  if (Object.hasOwn(cls, "code") && !CLASSES_BY_CODE.has(cls.code)) CLASSES_BY_CODE.set(cls.code, cls);
+}
+const BUILTIN_ERRORS: Readonly<Record<string, new (message: string) => Error>> = {
+  Error,
+  TypeError,
+  RangeError,
+  SyntaxError,
+  ReferenceError,
+  URIError,
+  EvalError,
+};
+
+function diagnosticsOf(record: ErrorRecord): Diagnostic[] {
+  return (record.diagnostics ?? []).map((d: DiagnosticRecord) =>
+    new Diagnostic(d.severity, d.code, d.node, d.message, d.remedy)
+  );
+}
+
+function rebuildTaxonomy(cls: AnyErrorClass, record: ErrorRecord): VideoflowError {
+  const remedy = record.remedy;
+  const context = record.context ?? {};
+  if (cls === taxonomy.GraphError || cls === taxonomy.IncompatibleProfile) {
+    return new cls(record.message, remedy, diagnosticsOf(record), context) as VideoflowError;
+  }
+  if (cls === UnobservableComposition) {
+    return new UnobservableComposition(record.message, remedy, diagnosticsOf(record));
+  }
+  return new cls(record.message, remedy, context) as VideoflowError;
+}
+
+/** The taxonomy branch an unregistered code falls back to, read from its disposition and exit code. */
+function branchOf(record: ErrorRecord): AnyErrorClass {
+  if (isDisposition(record.disposition)) return VideoflowRuntimeError;
+  if (record.exit_code === taxonomy.EXIT_USER) return taxonomy.VideoflowUserError;
+  if (record.exit_code === taxonomy.EXIT_ENVIRONMENT) return taxonomy.VideoflowEnvironmentError;
+  return VideoflowError;
+}
+
+/**
+ * Rebuilds what {@link errorToWire} sent: the same taxonomy class (by type name, else by code) with its
+ * message, remedy, context, diagnostics and disposition; a code no class here declares becomes the nearest
+ * branch of the taxonomy whose `code` reads the original; the fault harness's SimulatedCrash, InvalidTest
+ * and InjectedFault, and JavaScript's built-in errors, come back as themselves.
+ */
+export function errorFromWire(wire: unknown): Error {
+  if (!Array.isArray(wire) || typeof wire[0] !== "object" || wire[0] === null) {
+    return new BrokerUnavailable("the embedded broker answered with a malformed error", null, {});
+  }
+  const record = wire[0] as ErrorRecord;
+  const extra = (wire[1] ?? {}) as Record<string, unknown>;
+  switch (record.type) {
+    case "SimulatedCrash":
+      return new SimulatedCrash(Number(extra.exit_code), String(extra.barrier) as Barrier);
+    case "InvalidTest":
+      return new InvalidTest(record.message, (extra.unfired as string[] | undefined) ?? []);
+    case "InjectedFault":
+      return new InjectedFault(record.code, record.message).withDisposition(
+        isDisposition(record.disposition) ? record.disposition : taxonomy.TRANSIENT,
+      );
+  }
+  const builtin = Object.hasOwn(BUILTIN_ERRORS, record.type) ? BUILTIN_ERRORS[record.type] : undefined;
+  if (builtin !== undefined && record.code.startsWith("VF_EXC_")) return new builtin(record.message);
+  const named = CLASSES_BY_NAME.get(record.type);
+  const cls = named !== undefined && (named as unknown as { code: string }).code === record.code
+    ? named
+    : CLASSES_BY_CODE.get(record.code);
+  const error = rebuildTaxonomy(cls ?? branchOf(record), record);
+  if (error.code !== record.code) Object.defineProperty(error, "code", { value: record.code });
+  if (error instanceof VideoflowRuntimeError && isDisposition(record.disposition)) {
+    error.withDisposition(record.disposition);
+  }
+  return error;
+}
+
+/** The error every call gets once its connection is gone: BrokerUnavailable naming why. */
+export function connectionLost(reason: string, label: string): BrokerUnavailable {
+  return new BrokerUnavailable(
+    `the connection to the embedded broker ended: ${reason}`,
+    "the supervisor restarts this worker; if it keeps happening, check the supervisor's log",
+    { connection: label, reason },
+  );
+}
+
+// ---- the client end ---------------------------------------------------------------------------------
+
+/** How a caller turns a call's reply into its result. */
+export interface Reply<C, T> {
+  /** The result for the server's value; may throw a typed error. */
+  readonly decode: (value: unknown, context: C) => T;
+  /**
+   * The result when the connection ended first: `sent` says whether the call had left this end (its
+   * effect may then have happened). Throws to reject the call.
+   */
+  readonly lost: (context: C, sent: boolean, error: BrokerUnavailable) => T;
+}
+
+/** The `lost` of a reply with no truthful outcome for a lost connection: rethrows its BrokerUnavailable. */
+export function raiseLost(_context: unknown, _sent: boolean, error: BrokerUnavailable): never {
+  throw error;
+}
+
+function asIs<T>(value: unknown): T {
+  return value as T;
+}
+
+/** A reply whose value is the result as it came, and whose loss rejects with BrokerUnavailable. */
+export const PLAIN_REPLY: Reply<unknown, unknown> = Object.freeze({ decode: asIs, lost: raiseLost });
+
+/** A reply whose value is a structured-cloned record, frozen deeply; its loss rejects with BrokerUnavailable. */
+export const FROZEN_REPLY: Reply<unknown, unknown> = Object.freeze({
+  decode: (value: unknown) => deepFreeze(value),
+  lost: raiseLost,
+});
+
+/** Freezes `value` and everything it holds (byte arrays excepted, which cannot be frozen); returns it. */
+export function deepFreeze<T>(value: T): T {
+  if (typeof value !== "object" || value === null || ArrayBuffer.isView(value) || Object.isFrozen(value)) {
+    return value;
+  }
+  for (const key of Object.keys(value)) deepFreeze((value as Record<string, unknown>)[key]);
+  return Object.freeze(value);
+}
+
+interface Pending {
+  readonly resolve: (value: unknown) => void;
+  readonly reject: (error: unknown) => void;
+  readonly context: unknown;
+  readonly reply: Reply<unknown, unknown>;
+}
+
+/** How to open an {@link EmbeddedConnection}. */
+export interface ConnectOptions {
+  /** The per-run secret; required by a TCP server, ignored on a MessagePort. */
+  readonly secret?: string | null;
+  /** Names this end in the server's connection list and in errors (the worker's name). */
+  readonly label?: string;
+}
+
+/**
+ * The client end of one connection to the embedded broker: multiplexes calls of every service over one
+ * link, coalescing the calls of one turn into one frame. Created by {@link EmbeddedConnection.connect};
+ * the service proxies take it as their first constructor argument.
+ */
+export class EmbeddedConnection {
+  readonly label: string;
+  readonly #link: FrameLink;
+  readonly #pending = new Map<number, Pending>();
+  readonly #events = new Map<string, ((value: unknown) => void)[]>();
+  readonly #channelHandles = new WeakMap<ChannelId, number>();
+  readonly #channelKeys = new Map<string, number>();
+  #channelCount = 0;
+  readonly #subscriptionHandles = new WeakMap<SubscriptionId, number>();
+  readonly #subscriptionKeys = new Map<string, number>();
+  readonly #subscriptions: SubscriptionId[] = [];
+  #outbox: unknown[] = [Frame.calls];
+  #transfer: ArrayBuffer[] = [];
+  #flushQueued = false;
+  #nextId = 1;
+  /** Every call with an id at or below this one has left this end. */
+  #sentThrough = 0;
+  #lost: BrokerUnavailable | null = null;
+  #welcome: PromiseWithResolvers<void> | null = Promise.withResolvers<void>();
+  readonly #flush = () => this.#flushNow();
+
+  private constructor(link: FrameLink, label: string) {
+    this.#link = link;
+    this.label = label;
+  }
+
+  /**
+   * Opens a connection over `target`: a MessagePort the supervisor handed this worker, or a
+   * `tcp://HOST:PORT` address. Resolves once the server welcomed it; rejects with BrokerUnavailable when
+   * it cannot connect or the server refused it (a wrong secret or protocol version).
+   */
+  static async connect(
+    target: MessagePort | string,
+    options: ConnectOptions = {},
+  ): Promise<EmbeddedConnection> {
+    const label = options.label ?? `worker-${Deno.pid}`;
+    let link: FrameLink;
+    if (typeof target === "string") {
+      const { hostname, port } = parseBrokerAddress(target);
+      try {
+        link = socketLink(await Deno.connect({ hostname, port, transport: "tcp" }));
+      } catch (error) {
+        throw new BrokerUnavailable(
+          `cannot reach the embedded broker at ${target}: ${(error as Error).message}`,
+          "the supervisor that started this process is gone, or the address is stale",
+          { address: target },
+        );
+      }
+    } else {
+      link = portLink(target);
+    }
+    const connection = new EmbeddedConnection(link, label);
+    link.start((frame) => connection.#receive(frame), (reason) => connection.#end(reason));
+    link.send([Frame.hello, EMBEDDED_PROTOCOL_VERSION, options.secret ?? null, label], []);
+    await connection.#welcome?.promise;
+    return connection;
+  }
+
+  /**
+   * Connects to the broker named by {@link EMBEDDED_BROKER_ENV} and {@link EMBEDDED_BROKER_SECRET_ENV}
+   * in `env` (the process environment by default); a ConfigError when the address is unset.
+   */
+  static fromEnv(
+    env: Readonly<Record<string, string | undefined>> = Deno.env.toObject(),
+    label?: string,
+  ): Promise<EmbeddedConnection> {
+    const address = env[EMBEDDED_BROKER_ENV];
+    if (address === undefined || address === "") {
+      return Promise.reject(
+        new ConfigError(
+          `${EMBEDDED_BROKER_ENV} is not set`,
+          "start this worker through the local engine, which sets the broker's address and secret",
+        ),
+      );
+    }
+    return EmbeddedConnection.connect(address, { secret: env[EMBEDDED_BROKER_SECRET_ENV] ?? null, label });
+  }
+
+  /** The link's kind: `port` or `tcp`. */
+  get transport(): "port" | "tcp" {
+    return this.#link.kind;
+  }
+
+  /** Why the connection ended, or null while it is open. */
+  get lostReason(): BrokerUnavailable | null {
+    return this.#lost;
+  }
+
+  /**
+   * Calls `op` with `args`; `reply` turns the answer (or the loss of the connection) into the result,
+   * given `context`. `transfer` lists buffers to move with the frame (the caller's views are detached
+   * once the frame leaves, at the end of this turn). A call made after the connection ended is decided
+   * by `reply.lost` with `sent` false.
+   */
+  call<C, T>(op: Op, args: unknown[], context: C, reply: Reply<C, T>, transfer?: ArrayBuffer): Promise<T> {
+    if (this.#lost !== null) return this.#decideLost(reply, context, false, this.#lost);
+    const id = this.#nextId++;
+    const { promise, resolve, reject } = Promise.withResolvers<T>();
+    this.#pending.set(id, {
+      resolve: resolve as (value: unknown) => void,
+      reject,
+      context,
+      reply: reply as Reply<unknown, unknown>,
+    });
+    this.#outbox.push(op, id, args);
+    if (transfer !== undefined && !this.#transfer.includes(transfer)) this.#transfer.push(transfer);
+    this.#queueFlush();
+    return promise;
+  }
+
+  /** Sends `op` with `args` expecting no reply (identity definitions, supersede); dropped once closed. */
+  send(op: Op, args: unknown[]): void {
+    if (this.#lost !== null) return;
+    this.#outbox.push(op, 0, args);
+    this.#queueFlush();
+  }
+
+  /** The handle naming `channel` on this connection, defined on first use. */
+  channelHandle(channel: ChannelId): number {
+    const cached = this.#channelHandles.get(channel);
+    if (cached !== undefined) return cached;
+    const key = channelKey(channel);
+    let handle = this.#channelKeys.get(key);
+    if (handle === undefined) {
+      handle = this.#channelCount++;
+      this.#channelKeys.set(key, handle);
+      this.send(Op.defineChannel, [handle, channel]);
+    }
+    this.#channelHandles.set(channel, handle);
+    return handle;
+  }
+
+  /** The handle naming `subscription` on this connection, defined on first use. */
+  subscriptionHandle(subscription: SubscriptionId): number {
+    const cached = this.#subscriptionHandles.get(subscription);
+    if (cached !== undefined) return cached;
+    const key = subscriptionKey(subscription);
+    let handle = this.#subscriptionKeys.get(key);
+    if (handle === undefined) {
+      handle = this.#subscriptions.length;
+      this.#subscriptions.push(subscription);
+      this.#subscriptionKeys.set(key, handle);
+      this.send(Op.defineSubscription, [handle, subscription]);
+    }
+    this.#subscriptionHandles.set(subscription, handle);
+    return handle;
+  }
+
+  /** The subscription a handle names (the id object first defined for it); a ConfigError for a stranger. */
+  subscriptionOf(handle: number): SubscriptionId {
+    const subscription = this.#subscriptions[handle];
+    if (subscription === undefined) throw malformed("subscription handle");
+    return subscription;
+  }
+
+  /** Registers `handler` for a server-pushed event. */
+  onEvent(name: EmbeddedEvent, handler: (value: unknown) => void): void {
+    const handlers = this.#events.get(name) ?? [];
+    handlers.push(handler);
+    this.#events.set(name, handlers);
+  }
+
+  /**
+   * Closes the connection: queued calls are sent, the server is told (`bye`), and every call still
+   * waiting is decided by its reply's `lost`. Idempotent.
+   */
+  async close(): Promise<void> {
+    if (this.#lost === null) {
+      this.#flushNow();
+      try {
+        this.#link.send([Frame.bye, `closed by ${this.label}`], []);
+      } catch {
+        // The link is already unusable: closing it is all that is left.
+      }
+      this.#end("the client closed it");
+    }
+    await this.#link.close();
+  }
+
+  #queueFlush(): void {
+    if (this.#flushQueued) return;
+    this.#flushQueued = true;
+    queueMicrotask(this.#flush);
+  }
+
+  #flushNow(): void {
+    this.#flushQueued = false;
+    if (this.#outbox.length === 1 || this.#lost !== null) return;
+    const frame = this.#outbox;
+    const transfer = this.#transfer;
+    this.#outbox = [Frame.calls];
+    this.#transfer = [];
+    this.#sentThrough = this.#nextId - 1;
+    try {
+      this.#link.send(frame, transfer);
+    } catch (error) {
+      this.#refuseFrame(frame, error);
+    }
+  }
+
+  /** A frame that could not be serialized: each of its calls fails with the reason, nothing was sent. */
+  #refuseFrame(frame: unknown[], error: unknown): void {
+    const refusal = new ConfigError(
+      `a call to the embedded broker could not be serialized: ${(error as Error).message}`,
+      "pass only structured-cloneable values (no functions, no detached buffers)",
+    );
+    for (let i = 1; i < frame.length; i += 3) {
+      const id = frame[i + 1] as number;
+      const pending = this.#pending.get(id);
+      if (pending === undefined) continue;
+      this.#pending.delete(id);
+      pending.reject(refusal);
+    }
+  }
+
+  #receive(frame: unknown[]): void {
+    switch (frame[0]) {
+      case Frame.results:
+        for (let i = 1; i < frame.length; i += 3) {
+          this.#settle(frame[i] as number, frame[i + 1], frame[i + 2]);
+        }
+        return;
+      case Frame.welcome:
+        this.#welcome?.resolve();
+        this.#welcome = null;
+        return;
+      case Frame.event:
+        for (const handler of this.#events.get(frame[1] as string) ?? []) handler(frame[2]);
+        return;
+      case Frame.refused: {
+        const error = errorFromWire(frame[1]);
+        this.#end(error.message, error);
+        this.#link.close();
+        return;
+      }
+      case Frame.bye:
+        this.#end(`the broker closed it (${String(frame[1])})`);
+        this.#link.close();
+        return;
+      default:
+        this.#end(`the broker sent a frame of unknown kind ${String(frame[0])}`);
+        this.#link.close();
+    }
+  }
+
+  #settle(id: number, ok: unknown, value: unknown): void {
+    const pending = this.#pending.get(id);
+    if (pending === undefined) return;
+    this.#pending.delete(id);
+    if (ok !== 1) {
+      pending.reject(errorFromWire(value));
+      return;
+    }
+    try {
+      pending.resolve(pending.reply.decode(value, pending.context));
+    } catch (error) {
+      pending.reject(error);
+    }
+  }
+
+  #decideLost<C, T>(reply: Reply<C, T>, context: C, sent: boolean, error: BrokerUnavailable): Promise<T> {
+    try {
+      return Promise.resolve(reply.lost(context, sent, error));
+    } catch (thrown) {
+      return Promise.reject(thrown);
+    }
+  }
+
+  #end(reason: string, cause?: Error): void {
+    if (this.#lost !== null) return;
+    const error = cause instanceof BrokerUnavailable ? cause : connectionLost(reason, this.label);
+    this.#lost = error;
+    this.#outbox = [Frame.calls];
+    this.#transfer = [];
+    const pending = [...this.#pending];
+    this.#pending.clear();
+    for (const [id, call] of pending) {
+      this.#decideLost(call.reply, call.context, id <= this.#sentThrough, error).then(
+        call.resolve,
+        call.reject,
+      );
+    }
+    if (this.#welcome !== null) {
+      this.#welcome.reject(cause ?? error);
+      this.#welcome = null;
+    }
+  }
+}
+
+// ---- messaging codecs -------------------------------------------------------------------------------
+
+const KINDS = [MessageKind.data, MessageKind.eos, MessageKind.dlq] as const;
+const EMPTY_HEADERS: Readonly<Record<string, string>> = Object.freeze({});
+const NO_REFS: Envelope["payloadRefs"] = Object.freeze([]);
+
+function kindCode(kind: MessageKind): number {
+  return kind === MessageKind.data ? 0 : kind === MessageKind.eos ? 1 : 2;
+}
+
+function hasKeys(record: Readonly<Record<string, unknown>>): boolean {
+  for (const _ in record) return true;
+  return false;
+}
+
+/**
+ * Bytes fit to cross the link: the array itself when it spans its whole buffer, else a copy of just its
+ * bytes (a view would otherwise take its entire underlying buffer along).
+ */
+export function exactBytes(bytes: Uint8Array): Uint8Array {
+  return bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? bytes : bytes.slice();
+}
+
+/**
+ * An envelope on the wire: `[channelHandle, publicationId, eventId | null (same as the publication id),
+ * body, size, headers | null (none), partitionKey, eventTs, sourceEpoch, sourceOffset, schemaVersion,
+ * payloadRefs | null (none), kindCode]`, to which a publish appends its deadline.
+ */
+export type EnvelopeWire = unknown[];
+
+/** Encodes `envelope` for the channel handle; the body is copied by the link, never transferred. */
+export function encodeEnvelope(envelope: Envelope, channelHandle: number): EnvelopeWire {
+  return [
+    channelHandle,
+    envelope.publicationId,
+    envelope.eventId === envelope.publicationId ? null : envelope.eventId,
+    exactBytes(envelope.body),
+    envelope.size,
+    hasKeys(envelope.headers) ? envelope.headers : null,
+    envelope.partitionKey,
+    envelope.eventTs,
+    envelope.sourceEpoch,
+    envelope.sourceOffset,
+    envelope.schemaVersion,
+    envelope.payloadRefs.length === 0 ? null : envelope.payloadRefs,
+    kindCode(envelope.kind),
+  ];
+}
+
+function malformed(what: string): ConfigError {
+  return new ConfigError(
+    `a malformed ${what} reached the embedded broker`,
+    "use the embedded client of the same videoflow version",
+  );
+}
+
+/** Decodes an {@link EnvelopeWire} on `channel` (the object the handle names). */
+export function decodeEnvelope(wire: EnvelopeWire, channel: ChannelId): Envelope {
+  const publicationId = wire[1];
+  const body = wire[3];
+  if (typeof publicationId !== "string" || !(body instanceof Uint8Array) || typeof wire[4] !== "number") {
+    throw malformed("envelope");
+  }
+  const kind = KINDS[wire[12] as number];
+  if (kind === undefined) throw malformed("envelope kind");
+  return {
+    channel,
+    publicationId,
+    headers: (wire[5] ?? EMPTY_HEADERS) as Envelope["headers"],
+    body: exactBytes(body),
+    size: wire[4],
+    eventId: (wire[2] ?? publicationId) as string,
+    partitionKey: wire[6] as string | null,
+    eventTs: wire[7] as number | null,
+    sourceEpoch: wire[8] as string | null,
+    sourceOffset: wire[9] as number | null,
+    schemaVersion: wire[10] as number,
+    payloadRefs: (wire[11] ?? NO_REFS) as Envelope["payloadRefs"],
+    kind,
+  };
+}
+
+/**
+ * A publication outcome on the wire: the sequence alone for the common case (accepted, not a duplicate,
+ * memory durability), else `[0, sequence, duplicate, boundary]`, `[1, reason, retryable]`, `[2, reason]`
+ * (unknown) or `[3, reason]` (unresolvable).
+ */
+export type PublicationWire = number | readonly unknown[];
+
+/** Encodes a publication outcome (its publication id stays with the caller). */
+export function encodePublication(outcome: PublicationOutcome): PublicationWire {
+  switch (outcome.kind) {
+    case "accepted":
+      return !outcome.duplicate && outcome.durabilityBoundary === DURABILITY_MEMORY &&
+          outcome.sequence !== null
+        ? outcome.sequence
+        : [0, outcome.sequence, outcome.duplicate, outcome.durabilityBoundary];
+    case "rejected":
+      return [1, outcome.reason, outcome.retryable];
+    case "publication_unknown":
+      return [2, outcome.reason];
+    case "publication_unresolvable":
+      return [3, outcome.reason];
+  }
+}
+
+/** Decodes a {@link PublicationWire} for `publicationId`. */
+export function decodePublication(wire: unknown, publicationId: string): PublicationOutcome {
+  if (typeof wire === "number") return accepted(publicationId, wire, false, DURABILITY_MEMORY);
+  const fields = wire as readonly unknown[];
+  switch (fields[0]) {
+    case 0:
+      return accepted(publicationId, fields[1] as number | null, fields[2] as boolean, fields[3] as string);
+    case 1:
+      return rejected(publicationId, fields[1] as string, fields[2] as boolean);
+    case 2:
+      return publicationUnknown(publicationId, fields[1] as string);
+    case 3:
+      return publicationUnresolvable(publicationId, fields[1] as string);
+    default:
+      throw malformed("publication outcome");
+  }
+}
+
+/**
+ * A delivery token on the wire: `[tokenId, subscriptionHandle, messageId, streamSequence, attempt,
+ * generation]`. `tokenId` names the broker's own token object for a delivery the server handed out on
+ * this connection (0 for a token it did not), so the broker decides its staleness exactly as for an
+ * in-process caller; the other fields identify it when the server no longer keeps that object.
+ */
+export type TokenWire = unknown[];
+
+/** Encodes `token` for its subscription handle and server-side token id (0: none). */
+export function encodeToken(token: DeliveryToken, tokenId: number, subscriptionHandle: number): TokenWire {
+  return [
+    tokenId,
+    subscriptionHandle,
+    token.messageId,
+    token.streamSequence,
+    token.attempt,
+    token.generation,
+  ];
+}
+
+/** Decodes the fields of a {@link TokenWire} into a plain token on `subscription` (the object the handle names). */
+export function decodeToken(wire: readonly unknown[], subscription: SubscriptionId): DeliveryToken {
+  if (typeof wire[2] !== "string" || typeof wire[4] !== "number" || typeof wire[5] !== "string") {
+    throw malformed("delivery token");
+  }
+  return {
+    subscription,
+    messageId: wire[2],
+    streamSequence: wire[3] as number | null,
+    attempt: wire[4],
+    generation: wire[5],
+  };
+}
+
+/** How many elements a {@link TokenWire} has: a settle call's settlement fields follow them. */
+export const TOKEN_FIELDS = 6;
+
+/** The settlement code and argument that follow a {@link TokenWire} in a settle call. */
+export function encodeSettlement(outcome: Settlement): readonly [number, number | string | null] {
+  switch (outcome.kind) {
+    case "completed":
+      return [0, null];
+    case "retry":
+      return [1, outcome.delaySeconds];
+    case "terminal":
+      return [2, outcome.recordRef];
+  }
+}
+
+/** Decodes a settlement code and its argument. */
+export function decodeSettlement(code: unknown, argument: unknown): Settlement {
+  switch (code) {
+    case 0:
+      return { kind: "completed" };
+    case 1:
+      return { kind: "retry", delaySeconds: argument as number | null };
+    case 2:
+      return { kind: "terminal", recordRef: argument as string };
+    default:
+      throw malformed("settlement");
+  }
+}
+
+/** A settle outcome on the wire: `0` (confirmed), `[1, reason]` (unknown), `[2, currentAttempt, currentGeneration]`. */
+export type SettleWire = 0 | readonly unknown[];
+
+/** Encodes a settle outcome (its token and settlement id stay with the caller). */
+export function encodeSettleOutcome(outcome: SettlementOutcome): SettleWire {
+  switch (outcome.kind) {
+    case "settle_confirmed":
+      return 0;
+    case "settle_unknown":
+      return [1, outcome.reason];
+    case "settle_stale":
+      return [2, outcome.currentAttempt, outcome.currentGeneration];
+  }
+}
+
+/** Decodes a {@link SettleWire} for the caller's `token` and `settlementId`. */
+export function decodeSettleOutcome(
+  wire: unknown,
+  token: DeliveryToken,
+  settlementId: string,
+): SettlementOutcome {
+  if (wire === 0) return settleConfirmed(token, settlementId);
+  const fields = wire as readonly unknown[];
+  if (fields[0] === 1) return settleUnknown(token, fields[1] as string);
+  if (fields[0] === 2) return settleStale(token, fields[1] as number, fields[2] as string);
+  throw malformed("settle outcome");
+}
+
+/** A lease observation on the wire: `[renewed, expiresAt, reason]`. */
+export type LeaseWire = readonly [boolean, number | null, string];
+
+/** Encodes a lease observation (its token stays with the caller). */
+export function encodeLease(lease: LeaseObservation): LeaseWire {
+  return [lease.renewed, lease.expiresAt, lease.reason];
+}
+
+/** Decodes a {@link LeaseWire} for the caller's `token`. */
+export function decodeLease(wire: unknown, token: DeliveryToken): LeaseObservation {
+  const fields = wire as LeaseWire;
+  return leaseObservation(token, fields[0], fields[1], fields[2]);
+}
+
+/** Fields per delivery in {@link DeliveriesWire}. */
+export const DELIVERY_FIELDS = 10;
+
+/**
+ * Deliveries on the wire, flat: per delivery `[tokenId, subscriptionHandle, messageId, streamSequence,
+ * attempt, generation, envelopeBytes, size, receivedAt, headers | null (none)]`.
+ */
+export type DeliveriesWire = unknown[];
+
+/**
+ * Encodes deliveries; `tokenIdOf` registers each broker token and names it, `handleOf` names each one's
+ * subscription handle on this connection. The bytes are the broker's retained body, so the link copies
+ * them (another subscriber or a redelivery needs them).
+ */
+export function encodeDeliveries(
+  deliveries: readonly Delivery[],
+  tokenIdOf: (token: DeliveryToken) => number,
+  handleOf: (subscription: SubscriptionId) => number,
+): DeliveriesWire {
+  const out: unknown[] = new Array(deliveries.length * DELIVERY_FIELDS);
+  let at = 0;
+  for (const delivery of deliveries) {
+    const token = delivery.token;
+    out[at++] = tokenIdOf(token);
+    out[at++] = handleOf(token.subscription);
+    out[at++] = token.messageId;
+    out[at++] = token.streamSequence;
+    out[at++] = token.attempt;
+    out[at++] = token.generation;
+    out[at++] = exactBytes(delivery.envelopeBytes);
+    out[at++] = delivery.size;
+    out[at++] = delivery.receivedAt;
+    out[at++] = hasKeys(delivery.headers) ? delivery.headers : null;
+  }
+  return out;
+}
+
+/** Builds one delivery from its decoded fields (see {@link DeliveriesWire} for their order). */
+export type DeliveryFactory<D> = (
+  tokenId: number,
+  handle: number,
+  messageId: string,
+  streamSequence: number | null,
+  attempt: number,
+  generation: string,
+  envelopeBytes: Uint8Array,
+  size: number,
+  receivedAt: number,
+  headers: Readonly<Record<string, string>>,
+) => D;
+
+/** Decodes a {@link DeliveriesWire}, building each delivery with `make`. */
+export function decodeDeliveries<D>(wire: unknown, make: DeliveryFactory<D>): D[] {
+  const fields = wire as unknown[];
+  const count = fields.length / DELIVERY_FIELDS;
+  const out: D[] = new Array(count);
+  for (let i = 0, at = 0; i < count; i++, at += DELIVERY_FIELDS) {
+    out[i] = make(
+      fields[at] as number,
+      fields[at + 1] as number,
+      fields[at + 2] as string,
+      fields[at + 3] as number | null,
+      fields[at + 4] as number,
+      fields[at + 5] as string,
+      fields[at + 6] as Uint8Array,
+      fields[at + 7] as number,
+      fields[at + 8] as number,
+      (fields[at + 9] ?? EMPTY_HEADERS) as Readonly<Record<string, string>>,
+    );
+  }
+  return out;
+}
