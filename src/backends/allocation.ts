@@ -40,6 +40,31 @@ export const NodeSharing = {
 /** One of {@link NodeSharing}. */
 export type NodeSharing = typeof NodeSharing[keyof typeof NodeSharing];
 
+/** The GPU Feature Discovery labels {@link classifyNode} reads. */
+export const GfdLabel = {
+  sharingStrategy: "nvidia.com/gpu.sharing-strategy",
+  replicas: "nvidia.com/gpu.replicas",
+} as const;
+
+/**
+ * The per-node rule every cluster reader (and the memory model) applies to GFD labels: `mps` or
+ * `time-sliced` by the sharing strategy (or more than one replica), `mig` when MIG geometry is applied,
+ * `physical` when the node has GPUs and shares none, `unknown` otherwise.
+ */
+export function classifyNode(
+  labels: Readonly<Record<string, string>>,
+  gpuCount: number,
+  migApplied: boolean,
+): NodeSharing {
+  const strategy = labels[GfdLabel.sharingStrategy];
+  if (strategy === "mps") return NodeSharing.mps;
+  if (strategy === "time-slicing" || Number(labels[GfdLabel.replicas] ?? "1") > 1) {
+    return NodeSharing.timeSliced;
+  }
+  if (migApplied) return NodeSharing.mig;
+  return gpuCount > 0 ? NodeSharing.physical : NodeSharing.unknown;
+}
+
 /** What a request asks for: whole devices, one isolated MIG slice, or a cooperative share. */
 export const RequestSharing = {
   exclusive: "exclusive",

@@ -39,6 +39,7 @@ import {
   allocationRejections,
   type ClaimObservation,
   ClaimStatus,
+  classifyNode,
   Completeness,
   type Constraint,
   constraintHolds,
@@ -47,6 +48,7 @@ import {
   deviceIdentity,
   deviceKey,
   type FeasiblePlan,
+  GfdLabel,
   GPU_GRANT_ENV,
   GrantHost,
   infeasible,
@@ -89,14 +91,6 @@ export type MigState = typeof MigState[keyof typeof MigState];
 export const ReadKind = { nodes: "nodes", pods: "pods", config: "config" } as const;
 /** One of {@link ReadKind}. */
 export type ReadKind = typeof ReadKind[keyof typeof ReadKind];
-
-/** GPU Feature Discovery label names the node classification reads. */
-export const GfdLabel = {
-  product: "nvidia.com/gpu.product",
-  sharingStrategy: "nvidia.com/gpu.sharing-strategy",
-  replicas: "nvidia.com/gpu.replicas",
-  migConfig: "nvidia.com/mig.config",
-} as const;
 
 /** The MIG config name meaning "MIG off". */
 export const MIG_DISABLED = "all-disabled";
@@ -154,25 +148,6 @@ export interface MemoryAllocationOptions {
   /** Clock delay before a geometry write is applied (0: on the next inventory or observe). */
   readonly migApplySeconds?: number;
   readonly log?: ObservationLog | null;
-}
-
-/**
- * The per-node rule a cluster reader applies to GFD labels: `mps` or `time-sliced` by the sharing
- * strategy (or more than one replica), `mig` when MIG geometry is applied, `physical` when the node has
- * GPUs and shares none, `unknown` otherwise.
- */
-export function classifyNode(
-  labels: Readonly<Record<string, string>>,
-  gpuCount: number,
-  migApplied: boolean,
-): NodeSharing {
-  const strategy = labels[GfdLabel.sharingStrategy];
-  if (strategy === "mps") return NodeSharing.mps;
-  if (strategy === "time-slicing" || Number(labels[GfdLabel.replicas] ?? "1") > 1) {
-    return NodeSharing.timeSliced;
-  }
-  if (migApplied) return NodeSharing.mig;
-  return gpuCount > 0 ? NodeSharing.physical : NodeSharing.unknown;
 }
 
 /** The canonical text of a layout (`1g.10gb=2,3g.40gb=1`; empty for none), as plans carry it. */

@@ -11,6 +11,7 @@ import {
 } from "../../../src/core/errors.ts";
 import {
   allocationRejections,
+  classifyNode,
   constraint,
   constraintHolds,
   deliveredGrantFromDict,
@@ -31,7 +32,6 @@ import { type AllocationCapabilities, allocationCapabilities } from "../../../sr
 import { Barrier, FaultSchedule, nth, pause } from "../../../src/backends/faults.ts";
 import {
   AllocationAuthority,
-  classifyNode,
   DEFAULT_POINTER,
   layoutText,
   MemoryAllocationBackend,
