@@ -132,9 +132,9 @@ Deno.test("RUN-018/RUN-019: two processes taking turns on one lease never own it
 
 Deno.test("RUN-018: a waiter is refused while the holder process renews, and takes over once it is killed", async () => {
   await withLedger(async (root) => {
-    await using holder = new Racer([root, "hold", "1.5"]);
+    await using holder = new Racer([root, "hold", "3"]);
     const [held] = await holder.until("epoch") as unknown as Ownership[];
-    await using waiter = new Racer([root, "wait", "1.5"]);
+    await using waiter = new Racer([root, "wait", "3"]);
     await waiter.next().then((line) => assert.deepEqual(line, { conflict: true }, "refused while renewed"));
     const killedAt = Date.now();
     holder.kill();

@@ -41,6 +41,7 @@ import {
   LEASE_POLL_SECONDS,
   type OwnershipToken,
   type PendingCounts,
+  type ReplayPosition,
 } from "../../../src/backends/runtime.ts";
 import {
   dlqMessageId,
@@ -65,6 +66,20 @@ const LEASE = 10;
 const DRAINED: Observation<PendingCounts> = known<PendingCounts>([0, 0]);
 const BROKER_SILENT = unknown("timeout", undefined, "the broker did not answer the consumer info request");
 const encoder = new TextEncoder();
+
+/** Runs `work` under a schedule that crashes it at the first hit of `at`; the crash must have happened. */
+async function crashesAt(at: Barrier, work: () => Promise<unknown>): Promise<void> {
+  using schedule = crashAt(at).install();
+  await assert.rejects(work(), SimulatedCrash);
+  schedule.assertAllFired();
+}
+
+/** Asserts the checkpoint a replacement restores: its state bytes (as text) and its replay position. */
+async function assertRestores(runtime: FlowRuntime, state: string, position: ReplayPosition): Promise<void> {
+  const restored = await runtime.restoreCheckpoint();
+  assert.equal(restored.state === null ? null : new TextDecoder().decode(restored.state), state);
+  assert.deepEqual(restored.replayPosition, position);
+}
 
 /** The token `runtime` holds for its own partition; fails the test when it holds none. */
 function held(runtime: FlowRuntime): OwnershipToken {
@@ -103,14 +118,10 @@ export function runtimeScenarios(provider: RuntimeProvider): void {
       const publicationId = messageId(FLOW, RUN, "join", groupId, 7, "data");
       const join = { node: "join", parentReplicas: { left: 1, right: 1 } };
       const first = runtimeOn(ledger.store, clock, join);
-      {
-        using schedule = crashAt(Barrier.groupPersistAfter).install();
-        await assert.rejects(
-          first.persistGroup(groupId, members, { left: "d-1", right: "d-2" }),
-          SimulatedCrash,
-        );
-        schedule.assertAllFired();
-      }
+      await crashesAt(
+        Barrier.groupPersistAfter,
+        () => first.persistGroup(groupId, members, { left: "d-1", right: "d-2" }),
+      );
 
       const replacement = runtimeOn(await ledger.reopen(), clock, join);
       const [restored, ...others] = await replacement.openGroups();
@@ -137,11 +148,7 @@ export function runtimeScenarios(provider: RuntimeProvider): void {
       const publicationId = messageId(FLOW, RUN, "detect", groupId, 1, "data");
       const first = runtimeOn(ledger.store, clock, { node: "detect" });
       await first.persistGroup(groupId, members, { cam: "d-1" });
-      {
-        using schedule = crashAt(Barrier.outboxIntendAfter).install();
-        await assert.rejects(first.intendPublication(publicationId, "sha256:out"), SimulatedCrash);
-        schedule.assertAllFired();
-      }
+      await crashesAt(Barrier.outboxIntendAfter, () => first.intendPublication(publicationId, "sha256:out"));
 
       const replacement = runtimeOn(await ledger.reopen(), clock, { node: "detect" });
       assert.deepEqual((await replacement.openGroups()).map((g) => g.groupId), [groupId]);
@@ -210,11 +217,7 @@ export function runtimeScenarios(provider: RuntimeProvider): void {
       "not before); after a graceful release the next one acquires at once",
     async (ledger, clock) => {
       const first = runtimeOn(ledger.store, clock, { node: "singleton", leaseSeconds: LEASE });
-      {
-        using schedule = crashAt(Barrier.partitionAcquireAfter).install();
-        await assert.rejects(first.acquirePartition(), SimulatedCrash);
-        schedule.assertAllFired();
-      }
+      await crashesAt(Barrier.partitionAcquireAfter, () => first.acquirePartition());
       const crashedAt = clock.now();
       const replacement = runtimeOn(await ledger.reopen(), clock, { node: "singleton", leaseSeconds: LEASE });
       const token = await driveClock(clock, replacement.acquirePartition(), 1);
@@ -376,11 +379,7 @@ export function runtimeScenarios(provider: RuntimeProvider): void {
       const child = { node: "sink", parentReplicas: { cam: 1 } };
       const first = runtimeOn(ledger.store, clock, child);
       await first.recordReceived("cam", "sink-cam", "m1");
-      {
-        using schedule = crashAt(Barrier.terminatorRecordAfter).install();
-        await assert.rejects(first.recordTerminator("cam", 0, "eos", 1), SimulatedCrash);
-        schedule.assertAllFired();
-      }
+      await crashesAt(Barrier.terminatorRecordAfter, () => first.recordTerminator("cam", 0, "eos", 1));
       const replacement = runtimeOn(await ledger.reopen(), clock, child);
       assert.equal(await replacement.recordTerminator("cam", 0, "eos", 1), false);
       assert.equal(await replacement.recordTerminator("cam", 0, "eos", 5), false);
@@ -537,18 +536,12 @@ export function runtimeScenarios(provider: RuntimeProvider): void {
       await first.acquirePartition();
       await first.intendPublication("out-1", "sha256:1");
       await first.resolvePublication("out-1", accepted("out-1", 1, false, "memory"));
-      {
-        using schedule = crashAt(Barrier.checkpointCommitAfter).install();
-        await assert.rejects(
-          first.checkpoint(encoder.encode("n=1"), { group: "g-1", output: "out-1" }),
-          SimulatedCrash,
-        );
-        schedule.assertAllFired();
-      }
+      await crashesAt(
+        Barrier.checkpointCommitAfter,
+        () => first.checkpoint(encoder.encode("n=1"), { group: "g-1", output: "out-1" }),
+      );
       const replacement = runtimeOn(await ledger.reopen(), clock, { node: "count" });
-      const restored = await replacement.restoreCheckpoint();
-      assert.deepEqual([...restored.state ?? []], [...encoder.encode("n=1")]);
-      assert.deepEqual(restored.replayPosition, { group: "g-1", output: "out-1" });
+      await assertRestores(replacement, "n=1", { group: "g-1", output: "out-1" });
       assert.deepEqual(await replacement.checkpointCoverage("g-1"), { kind: "covered", output: "out-1" });
       assert.deepEqual(await replacement.checkpointCoverage("g-2"), { kind: "uncovered" });
     },
@@ -560,21 +553,12 @@ export function runtimeScenarios(provider: RuntimeProvider): void {
     async (ledger, clock) => {
       const first = runtimeOn(ledger.store, clock, { node: "count" });
       await first.checkpoint(encoder.encode("n=1"), { group: "g-1", output: "out-1" });
-      {
-        using schedule = crashAt(
-          provider.midWriteBarrier ? Barrier.ledgerWriteMid : Barrier.ledgerWriteBefore,
-        )
-          .install();
-        await assert.rejects(
-          first.checkpoint(encoder.encode("n=2"), { group: "g-2", output: "out-2" }),
-          SimulatedCrash,
-        );
-        schedule.assertAllFired();
-      }
+      await crashesAt(
+        provider.midWriteBarrier ? Barrier.ledgerWriteMid : Barrier.ledgerWriteBefore,
+        () => first.checkpoint(encoder.encode("n=2"), { group: "g-2", output: "out-2" }),
+      );
       const replacement = runtimeOn(await ledger.reopen(), clock, { node: "count" });
-      const restored = await replacement.restoreCheckpoint();
-      assert.deepEqual([...restored.state ?? []], [...encoder.encode("n=1")]);
-      assert.deepEqual(restored.replayPosition, { group: "g-1", output: "out-1" });
+      await assertRestores(replacement, "n=1", { group: "g-1", output: "out-1" });
       assert.deepEqual(await replacement.checkpointCoverage("g-2"), { kind: "uncovered" });
     },
     { durableOnly: true },
@@ -620,11 +604,10 @@ export function runtimeScenarios(provider: RuntimeProvider): void {
     async (ledger, clock) => {
       const first = runtimeOn(ledger.store, clock, { node: "clip" });
       await first.checkpoint(new Uint8Array(), { offset: 41 });
-      {
-        using schedule = crashAt(Barrier.checkpointCommitAfter).install();
-        await assert.rejects(first.checkpoint(new Uint8Array(), { offset: 42 }), SimulatedCrash);
-        schedule.assertAllFired();
-      }
+      await crashesAt(
+        Barrier.checkpointCommitAfter,
+        () => first.checkpoint(new Uint8Array(), { offset: 42 }),
+      );
       const replacement = runtimeOn(await ledger.reopen(), clock, { node: "clip" });
       const { replayPosition } = await replacement.restoreCheckpoint();
       const resumeAt = (replayPosition.offset as number) + 1;
