@@ -858,26 +858,32 @@ export class FlowRuntime {
     return this.#store;
   }
 
+  /** The flow id of the ledger's namespace. */
   get flowId(): string {
     return this.#flowId;
   }
 
+  /** The run id of the ledger's namespace. */
   get runId(): string {
     return this.#runId;
   }
 
+  /** The node whose ledger this is. */
   get node(): string {
     return this.#node;
   }
 
+  /** This replica's index within the node. */
   get replicaId(): number {
     return this.#replicaId;
   }
 
+  /** The node's declared replica count. */
   get nbTasks(): number {
     return this.#nbTasks;
   }
 
+  /** The node's partition key, or null. */
   get partitionBy(): string | null {
     return this.#partitionBy;
   }
@@ -1044,7 +1050,7 @@ export class FlowRuntime {
       return { ...base, completed };
     }, () => this.#contended(partitionId));
     const epoch = (after as PartitionDocument).epoch;
-    const version = await this.#versionHolding(
+    const { version } = await this.#versionHolding(
       key,
       decodePartition,
       (d) => d.completed.some((c) => c.parent === parent && c.epoch === epoch),
@@ -1207,7 +1213,7 @@ export class FlowRuntime {
     };
     const key = this.key("outbox", publicationId);
     await this.#store.cas(key, null, encodeDocument(document));
-    const version = await this.#versionHolding(key, decodeOutbox, () => true);
+    const { version } = await this.#versionHolding(key, decodeOutbox, () => true);
     await passAfter(Barrier.outboxIntendAfter, { key }, `recording the intent of ${publicationId}`);
     return version;
   }
@@ -1413,10 +1419,9 @@ export class FlowRuntime {
       arriving.every((a) =>
         d.members.some((m) => m.parent === a.parent && m.token === a.token && m.seq === a.seq)
       );
-    const version = await this.#versionHolding(key, decodeGroup, holdsArrivals);
+    const { document, version } = await this.#versionHolding(key, decodeGroup, holdsArrivals);
     await passAfter(Barrier.groupPersistAfter, { key }, `persisting group ${groupId}`);
-    const { document } = await this.#read(key, decodeGroup);
-    return recoveryRecordOf(document as GroupDocument, version, key);
+    return recoveryRecordOf(document, version, key);
   }
 
   /** The members recorded for an open group of this replica, or null when no such group is open. */
@@ -1486,7 +1491,7 @@ export class FlowRuntime {
         committed_at: this.#clock.now(),
       };
     }, () => this.#busy(key));
-    const version = await this.#versionHolding(key, decodeCheckpoint, (d) => d.write_id === writeId);
+    const { version } = await this.#versionHolding(key, decodeCheckpoint, (d) => d.write_id === writeId);
     await passAfter(
       Barrier.checkpointCommitAfter,
       { key, epoch },
@@ -1625,7 +1630,7 @@ export class FlowRuntime {
     key: string,
     decode: Decoder<T>,
     holds: (document: T) => boolean,
-  ): Promise<string> {
+  ): Promise<{ readonly document: T; readonly version: string }> {
     const { document, version } = await this.#read(key, decode);
     if (document === null || version === null || !holds(document)) {
       throw new UnobservableState(
@@ -1634,7 +1639,7 @@ export class FlowRuntime {
         { key, reason: "window" },
       );
     }
-    return version;
+    return { document, version };
   }
 
   #unownedPartition(partitionId: string): PartitionDocument {
