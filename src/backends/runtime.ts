@@ -297,6 +297,14 @@ export interface FlowRuntimeOptions {
   readonly leaseSeconds?: number;
 }
 
+/** A lease renewal running in the background ({@link FlowRuntime.keepLease}). */
+export interface LeaseKeeper {
+  /** Renewals that took effect so far. */
+  readonly renewals: number;
+  /** Stops renewing (the lease is kept until it lapses or is released); waits for a renewal in flight. */
+  stop(): Promise<void>;
+}
+
 /** Options of {@link claimReplicaSlot}: a runtime's options without a replica id, plus the slot count. */
 export interface ClaimReplicaSlotOptions extends Omit<FlowRuntimeOptions, "replicaId"> {
   /** How many identities may be claimed: `nbTasks` unless a scaler may run more (VF_REPLICA_SLOTS). */
@@ -1165,6 +1173,43 @@ export class FlowRuntime {
           : { ...current, fencing_token: null, holder: null, lease_until: 0 },
       () => this.#contended(token.partitionId),
     );
+  }
+
+  /**
+   * Renews `token`'s lease every third of a lease on this runtime's clock until stopped: how a live holder
+   * proves it is alive. A renewal the store could not confirm (UnobservableState, TransientFailure) is
+   * retried at the next tick; a lost authority (StaleAuthority) or any other failure is handed to `onLost`
+   * once, and renewing stops: the holder must stop committing.
+   */
+  keepLease(token: OwnershipToken, onLost: (error: Error) => void): LeaseKeeper {
+    const controller = new AbortController();
+    let renewals = 0;
+    const loop = (async () => {
+      for (;;) {
+        try {
+          await this.#clock.sleep(this.#leaseSeconds / 3, controller.signal);
+        } catch {
+          return;
+        }
+        try {
+          await this.renewPartition(token);
+          renewals++;
+        } catch (error) {
+          if (error instanceof UnobservableState || error instanceof TransientFailure) continue;
+          if (!controller.signal.aborted) onLost(error as Error);
+          return;
+        }
+      }
+    })();
+    return {
+      get renewals() {
+        return renewals;
+      },
+      async stop() {
+        controller.abort();
+        await loop;
+      },
+    };
   }
 
   /** Refuses (StaleAuthority) unless the partition's record still carries `token`'s epoch and fencing token. */

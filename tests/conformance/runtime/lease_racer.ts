@@ -8,7 +8,7 @@
  * `to` before the release began), then `{"done": true, "conflicts": n}`.
  *
  * `deno run -A lease_racer.ts <root> hold <leaseSeconds>`: acquires (waiting), prints its ownership line
- * with `to: null`, then renews every third of a lease until killed.
+ * with `to: null`, then keeps the lease (`keepLease`: a renewal every third of a lease) until killed.
  *
  * `deno run -A lease_racer.ts <root> wait <leaseSeconds>`: acquires once, waiting for the lease to lapse;
  * prints `{"conflict": true}` each time a live holder refuses it, then its ownership line, then exits.
@@ -65,10 +65,11 @@ if (mode === "turns") {
 } else if (mode === "hold") {
   const token = await acquire(true, () => Promise.resolve());
   owned(token, Date.now(), null);
-  for (;;) {
-    await pause(leaseSeconds * 1000 / 3);
-    await runtime.renewPartition(token);
-  }
+  runtime.keepLease(token, (error) => {
+    console.error(error);
+    Deno.exit(3);
+  });
+  await new Promise<never>(() => {});
 } else if (mode === "wait") {
   const token = await acquire(true, () => Promise.resolve(print({ conflict: true })));
   owned(token, Date.now(), null);

@@ -55,8 +55,8 @@ import {
   crashAt,
   driveClock,
   FLOW,
+  keepAlive,
   type LedgerFixture,
-  renewEvery,
   RUN,
   runtimeOn,
   type RuntimeProvider,
@@ -199,13 +199,13 @@ export function runtimeScenarios(provider: RuntimeProvider): void {
       const second = runtimeOn(await ledger.reopen(), clock, { node: "singleton", leaseSeconds: LEASE });
       await assert.rejects(second.acquirePartition(undefined, { wait: false }), OwnershipConflict);
 
-      const renewer = renewEvery(holder, token, clock);
+      const keeper = keepAlive(holder, token);
       const started = clock.now();
       await assert.rejects(driveClock(clock, second.acquirePartition(), 2), OwnershipConflict);
       const waited = clock.now() - started;
       assert.ok(waited <= LEASE / 3 + LEASE_POLL_SECONDS, `refused ${waited} s after it began to wait`);
-      assert.ok(renewer.renewals >= 1, "the refusal came from a renewal");
-      await renewer.stop();
+      assert.ok(keeper.renewals >= 1, "the refusal came from a renewal");
+      await keeper.stop();
       await holder.checkAuthority(token);
       assert.equal(await second.currentEpoch(), 1);
       assert.equal(second.heldPartition(), null);
@@ -356,20 +356,20 @@ export function runtimeScenarios(provider: RuntimeProvider): void {
       const pod2 = await claim();
       assert.deepEqual([pod1.replicaId, pod2.replicaId], [0, 1]);
       await pod2.intendPublication("pod2-output", "sha256:x");
-      const renew1 = renewEvery(pod1, held(pod1), clock);
-      const renew2 = renewEvery(pod2, held(pod2), clock);
+      const keeper1 = keepAlive(pod1, held(pod1));
+      const keeper2 = keepAlive(pod2, held(pod2));
 
       const started = clock.now();
       await assert.rejects(driveClock(clock, claim(), 3), OwnershipConflict);
       assert.ok(clock.now() - started <= 2 * LEASE, "each live slot is waited on for at most one lease");
 
-      await renew2.stop();
+      await keeper2.stop();
       const pod4 = await driveClock(clock, claim(), 2);
       assert.equal(pod4.replicaId, 1, "the replacement resumes the crashed pod's slot");
       assert.equal(pod4.heldPartition()?.epoch, 2);
       assert.deepEqual((await pod4.unresolvedPublications()).map((e) => e.publicationId), ["pod2-output"]);
       assert.deepEqual(await pod1.unresolvedPublications(), []);
-      await renew1.stop();
+      await keeper1.stop();
     },
   );
 

@@ -9,7 +9,12 @@ import type { Clock } from "../../../src/backends/clock.ts";
 import { crash, FaultSchedule, nth, throwSimulatedCrash } from "../../../src/backends/faults.ts";
 import type { Barrier } from "../../../src/backends/faults.ts";
 import type { FakeClock } from "../../../src/backends/memory/clock.ts";
-import { FlowRuntime, type FlowRuntimeOptions, type OwnershipToken } from "../../../src/backends/runtime.ts";
+import {
+  FlowRuntime,
+  type FlowRuntimeOptions,
+  type LeaseKeeper,
+  type OwnershipToken,
+} from "../../../src/backends/runtime.ts";
 import type { RuntimeStore } from "../../../src/backends/runtime_store.ts";
 
 /** One ledger, as one or more processes see it. Disposing it closes every handle and removes its state. */
@@ -79,36 +84,20 @@ export async function driveClock<T>(clock: FakeClock, work: Promise<T>, sleepers
   return settled.value;
 }
 
-/** A live holder: renews its lease every third of a lease on the clock until stopped. */
-export interface Renewer {
-  /** Renewals done so far. */
-  readonly renewals: number;
-  /** Stops renewing (a crash, as far as the lease can tell); rethrows a renewal's failure. */
-  stop(): Promise<void>;
-}
-
-/** Starts renewing `token` every `leaseSeconds / 3` of `clock` time (one armed timer while it sleeps). */
-export function renewEvery(runtime: FlowRuntime, token: OwnershipToken, clock: Clock): Renewer {
-  const controller = new AbortController();
-  let renewals = 0;
-  let failure: unknown = null;
-  const loop = (async () => {
-    for (;;) {
-      await clock.sleep(runtime.leaseSeconds / 3, controller.signal);
-      await runtime.renewPartition(token);
-      renewals++;
-    }
-  })().catch((error) => {
-    if (!controller.signal.aborted) failure = error;
-  });
+/**
+ * A live holder: `runtime.keepLease(token)` (a renewal every third of a lease on the runtime's clock, one
+ * armed timer while it sleeps), whose `stop()` fails the test if the lease was lost meanwhile.
+ */
+export function keepAlive(runtime: FlowRuntime, token: OwnershipToken): LeaseKeeper {
+  let lost: Error | null = null;
+  const keeper = runtime.keepLease(token, (error) => lost = error);
   return {
     get renewals() {
-      return renewals;
+      return keeper.renewals;
     },
     async stop() {
-      controller.abort();
-      await loop;
-      if (failure !== null) throw failure;
+      await keeper.stop();
+      if (lost !== null) throw lost;
     },
   };
 }

@@ -499,3 +499,43 @@ Deno.test("claimReplicaSlot counts slots beyond nb_tasks when a scaler allows th
   assert.equal(single.nbTasks, 1);
   assert.equal(single.heldPartition()?.epoch, 1);
 });
+
+Deno.test("keepLease renews every third of a lease until stopped, so no one else can bind", async () => {
+  const clock = new FakeClock();
+  const store = new MemoryRuntimeStore(clock);
+  const holder = runtime(store, { clock, leaseSeconds: 6 });
+  const token = await holder.acquirePartition();
+  const lost: Error[] = [];
+  const keeper = holder.keepLease(token, (error) => lost.push(error));
+  await clock.advanceAsync(13);
+  assert.equal(keeper.renewals, 6);
+  await assert.rejects(
+    runtime(store, { clock }).acquirePartition(undefined, { wait: false }),
+    OwnershipConflict,
+  );
+  await keeper.stop();
+  await clock.advanceAsync(13);
+  assert.equal(keeper.renewals, 6, "no renewal after stop");
+  assert.equal((await runtime(store, { clock }).acquirePartition(undefined, { wait: false })).epoch, 2);
+  assert.deepEqual(lost, []);
+});
+
+Deno.test("keepLease reports a lost authority once and stops; an unconfirmed renewal is retried", async () => {
+  const clock = new FakeClock();
+  const store = new ScriptedStore();
+  const holder = runtime(store, { clock, leaseSeconds: 3 });
+  const token = await holder.acquirePartition();
+  const lost: Error[] = [];
+  const keeper = holder.keepLease(token, (error) => lost.push(error));
+  store.failReads = true;
+  await clock.advanceAsync(1);
+  store.failReads = false;
+  await clock.advanceAsync(1);
+  assert.deepEqual([keeper.renewals, lost.length], [1, 0], "the unreadable tick was retried at the next");
+  await holder.acquirePartition();
+  await clock.advanceAsync(3);
+  assert.equal(lost.length, 1);
+  assert.ok(lost[0] instanceof StaleAuthority);
+  assert.equal(keeper.renewals, 1);
+  await keeper.stop();
+});
