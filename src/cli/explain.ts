@@ -39,6 +39,13 @@ function replicasLine(spec: NodeSpec): string {
     : `${replicas} partitioned by ${spec.partitionBy}`;
 }
 
+/** What a join does with an incomplete group once its timeout passed, by `missing` policy. */
+const MISSING_TEXT: Record<string, string> = {
+  drop: "drops the incomplete group",
+  wait: "keeps waiting",
+  error: "fails the incomplete group",
+};
+
 function joinLine(spec: NodeSpec, flowType: FlowType): string | null {
   if (spec.parents.length < 2) return null;
   const declared = spec.joinPolicy !== null;
