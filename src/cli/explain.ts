@@ -55,9 +55,7 @@ function joinLine(spec: NodeSpec, flowType: FlowType): string | null {
     : "by trace id (one item from each parent per source event)";
   const wait = policy.timeoutSeconds === null
     ? "waits for every member"
-    : `gives up after ${policy.timeoutSeconds} s and ${
-      policy.missing === "drop" ? "drops" : policy.missing
-    }s`;
+    : `gives up after ${policy.timeoutSeconds} s and ${MISSING_TEXT[policy.missing]}`;
   const quorum = policy.quorum === null ? "" : `, emits with a quorum of ${policy.quorum}`;
   const source = declared ? "" : ` (the ${flowType} default)`;
   return `join of ${spec.parents.join(", ")} ${how}; ${wait}${quorum}; at most ${policy.maxPending} ` +
