@@ -75,6 +75,7 @@ import { JoinPolicy } from "../core/join_policy.ts";
 import { type JsonObject, NODE_KINDS, NodeKind, parseExportRef } from "../core/node.ts";
 import { DEFAULT_BREAKER_THRESHOLD, DEFAULT_PROGRESS_TIMEOUT_SECONDS } from "../core/supervision.ts";
 import { ENVELOPE_VERSION } from "../wire/codec.ts";
+import { EMBEDDED_BROKER_ENV, EMBEDDED_BROKER_SECRET_ENV, parseBrokerAddress } from "./embedded_rpc.ts";
 import { DEFAULT_HEALTH_PORT, HEALTH_PORT_ENV, healthPortFromEnv } from "./health.ts";
 import {
   LOG_LEVEL_ENV,
@@ -105,8 +106,6 @@ export const WorkerEnvVar = {
   parentNames: "VF_PARENT_NAMES",
   hasChildren: "VF_HAS_CHILDREN",
   natsUrl: "VF_NATS_URL",
-  embeddedBroker: "VF_EMBEDDED_BROKER",
-  embeddedBrokerSecret: "VF_EMBEDDED_BROKER_SECRET",
   flowId: "VF_FLOW_ID",
   flowType: "VF_FLOW_TYPE",
   runId: "VF_RUN_ID",
@@ -388,7 +387,7 @@ function urlIn(name: string, raw: string, schemes: readonly string[] | null): st
 }
 
 const NATS_SCHEMES = ["nats", "tls", "ws", "wss"];
-const LOOPBACK = new Set(["127.0.0.1", "localhost", "[::1]"]);
+const LOOPBACK = new Set(["127.0.0.1", "localhost"]);
 
 function natsUrlIn(raw: string): string {
   for (const server of raw.split(",")) urlIn(WorkerEnvVar.natsUrl, server, NATS_SCHEMES);
@@ -397,11 +396,15 @@ function natsUrlIn(raw: string): string {
 
 function embeddedBrokerIn(raw: string, secret: string | undefined): BrokerAddress {
   if (raw === EMBEDDED_BROKER_MESSAGE_PORT) return { kind: "embedded-port" };
-  const match = /^tcp:\/\/(\[::1\]|[^:/\[\]]+):(\d{1,5})$/.exec(raw);
-  const port = match === null ? NaN : Number(match[2]);
-  if (match === null || !LOOPBACK.has(match[1]) || port < 1 || port > 65535) {
+  let address: { readonly hostname: string; readonly port: number } | null;
+  try {
+    address = parseBrokerAddress(raw);
+  } catch {
+    address = null;
+  }
+  if (address === null || !LOOPBACK.has(address.hostname) || address.port < 1) {
     throw malformed(
-      WorkerEnvVar.embeddedBroker,
+      EMBEDDED_BROKER_ENV,
       raw,
       `tcp://127.0.0.1:PORT (loopback only) or ${EMBEDDED_BROKER_MESSAGE_PORT}`,
       "tcp://127.0.0.1:4222",
@@ -409,30 +412,30 @@ function embeddedBrokerIn(raw: string, secret: string | undefined): BrokerAddres
   }
   if (secret === undefined || secret.length < MIN_BROKER_SECRET_LENGTH || /\s/.test(secret)) {
     throw new ConfigError(
-      `an embedded broker on ${raw} needs ${WorkerEnvVar.embeddedBrokerSecret}: ` +
+      `an embedded broker on ${raw} needs ${EMBEDDED_BROKER_SECRET_ENV}: ` +
         `${MIN_BROKER_SECRET_LENGTH} or more characters without blanks`,
-      `set ${WorkerEnvVar.embeddedBrokerSecret} to the run's secret, as the local engine does`,
-      { variable: WorkerEnvVar.embeddedBrokerSecret },
+      `set ${EMBEDDED_BROKER_SECRET_ENV} to the run's secret, as the local engine does`,
+      { variable: EMBEDDED_BROKER_SECRET_ENV },
     );
   }
-  return { kind: "embedded-tcp", hostname: match[1], port, secret };
+  return { kind: "embedded-tcp", hostname: address.hostname, port: address.port, secret };
 }
 
 function brokerIn(env: WorkerEnv): BrokerAddress {
   const nats = present(env, WorkerEnvVar.natsUrl);
-  const embedded = present(env, WorkerEnvVar.embeddedBroker);
+  const embedded = present(env, EMBEDDED_BROKER_ENV);
   if (nats !== undefined && embedded !== undefined) {
     throw new ConfigError(
-      `both ${WorkerEnvVar.natsUrl} and ${WorkerEnvVar.embeddedBroker} are set`,
-      `set ${WorkerEnvVar.natsUrl} for a NATS broker, or ${WorkerEnvVar.embeddedBroker} for the local engine's ` +
+      `both ${WorkerEnvVar.natsUrl} and ${EMBEDDED_BROKER_ENV} are set`,
+      `set ${WorkerEnvVar.natsUrl} for a NATS broker, or ${EMBEDDED_BROKER_ENV} for the local engine's ` +
         "embedded one, not both",
       { variable: WorkerEnvVar.natsUrl },
     );
   }
   if (nats !== undefined) return { kind: "nats", url: natsUrlIn(nats) };
-  if (embedded !== undefined) return embeddedBrokerIn(embedded, env[WorkerEnvVar.embeddedBrokerSecret]);
+  if (embedded !== undefined) return embeddedBrokerIn(embedded, env[EMBEDDED_BROKER_SECRET_ENV]);
   throw missing(
-    `${WorkerEnvVar.natsUrl} or ${WorkerEnvVar.embeddedBroker}`,
+    `${WorkerEnvVar.natsUrl} or ${EMBEDDED_BROKER_ENV}`,
     `set ${WorkerEnvVar.natsUrl} (nats://host:4222), or run the node under the local engine`,
   );
 }
@@ -443,11 +446,11 @@ function brokerText(broker: BrokerAddress): Record<string, string> {
       return { [WorkerEnvVar.natsUrl]: broker.url };
     case "embedded-tcp":
       return {
-        [WorkerEnvVar.embeddedBroker]: `tcp://${broker.hostname}:${broker.port}`,
-        [WorkerEnvVar.embeddedBrokerSecret]: broker.secret,
+        [EMBEDDED_BROKER_ENV]: `tcp://${broker.hostname}:${broker.port}`,
+        [EMBEDDED_BROKER_SECRET_ENV]: broker.secret,
       };
     case "embedded-port":
-      return { [WorkerEnvVar.embeddedBroker]: EMBEDDED_BROKER_MESSAGE_PORT };
+      return { [EMBEDDED_BROKER_ENV]: EMBEDDED_BROKER_MESSAGE_PORT };
   }
 }
 
@@ -461,7 +464,7 @@ function present(env: WorkerEnv, name: string): string | undefined {
   return value === undefined || value === "" ? undefined : value;
 }
 
-/** An {@link EnvSource} over one variable, for the modules that read theirs through `get`. */
+/** A `get`-style environment holding one variable, for the modules that read theirs through `get`. */
 function single(name: string, raw: string): Pick<Deno.Env, "get"> {
   return { get: (key: string) => key === name ? raw : undefined };
 }
@@ -497,14 +500,12 @@ export function parentReplicasFromEnv(
 interface Variable<K extends keyof WorkerConfig> {
   readonly name: string;
   readonly key: K;
-  /** Reads the variable's non-empty text. */
-  readonly parse: (raw: string) => WorkerConfig[K];
+  /** Reads the variable's non-empty text (`name` is the variable's, for the error). */
+  readonly parse: (raw: string, name: string) => WorkerConfig[K];
   /** The field's value when the variable is unset or empty; `undefined`: the variable is required. */
   readonly absent?: (flowType: FlowType) => WorkerConfig[K];
   /** The variable's text for a value; `undefined`: leave the variable unset. */
   readonly text: (value: WorkerConfig[K]) => string | undefined;
-  /** What to do when a required variable is missing. */
-  readonly remedy?: string;
 }
 
 type AnyVariable = { [K in keyof WorkerConfig]: Variable<K> }[keyof WorkerConfig];
@@ -516,120 +517,30 @@ const asText = (value: string): string => value;
 const nullable = <T>(text: (value: T) => string) => (value: T | null): string | undefined =>
   value === null ? undefined : text(value);
 const never = () => null;
+const constant = <T>(value: T) => (): T => value;
+const integer = (min: number) => (raw: string, name: string): number => integerIn(name, raw, min);
+const seconds = (allowZero: boolean) => (raw: string, name: string): number =>
+  secondsIn(name, raw, allowZero);
+const url = (raw: string, name: string): string => urlIn(name, raw, null);
+const choice = <T extends string>(values: readonly T[]) => (raw: string, name: string): T =>
+  oneOf(name, raw, values);
+const json = <T>(read: (document: unknown) => T) => (raw: string, name: string): T => read(jsonIn(name, raw));
 
-const NODE_VARIABLES: readonly AnyVariable[] = [
-  {
-    name: WorkerEnvVar.nodeClass,
-    key: "nodeClass",
-    parse: (raw) => {
-      try {
-        parseExportRef(raw);
-      } catch {
-        throw malformed(
-          WorkerEnvVar.nodeClass,
-          raw,
-          "`<module URL>#<export name>`",
-          "file:///app/flow.ts#Detect",
-        );
-      }
-      return raw;
-    },
-    text: asText,
-    remedy: fromEngine,
-  },
-  {
-    name: WorkerEnvVar.nodeParams,
-    key: "nodeParams",
-    parse: (raw) => {
-      const params = jsonIn(WorkerEnvVar.nodeParams, raw);
-      if (typeof params !== "object" || params === null || Array.isArray(params)) {
-        throw malformed(WorkerEnvVar.nodeParams, raw, "a JSON object", '{"name":"detect"}');
-      }
-      return params as JsonObject;
-    },
-    text: (value) => JSON.stringify(value),
-    remedy: fromEngine,
-  },
-  {
-    name: WorkerEnvVar.nodeKind,
-    key: "nodeKind",
-    parse: (raw) => oneOf(WorkerEnvVar.nodeKind, raw, NODE_KINDS),
-    text: asText,
-    remedy: fromEngine,
-  },
-  { name: WorkerEnvVar.nodeName, key: "nodeName", parse: asText, text: asText, remedy: fromEngine },
-  {
-    name: WorkerEnvVar.parentNames,
-    key: "parentNames",
-    parse: (raw) => namesIn(WorkerEnvVar.parentNames, raw),
-    absent: () => [],
-    text: (value) => value.length === 0 ? undefined : listText(WorkerEnvVar.parentNames, value),
-  },
-  {
-    name: WorkerEnvVar.hasChildren,
-    key: "hasChildren",
-    parse: (raw) => oneOf(WorkerEnvVar.hasChildren, raw, ["1", "0"]) === "1",
-    text: (value) => value ? "1" : "0",
-    remedy: fromEngine,
-  },
-  {
-    name: WorkerEnvVar.nbTasks,
-    key: "nbTasks",
-    parse: (raw) => integerIn(WorkerEnvVar.nbTasks, raw, 1),
-    absent: () => 1,
-    text: (value) => value === 1 ? undefined : String(value),
-  },
-  {
-    name: WorkerEnvVar.partitionBy,
-    key: "partitionBy",
-    parse: asText,
-    absent: never,
-    text: nullable(asText),
-  },
-  {
-    name: WorkerEnvVar.joinPolicy,
-    key: "joinPolicy",
-    parse: (raw) => JoinPolicy.fromDict(jsonIn(WorkerEnvVar.joinPolicy, raw)),
-    absent: never,
-    text: nullable((value: JoinPolicy) => JSON.stringify(value.toDict())),
-  },
-  {
-    name: WorkerEnvVar.delivery,
-    key: "delivery",
-    parse: (raw) => oneOf(WorkerEnvVar.delivery, raw, DELIVERY_MODES),
-    absent: never,
-    text: nullable(asText),
-  },
-  {
-    name: WorkerEnvVar.onError,
-    key: "onError",
-    parse: (raw) => oneOf(WorkerEnvVar.onError, raw, DISPOSITIONS),
-    absent: never,
-    text: nullable(asText),
-  },
-  { name: WorkerEnvVar.flowId, key: "flowId", parse: asText, text: asText, remedy: fromEngine },
-  {
-    name: WorkerEnvVar.flowType,
-    key: "flowType",
-    parse: (raw) => oneOf(WorkerEnvVar.flowType, raw, FLOW_TYPES),
-    text: asText,
-    remedy: fromEngine,
-  },
-  { name: WorkerEnvVar.runId, key: "runId", parse: asText, text: asText, remedy: fromEngine },
-  {
-    name: WorkerEnvVar.replicaId,
-    key: "replicaId",
-    parse: (raw) => integerIn(WorkerEnvVar.replicaId, raw, 0),
-    absent: never,
-    text: nullable(String),
-  },
-];
-
-/** A setting: a variable with a default, written only when the value differs from it. */
-function setting<K extends keyof WorkerSettings>(
+/** A variable that must be set. */
+function required<K extends keyof WorkerConfig>(
   name: string,
   key: K,
-  parse: (raw: string) => WorkerConfig[K],
+  parse: (raw: string, name: string) => WorkerConfig[K],
+  text: (value: WorkerConfig[K]) => string,
+): Variable<K> {
+  return { name, key, parse, text };
+}
+
+/** A variable with a value when unset; a setting left at its default is not written (workerConfigToEnv). */
+function setting<K extends keyof WorkerConfig>(
+  name: string,
+  key: K,
+  parse: (raw: string, name: string) => WorkerConfig[K],
   fallback: (flowType: FlowType) => WorkerConfig[K],
   text: (value: WorkerConfig[K]) => string | undefined = (value) =>
     value === null ? undefined : String(value),
@@ -637,20 +548,86 @@ function setting<K extends keyof WorkerSettings>(
   return { name, key, parse, absent: fallback, text };
 }
 
-const constant = <T>(value: T) => (): T => value;
+const requiredText = <K extends "nodeName" | "flowId" | "runId">(name: string, key: K) =>
+  required(name, key, asText, asText);
+
+/** A comma-separated list of names, empty when unset. */
+const namesSetting = <K extends "parentNames" | "blobReaderIds">(
+  name: string,
+  key: K,
+  check = (_: string[]) => {},
+) =>
+  setting(
+    name,
+    key,
+    (raw) => {
+      const names = namesIn(name, raw);
+      check(names);
+      return names;
+    },
+    constant([]),
+    (names) => names.length === 0 ? undefined : listText(name, names),
+  );
+
+const NODE_VARIABLES: readonly AnyVariable[] = [
+  required(WorkerEnvVar.nodeClass, "nodeClass", (raw, name) => {
+    try {
+      parseExportRef(raw);
+    } catch {
+      throw malformed(name, raw, "`<module URL>#<export name>`", "file:///app/flow.ts#Detect");
+    }
+    return raw;
+  }, asText),
+  required(WorkerEnvVar.nodeParams, "nodeParams", (raw, name) => {
+    const params = jsonIn(name, raw);
+    if (typeof params !== "object" || params === null || Array.isArray(params)) {
+      throw malformed(name, raw, "a JSON object", '{"name":"detect"}');
+    }
+    return params as JsonObject;
+  }, (params) => JSON.stringify(params)),
+  required(WorkerEnvVar.nodeKind, "nodeKind", choice(NODE_KINDS), asText),
+  requiredText(WorkerEnvVar.nodeName, "nodeName"),
+  namesSetting(WorkerEnvVar.parentNames, "parentNames"),
+  required(
+    WorkerEnvVar.hasChildren,
+    "hasChildren",
+    (raw, name) => oneOf(name, raw, ["1", "0"]) === "1",
+    (value) => value ? "1" : "0",
+  ),
+  setting(WorkerEnvVar.nbTasks, "nbTasks", integer(1), constant(1)),
+  setting(WorkerEnvVar.partitionBy, "partitionBy", asText, never),
+  setting(
+    WorkerEnvVar.joinPolicy,
+    "joinPolicy",
+    json(JoinPolicy.fromDict),
+    never,
+    nullable((policy: JoinPolicy) => JSON.stringify(policy.toDict())),
+  ),
+  setting(
+    WorkerEnvVar.delivery,
+    "delivery",
+    choice(DELIVERY_MODES),
+    never,
+  ),
+  setting(WorkerEnvVar.onError, "onError", choice(DISPOSITIONS), never),
+  requiredText(WorkerEnvVar.flowId, "flowId"),
+  required(WorkerEnvVar.flowType, "flowType", choice(FLOW_TYPES), asText),
+  requiredText(WorkerEnvVar.runId, "runId"),
+  setting(WorkerEnvVar.replicaId, "replicaId", integer(0), never),
+];
 
 const SETTING_VARIABLES: readonly AnyVariable[] = [
   setting(
     WorkerEnvVar.replicaSlots,
     "replicaSlots",
-    (raw) => integerIn(WorkerEnvVar.replicaSlots, raw, 1),
+    integer(1),
     never,
   ),
   setting(
     RUNTIME_STORE_ENV,
     "runtimeStoreUrl",
-    (raw) => urlIn(RUNTIME_STORE_ENV, raw, null),
-    () => DEFAULT_RUNTIME_STORE_URL,
+    url,
+    constant(DEFAULT_RUNTIME_STORE_URL),
   ),
   setting(
     PARTITION_LEASE_ENV,
@@ -667,84 +644,74 @@ const SETTING_VARIABLES: readonly AnyVariable[] = [
   setting(
     WorkerEnvVar.ackWaitSeconds,
     "ackWaitSeconds",
-    (raw) => secondsIn(WorkerEnvVar.ackWaitSeconds, raw, false),
+    seconds(false),
     constant(DEFAULT_ACK_WAIT_SECONDS),
   ),
   setting(
     WorkerEnvVar.maxRetries,
     "maxRetries",
-    (raw) => integerIn(WorkerEnvVar.maxRetries, raw, 0),
+    integer(0),
     constant(DEFAULT_MAX_RETRIES),
   ),
   setting(
     WorkerEnvVar.eosQuiescenceMs,
     "eosQuiescenceMs",
-    (raw) => integerIn(WorkerEnvVar.eosQuiescenceMs, raw, 0),
+    integer(0),
     constant(DEFAULT_EOS_QUIESCENCE_MS),
   ),
   setting(
     WorkerEnvVar.prefetchBytes,
     "prefetchBytes",
-    (raw) => integerIn(WorkerEnvVar.prefetchBytes, raw, 1),
+    integer(1),
     never,
   ),
   setting(
     WorkerEnvVar.envelopeVersion,
     "envelopeVersion",
-    (raw) => {
-      if (raw !== String(ENVELOPE_VERSION)) {
-        throw malformed(
-          WorkerEnvVar.envelopeVersion,
-          raw,
-          String(ENVELOPE_VERSION),
-          String(ENVELOPE_VERSION),
-        );
-      }
-      return ENVELOPE_VERSION;
-    },
+    (raw, name) => Number(oneOf(name, raw, [String(ENVELOPE_VERSION)])),
     constant(ENVELOPE_VERSION),
   ),
   setting(
     WorkerEnvVar.blobStoreUrl,
     "blobStoreUrl",
-    (raw) => urlIn(WorkerEnvVar.blobStoreUrl, raw, null),
+    url,
     never,
   ),
   setting(
     WorkerEnvVar.blobTtlSeconds,
     "blobTtlSeconds",
-    (raw) => secondsIn(WorkerEnvVar.blobTtlSeconds, raw, false),
+    seconds(false),
     (flowType) => flowType === FlowType.batch ? BATCH_BLOB_TTL_SECONDS : REALTIME_BLOB_TTL_SECONDS,
   ),
   setting(
     MAX_INLINE_PAYLOAD_ENV,
     "maxInlinePayloadBytes",
-    (raw) => maxInlinePayloadBytes({ [MAX_INLINE_PAYLOAD_ENV]: raw }),
+    (raw, name) => maxInlinePayloadBytes({ [name]: raw }),
     constant(DEFAULT_MAX_INLINE_PAYLOAD_BYTES),
   ),
   setting(
     GPU_GRANT_ENV,
     "gpuGrant",
-    (raw) => deliveredGrantFromDict(jsonIn(GPU_GRANT_ENV, raw)),
+    json(deliveredGrantFromDict),
     never,
     nullable((grant: DeliveredGrant) => JSON.stringify(deliveredGrantToDict(grant))),
   ),
   setting(
     WorkerEnvVar.breakerThreshold,
     "breakerThreshold",
-    (raw) => integerIn(WorkerEnvVar.breakerThreshold, raw, 0),
+    integer(0),
     constant(DEFAULT_BREAKER_THRESHOLD),
   ),
   setting(
     WorkerEnvVar.progressTimeoutSeconds,
     "progressTimeoutSeconds",
-    (raw) => secondsIn(WorkerEnvVar.progressTimeoutSeconds, raw, true),
+    seconds(true),
     constant(DEFAULT_PROGRESS_TIMEOUT_SECONDS),
   ),
   setting(
     WATCHDOG_INTERVAL_ENV,
     "watchdogIntervalSeconds",
-    (raw) => watchdogIntervalFromEnv(single(WATCHDOG_INTERVAL_ENV, raw)),
+    (raw, name) => watchdogIntervalFromEnv(single(name, raw)),
     constant(DEFAULT_WATCHDOG_INTERVAL_SECONDS),
   ),
   setting(TERMINATION_LOG_ENV, "terminationLog", asText, constant(DEFAULT_TERMINATION_LOG)),
@@ -761,20 +728,20 @@ const SETTING_VARIABLES: readonly AnyVariable[] = [
     admissionTimeoutFromEnv,
     constant(DEFAULT_ADMISSION_TIMEOUT_SECONDS),
   ),
-  setting(MAX_STREAMS_ENV, "maxStreams", (raw) => integerIn(MAX_STREAMS_ENV, raw, 1), never),
-  setting(MAX_CONSUMERS_ENV, "maxConsumers", (raw) => integerIn(MAX_CONSUMERS_ENV, raw, 1), never),
+  setting(MAX_STREAMS_ENV, "maxStreams", integer(1), never),
+  setting(MAX_CONSUMERS_ENV, "maxConsumers", integer(1), never),
   setting(
     HEALTH_PORT_ENV,
     "healthPort",
-    (raw) => healthPortFromEnv(single(HEALTH_PORT_ENV, raw)),
+    (raw, name) => healthPortFromEnv(single(name, raw)),
     constant(DEFAULT_HEALTH_PORT),
     (port) => port === null ? "0" : String(port),
   ),
   setting(
     FAULT_SCHEDULE_ENV,
     "faultScheduleJson",
-    (raw) => {
-      FaultSchedule.fromEnv({ [FAULT_SCHEDULE_ENV]: raw });
+    (raw, name) => {
+      FaultSchedule.fromEnv({ [name]: raw });
       return raw;
     },
     never,
@@ -784,38 +751,15 @@ const SETTING_VARIABLES: readonly AnyVariable[] = [
 
 /** The spec-derived variables that are written only for the nodes they apply to. */
 const SPEC_VARIABLES: readonly AnyVariable[] = [
-  {
-    name: WorkerEnvVar.blobReaders,
-    key: "blobReaders",
-    parse: (raw) => integerIn(WorkerEnvVar.blobReaders, raw, 0),
-    absent: never,
-    text: nullable(String),
-  },
-  {
-    name: WorkerEnvVar.blobReaderIds,
-    key: "blobReaderIds",
-    parse: (raw) => {
-      const ids = namesIn(WorkerEnvVar.blobReaderIds, raw);
-      checkObligationIds(ids);
-      return ids;
-    },
-    absent: () => [],
-    text: (ids) => ids.length === 0 ? undefined : listText(WorkerEnvVar.blobReaderIds, ids),
-  },
-  {
-    name: WorkerEnvVar.gpuCount,
-    key: "gpuCount",
-    parse: (raw) => integerIn(WorkerEnvVar.gpuCount, raw, 1),
-    absent: never,
-    text: nullable(String),
-  },
-  {
-    name: WorkerEnvVar.gpuResourceName,
-    key: "gpuResourceName",
-    parse: asText,
-    absent: never,
-    text: nullable(asText),
-  },
+  setting(
+    WorkerEnvVar.blobReaders,
+    "blobReaders",
+    integer(0),
+    never,
+  ),
+  namesSetting(WorkerEnvVar.blobReaderIds, "blobReaderIds", checkObligationIds),
+  setting(WorkerEnvVar.gpuCount, "gpuCount", integer(1), never),
+  setting(WorkerEnvVar.gpuResourceName, "gpuResourceName", asText, never),
 ];
 
 const VARIABLES: readonly AnyVariable[] = [...NODE_VARIABLES, ...SETTING_VARIABLES, ...SPEC_VARIABLES];
@@ -907,9 +851,9 @@ export function parseWorkerConfig(env: WorkerEnv): WorkerConfig {
   for (const variable of VARIABLES) {
     attempt(variable.name, () => {
       const raw = present(env, variable.name);
-      if (raw !== undefined) fields[variable.key] = variable.parse(raw);
+      if (raw !== undefined) fields[variable.key] = variable.parse(raw, variable.name);
       else if (variable.absent !== undefined) fields[variable.key] = variable.absent(flowType);
-      else throw missing(variable.name, variable.remedy ?? fromEngine);
+      else throw missing(variable.name, fromEngine);
     });
   }
   attempt(WorkerEnvVar.natsUrl, () => fields.broker = brokerIn(env));

@@ -9,6 +9,7 @@ import { FlowType } from "../../../src/core/flow_type.ts";
 import { JoinPolicy } from "../../../src/core/join_policy.ts";
 import { ModuleIndex } from "../../../src/core/node_class.ts";
 import { ConsumerNode, END, type JsonObject, ProcessorNode, ProducerNode } from "../../../src/core/node.ts";
+import { EMBEDDED_BROKER_ENV, EMBEDDED_BROKER_SECRET_ENV } from "../../../src/runtime/embedded_rpc.ts";
 import { LogFormat, LogLevel } from "../../../src/runtime/logging.ts";
 import {
   type BrokerAddress,
@@ -408,7 +409,7 @@ Deno.test("the broker is NATS or the embedded one, never both, never neither", (
     VF_EMBEDDED_BROKER: "tcp://127.0.0.1:1",
     VF_EMBEDDED_BROKER_SECRET: "abc",
   });
-  assert.equal(short.context.variable, WorkerEnvVar.embeddedBrokerSecret);
+  assert.equal(short.context.variable, EMBEDDED_BROKER_SECRET_ENV);
   assert.ok(!short.render().includes("abc"), "a secret never reaches an error");
   for (
     const address of ["tcp://10.0.0.5:4000", "tcp://127.0.0.1:0", "tcp://127.0.0.1", "udp://127.0.0.1:9"]
@@ -418,7 +419,7 @@ Deno.test("the broker is NATS or the embedded one, never both, never neither", (
       VF_EMBEDDED_BROKER: address,
       VF_EMBEDDED_BROKER_SECRET: SECRET,
     });
-    assert.equal(error.context.variable, WorkerEnvVar.embeddedBroker, address);
+    assert.equal(error.context.variable, EMBEDDED_BROKER_ENV, address);
   }
   const leaked = configError({ ...minimalEnv(), VF_NATS_URL: "http://user:hunter2@nats:4222" });
   assert.ok(!leaked.render().includes("hunter2"), "a URL's credential never reaches an error");
@@ -573,6 +574,12 @@ Deno.test("every worker variable of the spec is written for a config that sets i
     "VF_MAX_CONSUMERS",
     "VF_STRUCTURED_LOGS",
   ];
+  for (const name of Object.values(WorkerEnvVar)) {
+    assert.ok(
+      [...specVariables, "VF_ENVELOPE_VERSION"].includes(name),
+      `${name} is not a worker variable of the spec`,
+    );
+  }
   const absent = specVariables.filter((name) => env[name] === undefined);
   assert.deepEqual(absent, [], "a variable the spec lists was not written");
   assert.deepEqual(parseWorkerConfig(env), config);
