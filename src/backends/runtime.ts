@@ -1163,7 +1163,9 @@ export class FlowRuntime {
    * stops being authority. A superseded token releases nothing.
    */
   async releasePartition(token: OwnershipToken): Promise<void> {
-    this.#held.delete(token.partitionId);
+    if (this.#held.get(token.partitionId)?.fencingToken === token.fencingToken) {
+      this.#held.delete(token.partitionId);
+    }
     await this.#update(
       this.key("partition", token.partitionId),
       decodePartition,

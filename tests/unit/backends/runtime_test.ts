@@ -349,6 +349,7 @@ Deno.test("acquirePartition: expectedEpoch guards a retake; a released token hol
   assert.deepEqual(ledger.heldPartition(), second);
   await ledger.releasePartition(first);
   await ledger.checkAuthority(second);
+  assert.deepEqual(ledger.heldPartition(), second, "releasing a superseded token keeps the held one");
   await ledger.releasePartition(second);
   assert.equal(ledger.heldPartition(), null);
   await assert.rejects(ledger.checkAuthority(second), StaleAuthority);
