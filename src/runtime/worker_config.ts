@@ -813,7 +813,7 @@ function oneError(problems: readonly ConfigError[]): ConfigError {
   const variables = problems.map((problem) => problem.context.variable).filter((v) => v !== undefined);
   return new ConfigError(
     `the worker environment has ${problems.length} problems: ${problems.map((p) => p.message).join("; ")}`,
-    problems.map((p) => p.remedy).filter((r) => r !== null).join("; "),
+    [...new Set(problems.map((p) => p.remedy).filter((r) => r !== null))].join("; "),
     { variables },
   );
 }
@@ -983,18 +983,12 @@ export function workerConfigFor(
 }
 
 /**
- * The `VF_*` environment an engine starts one replica of `spec` with: {@link workerConfigFor} written by
- * {@link workerConfigToEnv}, so `parseWorkerConfig(workerEnvFor(...))` equals `workerConfigFor(...)`.
+ * The `VF_*` environment an engine starts one replica of a spec with, given {@link workerConfigFor}'s
+ * arguments `(spec, specs, flow, run, replica, extra?)`: that config written by {@link workerConfigToEnv},
+ * so `parseWorkerConfig(workerEnvFor(...))` equals `workerConfigFor(...)`.
  */
-export function workerEnvFor(
-  spec: NodeSpec,
-  specs: readonly NodeSpec[],
-  flow: FlowInfo,
-  run: RunInfo,
-  replica: number | null,
-  extra: Partial<WorkerSettings> = {},
-): Record<string, string> {
-  return workerConfigToEnv(workerConfigFor(spec, specs, flow, run, replica, extra));
+export function workerEnvFor(...args: Parameters<typeof workerConfigFor>): Record<string, string> {
+  return workerConfigToEnv(workerConfigFor(...args));
 }
 
 /**
