@@ -56,7 +56,7 @@ import {
   WORKER_FATAL,
 } from "../core/errors.ts";
 import type { JsonObject, JsonValue } from "../core/node.ts";
-import type { MemberId, MembersByParent, Seq } from "../wire/identities.ts";
+import { type MemberId, type MembersByParent, membersSignature, type Seq } from "../wire/identities.ts";
 import { type Clock, systemClock } from "./clock.ts";
 import { Barrier, barrier, type BarrierContext, faultsInstalled } from "./faults.ts";
 import { type Observation, type PublicationOutcome, requireKnown } from "./outcomes.ts";
@@ -557,8 +557,19 @@ function decodeTerminator(fields: Fields, key: string): TerminatorRecord {
   });
 }
 
-function decodeReceived(fields: Fields, key: string): string {
-  return text(fields, "message_id", key);
+/** A received (or published) record's ids: one `message_id`, or the `message_ids` of a whole batch. */
+function decodeIds(fields: Fields, key: string): string[] {
+  return Object.hasOwn(fields, "message_ids")
+    ? list(fields, "message_ids", key, isString)
+    : [text(fields, "message_id", key)];
+}
+
+/**
+ * The key segment of a batch record: the replica, the first id, the count and a digest of the ids, so the
+ * same batch recorded twice is one record and two batches never share one.
+ */
+function batchKey(replicaId: number, ids: readonly string[]): string {
+  return `batch:${replicaId}:${ids[0]}:${ids.length}:${membersSignature(ids)}`;
 }
 
 function decodeOutbox(fields: Fields, key: string): OutboxDocument {
@@ -992,9 +1003,28 @@ export class FlowRuntime {
     );
   }
 
-  /** The union over this node's replicas of the distinct ids delivered from `parent` on `durable`. */
+  /**
+   * Notes a whole received batch of DATA ids from `parent` on `durable` in one write, the amortized form of
+   * {@link recordReceived} for a receiver that records a batch before acking any of it. Idempotent: the
+   * same batch recorded again writes nothing (false); an empty batch writes nothing.
+   */
+  async recordReceivedMany(parent: string, durable: string, messageIds: readonly string[]): Promise<boolean> {
+    if (messageIds.length === 0) return false;
+    const ids = [...messageIds];
+    const document = { parent, durable, message_ids: ids, replica_id: this.#replicaId };
+    return await this.#store.cas(
+      this.key("received", parent, durable, batchKey(this.#replicaId, ids)),
+      null,
+      encodeDocument(document),
+    );
+  }
+
+  /**
+   * The union over this node's replicas of the distinct ids delivered from `parent` on `durable`, whether
+   * noted one by one or in batches.
+   */
   async receivedIds(parent: string, durable: string): Promise<ReadonlySet<string>> {
-    return new Set(await this.#scan(this.key("received", parent, durable) + "/", decodeReceived));
+    return new Set((await this.#scan(this.key("received", parent, durable) + "/", decodeIds)).flat());
   }
 
   /**
@@ -1320,12 +1350,39 @@ export class FlowRuntime {
     return await this.#outbox(node);
   }
 
-  /** Distinct DATA ids this replica published (accepted, deduplicated ones included): its terminator's seq. */
+  /**
+   * Notes DATA ids this replica published and the backend accepted (a deduplicated retry included), in one
+   * write: the amortized record a publisher keeps instead of an outbox entry per message when nothing else
+   * (no payload ref, no checkpoint) needs one. Idempotent; an empty list writes nothing.
+   */
+  async recordPublished(messageIds: readonly string[]): Promise<boolean> {
+    if (messageIds.length === 0) return false;
+    const ids = [...messageIds];
+    const document = { replica_id: this.#replicaId, message_ids: ids };
+    return await this.#store.cas(
+      this.key("published", String(this.#replicaId), batchKey(this.#replicaId, ids)),
+      null,
+      encodeDocument(document),
+    );
+  }
+
+  /**
+   * Distinct DATA ids this replica published (accepted, deduplicated ones included): the accepted data
+   * entries of its outbox together with the ids {@link recordPublished} noted. Its terminator's seq.
+   */
   async publishedCount(): Promise<number> {
-    return (await this.#outbox(this.#node)).filter((d) =>
-      d.replica_id === this.#replicaId && d.kind === PublicationKind.data &&
-      d.outcome === OutboxOutcome.accepted
-    ).length;
+    const ids = new Set(
+      (await this.#scan(this.key("published", String(this.#replicaId)) + "/", decodeIds)).flat(),
+    );
+    for (const d of await this.#outbox(this.#node)) {
+      if (
+        d.replica_id === this.#replicaId && d.kind === PublicationKind.data &&
+        d.outcome === OutboxOutcome.accepted
+      ) {
+        ids.add(d.publication_id);
+      }
+    }
+    return ids.size;
   }
 
   // ---- attempts, terminal log, dead-letter handoffs ----------------------------------------------------
@@ -1496,14 +1553,16 @@ export class FlowRuntime {
   /**
    * Commits the node's state and its replay position in one compare-and-swap, so both always describe the
    * same committed prefix (RUN-003, RUN-022); the position carries the output committed with the state
-   * (`output`). Refused on a ledger that dies with the process (RUN-022) and under a superseded epoch
-   * (RUN-023): when this runtime holds its partition the token is checked, and a checkpoint written under
-   * a newer epoch is never overwritten. Returns the checkpoint's version.
+   * (`output`). A null state records a position without state (a replayable source's offset before its
+   * node ever checkpointed): {@link restoreCheckpoint} then reads a null state. Refused on a ledger that
+   * dies with the process (RUN-022) and under a superseded epoch (RUN-023): when this runtime holds its
+   * partition the token is checked, and a checkpoint written under a newer epoch is never overwritten.
+   * Returns the checkpoint's version.
    *
    * @throws CapabilityError when the store is not durable; UnobservableState when its durability is Unknown.
    * @throws StaleAuthority under a superseded epoch.
    */
-  async checkpoint(state: Uint8Array, replayPosition: ReplayPosition): Promise<string> {
+  async checkpoint(state: Uint8Array | null, replayPosition: ReplayPosition): Promise<string> {
     const durable = requireKnown(
       (await this.#store.capabilities()).durable,
       "the runtime store's durability",
@@ -1533,7 +1592,7 @@ export class FlowRuntime {
         partition_id: partitionId,
         epoch,
         write_id: writeId,
-        state: state.toBase64(),
+        state: state === null ? null : state.toBase64(),
         replay_position: replayPosition,
         committed_at: this.#clock.now(),
       };
