@@ -1,0 +1,2006 @@
+/**
+ * The messenger a node's task loop talks to (spec messaging.nats_messenger, the part that is the
+ * messenger's to decide): it composes any {@link MessagingBackend} (the transport), an optional
+ * {@link PayloadStore} (frames above the inline threshold) and the node's {@link FlowRuntime} ledger, and
+ * implements the core {@link Messenger} seam over them.
+ *
+ * What it decides, and guarantees:
+ * - Identities. A producer mints `{node}:{n}` (WIRE.md), `{node}:{epoch}:{n}` over a durable ledger
+ *   (MSGID-5: a restarted live source never re-mints a predecessor's ids) or `{node}:{offset}` when
+ *   replayable (MSGID-6); a processor carries trace id, seq and event time forward from its input group,
+ *   never from a clock, so a recomputed output has the same message id and the broker deduplicates it.
+ * - Receive. Deliveries are taken in batches from every parent's data subscription and this replica's own
+ *   EOS subscriptions, decoded once, and assembled into complete input groups by the join assembler
+ *   (trace or time, quorum, collect, `max_pending` eviction, redelivery supersede); every handle is settled
+ *   exactly once. A partitioned replica reads every message and acks what it does not own (the backend's
+ *   admission filter when it keeps one; an unusable key is a PartitionKeyError dead-lettered by replica 0,
+ *   or routed to `fallback_partition`, RUN-020).
+ * - End of stream. A parent is drained (EOS-3) when every expected replica's EOS was seen and its data
+ *   subscription reports nothing available, nothing leased beyond the halves this join holds and nothing
+ *   unresolved, continuously for `eosQuiescenceMs`; over a durable, shared ledger a batch parent instead
+ *   passes the EOS-7 completion barrier (terminators of every replica, received ids covering the announced
+ *   counts, nothing pending; Unknown waits, never completes). Only then is its EOS acked and fed to the
+ *   join. ABORT outranks EOS and surfaces at once (ABORT-3); EOS and ABORT publications are never dropped.
+ * - Failures. `failInputs` applies `DeliveryPolicy.actionFor(disposition, numDelivered)`: nak with backoff,
+ *   or dead-letter the original bytes (headers VF-Origin-Node, VF-Error, VF-Num-Delivered, id
+ *   `dlq:{flow}:{run}:{node}:{stream_seq}`) and terminate only once the dead letter is accepted, else
+ *   record a pending handoff and keep the delivery alive (DELIV-15); a termination without a dead letter
+ *   references a terminal-log record. Undecodable input, a missing or corrupt payload and an unusable
+ *   partition key take the same ladder as poison without reaching the node.
+ * - Payloads above the inline threshold leave the envelope through the payload bridge under the readers'
+ *   obligations; a reader's obligation is released only after a confirmed settlement (PAY-004).
+ * - Checkpoints commit with their output in one ledger write (RUN-003, RUN-022; refused on a ledger that
+ *   dies with the process); the covered group's redelivery is acked without reaching the node, after its
+ *   committed output is confirmed.
+ * - Ledger writes on the hot path are amortized: a received batch is noted in one write before any of it is
+ *   acked, accepted publication ids and a replayable source's offset are flushed in batches, and nothing is
+ *   written that the configuration does not need (a memory ledger keeps no received sets).
+ *
+ * The run's channels and data subscriptions must exist (`provisionFlow`) before {@link BrokerMessenger.open}.
+ *
+ * @example
+ * ```ts
+ * const messenger = await BrokerMessenger.open({
+ *   backend, flowId: "f", runId: "r", flowType: "batch", node: "detect", parentNames: ["cam"], runtime,
+ * });
+ * const group = await messenger.receiveMessage();
+ * ```
+ *
+ * @module
+ */
+
+import { type Clock, systemClock, type TimerHandle } from "../backends/clock.ts";
+import { Barrier, barrier, faultsInstalled } from "../backends/faults.ts";
+import {
+  type ChannelId,
+  channelId,
+  completed,
+  type Delivery,
+  type Envelope as BackendEnvelope,
+  envelope as backendEnvelope,
+  MessageKind,
+  type MessagingBackend,
+  retry,
+  type Settlement as BackendSettlement,
+  type SettlementOutcome,
+  type SubscriptionId,
+  subscriptionKey,
+  type SubscriptionObservation,
+  terminal,
+} from "../backends/messaging.ts";
+import { MemoryRuntimeStore } from "../backends/memory/runtime_store.ts";
+import { known, type Observation, type PublicationOutcome } from "../backends/outcomes.ts";
+import { intentObligationId, type PayloadStore } from "../backends/payload.ts";
+import {
+  BATCH_BLOB_TTL_SECONDS,
+  DEFAULT_MAX_INLINE_PAYLOAD_BYTES,
+  fetchOffloaded,
+  offloadPayload,
+  PayloadStoreBlobBridge,
+  readerObligationId,
+  REALTIME_BLOB_TTL_SECONDS,
+} from "../backends/payload_bridge.ts";
+import {
+  CompletionState,
+  FlowRuntime,
+  type LeaseKeeper,
+  type OwnershipToken,
+  PublicationKind,
+  type ReplayPosition,
+  TerminatorKind,
+} from "../backends/runtime.ts";
+import { CHECKPOINT_METADATA_KEY, type Logger, PARTITION_KEY_METADATA_KEY } from "../core/context.ts";
+import {
+  ACTION_DLQ,
+  ACTION_DLQ_SAMPLED,
+  ACTION_NAK,
+  ACTION_TERM,
+  AT_LEAST_ONCE,
+  type DeliveryAction,
+  DeliveryPolicy,
+  drawRetryJitter,
+} from "../core/delivery_policy.ts";
+import {
+  asRuntimeError,
+  BrokerUnavailable,
+  ConfigError,
+  DecodeError,
+  DEFAULT_DISPOSITION,
+  type ErrorRecord,
+  errorToDict,
+  PartitionKeyError,
+  StaleAuthority,
+  TRANSIENT,
+  TransientFailure,
+  type VideoflowRuntimeError,
+  WORKER_FATAL,
+} from "../core/errors.ts";
+import { checkFlowType, FlowType } from "../core/flow_type.ts";
+import { JOIN_TIME, JoinPolicy } from "../core/join_policy.ts";
+import {
+  type InputEntry,
+  type InputGroup,
+  type InputInfo,
+  type Messenger,
+  StopReason,
+} from "../core/messenger.ts";
+import type { JsonObject } from "../core/node.ts";
+import { INVALID_KEY_FALLBACK, type PartitionKeyPolicy } from "../core/partition_key_policy.ts";
+import {
+  abortPayload,
+  createEnvelope,
+  decodeEnvelope,
+  decodePayload,
+  encodeEnvelope,
+  encodePayload,
+  type Envelope as WireEnvelope,
+  ENVELOPE_VERSION,
+  PayloadType,
+  readAbortPayload,
+} from "../wire/codec.ts";
+import {
+  abortTraceId,
+  dlqMessageId,
+  eosTraceId,
+  isValidPartitionKey,
+  messageId,
+  MsgType,
+  partitionKeyOf,
+  partitionKeyString,
+  partitionOwner,
+  producerTrace,
+  replayableTraceId,
+  type Seq,
+  sourceEpochTraceId,
+} from "../wire/identities.ts";
+import { BlobRef, type WireMap, type WirePayload } from "../wire/value.ts";
+import {
+  type CollectEntry,
+  entryFromEnvelope,
+  type EnvelopeEntry,
+  type GroupAssembler,
+  GroupKind,
+  makeAssembler,
+  type ReadyGroup,
+  Settlement,
+} from "./grouping.ts";
+import {
+  dataSubscriptionId,
+  dataSubscriptionSpec,
+  DEFAULT_ACK_WAIT_SECONDS,
+  DEFAULT_BYTE_CREDIT,
+  DEFAULT_PREFETCH,
+  defaultProfile,
+  DLQ_RETENTION_SECONDS,
+  durableNameOf,
+  EOS_ACK_WAIT_SECONDS,
+  eosSubscriptionId,
+  eosSubscriptionSpec,
+  type NodeRouting,
+  publishBackoffSeconds,
+} from "./topology.ts";
+
+/** EOS-3's quiescence when nothing narrower is configured (`VF_EOS_QUIESCENCE_MS`), in milliseconds. */
+export const DEFAULT_EOS_QUIESCENCE_MS = 500;
+/** How long one publication waits for the broker's receipt before its outcome is unknown, in seconds. */
+export const DEFAULT_PUBLISH_TIMEOUT_SECONDS = 10;
+/** The longest a receive waits before the messenger re-checks stops, drains and join timeouts, in seconds. */
+export const RECEIVE_WAIT_SECONDS = 0.5;
+/** Accepted publication ids (and a replayable source's offset) noted in the ledger per flush, at most. */
+export const LEDGER_FLUSH_BATCH = 256;
+/** The longest accepted publications wait before they are noted in the ledger, in seconds. */
+export const LEDGER_FLUSH_SECONDS = 1;
+/** How often the EOS-7 barrier is re-evaluated for a parent whose end was seen, at most, in seconds. */
+export const BARRIER_CHECK_SECONDS = 0.25;
+
+/** The header every envelope carries: the envelope version. */
+export const ENVELOPE_VERSION_HEADER = "VF-Env";
+/** Dead-letter headers (WIRE.md "Identities"). */
+export const DeadLetterHeader = {
+  originNode: "VF-Origin-Node",
+  error: "VF-Error",
+  numDelivered: "VF-Num-Delivered",
+} as const;
+
+/** The reasons {@link BrokerMessenger.takeDrops} reports inputs under. */
+export const MessengerDropReason = {
+  /** A retry budget was exhausted: the input was dead-lettered (or terminated) after its last attempt. */
+  exhausted: "exhausted",
+  /** The bytes could not be decoded (or their offloaded payload was missing or corrupt). */
+  undecodable: "undecodable",
+  /** A partitioned input whose key was unusable was dead-lettered (RUN-020). */
+  partitionKey: "partition_key",
+  /** A live (best-effort) publication the broker refused. */
+  publishDiscarded: "publish_discarded",
+} as const;
+/** One of {@link MessengerDropReason}. */
+export type MessengerDropReason = typeof MessengerDropReason[keyof typeof MessengerDropReason];
+
+/** Publication outcomes by kind. */
+export interface PublicationStats {
+  accepted: number;
+  duplicate: number;
+  unknown: number;
+  dropped: number;
+  rejected: number;
+}
+
+/** What the join is doing right now (RUN-006). */
+export interface JoinStatus {
+  /** Incomplete groups waiting for a member. */
+  readonly pending: number;
+  /** Seconds the oldest incomplete group has waited (0 when none). */
+  readonly oldestWaitSeconds: number;
+  /** Whether the policy never gives up on a group (`timeout_seconds` unset): waiting, not progressing. */
+  readonly waitsForever: boolean;
+}
+
+/** How a {@link BrokerMessenger} is built; the names follow the worker's `WorkerConfig` where both have one. */
+export interface MessengerOptions {
+  /** The transport. The run's channels and data subscriptions must already be provisioned. */
+  readonly backend: MessagingBackend;
+  readonly flowId: string;
+  readonly runId: string;
+  readonly flowType: FlowType;
+  /** The node this messenger is bound to. */
+  readonly node: string;
+  /** The node's real parents in `.from()` order; none for a producer. */
+  readonly parentNames?: readonly string[];
+  /** This replica's index (0). */
+  readonly replicaId?: number;
+  /** The node's replica count (1). */
+  readonly nbTasks?: number;
+  /** The partition key (`trace_id` or a metadata field); partitioning applies when nbTasks > 1. */
+  readonly partitionBy?: string | null;
+  /** What a partitioned replica does with an unusable key; reject by default (RUN-020). */
+  readonly partitionKeyPolicy?: PartitionKeyPolicy | null;
+  /** A join's policy; the flow type's default when absent. */
+  readonly joinPolicy?: JoinPolicy | null;
+  /** The node's effective delivery policy; otherwise resolved from the flow type and `maxRetries`. */
+  readonly deliveryPolicy?: DeliveryPolicy | null;
+  /** `VF_MAX_RETRIES` (3), used when no `deliveryPolicy` is given. */
+  readonly maxRetries?: number;
+  /** `VF_ACK_WAIT_SECONDS` (60). */
+  readonly ackWaitSeconds?: number;
+  /** `VF_EOS_QUIESCENCE_MS` (500). */
+  readonly eosQuiescenceMs?: number;
+  /** Parent name to its replica count (`VF_PARENT_REPLICAS`): how many EOS markers end it; 1 when absent. */
+  readonly parentReplicas?: Readonly<Record<string, number>>;
+  /** The node's ledger; a process-local memory ledger when absent (nothing then outlives the process). */
+  readonly runtime?: FlowRuntime | null;
+  /** Where payloads above the inline threshold go; without one such a publish fails with a ConfigError. */
+  readonly payloadStore?: PayloadStore | null;
+  /** The reader obligations every offloaded put acquires (`VF_BLOB_READER_IDS`). */
+  readonly blobReaderIds?: readonly string[];
+  /** Offload TTL (`VF_BLOB_TTL_SECONDS`; 3600 realtime, 86400 batch). */
+  readonly blobTtlSeconds?: number;
+  /** `VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES` (512 KiB). */
+  readonly maxInlinePayloadBytes?: number;
+  /** Deliveries taken per receive ({@link DEFAULT_PREFETCH}); provisioning must use the same value. */
+  readonly prefetch?: number;
+  /** `VF_PREFETCH_BYTES`: the most bytes one receive takes; 64 MiB when absent. */
+  readonly prefetchBytes?: number | null;
+  /** A producer that mints ids from its source offset (MSGID-6). */
+  readonly replayable?: boolean;
+  /** A replayable source's analysis namespace (`{node}:{analysis_version}:{offset}`). */
+  readonly analysisVersion?: string | null;
+  /** Names this process's EOS subscriptions; unique per running replica (a random id when absent). */
+  readonly instanceId?: string;
+  /** Where time comes from (the system clock). */
+  readonly clock?: Clock;
+  /** A source uniform in [0, 1) for retry jitter (Math.random). */
+  readonly random?: () => number;
+  /** One publication's receipt deadline ({@link DEFAULT_PUBLISH_TIMEOUT_SECONDS}). */
+  readonly publishTimeoutSeconds?: number;
+  /** Where the messenger reports what it could not do (nothing by default). */
+  readonly logger?: Logger | null;
+}
+
+/** A delivery this messenger holds, unsettled until {@link Held.settled}. */
+class Held {
+  settled = false;
+  /** Held by the join assembler (a data entry waiting in a group). */
+  inJoin = false;
+  renewedAt: number;
+
+  constructor(
+    readonly delivery: Delivery,
+    readonly parent: ParentState,
+    /** The decoded envelope; null for bytes that did not decode. */
+    readonly envelope: WireEnvelope | null,
+    /** The offloaded payload's key, whose reader obligation a confirmed settlement releases. */
+    readonly blobRef: string | null,
+    now: number,
+  ) {
+    this.renewedAt = now;
+  }
+}
+
+/** What the messenger tracks about one parent. */
+interface ParentState {
+  readonly name: string;
+  readonly data: SubscriptionId;
+  readonly eos: SubscriptionId;
+  /** The data subscription's durable name: the received set's key. */
+  readonly durable: string;
+  /** How many replicas' EOS end the parent. */
+  readonly expected: number;
+  /** The EOS-7 barrier decides the drain (durable shared ledger, reliable channel, known replicas). */
+  barrier: boolean;
+  /** Where non-owned partitioned deliveries are acked: nowhere (not partitioned), the backend, or here. */
+  admission: "none" | "backend" | "receiver";
+  /** Held EOS markers by parent replica, unsettled until the parent drains. */
+  readonly ends: Map<number, Held>;
+  drained: boolean;
+  /** Data handles of this parent the join holds. */
+  inJoin: number;
+  quietSince: number | null;
+  nextCheck: number;
+}
+
+/** The identity an output carries: its trace, its event time, and a replayable source's offset. */
+interface OutputIdentity {
+  readonly traceId: string;
+  readonly seq: Seq;
+  readonly eventTs: number | null;
+  readonly offset: number | null;
+}
+
+/** A join group persisted before a replacement's restart (story 1), re-formed from its redelivered members. */
+interface RecoveredGroup {
+  readonly groupId: string;
+  /** Parent name to the member key it waits for. */
+  readonly wanted: ReadonlyMap<string, string>;
+  readonly arrived: Map<string, EnvelopeEntry<Held>>;
+}
+
+const NO_DROPS: Record<string, number> = Object.freeze({}) as Record<string, number>;
+const SILENT: Logger = Object.freeze({
+  debug() {},
+  info() {},
+  warn() {},
+  error() {},
+});
+
+function memberKey(parent: string, producer: string, traceId: string, seq: Seq): string {
+  return `${parent}\u0000${producer}\u0000${traceId}\u0000${seq}`;
+}
+
+function randomInstance(): string {
+  return Array.from(crypto.getRandomValues(new Uint8Array(6)), (b) => b.toString(16).padStart(2, "0")).join(
+    "",
+  );
+}
+
+function requireCount(value: number, what: string, min: number): number {
+  if (!Number.isSafeInteger(value) || value < min) {
+    throw new ConfigError(
+      `${what} must be an integer of at least ${min}, got ${value}`,
+      `pass ${what} >= ${min}`,
+    );
+  }
+  return value;
+}
+
+function requireSeconds(value: number, what: string): number {
+  if (!Number.isFinite(value) || value <= 0) {
+    throw new ConfigError(`${what} must be a positive number of seconds, got ${value}`, `pass ${what} > 0`);
+  }
+  return value;
+}
+
+/** The VF-Error header of a dead letter: the error's code and message on one line. */
+function errorHeader(error: VideoflowRuntimeError): string {
+  return `${error.code}: ${error.message}`.replace(/[\r\n]+/g, " ");
+}
+
+/** The InputEntry of an ABORT marker's entry. */
+function abortInput(entry: EnvelopeEntry<Held>, origin: string, record: ErrorRecord): InputEntry {
+  return {
+    message: null,
+    metadata: entry.metadata,
+    eventTs: entry.eventTs,
+    isStopSignal: false,
+    isAbort: true,
+    abortOrigin: origin,
+    abortError: record,
+  };
+}
+
+/** The InputEntry of a collect parent's window. */
+function collectInput(entry: CollectEntry): InputEntry {
+  return {
+    message: entry.message,
+    metadata: null,
+    eventTs: entry.eventTs.find((ts) => ts !== null) ?? null,
+    isStopSignal: false,
+    isAbort: false,
+  };
+}
+
+const STOP_ENTRY: InputEntry = Object.freeze({
+  message: null,
+  metadata: null,
+  eventTs: null,
+  isStopSignal: true,
+  isAbort: false,
+});
+
+/**
+ * The {@link Messenger} over a {@link MessagingBackend}, a {@link PayloadStore} and a {@link FlowRuntime}.
+ * Build it with {@link BrokerMessenger.open}; one instance serves one replica of one node.
+ */
+export class BrokerMessenger implements Messenger {
+  readonly #backend: MessagingBackend;
+  readonly #runtime: FlowRuntime;
+  readonly #clock: Clock;
+  readonly #logger: Logger;
+  readonly #random: () => number;
+  readonly #flowId: string;
+  readonly #runId: string;
+  readonly #flowType: FlowType;
+  readonly #node: string;
+  readonly #replicaId: number;
+  readonly #nbTasks: number;
+  readonly #partitionBy: string | null;
+  readonly #keyPolicy: PartitionKeyPolicy | null;
+  readonly #delivery: DeliveryPolicy;
+  readonly #join: JoinPolicy | null;
+  readonly #ackWait: number;
+  readonly #quiescence: number;
+  readonly #prefetch: number;
+  readonly #byteCredit: number;
+  readonly #publishTimeout: number;
+  readonly #channel: ChannelId;
+  readonly #reliableOutput: boolean;
+  readonly #replayable: boolean;
+  readonly #analysisVersion: string | null;
+  readonly #instance: string;
+  readonly #parentReplicas: Readonly<Record<string, number>>;
+  readonly #parents: ParentState[];
+  readonly #routes = new Map<string, { readonly parent: ParentState; readonly kind: MessageKind }>();
+  readonly #routeCache = new WeakMap<
+    SubscriptionId,
+    { readonly parent: ParentState; readonly kind: MessageKind }
+  >();
+  readonly #subscriptions: SubscriptionId[] = [];
+  readonly #assembler: GroupAssembler<Held> | null;
+  readonly #held = new Set<Held>();
+  readonly #decoded = new WeakMap<Delivery, WireEnvelope | DecodeError>();
+  readonly #relayOrigins = new WeakMap<object, string>();
+  readonly #payloadStore: PayloadStore | null;
+  readonly #bridge: PayloadStoreBlobBridge | null;
+  readonly #readerId: string;
+  readonly #blobReaders: readonly string[];
+  readonly #blobTtl: number;
+  readonly #maxInline: number;
+  readonly #drops = new Map<string, number>();
+  readonly #dlqSamples = new Map<string, { windowStart: number; count: number }>();
+  readonly #stats: PublicationStats = { accepted: 0, duplicate: 0, unknown: 0, dropped: 0, rejected: 0 };
+  readonly #recovered = new Map<string, RecoveredGroup>();
+  readonly #recoveredReady: ReadyGroup<Held>[] = [];
+
+  #started = false;
+  #closed = false;
+  #durable = false;
+  #durableShared = false;
+  #ledgerBudget = false;
+  #control = false;
+  #quiesced = false;
+  #authorityLost = false;
+  #current: ReadyGroup<Held> | null = null;
+  #currentKey: string | null = null;
+  #persistedGroup: string | null = null;
+  #ended: InputGroup | null = null;
+  #outEventTs: number | null = null;
+  #outPartitionKey: unknown = undefined;
+  #count = 0;
+  #epoch: string | null = null;
+  #nextOffset = 1;
+  #lastAcceptedOffset = 0;
+  #flushedOffset = 0;
+  #acceptedData = 0;
+  #publishedPending: string[] = [];
+  #lastFlush = 0;
+  #state: Uint8Array | null = null;
+  #coveredKey: string | null = null;
+  #coveredOutput: string | null = null;
+  #coveredEnvelope: Uint8Array | null = null;
+  #publicationInFlight = "";
+  #keepalive: TimerHandle | null = null;
+  #leaseKeeper: LeaseKeeper | null = null;
+  #lease: OwnershipToken | null = null;
+
+  /**
+   * Validates the options; binds nothing ({@link start} does). Prefer {@link BrokerMessenger.open}.
+   *
+   * @throws ConfigError for an unknown flow type, a replica id outside `nbTasks`, counts or times out of
+   * range, or a join policy that does not fit the parents.
+   */
+  constructor(options: MessengerOptions) {
+    this.#backend = options.backend;
+    this.#clock = options.clock ?? systemClock;
+    this.#logger = options.logger ?? SILENT;
+    this.#random = options.random ?? Math.random;
+    this.#flowId = options.flowId;
+    this.#runId = options.runId;
+    this.#flowType = checkFlowType(options.flowType);
+    this.#node = options.node;
+    this.#nbTasks = requireCount(options.nbTasks ?? 1, "nb_tasks", 1);
+    this.#replicaId = requireCount(options.replicaId ?? 0, "the replica id", 0);
+    if (this.#replicaId >= this.#nbTasks && options.partitionBy) {
+      throw new ConfigError(
+        `replica ${this.#replicaId} of ${this.#node} is outside its ${this.#nbTasks} partitions`,
+        "give a partitioned replica an id below nb_tasks",
+        { node: this.#node, replica: this.#replicaId },
+      );
+    }
+    this.#partitionBy = this.#nbTasks > 1 ? options.partitionBy ?? null : null;
+    this.#keyPolicy = options.partitionKeyPolicy ?? null;
+    this.#keyPolicy?.checkBound(this.#nbTasks);
+    this.#delivery = options.deliveryPolicy ??
+      DeliveryPolicy.resolve(this.#flowType, null, options.maxRetries);
+    this.#ackWait = requireSeconds(options.ackWaitSeconds ?? DEFAULT_ACK_WAIT_SECONDS, "the ack wait");
+    this.#quiescence =
+      requireCount(options.eosQuiescenceMs ?? DEFAULT_EOS_QUIESCENCE_MS, "the EOS quiescence", 0) /
+      1000;
+    this.#prefetch = requireCount(options.prefetch ?? DEFAULT_PREFETCH, "the prefetch", 0);
+    this.#byteCredit = requireCount(options.prefetchBytes ?? DEFAULT_BYTE_CREDIT, "the prefetch bytes", 1);
+    this.#publishTimeout = requireSeconds(
+      options.publishTimeoutSeconds ?? DEFAULT_PUBLISH_TIMEOUT_SECONDS,
+      "the publish timeout",
+    );
+    this.#channel = channelId(this.#flowId, this.#runId, this.#node);
+    this.#reliableOutput = defaultProfile(this.#flowType) === "reliable_work";
+    this.#replayable = options.replayable ?? false;
+    this.#analysisVersion = options.analysisVersion ?? null;
+    this.#instance = options.instanceId ?? randomInstance();
+    this.#runtime = options.runtime ?? new FlowRuntime({
+      store: new MemoryRuntimeStore(this.#clock),
+      flowId: this.#flowId,
+      runId: this.#runId,
+      node: this.#node,
+      replicaId: this.#replicaId,
+      nbTasks: this.#nbTasks,
+      clock: this.#clock,
+    });
+    this.#parentReplicas = { ...options.parentReplicas };
+    const parentNames = [...(options.parentNames ?? [])];
+    this.#join = parentNames.length > 1 ? options.joinPolicy ?? JoinPolicy.defaultFor(this.#flowType) : null;
+    this.#assembler = parentNames.length === 0
+      ? null
+      : makeAssembler<Held>(this.#node, parentNames, this.#join ?? JoinPolicy.defaultFor(this.#flowType), {
+        clock: this.#clock,
+      });
+    this.#parents = parentNames.map((name) => this.#parentState(name));
+    this.#payloadStore = options.payloadStore ?? null;
+    this.#blobReaders = Object.freeze([...(options.blobReaderIds ?? [])]);
+    this.#blobTtl = options.blobTtlSeconds ??
+      (this.#flowType === FlowType.batch ? BATCH_BLOB_TTL_SECONDS : REALTIME_BLOB_TTL_SECONDS);
+    this.#maxInline = requireCount(
+      options.maxInlinePayloadBytes ?? DEFAULT_MAX_INLINE_PAYLOAD_BYTES,
+      "the inline payload limit",
+      0,
+    );
+    this.#readerId = readerObligationId(this.#node, this.#partitionBy === null ? null : this.#replicaId);
+    this.#bridge = this.#payloadStore === null ? null : new PayloadStoreBlobBridge(this.#payloadStore, {
+      obligations: this.#blobReaders,
+      horizonSeconds: this.#blobTtl,
+      durableRequired: this.#flowType === FlowType.batch,
+      contentId: () => this.#publicationInFlight,
+      intent: () => intentObligationId(this.#publicationInFlight),
+    });
+  }
+
+  /** Builds a messenger and {@link start}s it. */
+  static async open(options: MessengerOptions): Promise<BrokerMessenger> {
+    const messenger = new BrokerMessenger(options);
+    await messenger.start();
+    return messenger;
+  }
+
+  /**
+   * Binds this replica: reads the ledger's capabilities (which decide the EOS-7 barrier, the ledger retry
+   * budget and what is recorded), ensures its data subscriptions and its own EOS subscriptions, installs
+   * partition admission, subscribes to the flow-wide stop, restores checkpoint coverage and open join
+   * groups, re-publishes pending dead-letter handoffs, keeps a held partition lease and starts keeping
+   * held deliveries alive. Idempotent.
+   */
+  async start(): Promise<void> {
+    if (this.#started) return;
+    const capabilities = await this.#runtime.capabilities();
+    this.#durable = capabilities.durable.kind === "known" && capabilities.durable.value;
+    this.#durableShared = this.#durable && capabilities.sharedAcrossProcesses;
+    this.#ledgerBudget = this.#durableShared && this.#delivery.delivery === AT_LEAST_ONCE;
+    const routing: NodeRouting = {
+      name: this.#node,
+      parents: this.#parents.map((p) => p.name),
+      nbTasks: this.#nbTasks,
+      partitioned: this.#partitionBy !== null,
+      delivery: this.#delivery,
+      join: this.#join,
+    };
+    for (const parent of this.#parents) {
+      const settings = {
+        flowId: this.#flowId,
+        runId: this.#runId,
+        flowType: this.#flowType,
+        ackWaitSeconds: this.#ackWait,
+        prefetch: this.#prefetch,
+        byteCredit: this.#byteCredit,
+        ledgerBudget: this.#ledgerBudget,
+      };
+      const spec = dataSubscriptionSpec(routing, parent.data.channel, parent.data.partition, settings);
+      await this.#backend.ensureSubscription(spec, `bind/${parent.durable}`);
+      const eos = eosSubscriptionSpec(parent.eos.channel, this.#node, this.#instance, parent.expected);
+      await this.#backend.ensureSubscription(eos, `bind/${durableNameOf(parent.eos)}`);
+      this.#installAdmission(parent);
+    }
+    this.#backend.subscribeControl(() => {
+      this.#control = true;
+    });
+    if (this.#durable) await this.#restoreLedgerState();
+    await this.#republishHandoffs();
+    await this.#keepPartition();
+    this.#armKeepalive();
+    this.#lastFlush = this.#clock.monotonic();
+    this.#started = true;
+  }
+
+  // ---- the seam: receiving ------------------------------------------------------------------------------
+
+  /**
+   * The next complete input group; an ABORT group as soon as a parent aborts; the end group once every
+   * parent drained; after a quiesce or a lost authority, a group whose entries all signal the stop.
+   */
+  async receiveMessage(): Promise<InputGroup> {
+    this.#requireReceiver("receiveMessage");
+    for (;;) {
+      if (this.#quiesced || this.#authorityLost) {
+        await this.#handBack();
+        return this.#stopGroup();
+      }
+      if (this.#ended !== null) return this.#ended;
+      const group = this.#nextReady();
+      await this.#settleReleases();
+      if (group !== null) {
+        const input = await this.#handOut(group);
+        if (input !== null) return input;
+        continue;
+      }
+      if (await this.#checkDrains()) continue;
+      await this.#pull();
+    }
+  }
+
+  /** Acknowledges the group last received: settles each of its deliveries Completed. */
+  async ackInputs(): Promise<void> {
+    const group = this.#takeCurrent();
+    if (group === null) return;
+    await Promise.all(group.handles.map((h) => this.#settle(h, completed())));
+  }
+
+  /**
+   * Applies the delivery policy to every delivery of the group last received: `actionFor(disposition,
+   * numDelivered)` with the broker's (or, under the ledger budget, the ledger's) delivery count.
+   */
+  async failInputs(error: unknown): Promise<void> {
+    const group = this.#takeCurrent();
+    if (group === null) return;
+    const failure = asRuntimeError(error, this.#delivery.onError ?? DEFAULT_DISPOSITION);
+    await Promise.all(group.handles.map((h) => this.#applyLadder(h, failure)));
+  }
+
+  /** Per-parent envelope facts of the group last received (`null` for a producer or before any group). */
+  lastInputInfo(): Readonly<Record<string, InputInfo | InputInfo[] | null>> | null {
+    const group = this.#current;
+    if (group === null) return null;
+    const info: Record<string, InputInfo | InputInfo[] | null> = {};
+    for (const [parent, entry] of Object.entries(group.entries)) {
+      if (entry === null) {
+        info[parent] = null;
+      } else if (entry.kind === "collect") {
+        info[parent] = entry.eventTs.map((eventTs, i) => ({
+          eventTs,
+          metadata: entry.metadata[i],
+          traceId: "",
+          seq: 0,
+        }));
+      } else {
+        info[parent] = {
+          eventTs: entry.eventTs,
+          metadata: entry.metadata,
+          traceId: entry.traceId,
+          seq: entry.seq,
+        };
+      }
+    }
+    return info;
+  }
+
+  /**
+   * The identity of the group last received, stable across redelivery and restart: a single parent's
+   * message id, or a join group's id derived from its trace id and seq.
+   */
+  lastInputKey(): string | null {
+    return this.#currentKey;
+  }
+
+  // ---- the seam: publishing -----------------------------------------------------------------------------
+
+  /**
+   * Publishes one output. A producer mints its identity; a receiver carries its input group's forward.
+   * A checkpoint under {@link CHECKPOINT_METADATA_KEY} is committed with this output in one ledger write
+   * before the send and never reaches the wire. A live (best-effort) output the broker refuses is counted
+   * as a drop; a reliable one is retried with backoff until the broker takes it.
+   *
+   * @throws ConfigError when a receiver publishes outside an input group, or a large payload has no store;
+   * SchemaError for a value the wire cannot carry; CapabilityError for a checkpoint on a ledger that dies
+   * with the process (RUN-022); BrokerUnavailable when a reliable output is refused for good.
+   */
+  async publishMessage(message: unknown, metadata?: Record<string, unknown>): Promise<void> {
+    this.#requireStarted("publishMessage");
+    let checkpoint: Uint8Array | null = null;
+    const wireMetadata: Record<string, unknown> = {};
+    if (metadata !== undefined) {
+      for (const key of Object.keys(metadata)) {
+        if (key === CHECKPOINT_METADATA_KEY) checkpoint = metadata[key] as Uint8Array;
+        else wireMetadata[key] = metadata[key];
+      }
+    }
+    let partitionKey: string | null = null;
+    if (this.#outPartitionKey !== undefined) {
+      wireMetadata[PARTITION_KEY_METADATA_KEY] = this.#outPartitionKey;
+      if (isValidPartitionKey(this.#outPartitionKey)) {
+        partitionKey = partitionKeyString(this.#outPartitionKey);
+      }
+      this.#outPartitionKey = undefined;
+    }
+    const identity = this.#outputIdentity();
+    const eventTs = this.#outEventTs ?? identity.eventTs;
+    this.#outEventTs = null;
+    const publicationId = messageId(
+      this.#flowId,
+      this.#runId,
+      this.#node,
+      identity.traceId,
+      identity.seq,
+      MsgType.data,
+    );
+    let encoded = encodePayload(message as WirePayload);
+    let ref = null;
+    if (encoded.payload.length > this.#maxInline) {
+      this.#publicationInFlight = publicationId;
+      const blobRef = await offloadPayload(encoded.payloadType, encoded.payload, this.#bridge, {
+        maxInlineBytes: this.#maxInline,
+        ttlSeconds: this.#blobTtl,
+      });
+      ref = this.#bridge?.lastRef ?? null;
+      encoded = encodePayload(blobRef as BlobRef);
+    }
+    const body = encodeEnvelope(createEnvelope({
+      type: MsgType.data,
+      producerName: this.#node,
+      flowId: this.#flowId,
+      runId: this.#runId,
+      traceId: identity.traceId,
+      seq: identity.seq,
+      eventTs,
+      replicaId: this.#replicaId,
+      metadata: wireMetadata as WireMap,
+      payloadType: encoded.payloadType,
+      payload: encoded.payload,
+    }));
+    if (checkpoint !== null) {
+      await this.#commitCheckpoint(checkpoint, { output: publicationId, envelope: body.toBase64() });
+    }
+    if (ref !== null) {
+      await this.#runtime.intendPublication(publicationId, ref.digest, {
+        payloadRefs: [ref.key],
+        readers: this.#blobReaders,
+        kind: PublicationKind.data,
+      });
+    }
+    const env = this.#dataEnvelope(publicationId, body, eventTs, partitionKey, identity.offset);
+    const outcome = await this.#publish(env, this.#reliableOutput);
+    this.#countPublication(outcome);
+    if (ref !== null) {
+      await this.#runtime.resolvePublication(publicationId, outcome);
+      if (outcome.kind === "accepted" || outcome.kind === "rejected") {
+        await this.#release(ref.key, intentObligationId(publicationId), publicationId);
+      }
+    }
+    if (outcome.kind === "accepted") await this.#noteAccepted(publicationId, identity.offset);
+    else if (this.#reliableOutput) this.#refused(outcome);
+  }
+
+  /** Publishes this replica's EOS (after flushing the ledger's published count); never dropped. */
+  async publishStopSignal(): Promise<void> {
+    this.#requireStarted("publishStopSignal");
+    await this.#publishMarker(MsgType.eos, eosTraceId(this.#replicaId), encodePayload(undefined));
+  }
+
+  /**
+   * Publishes ABORT on the EOS subject carrying why this node died: one of ours, a bare error, or a
+   * relayed record (whose origin node it keeps). Never dropped; its id is distinct from the clean EOS's.
+   */
+  async publishAbort(error: unknown): Promise<void> {
+    this.#requireStarted("publishAbort");
+    const record = errorToDict(error);
+    const origin =
+      (typeof error === "object" && error !== null ? this.#relayOrigins.get(error) : undefined) ??
+        this.#node;
+    await this.#publishMarker(
+      MsgType.abort,
+      abortTraceId(this.#replicaId),
+      abortPayload({ node: origin, error: record }),
+    );
+  }
+
+  /** Sets the event time stamped on the next published output. */
+  setOutputEventTimestamp(value: number): void {
+    if (!Number.isFinite(value)) {
+      throw new ConfigError(
+        `an event time must be finite epoch seconds, got ${value}`,
+        "pass Date.now() / 1000",
+      );
+    }
+    this.#outEventTs = value;
+  }
+
+  /** Sets the partition key carried on the next published output, under `_partition_key` metadata. */
+  setOutputPartitionKey(value: unknown): void {
+    this.#outPartitionKey = value;
+  }
+
+  /** Publication outcomes by kind since the start. */
+  get publicationStats(): Readonly<PublicationStats> {
+    return { ...this.#stats };
+  }
+
+  // ---- the seam: control, state ------------------------------------------------------------------------
+
+  /** Whether a stop was signalled (control, quiesce or a lost authority). */
+  checkForTermination(): boolean {
+    return this.stopReason() !== null;
+  }
+
+  /** Which stop {@link checkForTermination} reports: a quiesce and a lost authority outrank the control stop. */
+  stopReason(): StopReason | null {
+    if (this.#quiesced) return StopReason.quiesce;
+    if (this.#authorityLost) return StopReason.authorityLost;
+    return this.#control ? StopReason.control : null;
+  }
+
+  /**
+   * Stops admitting input (RUN-030): everything held and not handed to the node (join halves, waiting end
+   * markers) goes back to the broker at once; the group in hand still settles normally; no EOS follows.
+   * Idempotent.
+   */
+  async quiesce(): Promise<void> {
+    if (this.#quiesced) return;
+    this.#quiesced = true;
+    await this.#handBack();
+    await this.#flushLedger();
+  }
+
+  /**
+   * Commits the node's state with the identity of the group being processed, in one ledger write (the
+   * immediate form, for a node without output). A redelivery of that group to a replacement is acked
+   * without reaching the node.
+   *
+   * @throws CapabilityError on a ledger that dies with the process (RUN-022); StaleAuthority when a newer
+   * owner took the partition (the messenger then reports the lost authority).
+   */
+  async checkpoint(state: Uint8Array): Promise<void> {
+    this.#requireStarted("checkpoint");
+    await this.#commitCheckpoint(state, {});
+  }
+
+  /** The last checkpointed state of this replica's partition, or `null`. */
+  async restoreCheckpoint(): Promise<Uint8Array | null> {
+    const restored = await this.#runtime.restoreCheckpoint();
+    this.#state = restored.state;
+    return restored.state;
+  }
+
+  /** For a replayable producer, the last accepted source offset in the ledger (0 when none, or not replayable). */
+  async resumeOffset(): Promise<number> {
+    if (!this.#replayable) return 0;
+    const offset = (await this.#runtime.restoreCheckpoint()).replayPosition.offset;
+    const last = typeof offset === "number" && Number.isSafeInteger(offset) && offset > 0 ? offset : 0;
+    this.#nextOffset = last + 1;
+    this.#lastAcceptedOffset = last;
+    this.#flushedOffset = last;
+    return last;
+  }
+
+  /**
+   * Inputs given up on since the last call, by reason: `exhausted`, `undecodable`, `partition_key`,
+   * `publish_discarded` (here) and `join_evicted` (the join's).
+   */
+  takeDrops(): Record<string, number> {
+    const join = this.#assembler?.takeDrops() ?? NO_DROPS;
+    if (this.#drops.size === 0) return join;
+    const drops: Record<string, number> = { ...join };
+    for (const [reason, count] of this.#drops) drops[reason] = (drops[reason] ?? 0) + count;
+    this.#drops.clear();
+    return drops;
+  }
+
+  /**
+   * Messages waiting for this node across its parents (on the broker, leased, held in join groups, or
+   * retained unresolved), Unknown as soon as any parent's subscription could not be read; Known(0) for a
+   * producer.
+   */
+  async pendingObservation(): Promise<Observation<number>> {
+    let total = 0;
+    for (const parent of this.#parents) {
+      const observed = await this.#backend.observeSubscription(parent.data);
+      if (observed.kind !== "known") return observed;
+      total += observed.value.available + observed.value.leased + observed.value.unresolved;
+    }
+    return known(total, this.#clock);
+  }
+
+  /** Per parent, the backend's observation of this replica's data subscription (Unknown when unreadable). */
+  async subscriptionStatus(): Promise<Record<string, Observation<SubscriptionObservation>>> {
+    const status: Record<string, Observation<SubscriptionObservation>> = {};
+    for (const parent of this.#parents) {
+      status[parent.name] = await this.#backend.observeSubscription(parent.data);
+    }
+    return status;
+  }
+
+  /** What the join is doing (RUN-006); a node with one parent or none never waits. */
+  joinStatus(): JoinStatus {
+    const assembler = this.#assembler;
+    return {
+      pending: assembler?.pendingCount() ?? 0,
+      oldestWaitSeconds: assembler?.oldestWaitSeconds() ?? 0,
+      waitsForever: this.#join !== null && this.#join.timeoutSeconds === null,
+    };
+  }
+
+  /** This node's terminal log (DELIV-15): every delivery it ended without a dead letter. */
+  terminalEntries(): Promise<JsonObject[]> {
+    return this.#runtime.terminalEntries();
+  }
+
+  /**
+   * Stops the keepalive and the lease renewal, hands back what is held, flushes the ledger's batches and
+   * releases a held partition lease so a replacement takes over at once. The backend stays open (its
+   * owner shuts it down). Idempotent.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#keepalive?.cancel();
+    this.#keepalive = null;
+    await this.#leaseKeeper?.stop();
+    if (this.#started) {
+      await this.#handBack();
+      await this.#flushLedger();
+    }
+    if (this.#lease !== null && !this.#authorityLost) await this.#runtime.releasePartition(this.#lease);
+  }
+
+  // ---- start-up ---------------------------------------------------------------------------------------
+
+  #parentState(name: string): ParentState {
+    const channel = channelId(this.#flowId, this.#runId, name);
+    const data = dataSubscriptionId(channel, this.#node, this.#partitionBy === null ? null : this.#replicaId);
+    const state: ParentState = {
+      name,
+      data,
+      eos: eosSubscriptionId(channel, this.#node, this.#instance),
+      durable: durableNameOf(data),
+      expected: requireCount(this.#parentReplicas[name] ?? 1, `the replica count of ${name}`, 1),
+      barrier: false,
+      admission: "none",
+      ends: new Map(),
+      drained: false,
+      inJoin: 0,
+      quietSince: null,
+      nextCheck: 0,
+    };
+    for (const [id, kind] of [[state.data, MessageKind.data], [state.eos, MessageKind.eos]] as const) {
+      this.#routes.set(subscriptionKey(id), { parent: state, kind });
+      this.#subscriptions.push(id);
+    }
+    return state;
+  }
+
+  /** Decides, once the ledger's capabilities are known, how each parent drains and where admission runs. */
+  #installAdmission(parent: ParentState): void {
+    parent.barrier = this.#durableShared && this.#flowType === FlowType.batch &&
+      Object.hasOwn(this.#parentReplicas, parent.name);
+    if (this.#partitionBy === null) return;
+    if (parent.barrier) {
+      parent.admission = "receiver";
+      return;
+    }
+    const installed = this.#backend.setAdmission(
+      parent.data,
+      (delivery) => this.#owns(delivery),
+      (delivery) => void this.#afterSkip(delivery),
+    );
+    parent.admission = installed ? "backend" : "receiver";
+  }
+
+  async #restoreLedgerState(): Promise<void> {
+    const restored = await this.#runtime.restoreCheckpoint();
+    this.#state = restored.state;
+    const position = restored.replayPosition;
+    this.#coveredKey = typeof position.group === "string" ? position.group : null;
+    this.#coveredOutput = typeof position.output === "string" ? position.output : null;
+    this.#coveredEnvelope = typeof position.envelope === "string"
+      ? Uint8Array.fromBase64(position.envelope)
+      : null;
+    if (this.#parents.length === 0 && !this.#replayable) this.#epoch = await this.#runtime.sourceEpoch();
+    if (this.#join?.mode !== JOIN_TIME) return;
+    for (const record of await this.#runtime.openGroups()) {
+      const wanted = new Map<string, string>();
+      for (const [parent, member] of record.members) {
+        wanted.set(parent, memberKey(parent, member.producer, member.traceId, member.seq));
+      }
+      const group: RecoveredGroup = { groupId: record.groupId, wanted, arrived: new Map() };
+      for (const key of wanted.values()) this.#recovered.set(key, group);
+    }
+  }
+
+  /** Re-publishes every dead letter a predecessor could not hand off, under its recorded id (story 26). */
+  async #republishHandoffs(): Promise<void> {
+    if (this.#parents.length === 0) return;
+    for (const handoff of await this.#runtime.pendingHandoffs()) {
+      const outcome = await this.#publishDeadLetter(handoff.recordId, handoff.headers, handoff.raw);
+      if (outcome?.kind === "accepted") await this.#runtime.clearPendingHandoff(handoff.recordId);
+    }
+  }
+
+  /** Keeps a partition lease the runtime holds (acquiring a partitioned replica's over a shared ledger). */
+  async #keepPartition(): Promise<void> {
+    let token = this.#runtime.heldPartition();
+    if (token === null && this.#partitionBy !== null && this.#durableShared) {
+      token = await this.#runtime.acquirePartition();
+    }
+    if (token === null) return;
+    this.#lease = token;
+    this.#leaseKeeper = this.#runtime.keepLease(token, (error) => {
+      this.#authorityLost = true;
+      this.#logger.error("the partition lease was lost", { error: error.message });
+    });
+  }
+
+  /** Renews every held delivery's lease every `max(1 s, ack_wait / 3)` (EOS markers' by their own wait). */
+  #armKeepalive(): void {
+    if (this.#parents.length === 0) return;
+    const interval = Math.max(1, Math.min(this.#ackWait, EOS_ACK_WAIT_SECONDS) / 3);
+    const tick = () => {
+      if (this.#closed) return;
+      const now = this.#clock.monotonic();
+      for (const held of this.#held) {
+        if (held.settled || now - held.renewedAt < interval) continue;
+        held.renewedAt = now;
+        this.#backend.renew(held.delivery.token).catch((error) =>
+          this.#logger.warn("a lease renewal failed", { error: errorToDict(error).message })
+        );
+      }
+      this.#keepalive = this.#clock.setTimer(interval, tick);
+    };
+    this.#keepalive = this.#clock.setTimer(interval, tick);
+  }
+
+  // ---- receiving ------------------------------------------------------------------------------------------
+
+  #route(id: SubscriptionId): { readonly parent: ParentState; readonly kind: MessageKind } {
+    let route = this.#routeCache.get(id);
+    if (route === undefined) {
+      route = this.#routes.get(subscriptionKey(id));
+      if (route === undefined) {
+        throw new ConfigError(
+          `a delivery arrived for a subscription ${this.#node} did not bind`,
+          "receive only through the messenger's own subscriptions",
+          { node: this.#node },
+        );
+      }
+      this.#routeCache.set(id, route);
+    }
+    return route;
+  }
+
+  /** Takes one batch from every subscription, waiting until the next thing the messenger must re-check. */
+  async #pull(): Promise<void> {
+    const now = this.#clock.monotonic();
+    let deadline = now + RECEIVE_WAIT_SECONDS;
+    const joinDeadline = this.#assembler?.nextDeadline() ?? null;
+    if (joinDeadline !== null && joinDeadline < deadline) deadline = Math.max(now, joinDeadline);
+    for (const parent of this.#parents) {
+      if (!parent.drained && parent.ends.size > 0 && parent.nextCheck < deadline) {
+        deadline = Math.max(now, parent.nextCheck);
+      }
+    }
+    const deliveries = await this.#backend.receiveAny(
+      this.#subscriptions,
+      Math.max(1, this.#prefetch),
+      this.#byteCredit,
+      deadline,
+    );
+    if (deliveries.length === 0) return;
+    const received = new Map<ParentState, string[]>();
+    const data: Array<readonly [ParentState, Delivery]> = [];
+    for (const delivery of deliveries) {
+      const { parent, kind } = this.#route(delivery.token.subscription);
+      if (kind === MessageKind.eos) {
+        await this.#onMarker(parent, delivery);
+        continue;
+      }
+      if (parent.barrier) {
+        const ids = received.get(parent);
+        if (ids === undefined) received.set(parent, [delivery.token.messageId]);
+        else ids.push(delivery.token.messageId);
+      }
+      data.push([parent, delivery]);
+    }
+    for (const [parent, ids] of received) {
+      await this.#runtime.recordReceivedMany(parent.name, parent.durable, ids);
+    }
+    for (const [parent, delivery] of data) await this.#onData(parent, delivery);
+  }
+
+  /** One data delivery: decoded, its ownership decided, its payload read, then joined. */
+  async #onData(parent: ParentState, delivery: Delivery): Promise<void> {
+    const now = this.#clock.monotonic();
+    const decoded = this.#decode(delivery);
+    if (decoded instanceof DecodeError) {
+      await this.#rejectInput(
+        new Held(delivery, parent, null, null, now),
+        decoded,
+        MessengerDropReason.undecodable,
+      );
+      return;
+    }
+    if (parent.admission === "receiver" && !this.#owns(delivery)) {
+      const held = new Held(delivery, parent, decoded, this.#blobKey(decoded), now);
+      this.#held.add(held);
+      await this.#settle(held, completed());
+      return;
+    }
+    const keyError = this.#keyError(decoded);
+    if (keyError !== null) {
+      await this.#rejectInput(
+        new Held(delivery, parent, decoded, null, now),
+        keyError,
+        MessengerDropReason.partitionKey,
+      );
+      return;
+    }
+    const held = new Held(delivery, parent, decoded, this.#blobKey(decoded), now);
+    this.#held.add(held);
+    let message: unknown;
+    try {
+      message = await this.#payloadOf(decoded);
+    } catch (error) {
+      if (error instanceof DecodeError) {
+        await this.#rejectInput(held, error, MessengerDropReason.undecodable);
+        return;
+      }
+      if (error instanceof TransientFailure) {
+        await this.#settle(
+          held,
+          retry(this.#delivery.retryDelay(delivery.token.attempt, drawRetryJitter(this.#random))),
+        );
+        return;
+      }
+      throw error;
+    }
+    const entry = entryFromEnvelope(decoded, held, message, held.blobRef);
+    const recovered = this.#recovered.get(
+      memberKey(parent.name, decoded.producerName, decoded.traceId, decoded.seq),
+    );
+    if (recovered !== undefined) {
+      this.#recover(recovered, parent.name, entry);
+      return;
+    }
+    held.inJoin = true;
+    parent.inJoin++;
+    (this.#assembler as GroupAssembler<Held>).add(parent.name, entry);
+  }
+
+  /** An EOS or ABORT delivery: recorded (EOS-7), then an ABORT joins at once and an EOS waits for the drain. */
+  async #onMarker(parent: ParentState, delivery: Delivery): Promise<void> {
+    const now = this.#clock.monotonic();
+    const decoded = this.#decode(delivery);
+    if (decoded instanceof DecodeError) {
+      await this.#rejectInput(
+        new Held(delivery, parent, null, null, now),
+        decoded,
+        MessengerDropReason.undecodable,
+      );
+      return;
+    }
+    const held = new Held(delivery, parent, decoded, null, now);
+    this.#held.add(held);
+    const seq = Number(decoded.seq);
+    if (decoded.type === MsgType.abort) {
+      let marker;
+      try {
+        marker = readAbortPayload(decoded.payloadType, decoded.payload);
+      } catch (error) {
+        marker = { node: decoded.producerName, error: errorToDict(error) };
+      }
+      this.#relayOrigins.set(marker.error, marker.node);
+      if (parent.barrier) {
+        await this.#runtime.recordTerminator(
+          parent.name,
+          decoded.replicaId,
+          TerminatorKind.abort,
+          Number.isSafeInteger(seq) ? seq : 0,
+          marker.error as unknown as JsonObject,
+        );
+      }
+      (this.#assembler as GroupAssembler<Held>).add(parent.name, entryFromEnvelope(decoded, held, marker));
+      return;
+    }
+    if (parent.barrier) {
+      await this.#runtime.recordTerminator(
+        parent.name,
+        decoded.replicaId,
+        TerminatorKind.eos,
+        Number.isSafeInteger(seq) ? seq : 0,
+      );
+    }
+    if (parent.drained) {
+      await this.#settle(held, completed());
+      return;
+    }
+    const previous = parent.ends.get(decoded.replicaId);
+    if (previous !== undefined && !previous.settled) {
+      previous.settled = true;
+      this.#held.delete(previous);
+      this.#backend.supersede(previous.delivery.token);
+    }
+    parent.ends.set(decoded.replicaId, held);
+  }
+
+  #decode(delivery: Delivery): WireEnvelope | DecodeError {
+    let decoded = this.#decoded.get(delivery);
+    if (decoded === undefined) {
+      try {
+        decoded = decodeEnvelope(delivery.envelopeBytes);
+      } catch (error) {
+        decoded = error instanceof DecodeError
+          ? error
+          : new DecodeError(`the envelope could not be decoded: ${errorToDict(error).message}`);
+      }
+      this.#decoded.set(delivery, decoded);
+    }
+    return decoded;
+  }
+
+  /** The replica owning a decoded delivery (undecodable bytes and unusable rejected keys: replica 0). */
+  #owner(decoded: WireEnvelope | DecodeError): number {
+    if (decoded instanceof DecodeError) return 0;
+    const key = partitionKeyOf(this.#partitionBy as string, decoded.traceId, decoded.metadata);
+    if (isValidPartitionKey(key)) return partitionOwner(key, this.#nbTasks);
+    return this.#keyPolicy?.invalid === INVALID_KEY_FALLBACK ? this.#keyPolicy.fallbackPartition : 0;
+  }
+
+  /** The admission decision: whether this replica owns `delivery` (runs on the backend's turn: cheap, sync). */
+  #owns(delivery: Delivery): boolean {
+    return this.#owner(this.#decode(delivery)) === this.#replicaId;
+  }
+
+  /** A partitioned delivery another replica owns was acked by the backend: release this replica's obligation. */
+  async #afterSkip(delivery: Delivery): Promise<void> {
+    const decoded = this.#decode(delivery);
+    if (decoded instanceof DecodeError) return;
+    const key = this.#blobKey(decoded);
+    if (key !== null) await this.#release(key, this.#readerId, delivery.token.messageId);
+  }
+
+  /** The PartitionKeyError of an owned delivery whose key is unusable under the reject policy, else null. */
+  #keyError(decoded: WireEnvelope): PartitionKeyError | null {
+    if (this.#partitionBy === null || this.#keyPolicy?.invalid === INVALID_KEY_FALLBACK) return null;
+    const key = partitionKeyOf(this.#partitionBy, decoded.traceId, decoded.metadata);
+    if (isValidPartitionKey(key)) return null;
+    try {
+      partitionKeyString(key);
+    } catch (error) {
+      if (error instanceof PartitionKeyError) {
+        error.context.node = this.#node;
+        error.context.trace_id = decoded.traceId;
+        return error;
+      }
+      throw error;
+    }
+    return null;
+  }
+
+  #blobKey(decoded: WireEnvelope): string | null {
+    if (decoded.payloadType !== PayloadType.blobRef) return null;
+    try {
+      return (decodePayload(decoded.payloadType, decoded.payload) as BlobRef).ref;
+    } catch {
+      return null;
+    }
+  }
+
+  /** The node's view of a payload: decoded, after fetching it from the store when it was offloaded. */
+  async #payloadOf(decoded: WireEnvelope): Promise<unknown> {
+    const value = decodePayload(decoded.payloadType, decoded.payload);
+    if (!(value instanceof BlobRef)) return value;
+    const bytes = await fetchOffloaded(value, this.#bridge);
+    return decodePayload(value.innerPayloadType, bytes);
+  }
+
+  /** Holds a member of a recovered group; the complete group is handed out before anything new. */
+  #recover(group: RecoveredGroup, parent: string, entry: EnvelopeEntry<Held>): void {
+    const old = group.arrived.get(parent);
+    if (old !== undefined && !old.handle.settled) {
+      old.handle.settled = true;
+      this.#held.delete(old.handle);
+      this.#backend.supersede(old.handle.delivery.token);
+    }
+    group.arrived.set(parent, entry);
+    if (group.arrived.size < group.wanted.size) return;
+    for (const key of group.wanted.values()) this.#recovered.delete(key);
+    const members = [...group.arrived.values()];
+    const seqText = /^tw-(\d+)-/.exec(group.groupId)?.[1];
+    const eventTimes = members.map((m) => m.eventTs).filter((ts): ts is number => ts !== null);
+    const assembler = this.#assembler as GroupAssembler<Held>;
+    this.#recoveredReady.push({
+      kind: GroupKind.data,
+      traceId: group.groupId,
+      seq: seqText === undefined ? members[0].seq : BigInt(seqText),
+      eventTs: eventTimes.length === 0 ? null : Math.min(...eventTimes),
+      entries: Object.fromEntries(assembler.parentNames.map((name) => {
+        const member = group.arrived.get(name);
+        if (member !== undefined) return [name, member];
+        const collect: CollectEntry = {
+          kind: "collect",
+          message: [],
+          metadata: [],
+          eventTs: [],
+          isStopSignal: false,
+          isAbort: false,
+        };
+        return [name, Object.hasOwn(this.#join?.collect ?? {}, name) ? collect : null];
+      })),
+      handles: members.map((m) => m.handle),
+    });
+  }
+
+  /** Hands every recovered member still waiting to the join, so the normal rules resolve it. */
+  #releaseRecovered(): void {
+    const assembler = this.#assembler as GroupAssembler<Held>;
+    for (const group of new Set(this.#recovered.values())) {
+      for (const [parent, entry] of group.arrived) {
+        const state = this.#parents.find((p) => p.name === parent) as ParentState;
+        entry.handle.inJoin = true;
+        state.inJoin++;
+        assembler.add(parent, entry);
+      }
+    }
+    this.#recovered.clear();
+  }
+
+  #nextReady(): ReadyGroup<Held> | null {
+    const recovered = this.#recoveredReady.shift();
+    if (recovered !== undefined) return recovered;
+    const assembler = this.#assembler as GroupAssembler<Held>;
+    assembler.sweep();
+    return assembler.popReady();
+  }
+
+  /** Settles what the join gave back outside a group: drops acked, hand-backs naked, superseded retired. */
+  async #settleReleases(): Promise<void> {
+    const releases = (this.#assembler as GroupAssembler<Held>).takeReleased();
+    if (releases.length === 0) return;
+    const settling: Promise<unknown>[] = [];
+    for (const release of releases) {
+      for (const held of release.handles) {
+        this.#leaveJoin(held);
+        switch (release.settlement) {
+          case Settlement.ack:
+            settling.push(this.#settle(held, completed()));
+            break;
+          case Settlement.nak:
+            settling.push(this.#settle(held, retry(null)));
+            break;
+          case Settlement.retire:
+            if (!held.settled) {
+              held.settled = true;
+              this.#held.delete(held);
+              this.#backend.supersede(held.delivery.token);
+            }
+            break;
+        }
+      }
+    }
+    await Promise.all(settling);
+  }
+
+  #leaveJoin(held: Held): void {
+    if (!held.inJoin) return;
+    held.inJoin = false;
+    held.parent.inJoin--;
+  }
+
+  /** A ready group as the task receives it; null when it was settled here (a covered redelivery). */
+  async #handOut(group: ReadyGroup<Held>): Promise<InputGroup | null> {
+    for (const held of group.handles) this.#leaveJoin(held);
+    switch (group.kind) {
+      case GroupKind.abort: {
+        await Promise.all(group.handles.map((h) => this.#settle(h, completed())));
+        return this.#terminalInput(group);
+      }
+      case GroupKind.end: {
+        await Promise.all(group.handles.map((h) => this.#settle(h, completed())));
+        this.#ended = this.#terminalInput(group);
+        return this.#ended;
+      }
+      case GroupKind.data:
+        break;
+    }
+    const key = this.#groupKey(group);
+    if (key === this.#coveredKey) {
+      await this.#confirmCovered();
+      await Promise.all(group.handles.map((h) => this.#settle(h, completed())));
+      return null;
+    }
+    this.#current = group;
+    this.#currentKey = key;
+    if (this.#durable && this.#join?.mode === JOIN_TIME) await this.#persistGroup(group);
+    return this.#dataInput(group);
+  }
+
+  #groupKey(group: ReadyGroup<Held>): string {
+    if (this.#parents.length === 1) return group.handles[0].delivery.token.messageId;
+    return messageId(this.#flowId, this.#runId, this.#node, group.traceId, group.seq, MsgType.data);
+  }
+
+  #dataInput(group: ReadyGroup<Held>): InputGroup {
+    const entries = group.entries;
+    let converted: Record<string, InputEntry | null> | null = null;
+    for (const name of Object.keys(entries)) {
+      const entry = entries[name];
+      if (entry?.kind === "collect") {
+        (converted ??= { ...entries } as Record<string, InputEntry | null>)[name] = collectInput(entry);
+      }
+    }
+    return converted ?? (entries as InputGroup);
+  }
+
+  /** The entries of an end or abort group: each parent's EOS, or its ABORT with origin and record. */
+  #terminalInput(group: ReadyGroup<Held>): InputGroup {
+    const input: Record<string, InputEntry | null> = {};
+    for (const [name, entry] of Object.entries(group.entries)) {
+      if (entry === null || entry.kind === "collect") {
+        input[name] = entry === null ? null : collectInput(entry);
+      } else if (entry.isAbort) {
+        const marker = entry.message as { node: string; error: ErrorRecord };
+        input[name] = abortInput(entry, marker.node, marker.error);
+      } else {
+        input[name] = entry;
+      }
+    }
+    return input;
+  }
+
+  #stopGroup(): InputGroup {
+    return Object.fromEntries(this.#parents.map((p) => [p.name, STOP_ENTRY]));
+  }
+
+  #takeCurrent(): ReadyGroup<Held> | null {
+    const group = this.#current;
+    this.#current = null;
+    if (group !== null && this.#persistedGroup !== null) {
+      const groupId = this.#persistedGroup;
+      this.#persistedGroup = null;
+      void this.#runtime.settleGroup(groupId).catch((error) =>
+        this.#logger.warn("a join group could not be closed in the ledger", {
+          error: errorToDict(error).message,
+        })
+      );
+    }
+    return group;
+  }
+
+  async #persistGroup(group: ReadyGroup<Held>): Promise<void> {
+    const members: Record<string, { producer: string; traceId: string; seq: Seq }> = {};
+    const tokens: Record<string, string> = {};
+    for (const [parent, entry] of Object.entries(group.entries)) {
+      if (entry === null || entry.kind === "collect") continue;
+      members[parent] = { producer: entry.producerName, traceId: entry.traceId, seq: entry.seq };
+      tokens[parent] = `${entry.handle.delivery.token.messageId}#${entry.handle.delivery.token.attempt}`;
+    }
+    await this.#runtime.persistGroup(group.traceId, members, tokens);
+    this.#persistedGroup = group.traceId;
+  }
+
+  /** Re-confirms the output committed with the covering checkpoint before its redelivered input is acked. */
+  async #confirmCovered(): Promise<void> {
+    const output = this.#coveredOutput;
+    const body = this.#coveredEnvelope;
+    if (output === null || body === null) return;
+    const coverage = await this.#runtime.checkpointCoverage(this.#coveredKey as string);
+    if (coverage.kind !== "covered_unconfirmed") return;
+    const outcome = await this.#publish(this.#dataEnvelope(output, body, null, null, null), true);
+    this.#countPublication(outcome);
+    if (outcome.kind !== "accepted") this.#refused(outcome);
+  }
+
+  // ---- end of stream ------------------------------------------------------------------------------------
+
+  /** Re-evaluates every parent whose end was seen; true when one drained (its EOS was fed to the join). */
+  async #checkDrains(): Promise<boolean> {
+    let drained = false;
+    for (const parent of this.#parents) {
+      if (parent.drained || parent.ends.size === 0) continue;
+      if (!parent.barrier && parent.ends.size < parent.expected) continue;
+      const now = this.#clock.monotonic();
+      if (now < parent.nextCheck) continue;
+      if (await this.#isDrained(parent, now)) {
+        await this.#drain(parent);
+        drained = true;
+      }
+    }
+    return drained;
+  }
+
+  async #isDrained(parent: ParentState, now: number): Promise<boolean> {
+    const observed = await this.#backend.observeSubscription(parent.data);
+    const prefetched = this.#backend.prefetched(parent.data);
+    if (parent.barrier) {
+      parent.nextCheck = now + BARRIER_CHECK_SECONDS;
+      const counts: Observation<readonly [number, number]> = observed.kind === "known"
+        ? {
+          ...observed,
+          value: [
+            observed.value.available + observed.value.unresolved + prefetched,
+            Math.max(0, observed.value.leased - parent.inJoin - prefetched),
+          ],
+        }
+        : observed;
+      const state = await this.#runtime.completionState(parent.name, parent.durable, counts, false);
+      if (state !== CompletionState.complete) return false;
+      await this.#runtime.commitCompletion(parent.name, this.#lease);
+      return true;
+    }
+    parent.nextCheck = now + Math.max(0.01, this.#quiescence / 5);
+    const quiet = observed.kind === "known" && observed.value.available === 0 &&
+      observed.value.unresolved === 0 &&
+      prefetched === 0 && observed.value.leased === parent.inJoin;
+    if (!quiet) {
+      parent.quietSince = null;
+      return false;
+    }
+    parent.quietSince ??= now;
+    if (now - parent.quietSince >= this.#quiescence) return true;
+    parent.nextCheck = Math.min(parent.nextCheck, parent.quietSince + this.#quiescence);
+    return false;
+  }
+
+  /** Acks the parent's EOS markers (only now, EOS-3) and feeds them to the join. */
+  async #drain(parent: ParentState): Promise<void> {
+    parent.drained = true;
+    if (this.#recovered.size > 0) this.#releaseRecovered();
+    const ends = [...parent.ends.values()];
+    await Promise.all(ends.map((h) => this.#settle(h, completed())));
+    const assembler = this.#assembler as GroupAssembler<Held>;
+    for (const held of ends) {
+      assembler.add(parent.name, entryFromEnvelope(held.envelope as WireEnvelope, held, undefined));
+    }
+    parent.ends.clear();
+  }
+
+  /** Returns everything held and not handed to the node (join halves, end markers, recovered members). */
+  async #handBack(): Promise<void> {
+    if (this.#assembler === null) return;
+    if (this.#recovered.size > 0) this.#releaseRecovered();
+    this.#assembler.handBack();
+    await this.#settleReleases();
+    const waiting: Promise<unknown>[] = [];
+    for (const parent of this.#parents) {
+      for (const held of parent.ends.values()) waiting.push(this.#settle(held, retry(null)));
+      parent.ends.clear();
+    }
+    for (const group of this.#recoveredReady.splice(0)) {
+      for (const held of group.handles) waiting.push(this.#settle(held, retry(null)));
+    }
+    await Promise.all(waiting);
+  }
+
+  // ---- settlement and the delivery ladder ---------------------------------------------------------------
+
+  /**
+   * Settles one held delivery once; a reader's payload obligation is released only after a confirmed
+   * Completed or Terminal settlement (never on SettleUnknown, PAY-004).
+   */
+  async #settle(held: Held, outcome: BackendSettlement): Promise<SettlementOutcome | null> {
+    if (held.settled) return null;
+    held.settled = true;
+    this.#held.delete(held);
+    const token = held.delivery.token;
+    const result = await this.#backend.settle(
+      token,
+      outcome,
+      `${token.messageId}/${token.attempt}/${outcome.kind}`,
+    );
+    if (result.kind === "settle_confirmed" && outcome.kind !== "retry" && held.blobRef !== null) {
+      await this.#release(held.blobRef, this.#readerId, result.settlementId);
+    }
+    return result;
+  }
+
+  /** Releases `obligationId` on the payload `key`; a failed release is left to reconciliation (PAY-006). */
+  async #release(key: string, obligationId: string, receipt: string): Promise<void> {
+    if (this.#bridge === null) return;
+    try {
+      await this.#bridge.releaseReader(key, obligationId, receipt);
+    } catch (error) {
+      this.#logger.warn("a payload obligation could not be released", {
+        key,
+        obligation_id: obligationId,
+        error: errorToDict(error).message,
+      });
+    }
+  }
+
+  /** Input that never reaches the node (undecodable, a missing payload, an unusable key): the poison ladder. */
+  async #rejectInput(held: Held, error: VideoflowRuntimeError, reason: MessengerDropReason): Promise<void> {
+    this.#held.add(held);
+    this.#drop(reason);
+    await this.#applyLadder(held, error);
+  }
+
+  async #applyLadder(held: Held, failure: VideoflowRuntimeError): Promise<void> {
+    const disposition = failure.disposition;
+    const token = held.delivery.token;
+    const numDelivered = this.#ledgerBudget
+      ? Math.max(1, await this.#runtime.recordAttempt(token.messageId, disposition))
+      : token.attempt;
+    const action: DeliveryAction = this.#delivery.actionFor(disposition, numDelivered);
+    if (
+      action !== ACTION_NAK && disposition === TRANSIENT && this.#delivery.delivery === AT_LEAST_ONCE
+    ) {
+      this.#drop(MessengerDropReason.exhausted);
+    }
+    switch (action) {
+      case ACTION_NAK: {
+        const delay = disposition === WORKER_FATAL
+          ? null
+          : this.#delivery.retryDelay(numDelivered, drawRetryJitter(this.#random));
+        await this.#settle(held, retry(delay));
+        return;
+      }
+      case ACTION_TERM:
+        await this.#terminate(held, failure, numDelivered, "term");
+        return;
+      case ACTION_DLQ_SAMPLED:
+        if (!this.#sampleAdmits(failure.code)) {
+          await this.#terminate(held, failure, numDelivered, "dlq_sample_cap");
+          return;
+        }
+        await this.#deadLetter(held, failure, numDelivered);
+        return;
+      case ACTION_DLQ:
+        await this.#deadLetter(held, failure, numDelivered);
+        return;
+    }
+  }
+
+  #sampleAdmits(code: string): boolean {
+    const now = this.#clock.monotonic();
+    let window = this.#dlqSamples.get(code);
+    if (window === undefined || now - window.windowStart >= 60) {
+      window = { windowStart: now, count: 0 };
+      this.#dlqSamples.set(code, window);
+    }
+    if (window.count >= this.#delivery.samplePerMinute) return false;
+    window.count++;
+    return true;
+  }
+
+  /** Ends a delivery without a dead letter, against a terminal-log record (DELIV-15). */
+  async #terminate(
+    held: Held,
+    failure: VideoflowRuntimeError,
+    numDelivered: number,
+    action: string,
+  ): Promise<void> {
+    const token = held.delivery.token;
+    const record = await this.#runtime.recordTerminal({
+      node: this.#node,
+      parent: held.parent.name,
+      message_id: token.messageId,
+      stream_sequence: token.streamSequence,
+      num_delivered: numDelivered,
+      action,
+      code: failure.code,
+      disposition: failure.disposition,
+      message: failure.message,
+    });
+    await this.#settle(held, terminal(record));
+  }
+
+  /**
+   * Dead-letters the original bytes and terminates the delivery against the dead letter's id once the
+   * broker accepted it; otherwise records a pending handoff and keeps the delivery alive (DELIV-15).
+   */
+  async #deadLetter(held: Held, failure: VideoflowRuntimeError, numDelivered: number): Promise<void> {
+    const token = held.delivery.token;
+    const recordId = token.streamSequence === null
+      ? `dlq:${this.#flowId}:${this.#runId}:${this.#node}:${token.messageId}`
+      : dlqMessageId(this.#flowId, this.#runId, this.#node, token.streamSequence);
+    const headers = {
+      ...held.delivery.headers,
+      [DeadLetterHeader.originNode]: this.#node,
+      [DeadLetterHeader.error]: errorHeader(failure),
+      [DeadLetterHeader.numDelivered]: String(numDelivered),
+    };
+    if (held.blobRef !== null) await this.#pinDeadLetterPayload(held.blobRef, recordId);
+    const outcome = await this.#publishDeadLetter(recordId, headers, held.delivery.envelopeBytes);
+    if (outcome?.kind === "accepted") {
+      await this.#runtime.clearPendingHandoff(recordId);
+      await this.#settle(held, terminal(recordId));
+      return;
+    }
+    await this.#runtime.recordPendingHandoff(recordId, headers, held.delivery.envelopeBytes);
+    await this.#settle(held, retry(this.#delivery.retryDelay(numDelivered, drawRetryJitter(this.#random))));
+  }
+
+  /** A dead letter's payload outlives the run's readers: pinned for the DLQ's retention (BLOB-14 step 3). */
+  async #pinDeadLetterPayload(key: string, recordId: string): Promise<void> {
+    const store = this.#payloadStore;
+    if (store === null) return;
+    try {
+      await store.acquireObligation(
+        await store.refForKey(key),
+        `dlq/${recordId}`,
+        this.#clock.now() + DLQ_RETENTION_SECONDS,
+      );
+    } catch (error) {
+      this.#logger.warn("a dead letter's payload could not be pinned", {
+        key,
+        error: errorToDict(error).message,
+      });
+    }
+  }
+
+  /** One dead-letter publication attempt (resolving a lost receipt); null when the attempt threw. */
+  async #publishDeadLetter(
+    recordId: string,
+    headers: Readonly<Record<string, string>>,
+    raw: Uint8Array,
+  ): Promise<PublicationOutcome | null> {
+    const env = backendEnvelope({
+      channel: this.#channel,
+      publicationId: recordId,
+      headers,
+      body: raw,
+      eventId: recordId,
+      schemaVersion: ENVELOPE_VERSION,
+      kind: MessageKind.dlq,
+    });
+    try {
+      return await this.#publish(env, false);
+    } catch (error) {
+      this.#logger.warn("a dead letter could not be published", {
+        id: recordId,
+        error: errorToDict(error).message,
+      });
+      return null;
+    }
+  }
+
+  #drop(reason: MessengerDropReason): void {
+    this.#drops.set(reason, (this.#drops.get(reason) ?? 0) + 1);
+  }
+
+  // ---- publishing -----------------------------------------------------------------------------------------
+
+  /** The identity of the next output: minted by a producer, carried forward by a receiver. */
+  #outputIdentity(): OutputIdentity {
+    if (this.#parents.length > 0) {
+      const group = this.#current;
+      if (group === null) {
+        throw new ConfigError(
+          `${this.#node} published outside an input group`,
+          "publish a receiver's output while processing the group it was received with",
+          { node: this.#node },
+        );
+      }
+      return { traceId: group.traceId, seq: group.seq, eventTs: group.eventTs, offset: null };
+    }
+    if (this.#replayable) {
+      const offset = this.#nextOffset++;
+      return {
+        traceId: replayableTraceId(this.#node, offset, this.#analysisVersion),
+        seq: offset,
+        eventTs: null,
+        offset,
+      };
+    }
+    const n = ++this.#count;
+    if (this.#epoch !== null) {
+      return { traceId: sourceEpochTraceId(this.#node, this.#epoch, n), seq: n, eventTs: null, offset: null };
+    }
+    return { ...producerTrace(this.#node, n), eventTs: null, offset: null };
+  }
+
+  #dataEnvelope(
+    publicationId: string,
+    body: Uint8Array,
+    eventTs: number | null,
+    partitionKey: string | null,
+    offset: number | null,
+  ): BackendEnvelope {
+    return backendEnvelope({
+      channel: this.#channel,
+      publicationId,
+      headers: { [ENVELOPE_VERSION_HEADER]: String(ENVELOPE_VERSION) },
+      body,
+      eventId: publicationId,
+      partitionKey,
+      eventTs,
+      sourceOffset: offset,
+      sourceEpoch: this.#epoch,
+      schemaVersion: ENVELOPE_VERSION,
+      kind: MessageKind.data,
+    });
+  }
+
+  /**
+   * Publishes until the outcome is known: a lost receipt is resolved by observation (an idempotent
+   * re-publish inside the dedup window). `persistent`: a retryable refusal (a full reliable channel) is
+   * retried with backoff until taken; otherwise the first refusal stands.
+   */
+  async #publish(env: BackendEnvelope, persistent: boolean): Promise<PublicationOutcome> {
+    let retries = 0;
+    for (;;) {
+      let outcome = await this.#backend.publish(env, this.#clock.monotonic() + this.#publishTimeout);
+      while (outcome.kind === "publication_unknown") {
+        retries++;
+        if (!persistent && retries > 1) return outcome;
+        await this.#clock.sleep(publishBackoffSeconds(retries));
+        outcome = await this.#backend.observePublication(env);
+      }
+      if (outcome.kind === "accepted") return outcome;
+      if (outcome.kind === "publication_unresolvable" && !persistent) return outcome;
+      if (outcome.kind === "rejected" && !(persistent && outcome.retryable)) return outcome;
+      retries++;
+      await this.#clock.sleep(publishBackoffSeconds(retries));
+    }
+  }
+
+  #countPublication(outcome: PublicationOutcome): void {
+    switch (outcome.kind) {
+      case "accepted":
+        if (outcome.duplicate) this.#stats.duplicate++;
+        else this.#stats.accepted++;
+        return;
+      case "rejected":
+        this.#stats.rejected++;
+        if (!this.#reliableOutput) {
+          this.#stats.dropped++;
+          this.#drop(MessengerDropReason.publishDiscarded);
+        }
+        return;
+      case "publication_unknown":
+      case "publication_unresolvable":
+        this.#stats.unknown++;
+        return;
+    }
+  }
+
+  #refused(outcome: PublicationOutcome): never {
+    const reason = "reason" in outcome ? outcome.reason : outcome.kind;
+    throw new BrokerUnavailable(
+      `the broker did not take ${this.#node}'s publication ${outcome.publicationId}: ${reason}`,
+      "check that the run's channels are provisioned and the broker is healthy, then restart the worker",
+      { node: this.#node, publication_id: outcome.publicationId, outcome: outcome.kind },
+    );
+  }
+
+  /** Counts an accepted output and notes it (and a replayable source's offset) for the ledger's batch. */
+  async #noteAccepted(publicationId: string, offset: number | null): Promise<void> {
+    this.#acceptedData++;
+    if (offset !== null && offset > this.#lastAcceptedOffset) this.#lastAcceptedOffset = offset;
+    if (this.#durableShared) this.#publishedPending.push(publicationId);
+    const due = this.#publishedPending.length >= LEDGER_FLUSH_BATCH ||
+      this.#lastAcceptedOffset - this.#flushedOffset >= LEDGER_FLUSH_BATCH ||
+      this.#clock.monotonic() - this.#lastFlush >= LEDGER_FLUSH_SECONDS;
+    if (due) await this.#flushLedger();
+  }
+
+  /** Writes the batched ledger records: accepted publication ids (EOS-7) and a replayable source's offset. */
+  async #flushLedger(): Promise<void> {
+    this.#lastFlush = this.#clock.monotonic();
+    if (this.#publishedPending.length > 0) {
+      const ids = this.#publishedPending;
+      this.#publishedPending = [];
+      await this.#runtime.recordPublished(ids);
+    }
+    if (this.#replayable && this.#durable && this.#lastAcceptedOffset > this.#flushedOffset) {
+      await this.#commitCheckpoint(this.#state, {});
+    }
+  }
+
+  /**
+   * One checkpoint write: the state, the group it covers, the output committed with it (and that output's
+   * bytes, so a replacement can confirm it), and a replayable source's last accepted offset.
+   */
+  async #commitCheckpoint(state: Uint8Array | null, extra: ReplayPosition): Promise<void> {
+    const position: Record<string, string | number> = {};
+    if (this.#currentKey !== null && this.#current !== null) position.group = this.#currentKey;
+    if (this.#replayable) position.offset = this.#lastAcceptedOffset;
+    Object.assign(position, extra);
+    try {
+      await this.#runtime.checkpoint(state, position);
+    } catch (error) {
+      if (error instanceof StaleAuthority) this.#authorityLost = true;
+      throw error;
+    }
+    this.#state = state;
+    if (this.#replayable) this.#flushedOffset = this.#lastAcceptedOffset;
+  }
+
+  /** Publishes an EOS or ABORT marker on the EOS subject, retrying until the broker takes it. */
+  async #publishMarker(
+    type: MsgType,
+    traceId: string,
+    payload: { payloadType: string; payload: Uint8Array },
+  ) {
+    await this.#flushLedger();
+    const seq = this.#durableShared ? await this.#runtime.publishedCount() : this.#acceptedData;
+    if (faultsInstalled()) await barrier(Barrier.terminatorPublishBefore, { node: this.#node, status: type });
+    const publicationId = messageId(this.#flowId, this.#runId, this.#node, traceId, seq, type);
+    const body = encodeEnvelope(createEnvelope({
+      type,
+      producerName: this.#node,
+      flowId: this.#flowId,
+      runId: this.#runId,
+      traceId,
+      seq,
+      replicaId: this.#replicaId,
+      payloadType: payload.payloadType,
+      payload: payload.payload,
+    }));
+    const outcome = await this.#publish(
+      backendEnvelope({
+        channel: this.#channel,
+        publicationId,
+        headers: { [ENVELOPE_VERSION_HEADER]: String(ENVELOPE_VERSION) },
+        body,
+        eventId: publicationId,
+        schemaVersion: ENVELOPE_VERSION,
+        kind: MessageKind.eos,
+      }),
+      true,
+    );
+    if (outcome.kind !== "accepted") this.#refused(outcome);
+  }
+
+  // ---- guards -------------------------------------------------------------------------------------------
+
+  #requireStarted(what: string): void {
+    if (!this.#started) {
+      throw new ConfigError(
+        `${what} before the messenger of ${this.#node} started`,
+        "build it with BrokerMessenger.open",
+      );
+    }
+  }
+
+  #requireReceiver(what: string): void {
+    this.#requireStarted(what);
+    if (this.#assembler === null) {
+      throw new ConfigError(
+        `${this.#node} is a producer: it has no input to ${what}`,
+        "call it on a receiving node",
+      );
+    }
+  }
+}
