@@ -31,9 +31,11 @@ import {
   type Disposition,
   DISPOSITIONS,
   errorToDict,
+  EXIT_USER,
   isDisposition,
   ProgressStalled,
   TRANSIENT,
+  UpstreamAborted,
   WORKER_FATAL,
   WorkerUnhealthy,
 } from "./errors.ts";
@@ -260,6 +262,15 @@ export class ProgressDeadline {
 
 /** The structured cause a dead worker reported in its termination log (an {@link errorToDict} record). */
 export type TerminationReason = Readonly<Record<string, unknown>>;
+
+/**
+ * Whether restarting could change how a replica ends: not for the author's mistake (exit 2: the same
+ * configuration fails the same way) nor for a replica that stopped because a parent aborted (its input
+ * stream is over).
+ */
+export function restartCanMend(exited: NodeExited): boolean {
+  return exited.code !== EXIT_USER && exited.reason?.code !== UpstreamAborted.code;
+}
 
 /** A worker was launched; `attempt` is 0 for the first launch, n for the n-th restart. */
 export interface NodeStarted {
@@ -518,6 +529,12 @@ export class SupervisionPolicy {
    */
   decide(exited: NodeExited, restartsSpent: number): SupervisionDecision {
     if (exited.clean) return { kind: "finished" };
+    if (!restartCanMend(exited)) {
+      return {
+        kind: "give_up",
+        event: nodeGaveUp(exited.node, exited.replica, restartsSpent, exited.reason),
+      };
+    }
     if (this.shouldRestart(restartsSpent, exited.disposition)) {
       const delaySeconds = this.delayFor(restartsSpent);
       return {

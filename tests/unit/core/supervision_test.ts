@@ -12,6 +12,7 @@ import {
   type PendingProbe,
   ProgressDeadline,
   renderEvent,
+  restartCanMend,
   SupervisionPolicy,
 } from "../../../src/core/supervision.ts";
 import {
@@ -417,4 +418,21 @@ Deno.test("event log: failedNodes lists each node that gave up once, in first-se
   assert.equal(log.restartCount(), 0);
   assert.equal(log.events.length, 4);
   assert.deepEqual(log.lines().at(-1), "flow stalled: stuck");
+});
+
+Deno.test("a restart cannot mend the author's mistake (exit 2) or a parent's abort: the policy gives up at once", () => {
+  const policy = SupervisionPolicy.local();
+  const userError = policy.decide(nodeExited("n", 0, 2, { code: "VF_CONFIG", disposition: null }), 0);
+  assert.equal(userError.kind, "give_up");
+  const aborted = policy.decide(
+    nodeExited("n", 0, 4, { code: "VF_UPSTREAM_ABORTED", disposition: "worker_fatal" }),
+    0,
+  );
+  assert.equal(aborted.kind, "give_up");
+  const crashed = policy.decide(
+    nodeExited("n", 0, 4, { code: "VF_WORKER_FATAL", disposition: "worker_fatal" }),
+    0,
+  );
+  assert.equal(crashed.kind, "restart");
+  assert.ok(restartCanMend(nodeExited("n", 0, 137)));
 });

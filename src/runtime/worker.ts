@@ -1,0 +1,303 @@
+/**
+ * The one entry that runs exactly one replica of one node (spec runtime.worker), configured only by its
+ * `VF_*` environment, whether it lives in a Deno Worker of the local engine, a `deno run` subprocess, or
+ * (later) a Kubernetes pod. It rebuilds the node from its spec, verifies the node's assets, builds the
+ * ledger, the broker clients and the messenger, opens the node, runs its task loop and closes it in every
+ * case; it resolves with the process exit status the outcome maps to (0, 2, 3, 4, 5, or 143 after a
+ * quiesce), writing the termination reason for any failure.
+ *
+ * @module
+ */
+
+import { RuntimeContext } from "../core/context.ts";
+import { DeliveryPolicy } from "../core/delivery_policy.ts";
+import { asRuntimeError, ConfigError, exitCodeOf, VideoflowError } from "../core/errors.ts";
+import { pendingObservationOf } from "../core/messenger.ts";
+import { type Node, ProducerNode, ReceiverNode } from "../core/node.ts";
+import { rebuildNode } from "../core/node_class.ts";
+import { PartitionKeyPolicy } from "../core/partition_key_policy.ts";
+import { ConsecutiveFailureBreaker, ProgressDeadline } from "../core/supervision.ts";
+import { createTask, type TaskOutcome } from "../core/task.ts";
+import { installFromEnv } from "../backends/faults.ts";
+import type { MessagingBackend } from "../backends/messaging.ts";
+import type { PayloadStore } from "../backends/payload.ts";
+import { claimReplicaSlot, FlowRuntime } from "../backends/runtime.ts";
+import type { RuntimeStore } from "../backends/runtime_store.ts";
+import { EmbeddedMessagingBackend } from "../messaging/embedded_backend.ts";
+import { BrokerMessenger } from "../messaging/messenger.ts";
+import { verifyNodeAssets } from "./assetcheck.ts";
+import { EmbeddedConnection } from "./embedded_rpc.ts";
+import { EmbeddedPayloadStore } from "./embedded_payload.ts";
+import { EmbeddedRuntimeStore } from "./embedded_runtime_store.ts";
+import { HealthServer, HealthState, Metric } from "./health.ts";
+import { configureLogging, type LogSink, type NodeLogger } from "./logging.ts";
+import { openRuntimeStore } from "./runtime_stores.ts";
+import { buildWatchdog, writeTerminationReason } from "./watchdog.ts";
+import { parseWorkerConfig, type WorkerConfig } from "./worker_config.ts";
+
+/**
+ * The run ledger URL that names the ledger the embedded broker serves: the local engine's file store, which
+ * the supervisor owns and a sandboxed worker reaches only through its broker connection.
+ */
+export const EMBEDDED_RUNTIME_STORE_URL = "embedded://";
+
+/** What a worker tells whoever started it, besides its exit status. */
+export type WorkerReport =
+  /** Periodic counters (every {@link REPORT_INTERVAL_SECONDS}, and once at the end). */
+  | {
+    readonly kind: "stats";
+    readonly node: string;
+    readonly replica: number;
+    readonly processed: number;
+    readonly failed: number;
+    readonly published: number;
+    readonly drops: Readonly<Record<string, number>>;
+  }
+  /** The replica ended: its exit status and, for a failure, the error record. */
+  | {
+    readonly kind: "exit";
+    readonly node: string;
+    readonly replica: number;
+    readonly code: number;
+    readonly reason: unknown;
+  };
+
+/** How often a running worker reports its counters. */
+export const REPORT_INTERVAL_SECONDS = 0.5;
+
+/** Where a worker runs: how it reaches the broker and how it reports. */
+export interface WorkerHost {
+  /** The worker's environment (`VF_*`). */
+  readonly env: Readonly<Record<string, string | undefined>>;
+  /** The broker's MessagePort when the host is a Deno Worker of the local engine; else the env's address. */
+  readonly port?: MessagePort;
+  /** Receives the worker's reports; nothing by default. */
+  readonly report?: (report: WorkerReport) => void;
+  /** Where log lines go (stderr by default). */
+  readonly logSink?: LogSink;
+  /** Calls `quiesce` when the host is asked to stop this replica (SIGTERM or the supervisor's message). */
+  readonly onQuiesce?: (quiesce: () => void) => void;
+}
+
+interface Services {
+  readonly backend: MessagingBackend;
+  readonly payloadStore: PayloadStore;
+  readonly runtimeStore: RuntimeStore;
+  close(): Promise<void>;
+}
+
+async function connectServices(config: WorkerConfig, host: WorkerHost): Promise<Services> {
+  if (config.broker.kind === "nats") {
+    throw new ConfigError(
+      "this worker was given a NATS broker, which this build does not support yet",
+      "run the flow with the local engine's embedded broker (vf run-local)",
+      { broker: config.broker.url },
+    );
+  }
+  const connection = host.port !== undefined
+    ? await EmbeddedConnection.connect(host.port, { label: `${config.nodeName}/${config.replicaId ?? "?"}` })
+    : await EmbeddedConnection.fromEnv(host.env, `${config.nodeName}/${config.replicaId ?? "?"}`);
+  const runtimeStore = config.runtimeStoreUrl === EMBEDDED_RUNTIME_STORE_URL
+    ? new EmbeddedRuntimeStore(connection)
+    : await openRuntimeStore(config.runtimeStoreUrl);
+  return {
+    backend: new EmbeddedMessagingBackend(connection),
+    payloadStore: new EmbeddedPayloadStore(connection, { transferPuts: host.port !== undefined }),
+    runtimeStore,
+    close: async () => {
+      if (config.runtimeStoreUrl !== EMBEDDED_RUNTIME_STORE_URL) await runtimeStore.close();
+      await connection.close();
+    },
+  };
+}
+
+function runtimeFor(config: WorkerConfig, store: RuntimeStore): Promise<FlowRuntime> {
+  const options = {
+    store,
+    flowId: config.flowId,
+    runId: config.runId,
+    node: config.nodeName,
+    nbTasks: config.nbTasks,
+    partitionBy: config.partitionBy,
+    parentReplicas: config.parentReplicas,
+    leaseSeconds: config.partitionLeaseSeconds,
+  };
+  return config.replicaId === null
+    ? claimReplicaSlot({ ...options, slots: config.replicaSlots ?? config.nbTasks })
+    : Promise.resolve(new FlowRuntime({ ...options, replicaId: config.replicaId }));
+}
+
+function partitionKeyPolicyOf(node: Node): PartitionKeyPolicy | null {
+  const declared = node instanceof ReceiverNode ? node.partitionKeyPolicy : null;
+  return declared === null ? null : PartitionKeyPolicy.fromDict(declared);
+}
+
+function reasonOf(outcome: TaskOutcome): unknown {
+  switch (outcome.kind) {
+    case "finished":
+    case "stopped":
+      return null;
+    case "upstream_aborted":
+    case "failed":
+      return outcome.error.toDict();
+  }
+}
+
+/** A running replica's pieces, for reporting and the final exit. */
+interface Running {
+  readonly node: Node;
+  readonly replica: number;
+  readonly health: HealthState;
+  readonly messenger: BrokerMessenger;
+}
+
+function statsOf(running: Running, drops: Record<string, number>): WorkerReport {
+  const { health } = running;
+  return {
+    kind: "stats",
+    node: running.node.name,
+    replica: running.replica,
+    processed: health.counter(Metric.processed),
+    failed: health.counter(Metric.failed),
+    published: health.counter(Metric.published),
+    drops: { ...drops },
+  };
+}
+
+async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogger): Promise<number> {
+  const node = await rebuildNode(config.nodeClass, config.nodeParams, config.nodeKind);
+  await verifyNodeAssets(node);
+  const services = await connectServices(config, host);
+  try {
+    const runtime = await runtimeFor(config, services.runtimeStore);
+    const replica = runtime.replicaId;
+    const messenger = await BrokerMessenger.open({
+      backend: services.backend,
+      flowId: config.flowId,
+      runId: config.runId,
+      flowType: config.flowType,
+      node: config.nodeName,
+      parentNames: config.parentNames,
+      replicaId: replica,
+      nbTasks: config.nbTasks,
+      partitionBy: config.partitionBy,
+      partitionKeyPolicy: partitionKeyPolicyOf(node),
+      joinPolicy: config.joinPolicy,
+      deliveryPolicy: DeliveryPolicy.resolve(
+        config.flowType,
+        DeliveryPolicy.nodeOverride(config.delivery, config.onError),
+        config.maxRetries,
+      ),
+      ackWaitSeconds: config.ackWaitSeconds,
+      eosQuiescenceMs: config.eosQuiescenceMs,
+      parentReplicas: config.parentReplicas,
+      runtime,
+      payloadStore: services.payloadStore,
+      blobReaderIds: config.blobReaderIds,
+      blobTtlSeconds: config.blobTtlSeconds,
+      maxInlinePayloadBytes: config.maxInlinePayloadBytes,
+      prefetchBytes: config.prefetchBytes,
+      replayable: node instanceof ProducerNode && (node.constructor as typeof ProducerNode).replayable,
+      logger,
+    });
+    const health = new HealthState(config.nodeName);
+    const server = config.healthPort === null ? null : new HealthServer(health, { port: config.healthPort });
+    server?.start();
+    const running: Running = { node, replica, health, messenger };
+    const drops: Record<string, number> = {};
+    const report = () => {
+      for (const [reason, count] of Object.entries(messenger.takeDrops())) {
+        drops[reason] = (drops[reason] ?? 0) + count;
+      }
+      host.report?.(statsOf(running, drops));
+    };
+    const reporter = setInterval(report, REPORT_INTERVAL_SECONDS * 1000);
+    host.onQuiesce?.(() => void messenger.quiesce());
+    try {
+      const deadline = new ProgressDeadline({
+        timeoutSeconds: config.progressTimeoutSeconds,
+        pendingProbe: () => pendingObservationOf(messenger),
+        nodeName: config.nodeName,
+      });
+      const watchdog = buildWatchdog(
+        deadline,
+        config.watchdogIntervalSeconds,
+        config.progressTimeoutSeconds,
+        config.nodeName,
+        undefined,
+        { logger },
+      );
+      const ctx = new RuntimeContext(
+        { flowId: config.flowId, runId: config.runId, nodeName: config.nodeName, replicaId: replica },
+        logger,
+        messenger,
+      );
+      const task = createTask(node, {
+        messenger,
+        ctx,
+        hasChildren: config.hasChildren,
+        parentNames: config.parentNames,
+        breaker: new ConsecutiveFailureBreaker(config.breakerThreshold, config.nodeName),
+        deadline,
+        watchdog,
+        onError: config.onError ?? undefined,
+        delivery: config.delivery ?? undefined,
+        health,
+      });
+      const outcome = await task.run();
+      const reason = reasonOf(outcome);
+      if (reason !== null) {
+        writeTerminationReason(outcome.kind === "failed" ? outcome.error : reason, config.terminationLog);
+      }
+      if (outcome.kind === "failed") logger.error(outcome.error.render());
+      report();
+      host.report?.({ kind: "exit", node: config.nodeName, replica, code: outcome.exitCode, reason });
+      return outcome.exitCode;
+    } finally {
+      clearInterval(reporter);
+      await server?.stop();
+      await messenger.close();
+    }
+  } finally {
+    await services.close();
+  }
+}
+
+/**
+ * Runs one replica from `host.env` and resolves with its exit status; never throws. A configuration the
+ * worker cannot start from is reported and exits with its class's code (2 for a bad environment).
+ */
+export async function runWorker(host: WorkerHost): Promise<number> {
+  let config: WorkerConfig | null = null;
+  let logger: NodeLogger | null = null;
+  try {
+    config = parseWorkerConfig(host.env);
+    logger = configureLogging(
+      {
+        flowId: config.flowId,
+        runId: config.runId,
+        node: config.nodeName,
+        replica: config.replicaId ?? undefined,
+      },
+      { get: (name: string) => host.env[name] },
+      host.logSink === undefined ? {} : { sink: host.logSink },
+    );
+    if (config.faultScheduleJson !== null) installFromEnv(host.env);
+    return await runNode(config, host, logger);
+  } catch (error) {
+    const failure = error instanceof VideoflowError ? error : asRuntimeError(error, "worker_fatal");
+    const line = failure.render();
+    if (logger !== null) logger.error(line);
+    else console.error(line);
+    if (config !== null) writeTerminationReason(failure, config.terminationLog);
+    const code = exitCodeOf(failure);
+    host.report?.({
+      kind: "exit",
+      node: config?.nodeName ?? "?",
+      replica: config?.replicaId ?? 0,
+      code,
+      reason: failure.toDict(),
+    });
+    return code;
+  }
+}

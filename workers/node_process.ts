@@ -1,0 +1,26 @@
+/**
+ * The entry of a node replica as a `deno run` subprocess of the local engine (and the shape a Kubernetes
+ * pod's entry takes): its `VF_*` environment says everything (the engine starts it with a cleared
+ * environment holding only that and what Deno itself needs, and lets it read that environment), the embedded broker is reached on the
+ * loopback address the environment names, reports are printed to stdout as lines starting with
+ * {@link REPORT_LINE_PREFIX}, SIGTERM quiesces the replica, and the process exits with the replica's status.
+ *
+ * @module
+ */
+
+import { runWorker } from "../src/runtime/worker.ts";
+
+/** Marks a stdout line as a worker report (JSON follows); every other line is the node's own output. */
+export const REPORT_LINE_PREFIX = "\u001evf-report ";
+
+/** Runs the replica this process's environment describes, then exits with its status. */
+export async function serveNodeProcess(): Promise<never> {
+  const encoder = new TextEncoder();
+  const code = await runWorker({
+    env: Deno.env.toObject(),
+    report: (report) =>
+      Deno.stdout.writeSync(encoder.encode(`${REPORT_LINE_PREFIX}${JSON.stringify(report)}\n`)),
+    onQuiesce: (quiesce) => Deno.addSignalListener("SIGTERM", quiesce),
+  });
+  Deno.exit(code);
+}
