@@ -354,6 +354,17 @@ interface RecoveredGroup {
   readonly arrived: Map<string, EnvelopeEntry<Held>>;
 }
 
+/** Readings this close count as the same instant: a deadline met by a timer's rounding is met. */
+const TIME_TOLERANCE_SECONDS = 1e-6;
+
+/**
+ * A wait shortened to whole microseconds (less a hair), so a clock that keeps time in microsecond ticks
+ * reaches the deadline exactly when its timer fires, never a rounding error short of it.
+ */
+function wholeMicroseconds(seconds: number): number {
+  return Math.max(0, Math.floor(seconds * 1e6) / 1e6 - 1e-9);
+}
+
 const NO_DROPS: Record<string, number> = Object.freeze({}) as Record<string, number>;
 const SILENT: Logger = Object.freeze({
   debug() {},
@@ -970,14 +981,17 @@ export class BrokerMessenger implements Messenger {
   /**
    * Stops the keepalive and the lease renewal, hands back what is held, flushes the ledger's batches and
    * releases a held partition lease so a replacement takes over at once. The backend stays open (its
-   * owner shuts it down). Idempotent.
+   * owner shuts it down). Idempotent. `handBack: false` stops the timers and does nothing else: what a
+   * crashed process looks like to the broker and the ledger (its leases lapse on their own). Tests
+   * simulating a crash pass it; a worker never does.
    */
-  async close(): Promise<void> {
+  async close(options: { readonly handBack?: boolean } = {}): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
     this.#keepalive?.cancel();
     this.#keepalive = null;
     await this.#leaseKeeper?.stop();
+    if (options.handBack === false) return;
     if (this.#started) {
       await this.#handBack();
       await this.#flushLedger();
@@ -1124,7 +1138,7 @@ export class BrokerMessenger implements Messenger {
       this.#subscriptions,
       Math.max(1, this.#prefetch),
       this.#byteCredit,
-      deadline,
+      now + wholeMicroseconds(deadline - now),
     );
     if (deliveries.length === 0) return;
     const received = new Map<ParentState, string[]>();
@@ -1540,7 +1554,7 @@ export class BrokerMessenger implements Messenger {
       if (parent.drained || parent.ends.size === 0) continue;
       if (!parent.barrier && parent.ends.size < parent.expected) continue;
       const now = this.#clock.monotonic();
-      if (now < parent.nextCheck) continue;
+      if (now + TIME_TOLERANCE_SECONDS < parent.nextCheck) continue;
       if (await this.#isDrained(parent, now)) {
         await this.#drain(parent);
         drained = true;
