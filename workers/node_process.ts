@@ -8,10 +8,7 @@
  * @module
  */
 
-import { runWorker } from "../src/runtime/worker.ts";
-
-/** Marks a stdout line as a worker report (JSON follows); every other line is the node's own output. */
-export const REPORT_LINE_PREFIX = "\u001evf-report ";
+import { REPORT_LINE_PREFIX, runWorker } from "../src/runtime/worker.ts";
 
 /** Runs the replica this process's environment describes, then exits with its status. */
 export async function serveNodeProcess(): Promise<never> {

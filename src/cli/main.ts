@@ -10,12 +10,17 @@ import { ConfigError, exitCodeOf, VideoflowError } from "../core/errors.ts";
 import { compileCommand } from "./compile.ts";
 import { decodeCommand } from "./decode.ts";
 import { explainCommand } from "./explain.ts";
+import { runLocalCommand } from "./run_local.ts";
 import { validateCommand } from "./validate.ts";
 
 /** Where a command writes what it reports: stdout for results, stderr for diagnostics. */
 export interface CommandOutput {
+  /** One line of results. */
   out(line: string): void;
+  /** One line of diagnostics. */
   err(line: string): void;
+  /** Raw text on the results stream (a live view redrawing itself). */
+  write(text: string): void;
 }
 
 const USAGE = `usage: vf <command> [arguments]
@@ -23,6 +28,9 @@ const USAGE = `usage: vf <command> [arguments]
 commands:
   validate FLOW.ts   check a flow: one line per diagnostic; exit 2 when any is an error
   compile FLOW.ts    print the compiled document as JSON
+  run-local FLOW.ts  run the flow on this machine, with a live view; options:
+                     --isolation worker|process  --state DIR  --run-id ID
+                     --flow-type realtime|batch  --no-restart
   explain FLOW.ts    what the flow will do: graph, replicas, joins, delivery, permissions
                      (--dot: the graph for Graphviz)
   decode FILE        print an envelope's bytes as JSON with the wire's field names
@@ -34,10 +42,17 @@ exit codes: 0 ok, 2 the flow or its configuration is wrong, 3 the environment is
 const OPTIONS = {
   help: { type: "boolean", short: "h" },
   dot: { type: "boolean" },
+  isolation: { type: "string" },
+  state: { type: "string" },
+  "run-id": { type: "string" },
+  "flow-type": { type: "string" },
+  "no-restart": { type: "boolean" },
 } as const;
 
 /** The parsed options. */
-export type CliOptions = { readonly [K in keyof typeof OPTIONS]?: boolean };
+export type CliOptions = {
+  readonly [K in keyof typeof OPTIONS]?: typeof OPTIONS[K]["type"] extends "string" ? string : boolean;
+};
 
 interface Command {
   readonly accepts: readonly (keyof typeof OPTIONS)[];
@@ -52,6 +67,17 @@ const COMMANDS: Record<string, Command> = {
     run: (path, options, io) => explainCommand(path, { dot: options.dot ?? false }, io),
   },
   decode: { accepts: [], run: (path, _options, io) => decodeCommand(path, io) },
+  "run-local": {
+    accepts: ["isolation", "state", "run-id", "flow-type", "no-restart"],
+    run: (path, options, io) =>
+      runLocalCommand(path, {
+        isolation: options.isolation,
+        state: options.state,
+        runId: options["run-id"],
+        flowType: options["flow-type"],
+        noRestart: options["no-restart"],
+      }, io),
+  },
 };
 
 function usageError(message: string): ConfigError {
@@ -102,9 +128,11 @@ function render(error: unknown): string {
 
 /** The process entry: runs the CLI on `Deno.args` and exits with its code. */
 export async function main(): Promise<never> {
+  const encoder = new TextEncoder();
   const code = await runCli(Deno.args, {
     out: (line) => console.log(line),
     err: (line) => console.error(line),
+    write: (text) => Deno.stdout.writeSync(encoder.encode(text)),
   });
   Deno.exit(code);
 }

@@ -62,6 +62,9 @@ export type WorkerReport =
     readonly reason: unknown;
   };
 
+/** Marks a subprocess's stdout line as a report (JSON follows); every other line is the node's own output. */
+export const REPORT_LINE_PREFIX = "\u001evf-report ";
+
 /** How often a running worker reports its counters. */
 export const REPORT_INTERVAL_SECONDS = 0.5;
 

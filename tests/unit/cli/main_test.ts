@@ -9,7 +9,11 @@ import { runCli } from "../../../src/cli/main.ts";
 async function cli(...args: string[]): Promise<{ code: number; out: string[]; err: string[] }> {
   const out: string[] = [];
   const err: string[] = [];
-  const code = await runCli(args, { out: (line) => out.push(line), err: (line) => err.push(line) });
+  const code = await runCli(args, {
+    out: (line) => out.push(line),
+    err: (line) => err.push(line),
+    write: (text) => out.push(text),
+  });
   return { code, out, err };
 }
 
