@@ -9,6 +9,7 @@ import { parseArgs } from "node:util";
 import { ConfigError, exitCodeOf, VideoflowError } from "../core/errors.ts";
 import { compileCommand } from "./compile.ts";
 import { decodeCommand } from "./decode.ts";
+import { dlqCommand } from "./dlq.ts";
 import { explainCommand } from "./explain.ts";
 import { runLocalCommand } from "./run_local.ts";
 import { validateCommand } from "./validate.ts";
@@ -31,6 +32,7 @@ commands:
   run-local FLOW.ts  run the flow on this machine, with a live view; options:
                      --isolation worker|process  --state DIR  --run-id ID
                      --flow-type realtime|batch  --no-restart
+  dlq FLOW.ts        the dead letters of a run: --run-id ID [--state DIR] [--json]
   explain FLOW.ts    what the flow will do: graph, replicas, joins, delivery, permissions
                      (--dot: the graph for Graphviz)
   decode FILE        print an envelope's bytes as JSON with the wire's field names
@@ -47,6 +49,7 @@ const OPTIONS = {
   "run-id": { type: "string" },
   "flow-type": { type: "string" },
   "no-restart": { type: "boolean" },
+  json: { type: "boolean" },
 } as const;
 
 /** The parsed options. */
@@ -67,6 +70,11 @@ const COMMANDS: Record<string, Command> = {
     run: (path, options, io) => explainCommand(path, { dot: options.dot ?? false }, io),
   },
   decode: { accepts: [], run: (path, _options, io) => decodeCommand(path, io) },
+  dlq: {
+    accepts: ["run-id", "state", "json"],
+    run: (path, options, io) =>
+      dlqCommand(path, { runId: options["run-id"], state: options.state, json: options.json }, io),
+  },
   "run-local": {
     accepts: ["isolation", "state", "run-id", "flow-type", "no-restart"],
     run: (path, options, io) =>

@@ -27,6 +27,7 @@ import { FileRuntimeStore } from "../runtime/file_store.ts";
 import { EMBEDDED_RUNTIME_STORE_URL, REPORT_LINE_PREFIX, type WorkerReport } from "../runtime/worker.ts";
 import { workerEnvFor } from "../runtime/worker_config.ts";
 import { parseBrokerAddress } from "../runtime/embedded_rpc.ts";
+import { type DeadLetterRecord, deadLetterRecord, writeDeadLetters } from "./dead_letters.ts";
 import { EmbeddedBroker } from "./embedded_broker.ts";
 import { LiveView, type NodeSnapshot, NodeState, renderSummary, type ViewOutput } from "./live_view.ts";
 import {
@@ -218,6 +219,7 @@ export class LocalEngine {
     } finally {
       for (const signal of signals) Deno.removeSignalListener(signal, onSignal);
     }
+    await writeDeadLetters(this.#runDir, this.#deadLetters());
     const snapshots = this.#snapshots();
     const exitCode = this.#forced
       ? EXIT_FORCED
@@ -408,6 +410,16 @@ export class LocalEngine {
     this.stop();
   }
 
+  /** Every dead letter the broker holds for this run, node by node. */
+  #deadLetters(): DeadLetterRecord[] {
+    const { flowId, runId, specs } = this.#options;
+    return specs.flatMap((spec) =>
+      this.#broker.messaging.stored(channelId(flowId, runId, spec.name))
+        .filter((envelope) => envelope.kind === MessageKind.dlq)
+        .map(deadLetterRecord)
+    );
+  }
+
   #snapshots(): NodeSnapshot[] {
     const { flowId, runId, specs } = this.#options;
     return specs.map((spec) => {
@@ -450,6 +462,7 @@ export class LocalEngine {
     const refresh = (this.#options.refreshSeconds ?? 1) * 1000;
     const silence = this.#options.silenceSeconds ?? 10;
     let shownAt = -Infinity;
+    let deadLettersWritten = 0;
     while (!this.#replicas.every((r) => r.state === NodeState.done || r.state === NodeState.failed)) {
       if (this.#forced) break;
       await new Promise<void>((resolve) => {
@@ -475,7 +488,13 @@ export class LocalEngine {
       }
       if (now - shownAt >= refresh / 1000) {
         shownAt = now;
-        this.#view.update(now, this.#snapshots());
+        const snapshots = this.#snapshots();
+        this.#view.update(now, snapshots);
+        const deadLetters = snapshots.reduce((sum, s) => sum + s.deadLetters, 0);
+        if (deadLetters !== deadLettersWritten) {
+          deadLettersWritten = deadLetters;
+          await writeDeadLetters(this.#runDir, this.#deadLetters());
+        }
       }
     }
   }

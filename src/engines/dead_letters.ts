@@ -1,0 +1,72 @@
+/**
+ * A run's dead letters kept beside its ledger (`<run dir>/dead_letters.jsonl`), so they outlive the
+ * embedded broker that held them: one JSON line per dead letter with the node, the error's code and
+ * message, the delivery count, and the original envelope's bytes. Written whole through a temporary file
+ * and a rename, so a reader never sees half a file.
+ *
+ * @module
+ */
+
+import { ConfigError } from "../core/errors.ts";
+import type { Envelope } from "../backends/messaging.ts";
+
+/** The name of the dead-letter file in a run directory. */
+export const DEAD_LETTER_FILE = "dead_letters.jsonl";
+
+/** One dead letter as `vf dlq` shows it. */
+export interface DeadLetterRecord {
+  /** The dead letter's id (`dlq:{flow}:{run}:{node}:{stream_seq}`). */
+  readonly id: string;
+  /** The node that gave up on the message (`VF-Origin-Node`). */
+  readonly node: string;
+  /** The error's stable code, from `VF-Error`. */
+  readonly code: string;
+  /** The error's message, from `VF-Error`. */
+  readonly error: string;
+  /** How many times the message was delivered (`VF-Num-Delivered`); null when the header is missing. */
+  readonly deliveries: number | null;
+  /** The original envelope's size in bytes. */
+  readonly size: number;
+  /** The original envelope, base64. */
+  readonly envelope_b64: string;
+}
+
+/** The record of a dead-letter envelope the broker holds. */
+export function deadLetterRecord(envelope: Envelope): DeadLetterRecord {
+  const headers = envelope.headers;
+  const errorHeader = headers["VF-Error"] ?? "";
+  const split = errorHeader.indexOf(": ");
+  const delivered = Number(headers["VF-Num-Delivered"]);
+  return {
+    id: envelope.publicationId,
+    node: headers["VF-Origin-Node"] ?? envelope.channel.node,
+    code: split < 0 ? errorHeader : errorHeader.slice(0, split),
+    error: split < 0 ? "" : errorHeader.slice(split + 2),
+    deliveries: Number.isSafeInteger(delivered) ? delivered : null,
+    size: envelope.body.byteLength,
+    envelope_b64: envelope.body.toBase64(),
+  };
+}
+
+/** Writes `records` as the run's dead-letter file, replacing it whole. */
+export async function writeDeadLetters(runDir: string, records: readonly DeadLetterRecord[]): Promise<void> {
+  const path = `${runDir}/${DEAD_LETTER_FILE}`;
+  const temporary = `${path}.tmp`;
+  await Deno.writeTextFile(temporary, records.map((record) => `${JSON.stringify(record)}\n`).join(""));
+  await Deno.rename(temporary, path);
+}
+
+/** The run's dead letters; ConfigError when the run directory has no dead-letter file. */
+export async function readDeadLetters(runDir: string): Promise<DeadLetterRecord[]> {
+  let text: string;
+  try {
+    text = await Deno.readTextFile(`${runDir}/${DEAD_LETTER_FILE}`);
+  } catch {
+    throw new ConfigError(
+      `no dead-letter record for the run in ${runDir}`,
+      "check --run-id and --state: they must name a run that vf run-local started",
+      { run_dir: runDir },
+    );
+  }
+  return text.split("\n").filter((line) => line !== "").map((line) => JSON.parse(line) as DeadLetterRecord);
+}
