@@ -1,0 +1,340 @@
+import assert from "node:assert/strict";
+import type { MemoryMessagingBackend } from "../../../src/backends/memory/messaging.ts";
+import { CONTROL_STOP_KEY } from "../../../src/backends/memory/messaging.ts";
+import { channelId, type Envelope, MessageKind } from "../../../src/backends/messaging.ts";
+import { CHECKPOINT_METADATA_KEY, PARTITION_KEY_METADATA_KEY } from "../../../src/core/context.ts";
+import { TransientFailure } from "../../../src/core/errors.ts";
+import { StopReason } from "../../../src/core/messenger.ts";
+import { DeadLetterHeader, MessengerDropReason } from "../../../src/messaging/messenger.ts";
+import { dataSubscriptionId } from "../../../src/messaging/topology.ts";
+import { decodeEnvelope, decodePayload } from "../../../src/wire/codec.ts";
+import { messageId, partitionOwner } from "../../../src/wire/identities.ts";
+import {
+  consume,
+  FLOW,
+  type FlowOptions,
+  memoryProvider,
+  MessengerFlow,
+  produce,
+  RUN,
+} from "../../conformance/messenger/support.ts";
+
+const PIPELINE: FlowOptions = {
+  flowType: "batch",
+  nodes: [{ name: "cam" }, { name: "det", parents: ["cam"] }, { name: "sink", parents: ["det"] }],
+};
+
+async function withFlow(options: FlowOptions, body: (flow: MessengerFlow) => Promise<void>): Promise<void> {
+  const flow = await MessengerFlow.create(memoryProvider, options);
+  try {
+    await body(flow);
+  } finally {
+    await flow.dispose();
+  }
+}
+
+function broker(flow: MessengerFlow): MemoryMessagingBackend {
+  return flow.backend as MemoryMessagingBackend;
+}
+
+/** The data envelopes retained on `node`'s channel, decoded. */
+function stored(flow: MessengerFlow, node: string): { readonly envelope: Envelope; readonly id: string }[] {
+  return broker(flow).stored(channelId(FLOW, RUN, node))
+    .filter((e) => e.kind === MessageKind.data)
+    .map((e) => ({ envelope: e, id: e.publicationId }));
+}
+
+Deno.test("a pipeline of three messengers carries every value, trace and event time from producer to sink", async () => {
+  await withFlow(PIPELINE, async (flow) => {
+    const cam = await flow.open("cam");
+    const det = await flow.open("det");
+    const sink = await flow.open("sink");
+    cam.setOutputEventTimestamp(1_700_000_001.5);
+    await produce(flow, cam, [1, 2, 3]);
+    const relayed = await consume(flow, det, (group) => (group.cam?.message as number) * 10);
+    assert.deepEqual(relayed.groups.map((g) => g.cam?.message), [1, 2, 3]);
+    const detOut = stored(flow, "det").map(({ envelope }) => decodeEnvelope(envelope.body));
+    assert.deepEqual(detOut.map((e) => [e.traceId, e.seq]), [["cam:1", 1], ["cam:2", 2], ["cam:3", 3]]);
+    assert.deepEqual(
+      stored(flow, "det").map(({ id }) => id),
+      [1, 2, 3].map((n) => messageId(FLOW, RUN, "det", `cam:${n}`, n, "data")),
+    );
+    const seen = await consume(flow, sink);
+    assert.deepEqual(seen.groups.map((g) => g.det?.message), [10, 20, 30]);
+    assert.equal(seen.end.det?.isStopSignal, true);
+    assert.deepEqual(seen.groups.map((g) => g.det?.eventTs), [1_700_000_001.5, null, null]);
+    assert.equal(stored(flow, "det").length, 0, "interest retention frees what every reader settled");
+    assert.deepEqual(cam.publicationStats, {
+      accepted: 3,
+      duplicate: 0,
+      unknown: 0,
+      dropped: 0,
+      rejected: 0,
+    });
+  });
+});
+
+Deno.test("an output recomputed after a crash carries the same id and is deduplicated by the broker", async () => {
+  await withFlow(PIPELINE, async (flow) => {
+    const cam = await flow.open("cam");
+    await produce(flow, cam, ["a"], false);
+    const first = await flow.open("det");
+    const group = await flow.drive(first.receiveMessage());
+    await flow.drive(first.publishMessage(`${group.cam?.message}!`));
+    await first.close({ handBack: false });
+    const replacement = await flow.open("det");
+    const again = await flow.drive(replacement.receiveMessage());
+    assert.equal(replacement.lastInputKey(), first.lastInputKey());
+    await flow.drive(replacement.publishMessage(`${again.cam?.message}!`));
+    await flow.drive(replacement.ackInputs());
+    assert.equal(replacement.publicationStats.duplicate, 1);
+    assert.equal(stored(flow, "det").length, 1);
+  });
+});
+
+Deno.test("a trace join pairs the halves of each trace and carries the shared trace forward", async () => {
+  await withFlow({
+    flowType: "batch",
+    nodes: [
+      { name: "cam" },
+      { name: "left", parents: ["cam"] },
+      { name: "right", parents: ["cam"] },
+      { name: "fuse", parents: ["left", "right"] },
+      { name: "out", parents: ["fuse"] },
+    ],
+  }, async (flow) => {
+    const cam = await flow.open("cam");
+    const left = await flow.open("left");
+    const right = await flow.open("right");
+    const fuse = await flow.open("fuse");
+    await produce(flow, cam, [1, 2, 3, 4]);
+    await consume(flow, left, (g) => `L${g.cam?.message}`);
+    await consume(flow, right, (g) => `R${g.cam?.message}`);
+    const joined = await consume(flow, fuse, (g) => `${g.left?.message}+${g.right?.message}`);
+    assert.deepEqual(joined.groups.map((g) => [g.left?.message, g.right?.message]), [
+      ["L1", "R1"],
+      ["L2", "R2"],
+      ["L3", "R3"],
+      ["L4", "R4"],
+    ]);
+    assert.deepEqual(
+      stored(flow, "fuse").map(({ envelope }) => decodeEnvelope(envelope.body).traceId),
+      ["cam:1", "cam:2", "cam:3", "cam:4"],
+    );
+    assert.equal(joined.end.left?.isStopSignal && joined.end.right?.isStopSignal, true);
+  });
+});
+
+Deno.test("a parent's EOS ends the stream only once its subscription stayed quiet for the quiescence", async () => {
+  await withFlow({
+    flowType: "batch",
+    nodes: [{ name: "cam" }, { name: "det", parents: ["cam"], nbTasks: 2 }],
+  }, async (flow) => {
+    const cam = await flow.open("cam");
+    const r0 = await flow.open("det", 0, { prefetch: 0 });
+    const r1 = await flow.open("det", 1, { prefetch: 0 });
+    await produce(flow, cam, ["x", "y"]);
+    const held = await flow.drive(r0.receiveMessage());
+    const other = await flow.drive(r1.receiveMessage());
+    assert.deepEqual(new Set([held.cam?.message, other.cam?.message]), new Set(["x", "y"]));
+    await flow.drive(r1.ackInputs());
+    const ending = r1.receiveMessage();
+    await flow.drive(flow.clock.sleep(5));
+    let ended = false;
+    ending.then(() => ended = true);
+    await flow.drive(flow.clock.sleep(0));
+    assert.equal(ended, false, "an input still leased by a sibling keeps the parent open");
+    await flow.drive(r0.ackInputs());
+    const ackedAt = flow.clock.monotonic();
+    const end = await flow.drive(ending);
+    assert.equal(end.cam?.isStopSignal, true);
+    assert.ok(flow.clock.monotonic() - ackedAt >= 0.5, "the quiescence elapsed after the last ack");
+    assert.equal((await flow.drive(r0.receiveMessage())).cam?.isStopSignal, true);
+  });
+});
+
+Deno.test("replicas of a partitioned node each process exactly the records their key hashes to", async () => {
+  await withFlow({
+    flowType: "batch",
+    nodes: [{ name: "cam" }, { name: "det", parents: ["cam"], nbTasks: 3, partitionBy: "camera" }],
+  }, async (flow) => {
+    const cam = await flow.open("cam");
+    const replicas = await Promise.all([0, 1, 2].map((i) => flow.open("det", i)));
+    const keys = Array.from({ length: 30 }, (_, i) => `camera-${i}`);
+    for (const key of keys) {
+      await flow.drive(cam.publishMessage(key, { camera: key }));
+    }
+    await flow.drive(cam.publishStopSignal());
+    const seen = await Promise.all(replicas.map((r) => consume(flow, r)));
+    seen.forEach((result, replica) => {
+      const mine = result.groups.map((g) => g.cam?.message);
+      assert.deepEqual(mine, keys.filter((key) => partitionOwner(key, 3) === replica), `replica ${replica}`);
+    });
+    assert.equal(seen.reduce((n, r) => n + r.groups.length, 0), keys.length);
+  });
+});
+
+Deno.test("the output's event time and partition key ride the wire; a checkpoint key never does", async () => {
+  await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
+    const cam = await flow.open("cam");
+    const det = await flow.open("det");
+    await produce(flow, cam, [7], false);
+    await flow.drive(det.receiveMessage());
+    det.setOutputEventTimestamp(1_700_000_002.25);
+    det.setOutputPartitionKey("lane-3");
+    await flow.drive(det.publishMessage(8, { [CHECKPOINT_METADATA_KEY]: new Uint8Array([1]) }));
+    await flow.drive(det.ackInputs());
+    const [{ envelope }] = stored(flow, "det");
+    const wire = decodeEnvelope(envelope.body);
+    assert.equal(wire.eventTs, 1_700_000_002.25);
+    assert.deepEqual(Object.keys(wire.metadata), [PARTITION_KEY_METADATA_KEY]);
+    assert.equal(wire.metadata[PARTITION_KEY_METADATA_KEY], "lane-3");
+    assert.equal(envelope.partitionKey, "lane-3");
+    assert.equal(decodePayload(wire.payloadType, wire.payload), 8);
+  });
+});
+
+Deno.test("quiesce hands held join halves back at once, ends the loop and publishes no EOS", async () => {
+  await withFlow({
+    flowType: "batch",
+    nodes: [{ name: "a" }, { name: "b" }, { name: "fuse", parents: ["a", "b"] }],
+  }, async (flow) => {
+    const a = await flow.open("a");
+    const fuse = await flow.open("fuse");
+    await produce(flow, a, [1, 2], false);
+    const waiting = fuse.receiveMessage();
+    await flow.drive(flow.clock.sleep(1));
+    const aSub = dataSubscriptionId(channelId(FLOW, RUN, "a"), "fuse");
+    const before = await broker(flow).observeSubscription(aSub);
+    assert.equal(before.kind === "known" && before.value.leased, 2);
+    await flow.drive(fuse.quiesce());
+    const stop = await flow.drive(waiting);
+    assert.equal(stop.a?.isStopSignal && stop.b?.isStopSignal, true);
+    assert.equal(fuse.stopReason(), StopReason.quiesce);
+    const after = await broker(flow).observeSubscription(aSub);
+    assert.deepEqual(after.kind === "known" && [after.value.available, after.value.leased], [2, 0]);
+    assert.equal(broker(flow).stored(channelId(FLOW, RUN, "fuse")).length, 0);
+  });
+});
+
+Deno.test("the flow-wide stop is reported as control; a quiesce outranks it", async () => {
+  await withFlow(PIPELINE, async (flow) => {
+    const cam = await flow.open("cam");
+    assert.equal(cam.checkForTermination(), false);
+    broker(flow).commitControl(channelId(FLOW, RUN, "cam"), CONTROL_STOP_KEY, null, new Uint8Array([1]));
+    await flow.drive(flow.clock.sleep(0));
+    assert.equal(cam.checkForTermination(), true);
+    assert.equal(cam.stopReason(), StopReason.control);
+    await flow.drive(cam.quiesce());
+    assert.equal(cam.stopReason(), StopReason.quiesce);
+  });
+});
+
+Deno.test("a realtime join evicts its oldest incomplete group beyond max_pending and reports the drop", async () => {
+  await withFlow({
+    flowType: "realtime",
+    nodes: [
+      { name: "a" },
+      { name: "b" },
+      {
+        name: "fuse",
+        parents: ["a", "b"],
+        joinPolicy: { max_pending: 2, missing: "drop", timeout_seconds: 60 },
+      },
+    ],
+  }, async (flow) => {
+    const a = await flow.open("a", 0);
+    const fuse = await flow.open("fuse");
+    const waiting = fuse.receiveMessage();
+    for (const value of [1, 2, 3]) {
+      await flow.drive(a.publishMessage(value));
+      await flow.drive(flow.clock.sleep(0.1));
+    }
+    await flow.drive(flow.clock.sleep(1));
+    assert.deepEqual(fuse.takeDrops(), { join_evicted: 1 });
+    assert.deepEqual(fuse.joinStatus(), {
+      pending: 2,
+      oldestWaitSeconds: fuse.joinStatus().oldestWaitSeconds,
+      waitsForever: false,
+    });
+    await flow.drive(fuse.quiesce());
+    await flow.drive(waiting);
+  });
+});
+
+Deno.test("pending work is Unknown when a parent cannot be observed, never zero; a producer's is Known(0)", async () => {
+  await withFlow(PIPELINE, async (flow) => {
+    const cam = await flow.open("cam");
+    const det = await flow.open("det");
+    await produce(flow, cam, [1, 2, 3], false);
+    const counted = await flow.drive(det.pendingObservation());
+    assert.equal(counted.kind === "known" && counted.value, 3);
+    broker(flow).failObservation(dataSubscriptionId(channelId(FLOW, RUN, "cam"), "det"), "unreachable");
+    const failed = await flow.drive(det.pendingObservation());
+    assert.equal(failed.kind, "unknown");
+    const producer = await flow.drive(cam.pendingObservation());
+    assert.equal(producer.kind === "known" && producer.value, 0);
+  });
+});
+
+Deno.test("a group held past the ack wait is kept alive and never redelivered", async () => {
+  await withFlow(PIPELINE, async (flow) => {
+    const cam = await flow.open("cam");
+    const det = await flow.open("det", 0, { ackWaitSeconds: 3 });
+    await produce(flow, cam, ["slow"], false);
+    await flow.drive(det.receiveMessage());
+    const info = det.lastInputInfo();
+    assert.deepEqual(info?.cam, { eventTs: null, metadata: {}, traceId: "cam:1", seq: 1 });
+    await flow.drive(flow.clock.sleep(20));
+    const sub = await broker(flow).observeSubscription(
+      dataSubscriptionId(channelId(FLOW, RUN, "cam"), "det"),
+    );
+    assert.deepEqual(sub.kind === "known" && [sub.value.available, sub.value.leased], [0, 1]);
+    await flow.drive(det.ackInputs());
+  });
+});
+
+Deno.test("a transient failure is retried with backoff, then dead-lettered as exhausted after max_deliver", async () => {
+  await withFlow(PIPELINE, async (flow) => {
+    const cam = await flow.open("cam");
+    const det = await flow.open("det");
+    await produce(flow, cam, ["flaky"], false);
+    const retriedAt: number[] = [];
+    for (let attempt = 1; attempt <= 4; attempt++) {
+      await flow.drive(det.receiveMessage());
+      retriedAt.push(flow.clock.monotonic());
+      await flow.drive(det.failInputs(new TransientFailure("the model server timed out")));
+    }
+    assert.deepEqual(retriedAt.slice(1).map((t, i) => Math.round(t - retriedAt[i])), [2, 4, 8]);
+    assert.deepEqual(det.takeDrops(), { [MessengerDropReason.exhausted]: 1 });
+    const letters = broker(flow).stored(channelId(FLOW, RUN, "det")).filter((e) =>
+      e.kind === MessageKind.dlq
+    );
+    assert.equal(letters.length, 1);
+    assert.equal(letters[0].headers[DeadLetterHeader.numDelivered], "4");
+    assert.match(letters[0].headers[DeadLetterHeader.error], /^VF_TRANSIENT: the model server timed out$/);
+  });
+});
+
+Deno.test("a memory ledger keeps no received sets; a durable one notes each received batch in one write", async () => {
+  for (const durableLedger of [false, true]) {
+    await withFlow({ ...PIPELINE, durableLedger }, async (flow) => {
+      const cam = await flow.open("cam");
+      const det = await flow.open("det", 0, { prefetch: 8 });
+      await produce(flow, cam, Array.from({ length: 8 }, (_, i) => i));
+      await consume(flow, det, (g) => g.cam?.message);
+      const records = await flow.store.scan(flow.runtime("det").key("received") + "/");
+      if (!durableLedger) {
+        assert.equal(records.length, 0);
+        return;
+      }
+      assert.ok(
+        records.length >= 1 && records.length < 8,
+        `${records.length} received records for 8 messages`,
+      );
+      const ids = await flow.runtime("det").receivedIds("cam", "det--from--cam");
+      assert.equal(ids.size, 8);
+      assert.equal(await flow.runtime("cam").publishedCount(), 8);
+    });
+  }
+});
