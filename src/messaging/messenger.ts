@@ -162,6 +162,7 @@ import {
   GroupKind,
   makeAssembler,
   type ReadyGroup,
+  type Release,
   Settlement,
 } from "./grouping.ts";
 import {
@@ -190,6 +191,12 @@ export const RECEIVE_WAIT_SECONDS = 0.5;
 export const LEDGER_FLUSH_BATCH = 256;
 /** The longest accepted publications wait before they are noted in the ledger, in seconds. */
 export const LEDGER_FLUSH_SECONDS = 1;
+/**
+ * How many ack waits a replacement holds the redelivered members of a join group its predecessor persisted
+ * before giving up on the rest and letting the join's own rules group them: a crashed predecessor's leases
+ * lapse after one.
+ */
+export const RECOVERY_WAIT_ACK_WAITS = 2;
 /** How often the EOS-7 barrier is re-evaluated for a parent whose end was seen, at most, in seconds. */
 export const BARRIER_CHECK_SECONDS = 0.25;
 
@@ -400,6 +407,17 @@ function requireSeconds(value: number, what: string): number {
   return value;
 }
 
+/** The envelope in a delivery's bytes, or the DecodeError that says why there is none. */
+function decodeDelivery(bytes: Uint8Array): WireEnvelope | DecodeError {
+  try {
+    return decodeEnvelope(bytes);
+  } catch (error) {
+    return error instanceof DecodeError
+      ? error
+      : new DecodeError(`the envelope could not be decoded: ${errorToDict(error).message}`);
+  }
+}
+
 /** The VF-Error header of a dead letter: the error's code and message on one line. */
 function errorHeader(error: VideoflowRuntimeError): string {
   return `${error.code}: ${error.message}`.replace(/[\r\n]+/g, " ");
@@ -521,6 +539,8 @@ export class BrokerMessenger implements Messenger {
   #keepalive: TimerHandle | null = null;
   #leaseKeeper: LeaseKeeper | null = null;
   #lease: OwnershipToken | null = null;
+  /** When recovered groups whose members did not all come back are handed to the join instead. */
+  #recoveryDeadline = 0;
 
   /**
    * Validates the options; binds nothing ({@link start} does). Prefer {@link BrokerMessenger.open}.
@@ -673,7 +693,8 @@ export class BrokerMessenger implements Messenger {
       }
       if (this.#ended !== null) return this.#ended;
       const group = this.#nextReady();
-      await this.#settleReleases();
+      const releasing = this.#settleReleases();
+      if (releasing !== null) await releasing;
       if (group !== null) {
         const input = await this.#handOut(group);
         if (input !== null) return input;
@@ -686,9 +707,13 @@ export class BrokerMessenger implements Messenger {
 
   /** Acknowledges the group last received: settles each of its deliveries Completed. */
   async ackInputs(): Promise<void> {
-    const group = this.#takeCurrent();
+    const group = this.#current;
     if (group === null) return;
-    await Promise.all(group.handles.map((h) => this.#settle(h, completed())));
+    this.#current = null;
+    const handles = group.handles;
+    if (handles.length === 1) await this.#settle(handles[0], completed());
+    else await Promise.all(handles.map((h) => this.#settle(h, completed())));
+    await this.#closeGroup();
   }
 
   /**
@@ -696,10 +721,12 @@ export class BrokerMessenger implements Messenger {
    * numDelivered)` with the broker's (or, under the ledger budget, the ledger's) delivery count.
    */
   async failInputs(error: unknown): Promise<void> {
-    const group = this.#takeCurrent();
+    const group = this.#current;
     if (group === null) return;
+    this.#current = null;
     const failure = asRuntimeError(error, this.#delivery.onError ?? DEFAULT_DISPOSITION);
     await Promise.all(group.handles.map((h) => this.#applyLadder(h, failure)));
+    await this.#closeGroup();
   }
 
   /** Per-parent envelope facts of the group last received (`null` for a producer or before any group). */
@@ -821,8 +848,10 @@ export class BrokerMessenger implements Messenger {
         await this.#release(ref.key, intentObligationId(publicationId), publicationId);
       }
     }
-    if (outcome.kind === "accepted") await this.#noteAccepted(publicationId, identity.offset);
-    else if (this.#reliableOutput) this.#refused(outcome);
+    if (outcome.kind === "accepted") {
+      const noting = this.#noteAccepted(publicationId, identity.offset);
+      if (noting !== null) await noting;
+    } else if (this.#reliableOutput) this.#refused(outcome);
   }
 
   /** Publishes this replica's EOS (after flushing the ledger's published count); never dropped. */
@@ -1061,6 +1090,7 @@ export class BrokerMessenger implements Messenger {
       const group: RecoveredGroup = { groupId: record.groupId, wanted, arrived: new Map() };
       for (const key of wanted.values()) this.#recovered.set(key, group);
     }
+    this.#recoveryDeadline = this.#clock.monotonic() + RECOVERY_WAIT_ACK_WAITS * this.#ackWait;
   }
 
   /** Re-publishes every dead letter a predecessor could not hand off, under its recorded id (story 26). */
@@ -1159,62 +1189,93 @@ export class BrokerMessenger implements Messenger {
     for (const [parent, ids] of received) {
       await this.#runtime.recordReceivedMany(parent.name, parent.durable, ids);
     }
-    for (const [parent, delivery] of data) await this.#onData(parent, delivery);
+    for (const [parent, delivery] of data) {
+      const pending = this.#onData(parent, delivery, now);
+      if (pending !== null) await pending;
+    }
   }
 
-  /** One data delivery: decoded, its ownership decided, its payload read, then joined. */
-  async #onData(parent: ParentState, delivery: Delivery): Promise<void> {
-    const now = this.#clock.monotonic();
-    const decoded = this.#decode(delivery);
+  /**
+   * One data delivery: decoded, its ownership decided, its payload read, then joined. Synchronous (null)
+   * on the common path; a promise when the delivery is settled here or its payload must be fetched.
+   */
+  #onData(parent: ParentState, delivery: Delivery, now: number): Promise<void> | null {
+    const decoded = parent.admission === "backend"
+      ? this.#decodeCached(delivery)
+      : decodeDelivery(delivery.envelopeBytes);
+    if (parent.admission === "receiver" && this.#owner(decoded) !== this.#replicaId) {
+      const blobRef = decoded instanceof DecodeError ? null : this.#blobKey(decoded);
+      const held = new Held(delivery, parent, null, blobRef, now);
+      this.#held.add(held);
+      return this.#settle(held, completed()).then(() => {});
+    }
     if (decoded instanceof DecodeError) {
-      await this.#rejectInput(
+      return this.#rejectInput(
         new Held(delivery, parent, null, null, now),
         decoded,
         MessengerDropReason.undecodable,
       );
-      return;
-    }
-    if (parent.admission === "receiver" && !this.#owns(delivery)) {
-      const held = new Held(delivery, parent, decoded, this.#blobKey(decoded), now);
-      this.#held.add(held);
-      await this.#settle(held, completed());
-      return;
     }
     const keyError = this.#keyError(decoded);
     if (keyError !== null) {
-      await this.#rejectInput(
+      return this.#rejectInput(
         new Held(delivery, parent, decoded, null, now),
         keyError,
         MessengerDropReason.partitionKey,
       );
-      return;
     }
-    const held = new Held(delivery, parent, decoded, this.#blobKey(decoded), now);
+    const blobRef = this.#blobKey(decoded);
+    const held = new Held(delivery, parent, decoded, blobRef, now);
     this.#held.add(held);
+    if (blobRef !== null) return this.#fetchAndJoin(held, decoded);
     let message: unknown;
     try {
-      message = await this.#payloadOf(decoded);
+      message = decodePayload(decoded.payloadType, decoded.payload);
     } catch (error) {
-      if (error instanceof DecodeError) {
-        await this.#rejectInput(held, error, MessengerDropReason.undecodable);
-        return;
-      }
-      if (error instanceof TransientFailure) {
-        await this.#settle(
-          held,
-          retry(this.#delivery.retryDelay(delivery.token.attempt, drawRetryJitter(this.#random))),
-        );
-        return;
-      }
-      throw error;
+      return this.#unreadablePayload(held, error);
     }
-    const entry = entryFromEnvelope(decoded, held, message, held.blobRef);
-    const recovered = this.#recovered.get(
-      memberKey(parent.name, decoded.producerName, decoded.traceId, decoded.seq),
-    );
-    if (recovered !== undefined) {
-      this.#recover(recovered, parent.name, entry);
+    this.#enter(held, decoded, message);
+    return null;
+  }
+
+  /** An offloaded payload: fetched from the store (on this turn, after ownership was decided), then joined. */
+  async #fetchAndJoin(held: Held, decoded: WireEnvelope): Promise<void> {
+    let message: unknown;
+    try {
+      const blobRef = decodePayload(decoded.payloadType, decoded.payload) as BlobRef;
+      message = decodePayload(blobRef.innerPayloadType, await fetchOffloaded(blobRef, this.#bridge));
+    } catch (error) {
+      await this.#unreadablePayload(held, error);
       return;
+    }
+    this.#enter(held, decoded, message);
+  }
+
+  /**
+   * A payload that could not be read: poison when missing, corrupt or malformed (DecodeError), retried
+   * with backoff when the store failed transiently (BLOB-15); anything else is not the input's fault.
+   */
+  #unreadablePayload(held: Held, error: unknown): Promise<void> {
+    if (error instanceof DecodeError) return this.#rejectInput(held, error, MessengerDropReason.undecodable);
+    if (error instanceof TransientFailure) {
+      const delay = this.#delivery.retryDelay(held.delivery.token.attempt, drawRetryJitter(this.#random));
+      return this.#settle(held, retry(delay)).then(() => {});
+    }
+    throw error;
+  }
+
+  /** Hands a decoded data entry to the join (or to the recovered group that waits for it). */
+  #enter(held: Held, decoded: WireEnvelope, message: unknown): void {
+    const parent = held.parent;
+    const entry = entryFromEnvelope(decoded, held, message, held.blobRef);
+    if (this.#recovered.size > 0) {
+      const recovered = this.#recovered.get(
+        memberKey(parent.name, decoded.producerName, decoded.traceId, decoded.seq),
+      );
+      if (recovered !== undefined) {
+        this.#recover(recovered, parent.name, entry);
+        return;
+      }
     }
     held.inJoin = true;
     parent.inJoin++;
@@ -1224,7 +1285,7 @@ export class BrokerMessenger implements Messenger {
   /** An EOS or ABORT delivery: recorded (EOS-7), then an ABORT joins at once and an EOS waits for the drain. */
   async #onMarker(parent: ParentState, delivery: Delivery): Promise<void> {
     const now = this.#clock.monotonic();
-    const decoded = this.#decode(delivery);
+    const decoded = decodeDelivery(delivery.envelopeBytes);
     if (decoded instanceof DecodeError) {
       await this.#rejectInput(
         new Held(delivery, parent, null, null, now),
@@ -1277,16 +1338,11 @@ export class BrokerMessenger implements Messenger {
     parent.ends.set(decoded.replicaId, held);
   }
 
-  #decode(delivery: Delivery): WireEnvelope | DecodeError {
+  /** {@link decodeDelivery}, remembered for the delivery: the admission filter decodes it first. */
+  #decodeCached(delivery: Delivery): WireEnvelope | DecodeError {
     let decoded = this.#decoded.get(delivery);
     if (decoded === undefined) {
-      try {
-        decoded = decodeEnvelope(delivery.envelopeBytes);
-      } catch (error) {
-        decoded = error instanceof DecodeError
-          ? error
-          : new DecodeError(`the envelope could not be decoded: ${errorToDict(error).message}`);
-      }
+      decoded = decodeDelivery(delivery.envelopeBytes);
       this.#decoded.set(delivery, decoded);
     }
     return decoded;
@@ -1302,12 +1358,12 @@ export class BrokerMessenger implements Messenger {
 
   /** The admission decision: whether this replica owns `delivery` (runs on the backend's turn: cheap, sync). */
   #owns(delivery: Delivery): boolean {
-    return this.#owner(this.#decode(delivery)) === this.#replicaId;
+    return this.#owner(this.#decodeCached(delivery)) === this.#replicaId;
   }
 
   /** A partitioned delivery another replica owns was acked by the backend: release this replica's obligation. */
   async #afterSkip(delivery: Delivery): Promise<void> {
-    const decoded = this.#decode(delivery);
+    const decoded = this.#decodeCached(delivery);
     if (decoded instanceof DecodeError) return;
     const key = this.#blobKey(decoded);
     if (key !== null) await this.#release(key, this.#readerId, delivery.token.messageId);
@@ -1338,14 +1394,6 @@ export class BrokerMessenger implements Messenger {
     } catch {
       return null;
     }
-  }
-
-  /** The node's view of a payload: decoded, after fetching it from the store when it was offloaded. */
-  async #payloadOf(decoded: WireEnvelope): Promise<unknown> {
-    const value = decodePayload(decoded.payloadType, decoded.payload);
-    if (!(value instanceof BlobRef)) return value;
-    const bytes = await fetchOffloaded(value, this.#bridge);
-    return decodePayload(value.innerPayloadType, bytes);
   }
 
   /** Holds a member of a recovered group; the complete group is handed out before anything new. */
@@ -1402,15 +1450,21 @@ export class BrokerMessenger implements Messenger {
   #nextReady(): ReadyGroup<Held> | null {
     const recovered = this.#recoveredReady.shift();
     if (recovered !== undefined) return recovered;
+    if (this.#recovered.size > 0 && this.#clock.monotonic() >= this.#recoveryDeadline) {
+      this.#releaseRecovered();
+    }
     const assembler = this.#assembler as GroupAssembler<Held>;
     assembler.sweep();
     return assembler.popReady();
   }
 
   /** Settles what the join gave back outside a group: drops acked, hand-backs naked, superseded retired. */
-  async #settleReleases(): Promise<void> {
+  #settleReleases(): Promise<void> | null {
     const releases = (this.#assembler as GroupAssembler<Held>).takeReleased();
-    if (releases.length === 0) return;
+    return releases.length === 0 ? null : this.#applyReleases(releases);
+  }
+
+  async #applyReleases(releases: readonly Release<Held>[]): Promise<void> {
     const settling: Promise<unknown>[] = [];
     for (const release of releases) {
       for (const held of release.handles) {
@@ -1506,19 +1560,12 @@ export class BrokerMessenger implements Messenger {
     return Object.fromEntries(this.#parents.map((p) => [p.name, STOP_ENTRY]));
   }
 
-  #takeCurrent(): ReadyGroup<Held> | null {
-    const group = this.#current;
-    this.#current = null;
-    if (group !== null && this.#persistedGroup !== null) {
-      const groupId = this.#persistedGroup;
-      this.#persistedGroup = null;
-      void this.#runtime.settleGroup(groupId).catch((error) =>
-        this.#logger.warn("a join group could not be closed in the ledger", {
-          error: errorToDict(error).message,
-        })
-      );
-    }
-    return group;
+  /** Closes the persisted join group of the group just settled (its inputs are acked or failed). */
+  async #closeGroup(): Promise<void> {
+    const groupId = this.#persistedGroup;
+    if (groupId === null) return;
+    this.#persistedGroup = null;
+    await this.#runtime.settleGroup(groupId);
   }
 
   async #persistGroup(group: ReadyGroup<Held>): Promise<void> {
@@ -1919,14 +1966,15 @@ export class BrokerMessenger implements Messenger {
   }
 
   /** Counts an accepted output and notes it (and a replayable source's offset) for the ledger's batch. */
-  async #noteAccepted(publicationId: string, offset: number | null): Promise<void> {
+  #noteAccepted(publicationId: string, offset: number | null): Promise<void> | null {
     this.#acceptedData++;
     if (offset !== null && offset > this.#lastAcceptedOffset) this.#lastAcceptedOffset = offset;
     if (this.#durableShared) this.#publishedPending.push(publicationId);
-    const due = this.#publishedPending.length >= LEDGER_FLUSH_BATCH ||
-      this.#lastAcceptedOffset - this.#flushedOffset >= LEDGER_FLUSH_BATCH ||
+    const offsets = this.#replayable && this.#durable ? this.#lastAcceptedOffset - this.#flushedOffset : 0;
+    if (this.#publishedPending.length === 0 && offsets === 0) return null;
+    const due = this.#publishedPending.length >= LEDGER_FLUSH_BATCH || offsets >= LEDGER_FLUSH_BATCH ||
       this.#clock.monotonic() - this.#lastFlush >= LEDGER_FLUSH_SECONDS;
-    if (due) await this.#flushLedger();
+    return due ? this.#flushLedger() : null;
   }
 
   /** Writes the batched ledger records: accepted publication ids (EOS-7) and a replayable source's offset. */
