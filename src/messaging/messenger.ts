@@ -153,7 +153,7 @@ import {
   type Seq,
   sourceEpochTraceId,
 } from "../wire/identities.ts";
-import { BlobRef, type WireMap, type WirePayload } from "../wire/value.ts";
+import type { BlobRef, WireMap, WirePayload } from "../wire/value.ts";
 import {
   type CollectEntry,
   entryFromEnvelope,
