@@ -49,17 +49,21 @@ import {
   channelId,
   type Delivery,
   type DeliveryToken,
+  type LeaseObservation,
   retry,
+  type SettlementOutcome,
   type SubscriptionId,
   subscriptionId,
   subscriptionKey,
 } from "../backends/messaging.ts";
+import type { PublicationOutcome } from "../backends/outcomes.ts";
 import type { PayloadReadOutcome } from "../backends/payload.ts";
 import type { RuntimeStore } from "../backends/runtime_store.ts";
 import {
   decodeEnvelope,
   decodeSettlement,
   decodeToken,
+  DeferredFlush,
   EMBEDDED_BROKER_ENV,
   EMBEDDED_BROKER_SECRET_ENV,
   EMBEDDED_PROTOCOL_VERSION,
@@ -68,21 +72,22 @@ import {
   encodeLease,
   encodePublication,
   encodeSettleOutcome,
+  envelopeDeadline,
   errorToWire,
   Frame,
+  FrameArena,
   type FrameLink,
+  IdTable,
   Op,
   portLink,
   secretMatches,
+  SHORT_SETTLE_FIELDS,
   socketLink,
   TOKEN_FIELDS,
 } from "../runtime/embedded_rpc.ts";
 
 /** How long a TCP client has to say hello before the server drops it, by default (seconds). */
 export const DEFAULT_HELLO_TIMEOUT_SECONDS = 10;
-
-/** Microtask turns a result waits for others to share its frame (a broker call settles within three). */
-const RESULT_FLUSH_HOPS = 3;
 
 /** How the broker is composed; every service defaults to a fresh memory model on `clock`. */
 export interface EmbeddedBrokerOptions {
@@ -130,20 +135,17 @@ export class BrokerConnection {
   readonly #subs: (SubscriptionId | undefined)[] = [];
   readonly #subHandles = new WeakMap<SubscriptionId, number>();
   readonly #subKeys = new Map<string, number>();
-  #results: unknown[] = [Frame.results];
+  #results: unknown[] = [Frame.results, null];
+  readonly #arena = new FrameArena();
   #transfer: ArrayBuffer[] = [];
-  #hopsLeft = 0;
-  readonly #hop = () => {
-    if (--this.#hopsLeft > 0) queueMicrotask(this.#hop);
-    else this.#flush();
-  };
+  readonly #flusher = new DeferredFlush(() => this.#flush());
   readonly #handleOf = (subscription: SubscriptionId) => this.#handleFor(subscription);
   /** Broker tokens of deliveries handed out on this connection, by id, until settled or released. */
-  readonly #tokens = new Map<number, DeliveryToken>();
+  readonly #tokens = new IdTable<DeliveryToken>();
   #tokenCount = 0;
   readonly #tokenIdOf = (token: DeliveryToken) => {
     const id = ++this.#tokenCount;
-    this.#tokens.set(id, token);
+    this.#tokens.add(id, token);
     return id;
   };
 
@@ -205,9 +207,10 @@ export class BrokerConnection {
     this.#open = false;
     this.#messagingOpen = false;
     clearTimeout(this.#helloTimer);
-    this.#results = [Frame.results];
+    this.#results = [Frame.results, null];
+    this.#arena.take();
     this.#transfer = [];
-    this.#tokens.clear();
+    this.#tokens.drain();
     this.#services.forget(this);
   }
 
@@ -259,45 +262,79 @@ export class BrokerConnection {
   }
 
   #dispatch(frame: unknown[]): void {
-    for (let i = 1; i < frame.length && this.#open; i += 3) {
+    const arena = frame[1] as Uint8Array | null;
+    for (let i = 2; i < frame.length && this.#open; i += 3) {
       const op = frame[i] as Op;
       const id = frame[i + 1] as number;
+      const args = frame[i + 2] as unknown[];
       let result: unknown;
       try {
-        result = this.#invoke(op, frame[i + 2] as unknown[]);
+        result = this.#invoke(op, args, arena);
       } catch (error) {
-        if (id !== 0) this.#reply(id, 0, errorToWire(error), null);
+        this.#fail(id, error);
         continue;
       }
-      if (!(result instanceof Promise)) {
-        if (id !== 0) this.#reply(id, 1, result, null);
-      } else if (id === 0) {
-        result.catch(() => {});
+      if (result instanceof Promise) {
+        result.then((value) => this.#answer(id, op, args, value), (error) => this.#fail(id, error));
       } else {
-        result.then(
-          (value) => this.#reply(id, 1, value, op === Op.payloadRead ? transferable(value) : null),
-          (error) => this.#reply(id, 0, errorToWire(error), null),
-        );
+        this.#answer(id, op, args, result);
       }
     }
   }
 
-  #reply(id: number, ok: 0 | 1, value: unknown, transfer: ArrayBuffer | null): void {
-    if (!this.#open) return;
-    this.#results.push(id, ok, value);
-    if (transfer !== null && this.#link.kind === "port") this.#transfer.push(transfer);
-    if (this.#hopsLeft === 0) {
-      this.#hopsLeft = RESULT_FLUSH_HOPS;
-      queueMicrotask(this.#hop);
+  /**
+   * Encodes a call's result into the results frame being built (packed bytes go to that frame's arena,
+   * so encoding and queueing happen in one step). A receive is encoded (or handed back) even when nobody
+   * will read the reply.
+   */
+  #answer(id: number, op: Op, args: unknown[], value: unknown): void {
+    let wire = value;
+    switch (op) {
+      case Op.publish:
+      case Op.observePublication:
+        wire = encodePublication(value as PublicationOutcome);
+        break;
+      case Op.receive:
+        wire = this.#handOut(value as readonly Delivery[], () => args[0] as number);
+        break;
+      case Op.receiveAny:
+        wire = this.#handOut(value as readonly Delivery[], this.#handleOf);
+        break;
+      case Op.settle:
+        wire = this.#settled(args, value as SettlementOutcome);
+        break;
+      case Op.renew:
+        wire = encodeLease(value as LeaseObservation);
+        break;
     }
+    if (id === 0 || !this.#open) return;
+    this.#results.push(id, 1, wire);
+    if (op === Op.payloadRead && this.#link.kind === "port") {
+      const buffer = transferable(value as PayloadReadOutcome);
+      if (buffer !== null) this.#transfer.push(buffer);
+    }
+    this.#queueFlush();
+  }
+
+  #fail(id: number, error: unknown): void {
+    if (id === 0 || !this.#open) return;
+    this.#results.push(id, 0, errorToWire(error));
+    this.#queueFlush();
+  }
+
+  #queueFlush(): void {
+    this.#flusher.schedule();
   }
 
   #flush(): void {
-    this.#hopsLeft = 0;
-    if (this.#results.length === 1 || !this.#open) return;
+    this.#flusher.cancel();
+    if (this.#results.length === 2 || !this.#open) return;
     const frame = this.#results;
     const transfer = this.#transfer;
-    this.#results = [Frame.results];
+    const arena = this.#arena.take();
+    frame[1] = arena;
+    if (arena !== null && this.#link.kind === "port") transfer.push(arena.buffer as ArrayBuffer);
+    this.#results = [Frame.results, null];
     this.#transfer = [];
     try {
       this.#link.send(frame, transfer);
@@ -314,31 +351,36 @@ export class BrokerConnection {
         "report this: every hosted result should be structured-cloneable",
       ),
     );
-    const failed: unknown[] = [Frame.results];
-    for (let i = 1; i < frame.length; i += 3) failed.push(frame[i], 0, wire);
+    const failed: unknown[] = [Frame.results, null];
+    for (let i = 2; i < frame.length; i += 3) failed.push(frame[i], 0, wire);
     this.#link.send(failed, []);
   }
 
   // ---- operations ---------------------------------------------------------------------------------
 
-  #invoke(op: Op, args: unknown[]): unknown {
+  #invoke(op: Op, args: unknown[], arena: Uint8Array | null): unknown {
     const messaging = this.#services.messaging;
     switch (op) {
       case Op.publish:
-        return messaging.publish(decodeEnvelope(args, this.#channel(args[0])), args[13] as number)
-          .then(encodePublication);
+        return messaging.publish(decodeEnvelope(args, this.#channel(args[0]), arena), envelopeDeadline(args));
       case Op.receive:
         return this.#receiveOne(args);
-      case Op.settle:
-        return this.#settle(args);
+      case Op.settle: {
+        const at = args.length === SHORT_SETTLE_FIELDS ? 1 : TOKEN_FIELDS;
+        return messaging.settle(
+          this.#token(args),
+          decodeSettlement(args[at], args[at + 1]),
+          args[at + 2] as string,
+        );
+      }
       case Op.receiveAny:
         return this.#receiveMany(args);
       case Op.renew:
-        return messaging.renew(this.#token(args)).then(encodeLease);
+        return messaging.renew(this.#token(args));
       case Op.supersede:
         return messaging.supersede(this.#token(args));
       case Op.releaseTokens:
-        for (const tokenId of args) this.#tokens.delete(tokenId as number);
+        for (const tokenId of args) this.#tokens.take(tokenId as number);
         return null;
       case Op.defineChannel:
         return this.#defineChannel(args[0] as number, args[1] as ChannelId);
@@ -357,9 +399,7 @@ export class BrokerConnection {
           args[1] as string,
         );
       case Op.observePublication:
-        return messaging.observePublication(decodeEnvelope(args, this.#channel(args[0]))).then(
-          encodePublication,
-        );
+        return messaging.observePublication(decodeEnvelope(args, this.#channel(args[0]), arena));
       case Op.observeSubscription:
         return messaging.observeSubscription(this.#sub(args[0]));
       case Op.observeChannel:
@@ -464,22 +504,21 @@ export class BrokerConnection {
    * of an older attempt stays stale after the current one settled); a plain token when none is kept.
    */
   #token(wire: unknown[]): DeliveryToken {
-    return this.#tokens.get(wire[0] as number) ?? decodeToken(wire, this.#sub(wire[1]));
+    const kept = this.#tokens.get(wire[0] as number);
+    if (kept !== undefined) return kept;
+    if (wire.length === SHORT_SETTLE_FIELDS) throw unknownHandle("delivery token", wire[0]);
+    return decodeToken(wire, this.#sub(wire[1]));
   }
 
   /**
-   * Settles through the broker's token. Once a Completed or Terminal settlement is confirmed the server
-   * forgets that token: its entry is done at that very attempt, and a plain token of it gets the same
-   * answers (confirmed, not renewed, not live).
+   * A settle's outcome for the wire. Once a Completed or Terminal settlement is confirmed the server
+   * forgets the broker's token: its entry is done at that very attempt, and a plain token of it gets the
+   * same answers (confirmed, not renewed, not live).
    */
-  #settle(args: unknown[]): Promise<unknown> {
-    const tokenId = args[0] as number;
-    const outcome = decodeSettlement(args[TOKEN_FIELDS], args[TOKEN_FIELDS + 1]);
-    return this.#services.messaging.settle(this.#token(args), outcome, args[TOKEN_FIELDS + 2] as string)
-      .then((settled) => {
-        if (settled.kind === "settle_confirmed" && outcome.kind !== "retry") this.#tokens.delete(tokenId);
-        return encodeSettleOutcome(settled);
-      });
+  #settled(args: unknown[], outcome: SettlementOutcome): unknown {
+    const code = args[args.length === SHORT_SETTLE_FIELDS ? 1 : TOKEN_FIELDS];
+    if (outcome.kind === "settle_confirmed" && code !== 1) this.#tokens.take(args[0] as number);
+    return encodeSettleOutcome(outcome);
   }
 
   // ---- receiving ----------------------------------------------------------------------------------
@@ -498,8 +537,7 @@ export class BrokerConnection {
           byteCredit,
           (items, bytes) => messaging.receive(sub, items, bytes, -Infinity),
         )
-      )
-      .then((deliveries) => this.#handOut(deliveries, () => handle));
+      );
   }
 
   #receiveMany(args: unknown[]): Promise<unknown> {
@@ -515,8 +553,7 @@ export class BrokerConnection {
           byteCredit,
           (items, bytes) => messaging.receiveAny(subs, items, bytes, -Infinity),
         )
-      )
-      .then((deliveries) => this.#handOut(deliveries, this.#handleOf));
+      );
   }
 
   /**
@@ -544,7 +581,7 @@ export class BrokerConnection {
 
   /** Encodes deliveries for this client, or hands them back when nobody is left to receive them. */
   #handOut(deliveries: readonly Delivery[], handleOf: (subscription: SubscriptionId) => number): unknown {
-    if (this.#messagingOpen) return encodeDeliveries(deliveries, this.#tokenIdOf, handleOf);
+    if (this.#messagingOpen) return encodeDeliveries(deliveries, this.#tokenIdOf, handleOf, this.#arena);
     const messaging = this.#services.messaging;
     for (const delivery of deliveries) {
       const token = delivery.token;
@@ -613,8 +650,7 @@ function unknownHandle(what: string, handle: unknown): ConfigError {
 }
 
 /** The buffer of a payload read's fresh bytes, which may move to the reader instead of being copied. */
-function transferable(value: unknown): ArrayBuffer | null {
-  const outcome = value as PayloadReadOutcome;
+function transferable(outcome: PayloadReadOutcome): ArrayBuffer | null {
   if (outcome.kind !== "bytes") return null;
   const data = outcome.data;
   const buffer = data.buffer;

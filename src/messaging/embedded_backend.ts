@@ -81,7 +81,7 @@ import {
   type EmbeddedConnection,
   EmbeddedEvent,
   encodeEnvelope,
-  encodeSettlement,
+  encodeSettleCall,
   encodeToken,
   FROZEN_REPLY,
   Op,
@@ -100,6 +100,8 @@ type TokenState = typeof LIVE | typeof SETTLED | typeof RETIRED;
  */
 class EmbeddedToken implements DeliveryToken {
   #state: TokenState = LIVE;
+  /** Whether a Completed or Terminal settle of it was sent (the server may forget it once confirmed). */
+  finalSent = false;
   readonly #id: number;
   readonly #handle: number;
 
@@ -223,7 +225,8 @@ export class EmbeddedMessagingBackend implements MessagingBackend {
   #shutDown = false;
 
   static readonly #DELIVERIES: Reply<EmbeddedMessagingBackend, readonly Delivery[]> = Object.freeze({
-    decode: (value: unknown, self: EmbeddedMessagingBackend) => self.#decodeDeliveries(value),
+    decode: (value: unknown, self: EmbeddedMessagingBackend, arena: Uint8Array | null) =>
+      self.#decodeDeliveries(value, arena),
     lost: raiseLost,
   });
 
@@ -268,15 +271,20 @@ export class EmbeddedMessagingBackend implements MessagingBackend {
   /** {@link MessagingBackend.publish}; a publish whose connection is lost after sending is PublicationUnknown. */
   publish(envelope: Envelope, deadline: number): Promise<PublicationOutcome> {
     if (this.#shutDown) return this.#refused("publish");
-    const wire = encodeEnvelope(envelope, this.#connection.channelHandle(envelope.channel));
-    wire.push(deadline);
-    return this.#connection.call(Op.publish, wire, envelope.publicationId, PUBLICATION_REPLY);
+    const connection = this.#connection;
+    const wire = encodeEnvelope(envelope, connection.channelHandle(envelope.channel), connection, deadline);
+    return connection.call(Op.publish, wire, envelope.publicationId, PUBLICATION_REPLY);
   }
 
   /** {@link MessagingBackend.observePublication}, answered by the hosted broker's ledger. */
   observePublication(envelope: Envelope): Promise<PublicationOutcome> {
     if (this.#shutDown) return this.#refused("observePublication");
-    const wire = encodeEnvelope(envelope, this.#connection.channelHandle(envelope.channel));
+    const wire = encodeEnvelope(
+      envelope,
+      this.#connection.channelHandle(envelope.channel),
+      this.#connection,
+      null,
+    );
     return this.#connection.call(Op.observePublication, wire, envelope.publicationId, PUBLICATION_REPLY);
   }
 
@@ -337,9 +345,14 @@ export class EmbeddedMessagingBackend implements MessagingBackend {
     if (own !== null && own.state === RETIRED) {
       return Promise.resolve(settleStale(token, token.attempt, token.generation));
     }
-    const [code, argument] = encodeSettlement(outcome);
-    const args = this.#tokenWire(token);
-    args.push(code, argument, settlementId);
+    let args: unknown[];
+    if (own === null) {
+      const handle = this.#connection.subscriptionHandle(token.subscription);
+      args = encodeSettleCall(token, 0, handle, outcome, settlementId);
+    } else {
+      args = encodeSettleCall(token, own.id, own.finalSent ? own.handle : null, outcome, settlementId);
+      if (outcome.kind !== "retry") own.finalSent = true;
+    }
     const call: SettleCall = { token, settlementId, final: outcome.kind !== "retry" };
     return this.#connection.call(Op.settle, args, call, SETTLE_REPLY);
   }
@@ -506,11 +519,12 @@ export class EmbeddedMessagingBackend implements MessagingBackend {
     return kept ?? batch;
   }
 
-  #decodeDeliveries(value: unknown): readonly Delivery[] {
+  #decodeDeliveries(value: unknown, arena: Uint8Array | null): readonly Delivery[] {
     const connection = this.#connection;
     const registry = this.#registry;
     return decodeDeliveries(
       value,
+      arena,
       (
         tokenId,
         handle,

@@ -15,21 +15,28 @@
  *
  * A frame is an array whose first element is its {@link Frame} kind:
  * ```
- * hello    [1, version, secret | null, label]          client → server, first frame
- * welcome  [2, version]                                 server → client
- * refused  [3, wireError]                               server → client, then the link closes
- * calls    [4, op, id, args, op, id, args, ...]         client → server; id 0 expects no reply
- * results  [5, id, ok, value, id, ok, value, ...]       server → client; ok 0: value is a WireError
- * event    [6, name, value]                             server → client (the flow-wide stop)
- * bye      [7, reason]                                  either way, then the link closes
+ * hello    [1, version, secret | null, label]                 client → server, first frame
+ * welcome  [2, version]                                        server → client
+ * refused  [3, wireError]                                      server → client, then the link closes
+ * calls    [4, arena | null, op, id, args, op, id, args, ...]  client → server; id 0 expects no reply
+ * results  [5, arena | null, id, ok, value, ...]               server → client; ok 0: value is a WireError
+ * event    [6, name, value]                                    server → client (the flow-wide stop)
+ * bye      [7, reason]                                         either way, then the link closes
  * ```
  *
- * Batching. Calls made in the same turn are coalesced into one `calls` frame, flushed on a microtask. The
- * server starts a frame's calls in order, so the synchronous effects of one call happen before the next
+ * Batching. Calls made within a few microtask turns of each other ({@link FLUSH_HOPS}) are coalesced into
+ * one `calls` frame. The server starts a frame's calls in order, so the synchronous effects of one call happen before the next
  * call starts; a call that waits (a receive long-poll, a barrier pause) holds back none of the calls after
  * it, exactly as an in-process caller that does not await each call sees the same backend. Results that
  * settle within a few microtask turns of each other share one `results` frame. Callers may pipeline: a
  * publish resolves when its outcome arrives, and any number may be outstanding.
+ *
+ * Small bytes. Structured cloning a Uint8Array, and allocating one, costs far more than a few bytes
+ * themselves, so the bodies of publications and deliveries of at most {@link PACK_LIMIT} bytes are
+ * copied into one arena per frame ({@link FrameArena}, at most {@link ARENA_LIMIT} bytes) and named by a
+ * number; the receiver takes each as a view into that arena ({@link unpack}). So a small body kept (by
+ * the broker, or by a receiver holding a delivery) keeps its frame's arena alive: at most 64 KiB each.
+ * Larger bytes travel as their own Uint8Array.
  *
  * Identities. A channel or subscription id is sent once per connection (`defineChannel`,
  * `defineSubscription`) and named by a small integer handle afterwards; the server keeps one id object
@@ -162,7 +169,7 @@ export const Op = {
   receiveAny: 16,
   /** {@link TokenWire}; result {@link LeaseWire}. */
   renew: 17,
-  /** {@link TokenWire}, settlement code, its argument, settlement id; result {@link SettleWire}. */
+  /** {@link encodeSettleCall}; result {@link SettleWire}. */
   settle: 18,
   /** {@link TokenWire}, no reply. */
   supersede: 19,
@@ -515,12 +522,199 @@ export function connectionLost(reason: string, label: string): BrokerUnavailable
   );
 }
 
+// ---- packed bytes -----------------------------------------------------------------------------------
+
+/** The largest byte array a frame packs into its arena; larger ones travel as themselves. */
+export const PACK_LIMIT = 4096;
+/** The most bytes one frame's arena holds; past it, arrays travel as themselves. */
+export const ARENA_LIMIT = 64 * 1024;
+/** A packed reference is `offset * PACK_STRIDE + length` (every length fits below the stride). */
+const PACK_STRIDE = 8192;
+const ARENA_START = 4 * 1024;
+
+/** Whatever packs bytes into the frame being built: a {@link FrameArena}, or a connection's. */
+export interface BytePacker {
+  /** A number naming a copy of `bytes` in the frame's arena, or the bytes fit to travel alone. */
+  pack(bytes: Uint8Array): number | Uint8Array;
+}
+
+/**
+ * The packed bytes of one frame being built: {@link pack} copies small arrays in at call time (so a
+ * caller that reuses its buffer afterwards changes nothing sent) and names them by a number.
+ */
+export class FrameArena implements BytePacker {
+  #bytes: Uint8Array | null = null;
+  #size = 0;
+
+  /** A number naming a copy of `bytes` in this arena, or, for large ones, the bytes fit to travel alone. */
+  pack(bytes: Uint8Array): number | Uint8Array {
+    const length = bytes.byteLength;
+    if (length > PACK_LIMIT || this.#size + length > ARENA_LIMIT) return exactBytes(bytes);
+    let arena = this.#bytes;
+    if (arena === null || this.#size + length > arena.byteLength) {
+      const grown = new Uint8Array(Math.max(ARENA_START, 2 ** Math.ceil(Math.log2(this.#size + length))));
+      if (arena !== null) grown.set(arena.subarray(0, this.#size));
+      this.#bytes = arena = grown;
+    }
+    arena.set(bytes, this.#size);
+    const reference = this.#size * PACK_STRIDE + length;
+    this.#size += length;
+    return reference;
+  }
+
+  /** The packed bytes (an array spanning its own buffer), or null when none; the arena starts empty again. */
+  take(): Uint8Array | null {
+    const arena = this.#bytes;
+    const size = this.#size;
+    this.#bytes = null;
+    this.#size = 0;
+    if (arena === null || size === 0) return null;
+    return size === arena.byteLength ? arena : arena.slice(0, size);
+  }
+}
+
+/**
+ * The bytes a packed field names: a view into `arena` (sharing its buffer with the frame's other small
+ * byte arrays, at most {@link ARENA_LIMIT} bytes), or the array the field carries itself.
+ */
+export function unpack(field: unknown, arena: Uint8Array | null): Uint8Array {
+  if (field instanceof Uint8Array) return exactBytes(field);
+  if (typeof field !== "number" || arena === null) throw malformed("byte field");
+  const length = field % PACK_STRIDE;
+  const offset = (field - length) / PACK_STRIDE;
+  if (offset + length > arena.byteLength) throw malformed("packed byte reference");
+  return arena.subarray(offset, offset + length);
+}
+
+// ---- coalescing -------------------------------------------------------------------------------------
+
+/**
+ * Microtask turns a frame being built waits for more calls (or results) before it is sent: a broker call
+ * settles within three, and a caller's short `await` chains between calls stay in one frame.
+ */
+export const FLUSH_HOPS = 3;
+
+/** Runs `send` once, {@link FLUSH_HOPS} microtask turns after the first {@link schedule} since it last ran. */
+export class DeferredFlush {
+  readonly #send: () => void;
+  #hopsLeft = 0;
+  readonly #hop = () => {
+    if (this.#hopsLeft === 0) return;
+    if (--this.#hopsLeft > 0) queueMicrotask(this.#hop);
+    else this.#send();
+  };
+
+  constructor(send: () => void) {
+    this.#send = send;
+  }
+
+  /** Arranges for `send` to run a few microtask turns from now, unless it is already arranged. */
+  schedule(): void {
+    if (this.#hopsLeft !== 0) return;
+    this.#hopsLeft = FLUSH_HOPS;
+    queueMicrotask(this.#hop);
+  }
+
+  /** Forgets an arranged run (the caller is sending now). */
+  cancel(): void {
+    this.#hopsLeft = 0;
+  }
+}
+
+// ---- id tables --------------------------------------------------------------------------------------
+
+/** How many ids an {@link IdTable} keeps in its window before the oldest unfinished one moves aside. */
+const ID_WINDOW = 4096;
+
+/**
+ * Values keyed by ids handed out in increasing order (calls waiting for a reply, tokens the server
+ * keeps): most are removed soon and roughly in order, so recent ids live in an array window and cost no
+ * hashing; an id still present once {@link ID_WINDOW} newer ones were added moves to a Map.
+ */
+export class IdTable<T> {
+  #window: (T | undefined)[] = [];
+  /** Index in `#window` of the id `#base`. */
+  #head = 0;
+  /** The id at `#window[#head]`; ids below it are in `#stragglers` or gone. */
+  #base = 1;
+  readonly #stragglers = new Map<number, T>();
+
+  /** Adds `value` under `id`, which must be above every id added before. */
+  add(id: number, value: T): void {
+    if (this.#window.length === this.#head) this.#base = id;
+    else {
+      for (let next = this.#base + this.#window.length - this.#head; next < id; next++) {
+        this.#window.push(undefined);
+      }
+    }
+    this.#window.push(value);
+    if (this.#window.length - this.#head > ID_WINDOW) this.#evictOldest();
+  }
+
+  /** The value under `id`, if present. */
+  get(id: number): T | undefined {
+    const at = id - this.#base;
+    return at >= 0 ? this.#window[this.#head + at] : this.#stragglers.get(id);
+  }
+
+  /** Removes and returns the value under `id`, if present. */
+  take(id: number): T | undefined {
+    const at = id - this.#base;
+    if (at < 0) {
+      const value = this.#stragglers.get(id);
+      this.#stragglers.delete(id);
+      return value;
+    }
+    const index = this.#head + at;
+    const value = this.#window[index];
+    if (value === undefined) return undefined;
+    this.#window[index] = undefined;
+    if (at === 0) this.#advance();
+    return value;
+  }
+
+  /** Every value, oldest id first; the table is left empty. */
+  drain(): T[] {
+    const values = [...this.#stragglers.values()];
+    for (let i = this.#head; i < this.#window.length; i++) {
+      const value = this.#window[i];
+      if (value !== undefined) values.push(value);
+    }
+    this.#stragglers.clear();
+    this.#window = [];
+    this.#head = 0;
+    return values;
+  }
+
+  #advance(): void {
+    const window = this.#window;
+    while (this.#head < window.length && window[this.#head] === undefined) {
+      this.#head++;
+      this.#base++;
+    }
+    if (this.#head === window.length) {
+      this.#window = [];
+      this.#head = 0;
+    } else if (this.#head > 1024 && this.#head * 2 > window.length) {
+      this.#window = window.slice(this.#head);
+      this.#head = 0;
+    }
+  }
+
+  #evictOldest(): void {
+    const oldest = this.#window[this.#head] as T;
+    this.#stragglers.set(this.#base, oldest);
+    this.#window[this.#head] = undefined;
+    this.#advance();
+  }
+}
+
 // ---- the client end ---------------------------------------------------------------------------------
 
 /** How a caller turns a call's reply into its result. */
 export interface Reply<C, T> {
-  /** The result for the server's value; may throw a typed error. */
-  readonly decode: (value: unknown, context: C) => T;
+  /** The result for the server's value (`arena`: its frame's packed bytes); may throw a typed error. */
+  readonly decode: (value: unknown, context: C, arena: Uint8Array | null) => T;
   /**
    * The result when the connection ended first: `sent` says whether the call had left this end (its
    * effect may then have happened). Throws to reject the call.
@@ -556,6 +750,7 @@ export function deepFreeze<T>(value: T): T {
 }
 
 interface Pending {
+  readonly id: number;
   readonly resolve: (value: unknown) => void;
   readonly reject: (error: unknown) => void;
   readonly context: unknown;
@@ -575,10 +770,10 @@ export interface ConnectOptions {
  * link, coalescing the calls of one turn into one frame. Created by {@link EmbeddedConnection.connect};
  * the service proxies take it as their first constructor argument.
  */
-export class EmbeddedConnection {
+export class EmbeddedConnection implements BytePacker {
   readonly label: string;
   readonly #link: FrameLink;
-  readonly #pending = new Map<number, Pending>();
+  readonly #pending = new IdTable<Pending>();
   readonly #events = new Map<string, ((value: unknown) => void)[]>();
   readonly #channelHandles = new WeakMap<ChannelId, number>();
   readonly #channelKeys = new Map<string, number>();
@@ -586,15 +781,15 @@ export class EmbeddedConnection {
   readonly #subscriptionHandles = new WeakMap<SubscriptionId, number>();
   readonly #subscriptionKeys = new Map<string, number>();
   readonly #subscriptions: SubscriptionId[] = [];
-  #outbox: unknown[] = [Frame.calls];
+  #outbox: unknown[] = [Frame.calls, null];
+  readonly #arena = new FrameArena();
   #transfer: ArrayBuffer[] = [];
-  #flushQueued = false;
+  readonly #flusher = new DeferredFlush(() => this.#flushNow());
   #nextId = 1;
   /** Every call with an id at or below this one has left this end. */
   #sentThrough = 0;
   #lost: BrokerUnavailable | null = null;
   #welcome: PromiseWithResolvers<void> | null = Promise.withResolvers<void>();
-  readonly #flush = () => this.#flushNow();
 
   private constructor(link: FrameLink, label: string) {
     this.#link = link;
@@ -673,7 +868,8 @@ export class EmbeddedConnection {
     if (this.#lost !== null) return this.#decideLost(reply, context, false, this.#lost);
     const id = this.#nextId++;
     const { promise, resolve, reject } = Promise.withResolvers<T>();
-    this.#pending.set(id, {
+    this.#pending.add(id, {
+      id,
       resolve: resolve as (value: unknown) => void,
       reject,
       context,
@@ -683,6 +879,14 @@ export class EmbeddedConnection {
     if (transfer !== undefined && !this.#transfer.includes(transfer)) this.#transfer.push(transfer);
     this.#queueFlush();
     return promise;
+  }
+
+  /**
+   * Packs `bytes` into the frame being built (see {@link FrameArena.pack}); the number or array returned
+   * is valid in the arguments of a call made in this same turn.
+   */
+  pack(bytes: Uint8Array): number | Uint8Array {
+    return this.#arena.pack(bytes);
   }
 
   /** Sends `op` with `args` expecting no reply (identity definitions, supersede); dropped once closed. */
@@ -755,17 +959,18 @@ export class EmbeddedConnection {
   }
 
   #queueFlush(): void {
-    if (this.#flushQueued) return;
-    this.#flushQueued = true;
-    queueMicrotask(this.#flush);
+    this.#flusher.schedule();
   }
 
   #flushNow(): void {
-    this.#flushQueued = false;
-    if (this.#outbox.length === 1 || this.#lost !== null) return;
+    this.#flusher.cancel();
+    if (this.#outbox.length === 2 || this.#lost !== null) return;
     const frame = this.#outbox;
     const transfer = this.#transfer;
-    this.#outbox = [Frame.calls];
+    const arena = this.#arena.take();
+    frame[1] = arena;
+    if (arena !== null && this.#link.kind === "port") transfer.push(arena.buffer as ArrayBuffer);
+    this.#outbox = [Frame.calls, null];
     this.#transfer = [];
     this.#sentThrough = this.#nextId - 1;
     try {
@@ -781,22 +986,23 @@ export class EmbeddedConnection {
       `a call to the embedded broker could not be serialized: ${(error as Error).message}`,
       "pass only structured-cloneable values (no functions, no detached buffers)",
     );
-    for (let i = 1; i < frame.length; i += 3) {
+    for (let i = 2; i < frame.length; i += 3) {
       const id = frame[i + 1] as number;
-      const pending = this.#pending.get(id);
+      const pending = this.#pending.take(id);
       if (pending === undefined) continue;
-      this.#pending.delete(id);
       pending.reject(refusal);
     }
   }
 
   #receive(frame: unknown[]): void {
     switch (frame[0]) {
-      case Frame.results:
-        for (let i = 1; i < frame.length; i += 3) {
-          this.#settle(frame[i] as number, frame[i + 1], frame[i + 2]);
+      case Frame.results: {
+        const arena = frame[1] as Uint8Array | null;
+        for (let i = 2; i < frame.length; i += 3) {
+          this.#settle(frame[i] as number, frame[i + 1], frame[i + 2], arena);
         }
         return;
+      }
       case Frame.welcome:
         this.#welcome?.resolve();
         this.#welcome = null;
@@ -820,16 +1026,15 @@ export class EmbeddedConnection {
     }
   }
 
-  #settle(id: number, ok: unknown, value: unknown): void {
-    const pending = this.#pending.get(id);
+  #settle(id: number, ok: unknown, value: unknown, arena: Uint8Array | null): void {
+    const pending = this.#pending.take(id);
     if (pending === undefined) return;
-    this.#pending.delete(id);
     if (ok !== 1) {
       pending.reject(errorFromWire(value));
       return;
     }
     try {
-      pending.resolve(pending.reply.decode(value, pending.context));
+      pending.resolve(pending.reply.decode(value, pending.context, arena));
     } catch (error) {
       pending.reject(error);
     }
@@ -847,12 +1052,11 @@ export class EmbeddedConnection {
     if (this.#lost !== null) return;
     const error = cause instanceof BrokerUnavailable ? cause : connectionLost(reason, this.label);
     this.#lost = error;
-    this.#outbox = [Frame.calls];
+    this.#outbox = [Frame.calls, null];
+    this.#arena.take();
     this.#transfer = [];
-    const pending = [...this.#pending];
-    this.#pending.clear();
-    for (const [id, call] of pending) {
-      this.#decideLost(call.reply, call.context, id <= this.#sentThrough, error).then(
+    for (const call of this.#pending.drain()) {
+      this.#decideLost(call.reply, call.context, call.id <= this.#sentThrough, error).then(
         call.resolve,
         call.reject,
       );
@@ -888,29 +1092,58 @@ export function exactBytes(bytes: Uint8Array): Uint8Array {
 }
 
 /**
- * An envelope on the wire: `[channelHandle, publicationId, eventId | null (same as the publication id),
- * body, size, headers | null (none), partitionKey, eventTs, sourceEpoch, sourceOffset, schemaVersion,
- * payloadRefs | null (none), kindCode]`, to which a publish appends its deadline.
+ * An envelope on the wire: `[channelHandle, publicationId, body (packed), size, schemaVersion, kindCode,
+ * deadline (a publish's; null for an observation)]`, followed, only when any of them is set, by
+ * `[eventId | null (same as the publication id), headers | null (none), partitionKey, eventTs,
+ * sourceEpoch, sourceOffset, payloadRefs | null (none)]`.
  */
 export type EnvelopeWire = unknown[];
 
-/** Encodes `envelope` for the channel handle; the body is copied by the link, never transferred. */
-export function encodeEnvelope(envelope: Envelope, channelHandle: number): EnvelopeWire {
-  return [
+/** Elements of an {@link EnvelopeWire} without its optional part. */
+const ENVELOPE_REQUIRED = 7;
+
+/**
+ * Encodes `envelope` for the channel handle; the body is packed into `arena` (or copied by the link when
+ * large), never transferred.
+ */
+export function encodeEnvelope(
+  envelope: Envelope,
+  channelHandle: number,
+  arena: BytePacker,
+  deadline: number | null,
+): EnvelopeWire {
+  const wire: unknown[] = [
     channelHandle,
     envelope.publicationId,
-    envelope.eventId === envelope.publicationId ? null : envelope.eventId,
-    exactBytes(envelope.body),
+    arena.pack(envelope.body),
     envelope.size,
-    hasKeys(envelope.headers) ? envelope.headers : null,
-    envelope.partitionKey,
-    envelope.eventTs,
-    envelope.sourceEpoch,
-    envelope.sourceOffset,
     envelope.schemaVersion,
-    envelope.payloadRefs.length === 0 ? null : envelope.payloadRefs,
     kindCode(envelope.kind),
+    deadline,
   ];
+  const headers = hasKeys(envelope.headers) ? envelope.headers : null;
+  const refs = envelope.payloadRefs.length === 0 ? null : envelope.payloadRefs;
+  const eventId = envelope.eventId === envelope.publicationId ? null : envelope.eventId;
+  if (
+    eventId !== null || headers !== null || refs !== null || envelope.partitionKey !== null ||
+    envelope.eventTs !== null || envelope.sourceEpoch !== null || envelope.sourceOffset !== null
+  ) {
+    wire.push(
+      eventId,
+      headers,
+      envelope.partitionKey,
+      envelope.eventTs,
+      envelope.sourceEpoch,
+      envelope.sourceOffset,
+      refs,
+    );
+  }
+  return wire;
+}
+
+/** The deadline an {@link EnvelopeWire} carries. */
+export function envelopeDeadline(wire: EnvelopeWire): number {
+  return wire[6] as number;
 }
 
 function malformed(what: string): ConfigError {
@@ -920,28 +1153,26 @@ function malformed(what: string): ConfigError {
   );
 }
 
-/** Decodes an {@link EnvelopeWire} on `channel` (the object the handle names). */
-export function decodeEnvelope(wire: EnvelopeWire, channel: ChannelId): Envelope {
+/** Decodes an {@link EnvelopeWire} on `channel` (the object the handle names); `arena` is its frame's. */
+export function decodeEnvelope(wire: EnvelopeWire, channel: ChannelId, arena: Uint8Array | null): Envelope {
   const publicationId = wire[1];
-  const body = wire[3];
-  if (typeof publicationId !== "string" || !(body instanceof Uint8Array) || typeof wire[4] !== "number") {
-    throw malformed("envelope");
-  }
-  const kind = KINDS[wire[12] as number];
+  if (typeof publicationId !== "string" || typeof wire[3] !== "number") throw malformed("envelope");
+  const kind = KINDS[wire[5] as number];
   if (kind === undefined) throw malformed("envelope kind");
+  const full = wire.length > ENVELOPE_REQUIRED;
   return {
     channel,
     publicationId,
-    headers: (wire[5] ?? EMPTY_HEADERS) as Envelope["headers"],
-    body: exactBytes(body),
-    size: wire[4],
-    eventId: (wire[2] ?? publicationId) as string,
-    partitionKey: wire[6] as string | null,
-    eventTs: wire[7] as number | null,
-    sourceEpoch: wire[8] as string | null,
-    sourceOffset: wire[9] as number | null,
-    schemaVersion: wire[10] as number,
-    payloadRefs: (wire[11] ?? NO_REFS) as Envelope["payloadRefs"],
+    headers: (full ? wire[8] ?? EMPTY_HEADERS : EMPTY_HEADERS) as Envelope["headers"],
+    body: unpack(wire[2], arena),
+    size: wire[3],
+    eventId: (full ? wire[7] ?? publicationId : publicationId) as string,
+    partitionKey: (full ? wire[9] : null) as string | null,
+    eventTs: (full ? wire[10] : null) as number | null,
+    sourceEpoch: (full ? wire[11] : null) as string | null,
+    sourceOffset: (full ? wire[12] : null) as number | null,
+    schemaVersion: wire[4] as number,
+    payloadRefs: (full ? wire[13] ?? NO_REFS : NO_REFS) as Envelope["payloadRefs"],
     kind,
   };
 }
@@ -1025,17 +1256,40 @@ export function decodeToken(wire: readonly unknown[], subscription: Subscription
 /** How many elements a {@link TokenWire} has: a settle call's settlement fields follow them. */
 export const TOKEN_FIELDS = 6;
 
-/** The settlement code and argument that follow a {@link TokenWire} in a settle call. */
-export function encodeSettlement(outcome: Settlement): readonly [number, number | string | null] {
-  switch (outcome.kind) {
-    case "completed":
-      return [0, null];
-    case "retry":
-      return [1, outcome.delaySeconds];
-    case "terminal":
-      return [2, outcome.recordRef];
-  }
+/**
+ * A settle call: `[tokenId, code, argument, settlementId]` for a token whose broker token the server
+ * still keeps, else `[...TokenWire, code, argument, settlementId]`. Codes: 0 Completed, 1 Retry (argument:
+ * its delay), 2 Terminal (argument: its record reference).
+ */
+export function encodeSettleCall(
+  token: DeliveryToken,
+  tokenId: number,
+  subscriptionHandle: number | null,
+  outcome: Settlement,
+  settlementId: string,
+): unknown[] {
+  const code = outcome.kind === "completed" ? 0 : outcome.kind === "retry" ? 1 : 2;
+  const argument = outcome.kind === "retry"
+    ? outcome.delaySeconds
+    : outcome.kind === "terminal"
+    ? outcome.recordRef
+    : null;
+  if (subscriptionHandle === null) return [tokenId, code, argument, settlementId];
+  return [
+    tokenId,
+    subscriptionHandle,
+    token.messageId,
+    token.streamSequence,
+    token.attempt,
+    token.generation,
+    code,
+    argument,
+    settlementId,
+  ];
 }
+
+/** Elements of a settle call that names its token by id alone. */
+export const SHORT_SETTLE_FIELDS = 4;
 
 /** Decodes a settlement code and its argument. */
 export function decodeSettlement(code: unknown, argument: unknown): Settlement {
@@ -1098,22 +1352,26 @@ export const DELIVERY_FIELDS = 10;
 
 /**
  * Deliveries on the wire, flat: per delivery `[tokenId, subscriptionHandle, messageId, streamSequence,
- * attempt, generation, envelopeBytes, size, receivedAt, headers | null (none)]`.
+ * attempt, generation, envelopeBytes (packed), size, receivedAt, headers | null (none)]`; a generation or
+ * receivedAt equal to the previous delivery's is null.
  */
 export type DeliveriesWire = unknown[];
 
 /**
  * Encodes deliveries; `tokenIdOf` registers each broker token and names it, `handleOf` names each one's
- * subscription handle on this connection. The bytes are the broker's retained body, so the link copies
- * them (another subscriber or a redelivery needs them).
+ * subscription handle on this connection. The bytes are the broker's retained body (another subscriber
+ * or a redelivery needs them), so they are copied: packed into `arena`, or by the link when large.
  */
 export function encodeDeliveries(
   deliveries: readonly Delivery[],
   tokenIdOf: (token: DeliveryToken) => number,
   handleOf: (subscription: SubscriptionId) => number,
+  arena: BytePacker,
 ): DeliveriesWire {
   const out: unknown[] = new Array(deliveries.length * DELIVERY_FIELDS);
   let at = 0;
+  let generation: string | null = null;
+  let receivedAt: number | null = null;
   for (const delivery of deliveries) {
     const token = delivery.token;
     out[at++] = tokenIdOf(token);
@@ -1121,10 +1379,10 @@ export function encodeDeliveries(
     out[at++] = token.messageId;
     out[at++] = token.streamSequence;
     out[at++] = token.attempt;
-    out[at++] = token.generation;
-    out[at++] = exactBytes(delivery.envelopeBytes);
+    out[at++] = token.generation === generation ? null : (generation = token.generation);
+    out[at++] = arena.pack(delivery.envelopeBytes);
     out[at++] = delivery.size;
-    out[at++] = delivery.receivedAt;
+    out[at++] = delivery.receivedAt === receivedAt ? null : (receivedAt = delivery.receivedAt);
     out[at++] = hasKeys(delivery.headers) ? delivery.headers : null;
   }
   return out;
@@ -1144,22 +1402,26 @@ export type DeliveryFactory<D> = (
   headers: Readonly<Record<string, string>>,
 ) => D;
 
-/** Decodes a {@link DeliveriesWire}, building each delivery with `make`. */
-export function decodeDeliveries<D>(wire: unknown, make: DeliveryFactory<D>): D[] {
+/** Decodes a {@link DeliveriesWire} whose frame carried `arena`, building each delivery with `make`. */
+export function decodeDeliveries<D>(wire: unknown, arena: Uint8Array | null, make: DeliveryFactory<D>): D[] {
   const fields = wire as unknown[];
   const count = fields.length / DELIVERY_FIELDS;
   const out: D[] = new Array(count);
+  let generation = "";
+  let receivedAt = 0;
   for (let i = 0, at = 0; i < count; i++, at += DELIVERY_FIELDS) {
+    generation = (fields[at + 5] ?? generation) as string;
+    receivedAt = (fields[at + 8] ?? receivedAt) as number;
     out[i] = make(
       fields[at] as number,
       fields[at + 1] as number,
       fields[at + 2] as string,
       fields[at + 3] as number | null,
       fields[at + 4] as number,
-      fields[at + 5] as string,
-      fields[at + 6] as Uint8Array,
+      generation,
+      unpack(fields[at + 6], arena),
       fields[at + 7] as number,
-      fields[at + 8] as number,
+      receivedAt,
       (fields[at + 9] ?? EMPTY_HEADERS) as Readonly<Record<string, string>>,
     );
   }
