@@ -1,0 +1,694 @@
+/**
+ * `deno task bench`: the local engine's figures, each beside a baseline measured in the same run on the
+ * same machine, so the ratios mean something on a shared, noisy host where absolute numbers do not.
+ *
+ * 1. Small items: `{ seq, sentAt }` records through producer → relay → sink under `run-local` (worker
+ *    isolation, in this process through {@link LocalEngine.run}), against three bare Deno Workers joined
+ *    by MessagePorts moving the same items (windowed by sink credit). Throughput is counted at the sink from
+ *    its first item to its last; latency is the sink's time minus the producer's stamp; start-up (run start
+ *    to the first item at the sink) is reported on its own line.
+ * 2. Video: a 1280x720 H.264 `testsrc` clip decoded by VideoFileReader → mean of one channel → sink,
+ *    against `ffmpeg` decoding the same clip to bgr24 on a pipe this process drains. Steady frames/s runs
+ *    from the first frame to the last (the sink's arrivals; ffmpeg's first and last bytes), wall frames/s
+ *    from the start of the run (the spawn) to its end.
+ * 3. Start-up: a 10-node chain (producer → 8 relays → sink), from the start of `vf run-local` (a fresh
+ *    `deno run -A mod.ts run-local` process) and from {@link LocalEngine.run} in this process to the first
+ *    item at the sink, against ten bare workers chained the same way, spawn to first item.
+ *
+ * Rounds of a flow and its baseline alternate, and each figure is the median of its rounds. The table is
+ * printed to stdout and, with `--json PATH`, written as JSON.
+ *
+ * Run: `deno task bench [--items 20000] [--item-rounds 3] [--frames 300] [--video-rounds 3]
+ * [--startup-rounds 5] [--window 1024] [--json PATH]`.
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import { Flow, VideoFileReader } from "../mod.ts";
+import { compileFlow, nodePermissions } from "../src/core/compiler.ts";
+import type { ConsumerNode, ProcessorNode, ProducerNode } from "../src/core/node.ts";
+import { ModuleIndex } from "../src/core/node_class.ts";
+import { MAX_INLINE_PAYLOAD_ENV } from "../src/backends/payload_bridge.ts";
+import { readDeadLetters } from "../src/engines/dead_letters.ts";
+import { Isolation, LocalEngine } from "../src/engines/local.ts";
+import { type ArrivalSummary, median } from "./_bench_flows/arrivals.ts";
+import * as arrivalSink from "./_bench_flows/arrival_sink.ts";
+import type { BareDone, BareStage } from "./_bench_flows/bare_worker.ts";
+import * as channelMean from "./_bench_flows/channel_mean.ts";
+import { nowMs } from "./_bench_flows/clock.ts";
+import * as stamped from "./_bench_flows/stamped.ts";
+
+const WIDTH = 1280;
+const HEIGHT = 720;
+const FRAME_BYTES = WIDTH * HEIGHT * 3;
+/** How often the bare sink grants the producer credit back, in items. */
+const GRANT = 256;
+const CHAIN_NODES = 10;
+const STARTUP_ITEMS = 10;
+
+const repoRoot = new URL("../", import.meta.url);
+const flowModules = [
+  { url: new URL("./_bench_flows/stamped.ts", import.meta.url).href, namespace: stamped },
+  { url: new URL("./_bench_flows/arrival_sink.ts", import.meta.url).href, namespace: arrivalSink },
+  { url: new URL("./_bench_flows/channel_mean.ts", import.meta.url).href, namespace: channelMean },
+];
+const bareWorkerUrl = new URL("./_bench_flows/bare_worker.ts", import.meta.url);
+
+interface Settings {
+  readonly items: number;
+  readonly itemRounds: number;
+  readonly frames: number;
+  readonly videoRounds: number;
+  readonly startupRounds: number;
+  readonly window: number;
+  readonly sections: readonly SectionKey[];
+}
+
+/** Which way a figure is better, so the aim can be checked. */
+type Better = "higher" | "lower";
+
+/** One line of the table: a flow's figure beside its baseline (medians of the rounds). */
+interface Figure {
+  readonly section: string;
+  readonly name: string;
+  readonly unit: string;
+  readonly better: Better;
+  readonly value: number | null;
+  readonly rounds: readonly (number | null)[];
+  readonly baselineName: string;
+  readonly baseline: number | null;
+  readonly baselineRounds: readonly (number | null)[];
+  /** value / baseline. */
+  readonly ratio: number | null;
+  /** What the project aims at, in words, and whether this run meets it (`null`: no aim or no value). */
+  readonly aim: string | null;
+  readonly meetsAim: boolean | null;
+}
+
+interface FigureInit {
+  readonly section: string;
+  readonly name: string;
+  readonly unit: string;
+  readonly better: Better;
+  readonly rounds: readonly (number | null)[];
+  readonly baselineName: string;
+  readonly baselineRounds: readonly (number | null)[];
+  readonly aim?: { readonly text: string; readonly met: (value: number, ratio: number | null) => boolean };
+}
+
+function medianOf(rounds: readonly (number | null)[]): number | null {
+  return median(rounds.filter((v): v is number => v !== null));
+}
+
+function figure(init: FigureInit): Figure {
+  const value = medianOf(init.rounds);
+  const baseline = medianOf(init.baselineRounds);
+  const ratio = value !== null && baseline !== null && baseline !== 0 ? value / baseline : null;
+  return {
+    section: init.section,
+    name: init.name,
+    unit: init.unit,
+    better: init.better,
+    value,
+    rounds: init.rounds,
+    baselineName: init.baselineName,
+    baseline,
+    baselineRounds: init.baselineRounds,
+    ratio,
+    aim: init.aim?.text ?? null,
+    meetsAim: init.aim === undefined || value === null ? null : init.aim.met(value, ratio),
+  };
+}
+
+function sectionsFrom(text: string): SectionKey[] {
+  const keys = text.split(",").map((key) => key.trim()).filter((key) => key !== "");
+  const unknown = keys.filter((key) => !(SECTION_KEYS as readonly string[]).includes(key));
+  if (keys.length === 0 || unknown.length > 0) {
+    throw new Error(
+      `--sections takes a comma-separated list of ${SECTION_KEYS.join(", ")}; got ${JSON.stringify(text)}`,
+    );
+  }
+  return keys as SectionKey[];
+}
+
+function settingsFrom(args: string[]): Settings & { readonly json: string | null } {
+  const { values } = parseArgs({
+    args,
+    options: {
+      items: { type: "string", default: "20000" },
+      "item-rounds": { type: "string", default: "3" },
+      frames: { type: "string", default: "300" },
+      "video-rounds": { type: "string", default: "3" },
+      "startup-rounds": { type: "string", default: "5" },
+      window: { type: "string", default: "1024" },
+      sections: { type: "string", default: SECTION_KEYS.join(",") },
+      json: { type: "string" },
+    },
+  });
+  const count = (name: keyof typeof values, minimum: number): number => {
+    const value = Number(values[name]);
+    if (!Number.isInteger(value) || value < minimum) {
+      throw new Error(`--${name} must be an integer ≥ ${minimum}, got ${JSON.stringify(values[name])}`);
+    }
+    return value;
+  };
+  return {
+    items: count("items", 2),
+    itemRounds: count("item-rounds", 1),
+    frames: count("frames", 2),
+    videoRounds: count("video-rounds", 1),
+    startupRounds: count("startup-rounds", 1),
+    window: count("window", GRANT),
+    sections: sectionsFrom(values.sections ?? ""),
+    json: values.json ?? null,
+  };
+}
+
+/** A flow run through the local engine in this process, and what its sink wrote. */
+interface FlowRun {
+  readonly startedAt: number;
+  readonly endedAt: number;
+  readonly summary: ArrivalSummary;
+}
+
+/** One flow run: where its state goes, where its sink writes, how many items must arrive, extra `VF_*` env. */
+interface FlowRunOptions {
+  readonly stateDir: string;
+  readonly runId: string;
+  readonly summaryPath: string;
+  readonly expected: number;
+  readonly env?: Readonly<Record<string, string>>;
+}
+
+/**
+ * Runs `flow` with `run-local`'s engine (worker isolation, no restarts) and reads its sink's summary.
+ * Throws when the run fails or the sink got fewer than `expected` items (naming the first dead letter).
+ */
+async function runFlow(flow: Flow, options: FlowRunOptions): Promise<FlowRun> {
+  const output: string[] = [];
+  const startedAt = nowMs();
+  const specs = compileFlow(flow, { modules: new ModuleIndex(flowModules) });
+  const result = await LocalEngine.run({
+    flowId: flow.flowId,
+    flowType: flow.flowType,
+    specs,
+    permissions: nodePermissions(flow),
+    runId: options.runId,
+    stateDir: options.stateDir,
+    isolation: Isolation.worker,
+    restart: false,
+    output: { isTerminal: false, write: (text) => output.push(text) },
+    extraEnv: options.env,
+  });
+  const endedAt = nowMs();
+  const what = `flow ${flow.flowId} run ${options.runId}`;
+  if (result.exitCode !== 0) throw new Error(`${what} exited ${result.exitCode}:\n${output.join("")}`);
+  const summary: ArrivalSummary = JSON.parse(await Deno.readTextFile(options.summaryPath));
+  if (summary.count !== options.expected) {
+    const letters = await readDeadLetters(result.runDir);
+    const first = letters.length === 0
+      ? ""
+      : `; the first from ${letters[0].node}: ${letters[0].code} ${letters[0].error}`;
+    throw new Error(
+      `${what} exited 0 but its sink got ${summary.count} of ${options.expected} items; ` +
+        `${letters.length} dead letters${first}`,
+    );
+  }
+  return { startedAt, endedAt, summary };
+}
+
+/** producer → `relays` relays → sink of `count` stamped items, as a batch flow. */
+function itemChain(flowId: string, count: number, relays: number, summaryPath: string): Flow {
+  let upstream: ProducerNode<object> | ProcessorNode<object> = new stamped.StampedCounter({
+    name: "produce",
+    count,
+  });
+  for (let i = 1; i <= relays; i++) upstream = new stamped.Relay({ name: `relay-${i}` }).from(upstream);
+  const sink: ConsumerNode = new arrivalSink.ArrivalSink({ name: "sink", summaryPath }).from(upstream);
+  return new Flow([sink], { flowType: "batch", flowId });
+}
+
+/** A bare chain's run: when the workers were spawned and what the sink saw. */
+interface BareRun {
+  readonly startedAt: number;
+  readonly summary: ArrivalSummary;
+}
+
+/** `stages` bare workers (producer, relays, sink) moving `count` items; resolves when the sink has all. */
+async function runBareChain(stages: number, count: number, window: number): Promise<BareRun> {
+  const startedAt = nowMs();
+  const workers = Array.from(
+    { length: stages },
+    (_, i) => new Worker(bareWorkerUrl, { type: "module", name: `bare-${i}` }),
+  );
+  try {
+    const hops = Array.from({ length: stages - 1 }, () => new MessageChannel());
+    const credit = new MessageChannel();
+    const done = new Promise<BareDone>((resolve, reject) => {
+      const sink = workers[stages - 1];
+      sink.onmessage = (event: MessageEvent<BareDone>) => resolve(event.data);
+      for (const worker of workers) worker.onerror = (event) => reject(new Error(event.message));
+    });
+    const start = (worker: Worker, stage: BareStage, ports: MessagePort[]) =>
+      worker.postMessage(stage, ports);
+    start(workers[0], { role: "producer", count, window, out: hops[0].port1, credit: credit.port1 }, [
+      hops[0].port1,
+      credit.port1,
+    ]);
+    for (let i = 1; i < stages - 1; i++) {
+      start(workers[i], { role: "relay", in: hops[i - 1].port2, out: hops[i].port1 }, [
+        hops[i - 1].port2,
+        hops[i].port1,
+      ]);
+    }
+    const last = hops[stages - 2].port2;
+    start(workers[stages - 1], { role: "sink", count, grant: GRANT, in: last, credit: credit.port2 }, [
+      last,
+      credit.port2,
+    ]);
+    return { startedAt, summary: (await done).summary };
+  } finally {
+    for (const worker of workers) worker.terminate();
+  }
+}
+
+function startupSeconds(startedAt: number, summary: ArrivalSummary): number | null {
+  return summary.firstAt === null ? null : (summary.firstAt - startedAt) / 1000;
+}
+
+/** What every section gets: the settings, a scratch directory, and where progress lines go. */
+interface SectionContext {
+  readonly settings: Settings;
+  readonly dir: string;
+  readonly progress: (line: string) => void;
+}
+
+/** A section of the table: its heading and how to measure it. */
+interface Section {
+  readonly key: SectionKey;
+  readonly title: (settings: Settings) => string;
+  readonly measure: (context: SectionContext, title: string) => Promise<Figure[]>;
+}
+
+const SECTION_KEYS = ["items", "video", "video-inline", "startup"] as const;
+type SectionKey = typeof SECTION_KEYS[number];
+
+async function smallItems({ settings, dir, progress }: SectionContext, section: string): Promise<Figure[]> {
+  const flowRuns: FlowRun[] = [];
+  const bareRuns: BareRun[] = [];
+  for (let round = 0; round < settings.itemRounds; round++) {
+    const bare = await runBareChain(3, settings.items, settings.window);
+    bareRuns.push(bare);
+    const summaryPath = `${dir}/items-${round}.json`;
+    const flow = itemChain("bench-items", settings.items, 1, summaryPath);
+    const run = await runFlow(flow, {
+      stateDir: `${dir}/state`,
+      runId: `items-${round}`,
+      summaryPath,
+      expected: settings.items,
+    });
+    flowRuns.push(run);
+    progress(
+      `items round ${round + 1}/${settings.itemRounds}: flow ${fmt(run.summary.itemsPerSecond)} items/s, ` +
+        `bare ${fmt(bare.summary.itemsPerSecond)} items/s`,
+    );
+  }
+  const bareName = `3 bare Workers, postMessage (window ${settings.window})`;
+  const pair = (pick: (summary: ArrivalSummary, startedAt: number) => number | null) => ({
+    rounds: flowRuns.map((r) => pick(r.summary, r.startedAt)),
+    baselineRounds: bareRuns.map((r) => pick(r.summary, r.startedAt)),
+  });
+  return [
+    figure({
+      section,
+      name: "throughput, first to last item at the sink",
+      unit: "items/s",
+      better: "higher",
+      ...pair((s) => s.itemsPerSecond),
+      baselineName: bareName,
+      aim: { text: "≥ 0.5 × bare", met: (_, ratio) => ratio !== null && ratio >= 0.5 },
+    }),
+    figure({
+      section,
+      name: "latency p50, producer stamp to sink",
+      unit: "ms",
+      better: "lower",
+      ...pair((s) => s.p50Ms),
+      baselineName: bareName,
+    }),
+    figure({
+      section,
+      name: "latency p99, producer stamp to sink",
+      unit: "ms",
+      better: "lower",
+      ...pair((s) => s.p99Ms),
+      baselineName: bareName,
+    }),
+    figure({
+      section,
+      name: "start-up, engine run to first item at the sink",
+      unit: "s",
+      better: "lower",
+      ...pair((s, startedAt) => startupSeconds(startedAt, s)),
+      baselineName: "3 bare Workers, spawn to first item",
+    }),
+  ];
+}
+
+async function makeClip(path: string, frames: number): Promise<void> {
+  const made = await new Deno.Command("ffmpeg", {
+    args: [
+      ...["-hide_banner", "-nostdin", "-loglevel", "error"],
+      ...["-f", "lavfi", "-i", `testsrc=size=${WIDTH}x${HEIGHT}:rate=30`],
+      ...["-frames:v", String(frames), "-c:v", "libx264", "-pix_fmt", "yuv420p", "-y", path],
+    ],
+    stdin: "null",
+  }).output();
+  if (!made.success) throw new Error(`ffmpeg cannot make the clip: ${new TextDecoder().decode(made.stderr)}`);
+}
+
+/** ffmpeg alone: the clip decoded to bgr24 on a pipe this process drains. */
+interface DecodeRun {
+  readonly frames: number;
+  readonly wallSeconds: number;
+  /** Frames per second from the first byte on the pipe to the last. */
+  readonly steadyFps: number | null;
+}
+
+async function ffmpegAlone(clip: string): Promise<DecodeRun> {
+  const startedAt = nowMs();
+  const child = new Deno.Command("ffmpeg", {
+    args: [
+      ...["-hide_banner", "-nostdin", "-loglevel", "error", "-i", clip],
+      ...["-an", "-f", "rawvideo", "-pix_fmt", "bgr24", "pipe:1"],
+    ],
+    stdin: "null",
+    stdout: "piped",
+    stderr: "inherit",
+  }).spawn();
+  let bytes = 0;
+  let firstAt: number | null = null;
+  let lastAt = startedAt;
+  for await (const chunk of child.stdout) {
+    firstAt ??= nowMs();
+    bytes += chunk.byteLength;
+    lastAt = nowMs();
+  }
+  const status = await child.status;
+  const endedAt = nowMs();
+  if (!status.success || bytes % FRAME_BYTES !== 0) {
+    throw new Error(`ffmpeg decoding ${clip} exited ${status.code} after ${bytes} bytes`);
+  }
+  const frames = bytes / FRAME_BYTES;
+  const span = firstAt === null ? 0 : (lastAt - firstAt) / 1000;
+  // The first chunk holds part of the first frame, so the span covers all frames but a fraction of one.
+  return { frames, wallSeconds: (endedAt - startedAt) / 1000, steadyFps: span > 0 ? frames / span : null };
+}
+
+/** The clip of `frames` frames in `dir`, made on first use. */
+async function clipIn(dir: string, frames: number): Promise<string> {
+  const clip = `${dir}/clip_720p.mp4`;
+  const exists = await Deno.stat(clip).then(() => true, () => false);
+  if (!exists) await makeClip(clip, frames);
+  return clip;
+}
+
+/** A payload limit above one 720p bgr24 frame, so frames ride inside their envelopes. */
+const INLINE_FRAMES_ENV = { [MAX_INLINE_PAYLOAD_ENV]: String(8 * 1024 * 1024) };
+
+/** The video section, with frames offloaded to the embedded payload store (the default) or inline. */
+function videoSection(inline: boolean): Section["measure"] {
+  return async ({ settings, dir, progress }, section) => {
+    const clip = await clipIn(dir, settings.frames);
+    const flowRuns: FlowRun[] = [];
+    const decodeRuns: DecodeRun[] = [];
+    const label = inline ? "video-inline" : "video";
+    for (let round = 0; round < settings.videoRounds; round++) {
+      const decoded = await ffmpegAlone(clip);
+      if (decoded.frames !== settings.frames) {
+        throw new Error(`ffmpeg decoded ${decoded.frames} of ${settings.frames} frames`);
+      }
+      decodeRuns.push(decoded);
+      const summaryPath = `${dir}/${label}-${round}.json`;
+      const decode = new VideoFileReader({ name: "decode", path: clip });
+      const mean = new channelMean.ChannelMean({ name: "mean" }).from(decode);
+      const sink = new arrivalSink.ArrivalSink({ name: "sink", summaryPath }).from(mean);
+      const flow = new Flow([sink], { flowType: "batch", flowId: `bench-${label}` });
+      const run = await runFlow(flow, {
+        stateDir: `${dir}/state`,
+        runId: `${label}-${round}`,
+        summaryPath,
+        expected: settings.frames,
+        env: inline ? INLINE_FRAMES_ENV : {},
+      });
+      flowRuns.push(run);
+      progress(
+        `${label} round ${round + 1}/${settings.videoRounds}: flow ${fmt(run.summary.itemsPerSecond)} ` +
+          `frames/s, ffmpeg ${fmt(decoded.steadyFps)} frames/s`,
+      );
+    }
+    const baselineName = "ffmpeg alone, bgr24 to a pipe";
+    return [
+      figure({
+        section,
+        name: "frames/s, first to last frame",
+        unit: "frames/s",
+        better: "higher",
+        rounds: flowRuns.map((r) => r.summary.itemsPerSecond),
+        baselineName,
+        baselineRounds: decodeRuns.map((r) => r.steadyFps),
+        aim: { text: "≥ 0.9 × ffmpeg", met: (_, ratio) => ratio !== null && ratio >= 0.9 },
+      }),
+      figure({
+        section,
+        name: "frames/s, run start to end (with start-up)",
+        unit: "frames/s",
+        better: "higher",
+        rounds: flowRuns.map((r) => settings.frames / ((r.endedAt - r.startedAt) / 1000)),
+        baselineName,
+        baselineRounds: decodeRuns.map((r) => r.frames / r.wallSeconds),
+      }),
+    ];
+  };
+}
+
+/** The flow file `vf run-local` loads for the start-up figure: the chain with its params written in. */
+function chainFlowSource(summaryPath: string): string {
+  const url = (path: string) => JSON.stringify(new URL(path, import.meta.url).href);
+  return [
+    `import { Flow } from ${url("../mod.ts")};`,
+    `import { Relay, StampedCounter } from ${url("./_bench_flows/stamped.ts")};`,
+    `import { ArrivalSink } from ${url("./_bench_flows/arrival_sink.ts")};`,
+    `export { ArrivalSink, Relay, StampedCounter };`,
+    `let upstream = new StampedCounter({ name: "produce", count: ${STARTUP_ITEMS} });`,
+    `for (let i = 1; i <= ${
+      CHAIN_NODES - 2
+    }; i++) upstream = new Relay({ name: \`relay-\${i}\` }).from(upstream);`,
+    `const sink = new ArrivalSink({ name: "sink", summaryPath: ${
+      JSON.stringify(summaryPath)
+    } }).from(upstream);`,
+    `export default new Flow([sink], { flowType: "batch", flowId: "bench-startup-cli" });`,
+    "",
+  ].join("\n");
+}
+
+/** `deno run -A mod.ts run-local FLOW` as `deno task vf run-local` runs it; resolves with its start time. */
+async function runLocalCli(flowPath: string, stateDir: string, runId: string): Promise<number> {
+  const startedAt = nowMs();
+  const result = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      "mod.ts",
+      "run-local",
+      flowPath,
+      "--state",
+      stateDir,
+      "--run-id",
+      runId,
+      "--no-restart",
+    ],
+    cwd: repoRoot.pathname,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!result.success) {
+    const said = new TextDecoder().decode(result.stdout) + new TextDecoder().decode(result.stderr);
+    throw new Error(`vf run-local ${flowPath} exited ${result.code}:\n${said}`);
+  }
+  return startedAt;
+}
+
+async function startup({ settings, dir, progress }: SectionContext, section: string): Promise<Figure[]> {
+  const cliSummary = `${dir}/startup-cli.json`;
+  const flowPath = `${dir}/startup_chain.ts`;
+  await Deno.writeTextFile(flowPath, chainFlowSource(cliSummary));
+  const cli: (number | null)[] = [];
+  const engine: (number | null)[] = [];
+  const bare: (number | null)[] = [];
+  for (let round = 0; round < settings.startupRounds; round++) {
+    const bareRun = await runBareChain(CHAIN_NODES, STARTUP_ITEMS, settings.window);
+    bare.push(startupSeconds(bareRun.startedAt, bareRun.summary));
+    const cliStarted = await runLocalCli(flowPath, `${dir}/state`, `startup-cli-${round}`);
+    cli.push(startupSeconds(cliStarted, JSON.parse(await Deno.readTextFile(cliSummary))));
+    const summaryPath = `${dir}/startup-engine-${round}.json`;
+    const flow = itemChain("bench-startup", STARTUP_ITEMS, CHAIN_NODES - 2, summaryPath);
+    const run = await runFlow(flow, {
+      stateDir: `${dir}/state`,
+      runId: `startup-${round}`,
+      summaryPath,
+      expected: STARTUP_ITEMS,
+    });
+    engine.push(startupSeconds(run.startedAt, run.summary));
+    progress(
+      `start-up round ${round + 1}/${settings.startupRounds}: cli ${fmt(cli.at(-1) ?? null, 3)} s, ` +
+        `engine ${fmt(engine.at(-1) ?? null, 3)} s, bare ${fmt(bare.at(-1) ?? null, 3)} s`,
+    );
+  }
+  const baselineName = `${CHAIN_NODES} bare Workers, spawn to first item`;
+  return [
+    figure({
+      section,
+      name: "`vf run-local` process start to first item",
+      unit: "s",
+      better: "lower",
+      rounds: cli,
+      baselineName,
+      baselineRounds: bare,
+      aim: { text: "≤ 1 s", met: (value) => value <= 1 },
+    }),
+    figure({
+      section,
+      name: "LocalEngine.run (in process) to first item",
+      unit: "s",
+      better: "lower",
+      rounds: engine,
+      baselineName,
+      baselineRounds: bare,
+    }),
+  ];
+}
+
+const SECTIONS: readonly Section[] = [
+  {
+    key: "items",
+    title: (s) => `Small items: ${s.items} through producer → relay → sink (run-local, workers)`,
+    measure: smallItems,
+  },
+  {
+    key: "video",
+    title: (s) =>
+      `Video: ${s.frames} frames ${WIDTH}x${HEIGHT} decode → mean of a channel → sink (frames offloaded, the default)`,
+    measure: videoSection(false),
+  },
+  {
+    key: "video-inline",
+    title: (s) =>
+      `Video: ${s.frames} frames ${WIDTH}x${HEIGHT}, frames inline in their envelopes (${MAX_INLINE_PAYLOAD_ENV})`,
+    measure: videoSection(true),
+  },
+  {
+    key: "startup",
+    title: () => `Start-up: ${CHAIN_NODES}-node chain (producer → ${CHAIN_NODES - 2} relays → sink)`,
+    measure: startup,
+  },
+];
+
+function fmt(value: number | null, digits = 0): string {
+  if (value === null) return "n/a";
+  if (digits === 0 && Math.abs(value) < 100) return value.toPrecision(3);
+  return value.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits });
+}
+
+function ratioText(f: Figure): string {
+  return f.ratio === null ? "n/a" : `${f.ratio.toFixed(2)}×`;
+}
+
+/** A section that could not be measured, and why. */
+interface Failure {
+  readonly section: string;
+  readonly error: string;
+}
+
+function table(figures: readonly Figure[], failures: readonly Failure[]): string {
+  const rows: string[][] = [];
+  const lines: string[] = [];
+  let section = "";
+  const flush = () => {
+    const widths = rows[0].map((_, c) => Math.max(...rows.map((row) => row[c].length)));
+    for (const row of rows) lines.push(row.map((cell, c) => cell.padEnd(widths[c])).join("  ").trimEnd());
+    rows.length = 0;
+  };
+  for (const f of figures) {
+    if (f.section !== section) {
+      if (rows.length > 0) flush();
+      if (lines.length > 0) lines.push("");
+      section = f.section;
+      lines.push(section);
+      rows.push(["  figure", "flow", "baseline", "ratio", "baseline is", "aim"]);
+    }
+    const digits = f.unit === "s" ? 3 : f.unit === "ms" ? 2 : 0;
+    const aim = f.aim === null ? "" : `${f.aim}: ${f.meetsAim ? "met" : "NOT met"}`;
+    rows.push([
+      `  ${f.name}`,
+      `${fmt(f.value, digits)} ${f.unit}`,
+      `${fmt(f.baseline, digits)} ${f.unit}`,
+      ratioText(f),
+      f.baselineName,
+      aim,
+    ]);
+  }
+  if (rows.length > 0) flush();
+  for (const failure of failures) {
+    if (lines.length > 0) lines.push("");
+    lines.push(failure.section, `  FAILED: ${failure.error.split("\n").join("\n  ")}`);
+  }
+  return lines.join("\n");
+}
+
+/** Runs the chosen sections, prints the table (and writes the JSON); exit status 1 if a section failed. */
+async function main(): Promise<number> {
+  const { json, ...settings } = settingsFrom(Deno.args);
+  const dir = await Deno.makeTempDir({ prefix: "vf_bench_" });
+  const progress = (line: string) => console.error(`bench: ${line}`);
+  const began = nowMs();
+  const figures: Figure[] = [];
+  const failures: Failure[] = [];
+  try {
+    for (const section of SECTIONS.filter((s) => settings.sections.includes(s.key))) {
+      const title = section.title(settings);
+      try {
+        figures.push(...await section.measure({ settings, dir, progress }, title));
+      } catch (error) {
+        const message = error instanceof Error ? error.message : String(error);
+        progress(`${section.key} failed: ${message}`);
+        failures.push({ section: title, error: message });
+      }
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+  const seconds = (nowMs() - began) / 1000;
+  console.log(table(figures, failures));
+  console.log(
+    `\nmedians of the rounds; ratio = flow / baseline; ${navigator.hardwareConcurrency} CPUs, ` +
+      `Deno ${Deno.version.deno}, ${seconds.toFixed(0)} s in all`,
+  );
+  if (json !== null) {
+    const document = {
+      generatedAt: new Date().toISOString(),
+      deno: Deno.version.deno,
+      cpus: navigator.hardwareConcurrency,
+      seconds,
+      settings,
+      figures,
+      failures,
+    };
+    await Deno.writeTextFile(json, `${JSON.stringify(document, null, 2)}\n`);
+  }
+  return failures.length === 0 ? 0 : 1;
+}
+
+if (import.meta.main) Deno.exit(await main());
