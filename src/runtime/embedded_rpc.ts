@@ -546,7 +546,11 @@ export class FrameArena implements BytePacker {
   #bytes: Uint8Array | null = null;
   #size = 0;
 
-  /** A number naming a copy of `bytes` in this arena, or, for large ones, the bytes fit to travel alone. */
+  /**
+   * A number naming a copy of `bytes` in this arena, or, for large ones (or once the arena is full), the
+   * bytes fit to travel alone, which the link copies (or moves) when the frame leaves a few microtask
+   * turns later: leave those unmodified until then.
+   */
   pack(bytes: Uint8Array): number | Uint8Array {
     const length = bytes.byteLength;
     if (length > PACK_LIMIT || this.#size + length > ARENA_LIMIT) return exactBytes(bytes);

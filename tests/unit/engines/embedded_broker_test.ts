@@ -1,0 +1,561 @@
+/**
+ * The embedded broker as the local engine uses it: a real Deno Worker over a transferred MessagePort, a
+ * real `deno run` subprocess over TCP with the run's secret, and the server's guarantees (order, long-polls
+ * that block nothing, typed errors, what a disconnect, a shutdown or a close leaves behind, control
+ * events, client-side admission and supersede, payload transfer, the ledger proxy's own close).
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import {
+  BrokerUnavailable,
+  ConfigError,
+  IncompatibleProfile,
+  ResourceUnavailable,
+} from "../../../src/core/errors.ts";
+import { Barrier, FaultSchedule, pause } from "../../../src/backends/faults.ts";
+import { FakeClock } from "../../../src/backends/memory/clock.ts";
+import {
+  CONTROL_STOP_KEY,
+  makeChannel,
+  makeEnvelope,
+  makeSubscription,
+  MemoryMessagingBackend,
+} from "../../../src/backends/memory/messaging.ts";
+import {
+  channelId,
+  completed,
+  type Delivery,
+  subscriptionId,
+  type SubscriptionSpec,
+} from "../../../src/backends/messaging.ts";
+import { retentionContract } from "../../../src/backends/payload.ts";
+import { MemoryRuntimeStore } from "../../../src/backends/memory/runtime_store.ts";
+import { EmbeddedBroker } from "../../../src/engines/embedded_broker.ts";
+import { EmbeddedMessagingBackend } from "../../../src/messaging/embedded_backend.ts";
+import { EmbeddedPayloadStore } from "../../../src/runtime/embedded_payload.ts";
+import {
+  EMBEDDED_BROKER_ENV,
+  EMBEDDED_BROKER_SECRET_ENV,
+  EmbeddedConnection,
+  Frame,
+  Op,
+  portLink,
+} from "../../../src/runtime/embedded_rpc.ts";
+import { EmbeddedRuntimeStore } from "../../../src/runtime/embedded_runtime_store.ts";
+
+const REPO = new URL("../../../", import.meta.url);
+const BIG = 1 << 30;
+const CAM = channelId("flow-A", "run-1", "cam");
+const spec = makeChannel("flow-A", "run-1", "cam", "reliable_work", "interest", {
+  required: [subscriptionId(CAM, "det")],
+});
+const detect: SubscriptionSpec = makeSubscription(spec.id, "det", { ackWaitSeconds: 10 });
+const CONTRACT = retentionContract({ ttlSeconds: 60, horizonSeconds: 60, durableRequired: false });
+
+/** A broker on `clock` with the `cam` channel and its `det` subscription provisioned. */
+async function provisioned(clock = new FakeClock(), runtimeStore = new MemoryRuntimeStore(clock)) {
+  const broker = new EmbeddedBroker({
+    clock,
+    messaging: new MemoryMessagingBackend({ clock }),
+    runtimeStore,
+  });
+  await broker.messaging.ensureChannel(spec, "ensure-cam");
+  await broker.messaging.ensureSubscription(detect, "bind-det");
+  return { broker, clock };
+}
+
+/** Resolves once the server has dispatched every call this connection sent before (calls start in order). */
+async function processed(connection: EmbeddedConnection): Promise<void> {
+  await new EmbeddedPayloadStore(connection).capabilities();
+}
+
+/** Waits (real time, bounded) for work the broker finishes off the caller's turn. */
+async function eventually(check: () => Promise<boolean>, what: string): Promise<void> {
+  for (let i = 0; i < 400; i++) {
+    if (await check()) return;
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+  assert.fail(`${what} never happened`);
+}
+
+async function client(broker: EmbeddedBroker, label: string, clock: FakeClock) {
+  const connection = await EmbeddedConnection.connect(broker.openPort(label), { label });
+  return { connection, messaging: new EmbeddedMessagingBackend(connection, { clock }) };
+}
+
+/**
+ * A module that exercises all three services through one connection and returns a JSON-able report. It
+ * runs inside a Deno Worker and inside a subprocess, so it names every module by absolute URL.
+ */
+function clientModule(): string {
+  const at = (path: string) => JSON.stringify(new URL(path, REPO).href);
+  return `
+import { EmbeddedConnection } from ${at("src/runtime/embedded_rpc.ts")};
+import { EmbeddedMessagingBackend } from ${at("src/messaging/embedded_backend.ts")};
+import { EmbeddedPayloadStore } from ${at("src/runtime/embedded_payload.ts")};
+import { EmbeddedRuntimeStore } from ${at("src/runtime/embedded_runtime_store.ts")};
+import { channelId, completed, envelope, subscriptionId } from ${at("src/backends/messaging.ts")};
+import { retentionContract } from ${at("src/backends/payload.ts")};
+import { systemClock } from ${at("src/backends/clock.ts")};
+
+export async function exercise(connection) {
+  const messaging = new EmbeddedMessagingBackend(connection);
+  const payload = new EmbeddedPayloadStore(connection, { transferPuts: true });
+  const ledger = new EmbeddedRuntimeStore(connection);
+  const cam = channelId("flow-A", "run-1", "cam");
+  const det = subscriptionId(cam, "det");
+  const deadline = systemClock.monotonic() + 5;
+  const published = await Promise.all(["p1", "p2", "p3"].map((id) =>
+    messaging.publish(envelope({ channel: cam, publicationId: id, eventId: id, schemaVersion: 4,
+      body: new TextEncoder().encode("body-" + id) }), deadline)));
+  const deliveries = await messaging.receive(det, 8, 1 << 30, deadline);
+  const settled = await Promise.all(deliveries.map((d) => messaging.settle(d.token, completed(), "s-" + d.token.messageId)));
+  const frame = new Uint8Array(200_000).fill(7);
+  const ref = await payload.put(frame, "cam:e1", retentionContract({ ttlSeconds: 60, horizonSeconds: 60, durableRequired: false }));
+  const detached = frame.buffer.detached;
+  const read = await payload.read(ref);
+  const created = await ledger.cas("vf/key", null, new TextEncoder().encode("v1"));
+  const entry = await ledger.get("vf/key");
+  await ledger.close();
+  await messaging.shutdown();
+  await connection.close();
+  return {
+    transport: connection.transport,
+    published: published.map((o) => o.kind + ":" + o.sequence),
+    received: deliveries.map((d) => new TextDecoder().decode(d.envelopeBytes)),
+    settled: settled.map((o) => o.kind),
+    detached,
+    read: read.kind === "bytes" ? read.data.length + ":" + read.data[199_999] : read.kind,
+    created,
+    entry: entry.kind === "present" ? new TextDecoder().decode(entry.value) : entry.kind,
+  };
+}
+`;
+}
+
+const EXPECTED_REPORT = {
+  published: ["accepted:1", "accepted:2", "accepted:3"],
+  received: ["body-p1", "body-p2", "body-p3"],
+  settled: ["settle_confirmed", "settle_confirmed", "settle_confirmed"],
+  read: "200000:7",
+  created: true,
+  entry: "v1",
+};
+
+Deno.test("a Deno Worker reaches the broker, payload store and ledger over a transferred MessagePort", async () => {
+  const { broker } = await provisioned(undefined);
+  const source = `${clientModule()}
+import { EmbeddedConnection as Connect } from ${
+    JSON.stringify(new URL("src/runtime/embedded_rpc.ts", REPO).href)
+  };
+self.onmessage = async (event) => {
+  const report = await exercise(await Connect.connect(event.data, { label: "worker" }));
+  self.postMessage(report);
+};`;
+  const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
+  const worker = new Worker(url, { type: "module" });
+  try {
+    const report = new Promise<Record<string, unknown>>((resolve, reject) => {
+      worker.onmessage = (event) => resolve(event.data);
+      worker.onerror = (event) => {
+        event.preventDefault();
+        reject(new Error(event.message));
+      };
+    });
+    const port = broker.openPort("detect-0");
+    worker.postMessage(port, [port]);
+    const { transport, detached, ...rest } = await report;
+    assert.equal(transport, "port");
+    assert.equal(detached, true, "the frame moved to the store instead of being copied");
+    assert.deepEqual(rest, EXPECTED_REPORT);
+    assert.equal(broker.payload.objectCount(), 1);
+  } finally {
+    worker.terminate();
+    URL.revokeObjectURL(url);
+    await broker.close();
+  }
+});
+
+Deno.test("a deno run subprocess reaches the same services over TCP with the run's address and secret", async () => {
+  const { broker } = await provisioned(undefined);
+  await broker.listen();
+  const env = broker.workerEnv();
+  assert.match(env[EMBEDDED_BROKER_ENV], /^tcp:\/\/127\.0\.0\.1:\d+$/);
+  assert.equal(env[EMBEDDED_BROKER_SECRET_ENV], broker.secret);
+  const source = `${clientModule()}
+console.log(JSON.stringify(await exercise(await EmbeddedConnection.fromEnv(undefined, "subprocess"))));`;
+  try {
+    const output = await new Deno.Command(Deno.execPath(), {
+      args: ["eval", "--config", new URL("deno.json", REPO).pathname, source],
+      cwd: REPO.pathname,
+      env,
+      stdin: "null",
+    }).output();
+    const stderr = new TextDecoder().decode(output.stderr);
+    assert.equal(output.code, 0, stderr);
+    const { transport, detached, ...rest } = JSON.parse(new TextDecoder().decode(output.stdout));
+    assert.equal(transport, "tcp");
+    assert.equal(detached, false, "a socket copies: the caller keeps its bytes");
+    assert.deepEqual(rest, EXPECTED_REPORT);
+  } finally {
+    await broker.close();
+  }
+});
+
+Deno.test("a TCP client with a wrong secret is refused, and one that never says hello is dropped", async () => {
+  const broker = new EmbeddedBroker({ helloTimeoutSeconds: 0.05 });
+  try {
+    const address = await broker.listen();
+    await assert.rejects(EmbeddedConnection.connect(address, { secret: "guess" }), (error: unknown) => {
+      assert.ok(error instanceof BrokerUnavailable);
+      assert.match(error.message, /wrong secret/);
+      return true;
+    });
+    const silent = await Deno.connect({ hostname: "127.0.0.1", port: Number(address.split(":")[2]) });
+    const buffer = new Uint8Array(256);
+    while (await silent.read(buffer) !== null) {
+      // The server says why (a bye frame), then closes: read until the end of the stream.
+    }
+    silent.close();
+    assert.equal(broker.connections().length, 0);
+    const good = await EmbeddedConnection.connect(address, { secret: broker.secret });
+    assert.equal(broker.connections().length, 1);
+    await good.close();
+  } finally {
+    await broker.close();
+  }
+});
+
+Deno.test("a waiting receive holds back none of the calls made after it on the same connection", async () => {
+  const { broker, clock } = await provisioned();
+  const { connection, messaging } = await client(broker, "w", clock);
+  try {
+    const waiting = messaging.receive(detect.id, 8, BIG, clock.monotonic() + 60);
+    const observed = await messaging.observeChannel(spec.id);
+    assert.equal(observed.kind, "known", "answered while the receive waits");
+    const published = await messaging.publish(makeEnvelope(spec.id, "p1"), clock.monotonic() + 5);
+    assert.equal(published.kind, "accepted");
+    assert.deepEqual((await waiting).map((d) => d.token.messageId), ["p1"], "and the publish woke it");
+  } finally {
+    await connection.close();
+    await broker.close();
+  }
+});
+
+Deno.test("the calls of one frame start in order and their results come back together", async () => {
+  const { broker } = await provisioned();
+  const link = portLink(broker.openPort("raw"));
+  const frames: unknown[][] = [];
+  const arrived = Promise.withResolvers<void>();
+  link.start((frame) => {
+    frames.push(frame);
+    if (frame[0] === Frame.results) arrived.resolve();
+  }, () => {});
+  link.send([Frame.hello, 1, null, "raw"], []);
+  const calls: unknown[] = [Frame.calls, new Uint8Array([120]), Op.defineChannel, 0, [0, spec.id]];
+  for (let i = 1; i <= 5; i++) calls.push(Op.publish, i, [0, `p${i}`, 0 * 8192 + 1, 1, 4, 0, 2e9]);
+  link.send(calls, []);
+  await arrived.promise;
+  const results = frames.filter((frame) => frame[0] === Frame.results);
+  assert.equal(results.length, 1, "one frame of results for one frame of calls");
+  assert.deepEqual(
+    results[0].slice(2),
+    [1, 1, 1, 2, 1, 2, 3, 1, 3, 4, 1, 4, 5, 1, 5],
+    "sequences in call order",
+  );
+  await link.close();
+  await broker.close();
+});
+
+Deno.test("a server-side exception is its own call's error, as its class; the rest of the frame succeeds", async () => {
+  const { broker, clock } = await provisioned();
+  const { connection, messaging } = await client(broker, "w", clock);
+  try {
+    const ghost = makeSubscription(
+      makeChannel("flow-A", "run-1", "ghost", "reliable_work", "interest").id,
+      "x",
+    );
+    const [missing, changed, published] = await Promise.allSettled([
+      messaging.ensureSubscription(ghost, "bind-ghost"),
+      messaging.ensureSubscription({ ...detect, competing: false }, "rebind"),
+      messaging.publish(makeEnvelope(spec.id, "p1"), clock.monotonic() + 5),
+    ]);
+    assert.ok(missing.status === "rejected" && missing.reason instanceof ResourceUnavailable);
+    assert.ok(changed.status === "rejected" && changed.reason instanceof IncompatibleProfile);
+    assert.ok(published.status === "fulfilled" && published.value.kind === "accepted");
+    await assert.rejects(
+      messaging.settle(
+        (await messaging.receive(detect.id, 1, BIG, clock.monotonic()))[0].token,
+        completed(),
+        "",
+      ),
+      ConfigError,
+      "a settlement id is required before anything is sent",
+    );
+  } finally {
+    await connection.close();
+    await broker.close();
+  }
+});
+
+Deno.test("a disconnected worker's waiting calls end truthfully, and its held lease lapses into a redelivery, never acked", async () => {
+  const { broker, clock } = await provisioned();
+  const { connection, messaging } = await client(broker, "dying", clock);
+  for (const id of ["p0", "p1"]) await messaging.publish(makeEnvelope(spec.id, id), clock.monotonic() + 5);
+  const [settledLate, held] = await messaging.receive(detect.id, 2, BIG, clock.monotonic());
+  assert.equal(held.token.messageId, "p1");
+  broker.messaging.pauseAcceptance(spec.id);
+  using schedule = new FaultSchedule({ [Barrier.messageSettleBefore]: pause("hold") }).install();
+  const settling = messaging.settle(settledLate.token, completed(), "s-0");
+  const publishing = messaging.publish(makeEnvelope(spec.id, "p2"), clock.monotonic() + 30);
+  const waiting = messaging.receive(detect.id, 8, BIG, clock.monotonic() + 30);
+  await schedule.untilFired(Barrier.messageSettleBefore);
+  await broker.connections()[0].disconnect();
+
+  assert.equal((await settling).kind, "settle_unknown", "sent, unanswered: it may still apply");
+  assert.equal((await publishing).kind, "publication_unknown", "sent, unanswered: it may be stored");
+  await assert.rejects(waiting, BrokerUnavailable);
+  const observed = await messaging.observeSubscription(detect.id);
+  assert.ok(observed.kind === "unknown" && observed.reason === "unreachable", "never zero for unknown");
+  await assert.rejects(
+    messaging.publish(makeEnvelope(spec.id, "p3"), clock.monotonic() + 5),
+    BrokerUnavailable,
+    "nothing is sent once the connection is gone",
+  );
+  await connection.close();
+  schedule.release("hold");
+  schedule.assertAllFired();
+  schedule.uninstall();
+  broker.messaging.resumeAcceptance(spec.id);
+
+  await eventually(async () => {
+    const counts = await broker.messaging.observeSubscription(detect.id);
+    return counts.kind === "known" && counts.value.leased === 1 && counts.value.available === 1;
+  }, "p0's late settle applied, p1 still leased to the dead worker, p2 stored and handed back");
+  await clock.advanceAsync(11);
+  const fresh = await client(broker, "replacement", clock);
+  try {
+    const redelivered = await fresh.messaging.receive(detect.id, 8, BIG, clock.monotonic());
+    assert.deepEqual(
+      redelivered.map((d) => `${d.token.messageId}#${d.token.attempt}`).sort(),
+      ["p1#2", "p2#2"],
+      "p1's lease lapsed and came back; p2, taken by the dead worker's still-waiting receive, was handed back",
+    );
+  } finally {
+    await fresh.connection.close();
+    await broker.close();
+  }
+});
+
+Deno.test("a receive that completes after its connection ended is handed back at once, never lost", async () => {
+  const { broker, clock } = await provisioned();
+  const gone = await client(broker, "gone", clock);
+  const waiting = gone.messaging.receive(detect.id, 8, BIG, clock.monotonic() + 60);
+  await processed(gone.connection);
+  await broker.connections()[0].disconnect();
+  await assert.rejects(waiting, BrokerUnavailable);
+  await gone.connection.close();
+  await broker.messaging.publish(makeEnvelope(spec.id, "p1"), clock.monotonic() + 5);
+  await eventually(async () => {
+    const counts = await broker.messaging.observeSubscription(detect.id);
+    return counts.kind === "known" && counts.value.available === 1;
+  }, "the hand-back");
+  const next = await client(broker, "next", clock);
+  try {
+    const [delivery] = await next.messaging.receive(detect.id, 8, BIG, clock.monotonic());
+    assert.equal(delivery?.token.messageId, "p1", "available again without waiting for an ack wait");
+    assert.equal(delivery.token.attempt, 2, "the handed-back lease cost one attempt");
+  } finally {
+    await next.connection.close();
+    await broker.close();
+  }
+});
+
+Deno.test("a client's shutdown empties its waiting receive and hands back what the broker leases after", async () => {
+  const { broker, clock } = await provisioned();
+  const { connection, messaging } = await client(broker, "w", clock);
+  try {
+    const waiting = messaging.receive(detect.id, 8, BIG, clock.monotonic() + 60);
+    await processed(connection);
+    await messaging.shutdown();
+    assert.deepEqual(await waiting, []);
+    await assert.rejects(messaging.receive(detect.id, 8, BIG, clock.monotonic()), ResourceUnavailable);
+    await processed(connection);
+    await broker.messaging.publish(makeEnvelope(spec.id, "p1"), clock.monotonic() + 5);
+    await eventually(async () => {
+      const counts = await broker.messaging.observeSubscription(detect.id);
+      return counts.kind === "known" && counts.value.available === 1;
+    }, "the hand-back");
+    const [delivery] = await broker.messaging.receive(detect.id, 8, BIG, clock.monotonic());
+    assert.equal(delivery?.token.messageId, "p1", "handed back, not held by the shut-down client");
+    assert.equal(delivery.token.attempt, 2);
+  } finally {
+    await connection.close();
+    await broker.close();
+  }
+});
+
+Deno.test("the flow-wide stop reaches a subscribed worker, and one that subscribes later at once", async () => {
+  const { broker, clock } = await provisioned();
+  const first = await client(broker, "a", clock);
+  try {
+    const stopped = Promise.withResolvers<string>();
+    first.messaging.subscribeControl(() => stopped.resolve("first"));
+    await processed(first.connection);
+    assert.equal(broker.messaging.commitControl(spec.id, CONTROL_STOP_KEY, null, new Uint8Array([1])), true);
+    assert.equal(await stopped.promise, "first");
+    const late = Promise.withResolvers<string>();
+    first.messaging.subscribeControl(() => late.resolve("late"));
+    assert.equal(await late.promise, "late");
+  } finally {
+    await first.connection.close();
+    await broker.close();
+  }
+});
+
+Deno.test("admission runs in the client: refused deliveries are acked and reported, kept ones returned", async () => {
+  const { broker, clock } = await provisioned();
+  const { connection, messaging } = await client(broker, "replica-1", clock);
+  try {
+    for (const id of ["own-1", "other-1", "own-2"]) {
+      await messaging.publish(makeEnvelope(spec.id, id), clock.monotonic() + 5);
+    }
+    const skipped: string[] = [];
+    const allSkipped = Promise.withResolvers<void>();
+    assert.equal(
+      messaging.setAdmission(detect.id, (d) => d.token.messageId.startsWith("own"), (d) => {
+        skipped.push(d.token.messageId);
+        allSkipped.resolve();
+      }),
+      true,
+    );
+    const kept = await messaging.receive(detect.id, 8, BIG, clock.monotonic());
+    assert.deepEqual(kept.map((d: Delivery) => d.token.messageId), ["own-1", "own-2"]);
+    await allSkipped.promise;
+    assert.deepEqual(skipped, ["other-1"]);
+    for (let i = 0; i < 50; i++) {
+      const observed = await messaging.observeSubscription(detect.id);
+      if (observed.kind === "known" && observed.value.leased === 2) break;
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    const observed = await messaging.observeSubscription(detect.id);
+    assert.ok(observed.kind === "known" && observed.value.leased === 2, "the refused one was settled");
+    assert.equal(messaging.prefetched(detect.id), 0);
+  } finally {
+    await connection.close();
+    await broker.close();
+  }
+});
+
+Deno.test("supersede retires a token here and at the broker; a token from elsewhere is not live here", async () => {
+  const { broker, clock } = await provisioned();
+  const { connection, messaging } = await client(broker, "w", clock);
+  try {
+    await messaging.publish(makeEnvelope(spec.id, "p1"), clock.monotonic() + 5);
+    const [delivery] = await messaging.receive(detect.id, 1, BIG, clock.monotonic());
+    assert.equal(
+      messaging.supersede({ ...delivery.token }),
+      false,
+      "a copy is not one of this client's tokens",
+    );
+    assert.equal(messaging.supersede(delivery.token), true);
+    assert.equal(messaging.supersede(delivery.token), false);
+    assert.equal((await messaging.settle(delivery.token, completed(), "s-1")).kind, "settle_stale");
+    const plain = await messaging.settle({ ...delivery.token }, completed(), "s-2");
+    assert.equal(plain.kind, "settle_stale", "the broker was told too");
+  } finally {
+    await connection.close();
+    await broker.close();
+  }
+});
+
+Deno.test("closing the broker ends every connection: later calls fail, observations are Unknown", async () => {
+  const { broker, clock } = await provisioned();
+  const a = await client(broker, "a", clock);
+  const b = await client(broker, "b", clock);
+  const waiting = a.messaging.receive(detect.id, 8, BIG, clock.monotonic() + 60);
+  await processed(a.connection);
+  await broker.close();
+  await assert.rejects(waiting, BrokerUnavailable);
+  assert.equal(broker.connections().length, 0);
+  for (const side of [a, b]) {
+    await eventually(() => Promise.resolve(side.connection.lostReason !== null), "the bye");
+    assert.ok(side.connection.lostReason instanceof BrokerUnavailable, "each client was told");
+    assert.equal((await side.messaging.observeChannel(spec.id)).kind, "unknown");
+    await assert.rejects(side.messaging.capabilities(), BrokerUnavailable);
+    await side.connection.close();
+  }
+  assert.throws(() => broker.openPort("late"), ResourceUnavailable);
+});
+
+Deno.test("a payload put refuses a detached array instead of storing an empty payload", async () => {
+  const broker = new EmbeddedBroker();
+  const connection = await EmbeddedConnection.connect(broker.openPort("w"));
+  try {
+    const store = new EmbeddedPayloadStore(connection, { transferPuts: true });
+    const data = new Uint8Array([1, 2, 3]);
+    const ref = await store.put(data, "cam:e1", CONTRACT);
+    assert.equal(data.buffer.detached, true);
+    await assert.rejects(store.put(data, "cam:e1", CONTRACT), ConfigError);
+    const view = new Uint8Array(new ArrayBuffer(16), 4, 3).fill(9);
+    await store.put(view, "cam:e2", CONTRACT);
+    assert.equal(view.buffer.detached, false, "a view into a larger buffer is copied, never moved");
+    const copying = new EmbeddedPayloadStore(connection);
+    const kept = new Uint8Array([4, 5, 6]);
+    await copying.put(kept, "cam:e3", CONTRACT);
+    assert.deepEqual([...kept], [4, 5, 6], "without transferPuts the caller keeps its bytes");
+    const read = await copying.read(ref);
+    assert.ok(read.kind === "bytes" && read.data.join() === "1,2,3" && read.ref === ref);
+  } finally {
+    await connection.close();
+    await broker.close();
+  }
+});
+
+Deno.test("a ledger handle's close ends only that handle; a broker without a ledger refuses ledger calls", async () => {
+  const { broker } = await provisioned();
+  const one = await EmbeddedConnection.connect(broker.openPort("one"));
+  const two = await EmbeddedConnection.connect(broker.openPort("two"));
+  try {
+    const first = new EmbeddedRuntimeStore(one);
+    const second = new EmbeddedRuntimeStore(two);
+    const writing = first.append("log", new Uint8Array([1]));
+    await first.close();
+    assert.equal(await writing, 1, "a call in flight finishes before close resolves");
+    await assert.rejects(first.get("k"), ResourceUnavailable);
+    assert.deepEqual((await second.logEntries("log")).map((r) => [...r]), [[1]]);
+    await assert.rejects(second.get(""), ConfigError, "names are checked before anything is sent");
+    assert.equal((await second.capabilities()).store, "memory", "the hosted store's own capabilities");
+  } finally {
+    await one.close();
+    await two.close();
+    await broker.close();
+  }
+  const bare = new EmbeddedBroker();
+  const connection = await EmbeddedConnection.connect(bare.openPort("w"));
+  await assert.rejects(new EmbeddedRuntimeStore(connection).get("k"), ResourceUnavailable);
+  await connection.close();
+  await bare.close();
+});
+
+Deno.test("deadlines are read on the broker's clock: a past one answers at once, a future one waits for it", async () => {
+  const { broker, clock } = await provisioned();
+  const { connection, messaging } = await client(broker, "w", clock);
+  try {
+    assert.deepEqual(await messaging.receive(detect.id, 8, BIG, clock.monotonic() - 1), []);
+    let done = false;
+    const waiting = messaging.receive(detect.id, 8, BIG, clock.monotonic() + 30).then((d) => {
+      done = true;
+      return d;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal(done, false, "the broker's clock has not reached the deadline");
+    await clock.advanceAsync(31);
+    assert.deepEqual(await waiting, []);
+  } finally {
+    await connection.close();
+    await broker.close();
+  }
+});

@@ -1,0 +1,422 @@
+/**
+ * The embedded broker's RPC protocol, end to end against a scripted peer: frames, batching and order,
+ * replies and errors, what a lost connection makes of waiting calls, transfers, packed bytes, id tables
+ * and the socket link's length-prefixed framing.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { serialize } from "node:v8";
+import * as taxonomy from "../../../src/core/errors.ts";
+import {
+  BrokerUnavailable,
+  ConfigError,
+  Diagnostic,
+  GraphError,
+  IncompatibleProfile,
+  VideoflowError,
+  VideoflowRuntimeError,
+} from "../../../src/core/errors.ts";
+import { UnobservableComposition } from "../../../src/backends/capabilities.ts";
+import { Barrier, InjectedFault, SimulatedCrash } from "../../../src/backends/faults.ts";
+import { PayloadBudgetExceeded } from "../../../src/backends/payload.ts";
+import {
+  ARENA_LIMIT,
+  connectionLost,
+  DeferredFlush,
+  EMBEDDED_PROTOCOL_VERSION,
+  EmbeddedConnection,
+  errorFromWire,
+  errorToWire,
+  Frame,
+  FrameArena,
+  type FrameLink,
+  IdTable,
+  Op,
+  PACK_LIMIT,
+  parseBrokerAddress,
+  PLAIN_REPLY,
+  portLink,
+  type Reply,
+  secretMatches,
+  socketLink,
+  unpack,
+} from "../../../src/runtime/embedded_rpc.ts";
+import { SeededRandom, testSeed } from "../../support/random.ts";
+
+/** A scripted server end: records every frame, welcomes the hello, and answers as the test says. */
+class Peer {
+  readonly frames: unknown[][] = [];
+  readonly link: FrameLink;
+  #arrived: (() => void) | null = null;
+
+  constructor(port: MessagePort) {
+    this.link = portLink(port);
+    this.link.start((frame) => {
+      this.frames.push(frame);
+      if (frame[0] === Frame.hello) this.link.send([Frame.welcome, EMBEDDED_PROTOCOL_VERSION], []);
+      this.#arrived?.();
+    }, () => {});
+  }
+
+  /** The `calls` frames received so far. */
+  calls(): unknown[][] {
+    return this.frames.filter((frame) => frame[0] === Frame.calls);
+  }
+
+  /** Resolves once a frame of `kind` has arrived. */
+  async untilFrame(kind: Frame): Promise<void> {
+    while (!this.frames.some((frame) => frame[0] === kind)) {
+      await new Promise<void>((resolve) => this.#arrived = resolve);
+    }
+  }
+
+  /** Resolves once `count` calls frames have arrived. */
+  async untilCalls(count: number): Promise<unknown[][]> {
+    while (this.calls().length < count) await new Promise<void>((resolve) => this.#arrived = resolve);
+    return this.calls();
+  }
+}
+
+async function pair(): Promise<{ peer: Peer; connection: EmbeddedConnection }> {
+  const { port1, port2 } = new MessageChannel();
+  const peer = new Peer(port1);
+  const connection = await EmbeddedConnection.connect(port2, { label: "test" });
+  return { peer, connection };
+}
+
+async function closeBoth(peer: Peer, connection: EmbeddedConnection): Promise<void> {
+  await connection.close();
+  await peer.link.close();
+}
+
+const ECHO = PLAIN_REPLY as Reply<null, unknown>;
+
+Deno.test("calls made in one turn leave in one frame, in call order, each with its own id", async () => {
+  const { peer, connection } = await pair();
+  const replies = [0, 1, 2].map((n) => connection.call(Op.storeGet, [`k${n}`], null, ECHO));
+  connection.send(Op.supersede, ["no reply"]);
+  const [frame] = await peer.untilCalls(1);
+  assert.deepEqual(frame.slice(2), [
+    Op.storeGet,
+    1,
+    ["k0"],
+    Op.storeGet,
+    2,
+    ["k1"],
+    Op.storeGet,
+    3,
+    ["k2"],
+    Op.supersede,
+    0,
+    ["no reply"],
+  ]);
+  peer.link.send([Frame.results, null, 3, 1, "c", 1, 1, "a", 2, 1, "b"], []);
+  assert.deepEqual(await Promise.all(replies), ["a", "b", "c"], "replies are matched by id, in any order");
+  await closeBoth(peer, connection);
+});
+
+Deno.test("calls a few microtask turns apart share a frame; a call after a real wait starts another", async () => {
+  const { peer, connection } = await pair();
+  connection.call(Op.storeGet, ["a"], null, ECHO).catch(() => {});
+  await null;
+  connection.call(Op.storeGet, ["b"], null, ECHO).catch(() => {});
+  const [first] = await peer.untilCalls(1);
+  assert.equal((first.length - 2) / 3, 2, "an await of a settled value does not split the frame");
+  connection.call(Op.storeGet, ["c"], null, ECHO).catch(() => {});
+  const frames = await peer.untilCalls(2);
+  assert.equal((frames[1].length - 2) / 3, 1);
+  await closeBoth(peer, connection);
+});
+
+Deno.test("a server error comes back as the same taxonomy class with its remedy, context and code", async () => {
+  const { peer, connection } = await pair();
+  const call = connection.call(Op.storeGet, ["k"], null, ECHO);
+  await peer.untilCalls(1);
+  const error = new ConfigError("bad key", "use a good key", { key: "k" });
+  peer.link.send([Frame.results, null, 1, 0, errorToWire(error)], []);
+  await assert.rejects(call, (thrown: unknown) => {
+    assert.ok(thrown instanceof ConfigError);
+    assert.deepEqual([thrown.message, thrown.remedy, thrown.context, thrown.code], [
+      "bad key",
+      "use a good key",
+      { key: "k" },
+      "VF_CONFIG",
+    ]);
+    return true;
+  });
+  await closeBoth(peer, connection);
+});
+
+Deno.test("every taxonomy class survives the wire as itself, disposition included", () => {
+  for (const value of [...Object.values(taxonomy), UnobservableComposition, PayloadBudgetExceeded]) {
+    if (typeof value !== "function" || !(value.prototype instanceof VideoflowError)) continue;
+    const cls = value as unknown as new (...args: unknown[]) => VideoflowError;
+    const diagnostics = [new Diagnostic("error", "VF_X", "n", "d", null)];
+    const original = cls === UnobservableComposition
+      ? new cls("m", "r", diagnostics)
+      : cls === GraphError || cls === IncompatibleProfile
+      ? new cls("m", "r", diagnostics, { at: 1 })
+      : new cls("m", "r", { at: 1 });
+    if (original instanceof VideoflowRuntimeError) original.withDisposition("poison");
+    const rebuilt = errorFromWire(structuredClone(errorToWire(original)));
+    assert.equal(rebuilt.constructor, original.constructor, `${cls.name} is rebuilt as itself`);
+    const again = rebuilt as VideoflowError;
+    assert.deepEqual(
+      [again.message, again.remedy, again.context, again.code, again.disposition],
+      [original.message, original.remedy, original.context, original.code, original.disposition],
+      cls.name,
+    );
+  }
+});
+
+Deno.test("diagnostics, fault-harness errors, built-in errors and unknown codes cross the wire faithfully", () => {
+  const diagnostics = [new Diagnostic("error", "VF_GRAPH", "detect", "cycle", "break it")];
+  const graph = errorFromWire(errorToWire(new GraphError("invalid", "fix", diagnostics, { n: 1 })));
+  assert.ok(graph instanceof GraphError);
+  assert.deepEqual(graph.diagnostics.map((d) => d.render()), diagnostics.map((d) => d.render()));
+  const profile = errorFromWire(errorToWire(new IncompatibleProfile("no", null, diagnostics)));
+  assert.ok(profile instanceof IncompatibleProfile && profile.diagnostics.length === 1);
+
+  const crash = errorFromWire(errorToWire(new SimulatedCrash(137, Barrier.payloadWriteAfter)));
+  assert.ok(crash instanceof SimulatedCrash);
+  assert.deepEqual([crash.exitCode, crash.barrier], [137, Barrier.payloadWriteAfter]);
+
+  const injected = errorFromWire(
+    errorToWire(new InjectedFault("VF_NO_SUCH", "boom").withDisposition("poison")),
+  );
+  assert.ok(injected instanceof InjectedFault);
+  assert.deepEqual([injected.code, injected.disposition], ["VF_NO_SUCH", "poison"]);
+
+  const builtin = errorFromWire(errorToWire(new RangeError("out of range")));
+  assert.ok(builtin instanceof RangeError && builtin.message === "out of range");
+
+  const foreign = errorFromWire([
+    { ...new BrokerUnavailable("gone").toDict(), type: "SomeAdapterError", code: "VF_SOME_ADAPTER" },
+    null,
+  ]);
+  assert.ok(foreign instanceof taxonomy.VideoflowEnvironmentError, "an unknown code keeps its branch");
+  assert.equal((foreign as VideoflowError).code, "VF_SOME_ADAPTER", "and its code");
+  assert.ok(errorFromWire("garbage") instanceof BrokerUnavailable, "a malformed error is not a success");
+});
+
+Deno.test("a closed connection decides waiting calls by their reply: sent ones and unsent ones apart", async () => {
+  const { peer, connection } = await pair();
+  const outcomes: string[] = [];
+  const reply: Reply<string, string> = {
+    decode: () => "decoded",
+    lost: (context, sent) => `${context}:${sent ? "sent" : "unsent"}`,
+  };
+  const waiting = connection.call(Op.storeGet, ["k"], "first", reply);
+  const raising = connection.call(Op.storeGet, ["k"], null, ECHO);
+  await peer.untilCalls(1);
+  peer.link.send([Frame.bye, "supervisor gave up"], []);
+  outcomes.push(await waiting);
+  await assert.rejects(raising, (error: unknown) => {
+    assert.ok(error instanceof BrokerUnavailable);
+    assert.match(error.message, /supervisor gave up/);
+    return true;
+  });
+  outcomes.push(await connection.call(Op.storeGet, ["k"], "later", reply));
+  assert.deepEqual(outcomes, ["first:sent", "later:unsent"]);
+  assert.ok(connection.lostReason instanceof BrokerUnavailable);
+  await closeBoth(peer, connection);
+});
+
+Deno.test("a client's own close fails what it still waits for and tells the server", async () => {
+  const { peer, connection } = await pair();
+  const call = connection.call(Op.storeGet, ["k"], null, ECHO);
+  await connection.close();
+  await assert.rejects(call, BrokerUnavailable);
+  await peer.untilFrame(Frame.bye);
+  assert.equal(peer.calls().length, 1, "what was queued left before the bye");
+  await peer.link.close();
+});
+
+Deno.test("a refused hello rejects the connect with the server's error", async () => {
+  const { port1, port2 } = new MessageChannel();
+  const link = portLink(port1);
+  link.start((frame) => {
+    if (frame[0] !== Frame.hello) return;
+    link.send([Frame.refused, errorToWire(new BrokerUnavailable("a wrong secret"))], []);
+    link.close();
+  }, () => {});
+  await assert.rejects(EmbeddedConnection.connect(port2), /a wrong secret/);
+});
+
+Deno.test("a transferred buffer moves: the caller's view is detached and the peer holds the bytes", async () => {
+  const { peer, connection } = await pair();
+  const data = new Uint8Array([1, 2, 3, 4]);
+  const call = connection.call(Op.payloadPut, [data], null, ECHO, data.buffer);
+  const [frame] = await peer.untilCalls(1);
+  assert.equal(data.buffer.detached, true, "no copy stayed behind");
+  assert.deepEqual([...(frame[4] as unknown[])[0] as Uint8Array], [1, 2, 3, 4]);
+  peer.link.send([Frame.results, null, 1, 1, "ok"], []);
+  assert.equal(await call, "ok");
+  await closeBoth(peer, connection);
+});
+
+Deno.test("a call whose arguments cannot be cloned fails alone, as a ConfigError, and sends nothing", async () => {
+  const { peer, connection } = await pair();
+  await assert.rejects(connection.call(Op.storeGet, [() => 1], null, ECHO), ConfigError);
+  const next = connection.call(Op.storeGet, ["k"], null, ECHO);
+  const [frame] = await peer.untilCalls(1);
+  assert.deepEqual(frame.slice(2), [Op.storeGet, 2, ["k"]]);
+  peer.link.send([Frame.results, null, 2, 1, "v"], []);
+  assert.equal(await next, "v");
+  await closeBoth(peer, connection);
+});
+
+Deno.test("packed bytes round-trip at random sizes; large ones travel alone and views never overlap", () => {
+  const seed = testSeed();
+  const random = new SeededRandom(seed);
+  for (let round = 0; round < 20; round++) {
+    const arena = new FrameArena();
+    const originals: Uint8Array[] = [];
+    const fields: (number | Uint8Array)[] = [];
+    for (let i = random.int(0, 40); i > 0; i--) {
+      const size = random.chance(0.1)
+        ? random.int(PACK_LIMIT + 1, PACK_LIMIT * 3)
+        : random.int(0, PACK_LIMIT);
+      const bytes = random.bytes(size);
+      const backing = random.chance(0.3) ? new Uint8Array(size + 8) : null;
+      const view = backing === null ? bytes : backing.subarray(4, 4 + size);
+      view.set(bytes);
+      originals.push(bytes.slice());
+      fields.push(arena.pack(view));
+      view.fill(0xee);
+    }
+    const packed = arena.take();
+    assert.ok(packed === null || packed.byteLength <= ARENA_LIMIT, `seed ${seed}: the arena stays bounded`);
+    fields.forEach((field, i) => {
+      const out = unpack(field, packed);
+      if (typeof field !== "number") {
+        assert.equal(
+          out.byteLength,
+          out.buffer.byteLength,
+          `seed ${seed}: a large array spans its own buffer`,
+        );
+      }
+      if (typeof field !== "number") return;
+      assert.deepEqual(out, originals[i], `seed ${seed}, round ${round}, field ${i}: the bytes as packed`);
+    });
+  }
+  assert.throws(() => unpack(5, null), ConfigError);
+  assert.throws(() => unpack(1 * 8192 + 4, new Uint8Array(2)), ConfigError, "a reference past the arena");
+});
+
+Deno.test("an id table agrees with a map under random adds and removals, stragglers included", () => {
+  const seed = testSeed();
+  const random = new SeededRandom(seed);
+  const table = new IdTable<string>();
+  const model = new Map<number, string>();
+  let next = 1;
+  for (let step = 0; step < 30_000; step++) {
+    const op = random.int(0, 9);
+    if (op < 5 || model.size === 0) {
+      next += random.chance(0.1) ? random.int(1, 5) : 1;
+      table.add(next, `v${next}`);
+      model.set(next, `v${next}`);
+    } else {
+      const keys = [...model.keys()];
+      const id = random.chance(0.8) ? keys[0] : random.pick(keys);
+      assert.equal(table.get(id), model.get(id), `seed ${seed}, step ${step}: get ${id}`);
+      assert.equal(table.take(id), model.get(id), `seed ${seed}, step ${step}: take ${id}`);
+      model.delete(id);
+      assert.equal(table.take(id), undefined, `seed ${seed}, step ${step}: taken twice`);
+    }
+  }
+  assert.deepEqual(table.drain().sort(), [...model.values()].sort(), `seed ${seed}: drain returns the rest`);
+  assert.deepEqual(table.drain(), []);
+});
+
+Deno.test("a deferred flush runs once per schedule burst, and a cancelled one not at all", async () => {
+  let runs = 0;
+  const flush = new DeferredFlush(() => runs++);
+  flush.schedule();
+  flush.schedule();
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  assert.equal(runs, 1);
+  flush.schedule();
+  flush.cancel();
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  assert.equal(runs, 1);
+  flush.schedule();
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  assert.equal(runs, 2, "a cancel does not wedge later schedules");
+});
+
+/** A Deno.Conn stand-in that reads a byte stream in the chunk sizes a seeded random picks. */
+function chunkedConn(stream: Uint8Array, random: SeededRandom): Deno.Conn {
+  let at = 0;
+  let closed = false;
+  return {
+    read(buffer: Uint8Array): Promise<number | null> {
+      if (closed || at >= stream.byteLength) return Promise.resolve(null);
+      const n = Math.min(buffer.byteLength, random.int(1, 97), stream.byteLength - at);
+      buffer.set(stream.subarray(at, at + n));
+      at += n;
+      return Promise.resolve(n);
+    },
+    write(bytes: Uint8Array): Promise<number> {
+      return Promise.resolve(bytes.byteLength);
+    },
+    close() {
+      closed = true;
+    },
+  } as unknown as Deno.Conn;
+}
+
+function lengthPrefixed(frame: unknown[]): Uint8Array {
+  const body = serialize(frame);
+  const out = new Uint8Array(4 + body.byteLength);
+  new DataView(out.buffer).setUint32(0, body.byteLength);
+  out.set(body, 4);
+  return out;
+}
+
+Deno.test("the socket link reassembles length-prefixed frames split at any byte", async () => {
+  const seed = testSeed();
+  const random = new SeededRandom(seed);
+  const frames = Array.from(
+    { length: 30 },
+    (_, i) => [Frame.calls, null, Op.storeGet, i, [random.bytes(i * 7), 2n ** 70n, new Map([["k", i]])]],
+  );
+  const stream = new Uint8Array(frames.reduce((n, f) => n + lengthPrefixed(f).byteLength, 0));
+  let offset = 0;
+  for (const frame of frames) {
+    const bytes = lengthPrefixed(frame);
+    stream.set(bytes, offset);
+    offset += bytes.byteLength;
+  }
+  const link = socketLink(chunkedConn(stream, random));
+  const received: unknown[][] = [];
+  const ended = Promise.withResolvers<string>();
+  link.start((frame) => received.push(frame), ended.resolve);
+  assert.equal(await ended.promise, "the peer closed the socket");
+  assert.deepEqual(received, frames, `seed ${seed}: every frame, whole and in order`);
+  await link.close();
+});
+
+Deno.test("the socket link ends on a frame longer than its limit instead of allocating it", async () => {
+  const stream = new Uint8Array([0xff, 0xff, 0xff, 0xff, 1, 2, 3]);
+  const link = socketLink(chunkedConn(stream, new SeededRandom(1)));
+  const ended = Promise.withResolvers<string>();
+  link.start(() => assert.fail("no frame"), ended.resolve);
+  assert.match(await ended.promise, /exceeds/);
+  await link.close();
+});
+
+Deno.test("addresses and secrets are checked strictly", () => {
+  assert.deepEqual(parseBrokerAddress("tcp://127.0.0.1:4222"), { hostname: "127.0.0.1", port: 4222 });
+  for (
+    const bad of ["127.0.0.1:4222", "tcp://127.0.0.1", "tcp://127.0.0.1:0", "tcp://h:99999", "nats://h:1"]
+  ) {
+    assert.throws(() => parseBrokerAddress(bad), ConfigError, bad);
+  }
+  assert.equal(secretMatches("s3cret", "s3cret"), true);
+  assert.equal(secretMatches("s3cre", "s3cret"), false);
+  assert.equal(secretMatches(null, "s3cret"), false);
+  assert.match(connectionLost("eof", "w1").message, /eof/);
+});
