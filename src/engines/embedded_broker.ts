@@ -75,7 +75,7 @@ import {
   envelopeDeadline,
   errorToWire,
   Frame,
-  FrameArena,
+  FrameBuilder,
   type FrameLink,
   IdTable,
   Op,
@@ -135,9 +135,7 @@ export class BrokerConnection {
   readonly #subs: (SubscriptionId | undefined)[] = [];
   readonly #subHandles = new WeakMap<SubscriptionId, number>();
   readonly #subKeys = new Map<string, number>();
-  #results: unknown[] = [Frame.results, null];
-  readonly #arena = new FrameArena();
-  #transfer: ArrayBuffer[] = [];
+  readonly #results = new FrameBuilder(Frame.results);
   readonly #flusher = new DeferredFlush(() => this.#flush());
   readonly #handleOf = (subscription: SubscriptionId) => this.#handleFor(subscription);
   /** Broker tokens of deliveries handed out on this connection, by id, until settled or released. */
@@ -166,7 +164,7 @@ export class BrokerConnection {
         helloTimeoutSeconds * 1000,
       );
     }
-    link.start((frame) => this.#receive(frame), () => this.#closed());
+    link.start((frame) => this.#onFrame(frame), () => this.#closed());
   }
 
   /** The worker's name: the one the supervisor gave the port, else the one its hello named. */
@@ -207,14 +205,12 @@ export class BrokerConnection {
     this.#open = false;
     this.#messagingOpen = false;
     clearTimeout(this.#helloTimer);
-    this.#results = [Frame.results, null];
-    this.#arena.take();
-    this.#transfer = [];
+    this.#results.take(this.#link.kind);
     this.#tokens.drain();
     this.#services.forget(this);
   }
 
-  #receive(frame: unknown[]): void {
+  #onFrame(frame: unknown[]): void {
     if (!this.#open) return;
     switch (frame[0]) {
       case Frame.calls:
@@ -308,17 +304,17 @@ export class BrokerConnection {
         break;
     }
     if (id === 0 || !this.#open) return;
-    this.#results.push(id, 1, wire);
+    this.#results.add(id, 1, wire);
     if (op === Op.payloadRead && this.#link.kind === "port") {
       const buffer = transferable(value as PayloadReadOutcome);
-      if (buffer !== null) this.#transfer.push(buffer);
+      if (buffer !== null) this.#results.move(buffer);
     }
     this.#queueFlush();
   }
 
   #fail(id: number, error: unknown): void {
     if (id === 0 || !this.#open) return;
-    this.#results.push(id, 0, errorToWire(error));
+    this.#results.add(id, 0, errorToWire(error));
     this.#queueFlush();
   }
 
@@ -328,14 +324,8 @@ export class BrokerConnection {
 
   #flush(): void {
     this.#flusher.cancel();
-    if (this.#results.length === 2 || !this.#open) return;
-    const frame = this.#results;
-    const transfer = this.#transfer;
-    const arena = this.#arena.take();
-    frame[1] = arena;
-    if (arena !== null && this.#link.kind === "port") transfer.push(arena.buffer as ArrayBuffer);
-    this.#results = [Frame.results, null];
-    this.#transfer = [];
+    if (this.#results.empty || !this.#open) return;
+    const { frame, transfer } = this.#results.take(this.#link.kind);
     try {
       this.#link.send(frame, transfer);
     } catch (error) {
@@ -363,8 +353,13 @@ export class BrokerConnection {
     switch (op) {
       case Op.publish:
         return messaging.publish(decodeEnvelope(args, this.#channel(args[0]), arena), envelopeDeadline(args));
-      case Op.receive:
-        return this.#receiveOne(args);
+      case Op.receive: {
+        const sub = this.#sub(args[0]);
+        return this.#longPoll(
+          args,
+          (items, bytes, deadline) => messaging.receive(sub, items, bytes, deadline),
+        );
+      }
       case Op.settle: {
         const at = args.length === SHORT_SETTLE_FIELDS ? 1 : TOKEN_FIELDS;
         return messaging.settle(
@@ -373,8 +368,13 @@ export class BrokerConnection {
           args[at + 2] as string,
         );
       }
-      case Op.receiveAny:
-        return this.#receiveMany(args);
+      case Op.receiveAny: {
+        const subs = (args[0] as number[]).map((handle) => this.#sub(handle));
+        return this.#longPoll(
+          args,
+          (items, bytes, deadline) => messaging.receiveAny(subs, items, bytes, deadline),
+        );
+      }
       case Op.renew:
         return messaging.renew(this.#token(args));
       case Op.supersede:
@@ -523,37 +523,19 @@ export class BrokerConnection {
 
   // ---- receiving ----------------------------------------------------------------------------------
 
-  #receiveOne(args: unknown[]): Promise<unknown> {
-    const handle = args[0] as number;
-    const sub = this.#sub(handle);
+  /**
+   * A receive (`take` over one subscription or several) with the client's deadline, then a top-up
+   * within its credits; `args` is `[handle(s), itemCredit, byteCredit, deadline]`.
+   */
+  #longPoll(
+    args: unknown[],
+    take: (itemCredit: number, byteCredit: number, deadline: number) => Promise<readonly Delivery[]>,
+  ): Promise<readonly Delivery[]> {
     const itemCredit = args[1] as number;
     const byteCredit = args[2] as number;
-    const messaging = this.#services.messaging;
-    return messaging.receive(sub, itemCredit, byteCredit, args[3] as number)
-      .then((deliveries) =>
-        this.#topUp(
-          deliveries,
-          itemCredit,
-          byteCredit,
-          (items, bytes) => messaging.receive(sub, items, bytes, -Infinity),
-        )
-      );
-  }
-
-  #receiveMany(args: unknown[]): Promise<unknown> {
-    const subs = (args[0] as number[]).map((handle) => this.#sub(handle));
-    const itemCredit = args[1] as number;
-    const byteCredit = args[2] as number;
-    const messaging = this.#services.messaging;
-    return messaging.receiveAny(subs, itemCredit, byteCredit, args[3] as number)
-      .then((deliveries) =>
-        this.#topUp(
-          deliveries,
-          itemCredit,
-          byteCredit,
-          (items, bytes) => messaging.receiveAny(subs, items, bytes, -Infinity),
-        )
-      );
+    return take(itemCredit, byteCredit, args[3] as number).then((deliveries) =>
+      this.#topUp(deliveries, itemCredit, byteCredit, (items, bytes) => take(items, bytes, -Infinity))
+    );
   }
 
   /**
@@ -581,7 +563,7 @@ export class BrokerConnection {
 
   /** Encodes deliveries for this client, or hands them back when nobody is left to receive them. */
   #handOut(deliveries: readonly Delivery[], handleOf: (subscription: SubscriptionId) => number): unknown {
-    if (this.#messagingOpen) return encodeDeliveries(deliveries, this.#tokenIdOf, handleOf, this.#arena);
+    if (this.#messagingOpen) return encodeDeliveries(deliveries, this.#tokenIdOf, handleOf, this.#results);
     const messaging = this.#services.messaging;
     for (const delivery of deliveries) {
       const token = delivery.token;

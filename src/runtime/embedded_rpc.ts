@@ -590,6 +590,57 @@ export function unpack(field: unknown, arena: Uint8Array | null): Uint8Array {
   return arena.subarray(offset, offset + length);
 }
 
+/**
+ * A `calls` or `results` frame being built: its entries, the arena its small bytes are packed into, and
+ * the buffers it moves. {@link take} hands out the finished frame and starts the next one.
+ */
+export class FrameBuilder implements BytePacker {
+  readonly #kind: typeof Frame.calls | typeof Frame.results;
+  #entries: unknown[];
+  #arena = new FrameArena();
+  #transfer: ArrayBuffer[] = [];
+
+  constructor(kind: typeof Frame.calls | typeof Frame.results) {
+    this.#kind = kind;
+    this.#entries = [kind, null];
+  }
+
+  /** Whether the frame holds no entry yet. */
+  get empty(): boolean {
+    return this.#entries.length === 2;
+  }
+
+  /** Appends one entry (three elements: op, id, args or id, ok, value). */
+  add(first: unknown, second: unknown, third: unknown): void {
+    this.#entries.push(first, second, third);
+  }
+
+  /** {@link FrameArena.pack} on this frame's arena. */
+  pack(bytes: Uint8Array): number | Uint8Array {
+    return this.#arena.pack(bytes);
+  }
+
+  /** Moves `buffer` with this frame (once, however often it is named). */
+  move(buffer: ArrayBuffer): void {
+    if (!this.#transfer.includes(buffer)) this.#transfer.push(buffer);
+  }
+
+  /**
+   * The finished frame and the buffers to move with it (its arena too when `link` honours transfers);
+   * the builder starts an empty frame.
+   */
+  take(link: FrameLink["kind"]): { readonly frame: unknown[]; readonly transfer: ArrayBuffer[] } {
+    const frame = this.#entries;
+    const transfer = this.#transfer;
+    const arena = this.#arena.take();
+    frame[1] = arena;
+    if (arena !== null && link === "port") transfer.push(arena.buffer as ArrayBuffer);
+    this.#entries = [this.#kind, null];
+    this.#transfer = [];
+    return { frame, transfer };
+  }
+}
+
 // ---- coalescing -------------------------------------------------------------------------------------
 
 /**
@@ -767,7 +818,12 @@ export interface ConnectOptions {
   readonly secret?: string | null;
   /** Names this end in the server's connection list and in errors (the worker's name). */
   readonly label?: string;
+  /** How long to wait for the server's welcome, in seconds (default {@link DEFAULT_CONNECT_TIMEOUT_SECONDS}). */
+  readonly timeoutSeconds?: number;
 }
+
+/** How long {@link EmbeddedConnection.connect} waits for the server's welcome by default (seconds). */
+export const DEFAULT_CONNECT_TIMEOUT_SECONDS = 10;
 
 /**
  * The client end of one connection to the embedded broker: multiplexes calls of every service over one
@@ -785,9 +841,7 @@ export class EmbeddedConnection implements BytePacker {
   readonly #subscriptionHandles = new WeakMap<SubscriptionId, number>();
   readonly #subscriptionKeys = new Map<string, number>();
   readonly #subscriptions: SubscriptionId[] = [];
-  #outbox: unknown[] = [Frame.calls, null];
-  readonly #arena = new FrameArena();
-  #transfer: ArrayBuffer[] = [];
+  readonly #outbox = new FrameBuilder(Frame.calls);
   readonly #flusher = new DeferredFlush(() => this.#flushNow());
   #nextId = 1;
   /** Every call with an id at or below this one has left this end. */
@@ -803,7 +857,8 @@ export class EmbeddedConnection implements BytePacker {
   /**
    * Opens a connection over `target`: a MessagePort the supervisor handed this worker, or a
    * `tcp://HOST:PORT` address. Resolves once the server welcomed it; rejects with BrokerUnavailable when
-   * it cannot connect or the server refused it (a wrong secret or protocol version).
+   * it cannot connect, the server refused it (a wrong secret or protocol version), or no welcome came in
+   * time (a port nobody serves).
    */
   static async connect(
     target: MessagePort | string,
@@ -828,7 +883,16 @@ export class EmbeddedConnection implements BytePacker {
     const connection = new EmbeddedConnection(link, label);
     link.start((frame) => connection.#receive(frame), (reason) => connection.#end(reason));
     link.send([Frame.hello, EMBEDDED_PROTOCOL_VERSION, options.secret ?? null, label], []);
-    await connection.#welcome?.promise;
+    const seconds = options.timeoutSeconds ?? DEFAULT_CONNECT_TIMEOUT_SECONDS;
+    const timer = setTimeout(() => {
+      connection.#end(`no welcome from the broker within ${seconds} s`);
+      link.close();
+    }, seconds * 1000);
+    try {
+      await connection.#welcome?.promise;
+    } finally {
+      clearTimeout(timer);
+    }
     return connection;
   }
 
@@ -879,8 +943,8 @@ export class EmbeddedConnection implements BytePacker {
       context,
       reply: reply as Reply<unknown, unknown>,
     });
-    this.#outbox.push(op, id, args);
-    if (transfer !== undefined && !this.#transfer.includes(transfer)) this.#transfer.push(transfer);
+    this.#outbox.add(op, id, args);
+    if (transfer !== undefined) this.#outbox.move(transfer);
     this.#queueFlush();
     return promise;
   }
@@ -890,13 +954,13 @@ export class EmbeddedConnection implements BytePacker {
    * is valid in the arguments of a call made in this same turn.
    */
   pack(bytes: Uint8Array): number | Uint8Array {
-    return this.#arena.pack(bytes);
+    return this.#outbox.pack(bytes);
   }
 
   /** Sends `op` with `args` expecting no reply (identity definitions, supersede); dropped once closed. */
   send(op: Op, args: unknown[]): void {
     if (this.#lost !== null) return;
-    this.#outbox.push(op, 0, args);
+    this.#outbox.add(op, 0, args);
     this.#queueFlush();
   }
 
@@ -968,14 +1032,8 @@ export class EmbeddedConnection implements BytePacker {
 
   #flushNow(): void {
     this.#flusher.cancel();
-    if (this.#outbox.length === 2 || this.#lost !== null) return;
-    const frame = this.#outbox;
-    const transfer = this.#transfer;
-    const arena = this.#arena.take();
-    frame[1] = arena;
-    if (arena !== null && this.#link.kind === "port") transfer.push(arena.buffer as ArrayBuffer);
-    this.#outbox = [Frame.calls, null];
-    this.#transfer = [];
+    if (this.#outbox.empty || this.#lost !== null) return;
+    const { frame, transfer } = this.#outbox.take(this.#link.kind);
     this.#sentThrough = this.#nextId - 1;
     try {
       this.#link.send(frame, transfer);
@@ -1056,9 +1114,7 @@ export class EmbeddedConnection implements BytePacker {
     if (this.#lost !== null) return;
     const error = cause instanceof BrokerUnavailable ? cause : connectionLost(reason, this.label);
     this.#lost = error;
-    this.#outbox = [Frame.calls, null];
-    this.#arena.take();
-    this.#transfer = [];
+    this.#outbox.take(this.#link.kind);
     for (const call of this.#pending.drain()) {
       this.#decideLost(call.reply, call.context, call.id <= this.#sentThrough, error).then(
         call.resolve,
@@ -1279,17 +1335,7 @@ export function encodeSettleCall(
     ? outcome.recordRef
     : null;
   if (subscriptionHandle === null) return [tokenId, code, argument, settlementId];
-  return [
-    tokenId,
-    subscriptionHandle,
-    token.messageId,
-    token.streamSequence,
-    token.attempt,
-    token.generation,
-    code,
-    argument,
-    settlementId,
-  ];
+  return [...encodeToken(token, tokenId, subscriptionHandle), code, argument, settlementId];
 }
 
 /** Elements of a settle call that names its token by id alone. */

@@ -245,6 +245,15 @@ Deno.test("a refused hello rejects the connect with the server's error", async (
   await assert.rejects(EmbeddedConnection.connect(port2), /a wrong secret/);
 });
 
+Deno.test("a port nobody serves fails the connect with BrokerUnavailable once the welcome is overdue", async () => {
+  const { port1, port2 } = new MessageChannel();
+  await assert.rejects(
+    EmbeddedConnection.connect(port2, { timeoutSeconds: 0.05 }),
+    (error: unknown) => error instanceof BrokerUnavailable && /no welcome/.test(error.message),
+  );
+  port1.close();
+});
+
 Deno.test("a transferred buffer moves: the caller's view is detached and the peer holds the bytes", async () => {
   const { peer, connection } = await pair();
   const data = new Uint8Array([1, 2, 3, 4]);
