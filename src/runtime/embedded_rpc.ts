@@ -898,13 +898,16 @@ export class EmbeddedConnection implements BytePacker {
 
   /**
    * Connects to the broker named by {@link EMBEDDED_BROKER_ENV} and {@link EMBEDDED_BROKER_SECRET_ENV}
-   * in `env` (the process environment by default); a ConfigError when the address is unset.
+   * in `env` (the process environment by default, read variable by variable, so
+   * `--allow-env=VF_EMBEDDED_BROKER,VF_EMBEDDED_BROKER_SECRET` and `--allow-net=127.0.0.1` suffice); a
+   * ConfigError when the address is unset.
    */
   static fromEnv(
-    env: Readonly<Record<string, string | undefined>> = Deno.env.toObject(),
+    env?: Readonly<Record<string, string | undefined>>,
     label?: string,
   ): Promise<EmbeddedConnection> {
-    const address = env[EMBEDDED_BROKER_ENV];
+    const read = (key: string) => env === undefined ? Deno.env.get(key) : env[key];
+    const address = read(EMBEDDED_BROKER_ENV);
     if (address === undefined || address === "") {
       return Promise.reject(
         new ConfigError(
@@ -913,7 +916,7 @@ export class EmbeddedConnection implements BytePacker {
         ),
       );
     }
-    return EmbeddedConnection.connect(address, { secret: env[EMBEDDED_BROKER_SECRET_ENV] ?? null, label });
+    return EmbeddedConnection.connect(address, { secret: read(EMBEDDED_BROKER_SECRET_ENV) ?? null, label });
   }
 
   /** The link's kind: `port` or `tcp`. */

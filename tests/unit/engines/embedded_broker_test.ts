@@ -178,7 +178,7 @@ self.onmessage = async (event) => {
   }
 });
 
-Deno.test("a deno run subprocess reaches the same services over TCP with the run's address and secret", async () => {
+Deno.test("a deno run subprocess with only the broker's env and loopback net reaches the services over TCP", async () => {
   const { broker } = await provisioned(undefined);
   await broker.listen();
   const env = broker.workerEnv();
@@ -188,7 +188,15 @@ Deno.test("a deno run subprocess reaches the same services over TCP with the run
 console.log(JSON.stringify(await exercise(await EmbeddedConnection.fromEnv(undefined, "subprocess"))));`;
   try {
     const output = await new Deno.Command(Deno.execPath(), {
-      args: ["eval", "--config", new URL("deno.json", REPO).pathname, source],
+      args: [
+        "run",
+        `--allow-env=${EMBEDDED_BROKER_ENV},${EMBEDDED_BROKER_SECRET_ENV}`,
+        "--allow-net=127.0.0.1",
+        `--allow-read=${REPO.pathname}`,
+        "--config",
+        new URL("deno.json", REPO).pathname,
+        `data:text/javascript;base64,${btoa(source)}`,
+      ],
       cwd: REPO.pathname,
       env,
       stdin: "null",
