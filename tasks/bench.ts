@@ -19,13 +19,15 @@
  * printed to stdout and, with `--json PATH`, written as JSON.
  *
  * Run: `deno task bench [--items 20000] [--item-rounds 3] [--frames 300] [--video-rounds 3]
- * [--startup-rounds 5] [--window 1024] [--json PATH]`.
+ * [--startup-rounds 5] [--window 1024] [--sections items,video,video-inline,startup] [--state DIR]
+ * [--run-timeout 120] [--json PATH]`. `--state` puts the runs' ledgers somewhere else than the scratch directory (a tmpfs, to
+ * see what the disk costs); the runs stay there, in a fresh subdirectory.
  *
  * @module
  */
 
 import { parseArgs } from "node:util";
-import { Flow, VideoFileReader } from "../mod.ts";
+import { END, Flow, RuntimeContext, VideoFileReader } from "../mod.ts";
 import { compileFlow, nodePermissions } from "../src/core/compiler.ts";
 import type { ConsumerNode, ProcessorNode, ProducerNode } from "../src/core/node.ts";
 import { ModuleIndex } from "../src/core/node_class.ts";
@@ -63,6 +65,8 @@ interface Settings {
   readonly startupRounds: number;
   readonly window: number;
   readonly sections: readonly SectionKey[];
+  /** Seconds a flow run may take before it is stopped (and its section fails). */
+  readonly runTimeout: number;
 }
 
 /** Which way a figure is better, so the aim can be checked. */
@@ -132,7 +136,9 @@ function sectionsFrom(text: string): SectionKey[] {
   return keys as SectionKey[];
 }
 
-function settingsFrom(args: string[]): Settings & { readonly json: string | null } {
+function settingsFrom(
+  args: string[],
+): Settings & { readonly json: string | null; readonly state: string | null } {
   const { values } = parseArgs({
     args,
     options: {
@@ -142,8 +148,10 @@ function settingsFrom(args: string[]): Settings & { readonly json: string | null
       "video-rounds": { type: "string", default: "3" },
       "startup-rounds": { type: "string", default: "5" },
       window: { type: "string", default: "1024" },
+      "run-timeout": { type: "string", default: "120" },
       sections: { type: "string", default: SECTION_KEYS.join(",") },
       json: { type: "string" },
+      state: { type: "string" },
     },
   });
   const count = (name: keyof typeof values, minimum: number): number => {
@@ -160,8 +168,10 @@ function settingsFrom(args: string[]): Settings & { readonly json: string | null
     videoRounds: count("video-rounds", 1),
     startupRounds: count("startup-rounds", 1),
     window: count("window", GRANT),
+    runTimeout: count("run-timeout", 1),
     sections: sectionsFrom(values.sections ?? ""),
     json: values.json ?? null,
+    state: values.state ?? null,
   };
 }
 
@@ -178,6 +188,8 @@ interface FlowRunOptions {
   readonly runId: string;
   readonly summaryPath: string;
   readonly expected: number;
+  /** After this long the run is stopped the way Ctrl-C stops `vf run-local` (twice, 10 s apart). */
+  readonly timeoutSeconds: number;
   readonly env?: Readonly<Record<string, string>>;
 }
 
@@ -189,6 +201,15 @@ async function runFlow(flow: Flow, options: FlowRunOptions): Promise<FlowRun> {
   const output: string[] = [];
   const startedAt = nowMs();
   const specs = compileFlow(flow, { modules: new ModuleIndex(flowModules) });
+  const interrupt = () => Deno.kill(Deno.pid, "SIGINT");
+  let force: ReturnType<typeof setTimeout> | null = null;
+  const deadline = setTimeout(() => {
+    console.error(
+      `bench: ${flow.flowId} run ${options.runId} passed ${options.timeoutSeconds} s: stopping it`,
+    );
+    interrupt();
+    force = setTimeout(interrupt, 10_000);
+  }, options.timeoutSeconds * 1000);
   const result = await LocalEngine.run({
     flowId: flow.flowId,
     flowType: flow.flowType,
@@ -200,6 +221,9 @@ async function runFlow(flow: Flow, options: FlowRunOptions): Promise<FlowRun> {
     restart: false,
     output: { isTerminal: false, write: (text) => output.push(text) },
     extraEnv: options.env,
+  }).finally(() => {
+    clearTimeout(deadline);
+    if (force !== null) clearTimeout(force);
   });
   const endedAt = nowMs();
   const what = `flow ${flow.flowId} run ${options.runId}`;
@@ -281,6 +305,8 @@ function startupSeconds(startedAt: number, summary: ArrivalSummary): number | nu
 interface SectionContext {
   readonly settings: Settings;
   readonly dir: string;
+  /** Where the runs' ledgers go. */
+  readonly stateDir: string;
   readonly progress: (line: string) => void;
 }
 
@@ -294,7 +320,10 @@ interface Section {
 const SECTION_KEYS = ["items", "video", "video-inline", "startup"] as const;
 type SectionKey = typeof SECTION_KEYS[number];
 
-async function smallItems({ settings, dir, progress }: SectionContext, section: string): Promise<Figure[]> {
+async function smallItems(
+  { settings, dir, stateDir, progress }: SectionContext,
+  section: string,
+): Promise<Figure[]> {
   const flowRuns: FlowRun[] = [];
   const bareRuns: BareRun[] = [];
   for (let round = 0; round < settings.itemRounds; round++) {
@@ -303,10 +332,11 @@ async function smallItems({ settings, dir, progress }: SectionContext, section: 
     const summaryPath = `${dir}/items-${round}.json`;
     const flow = itemChain("bench-items", settings.items, 1, summaryPath);
     const run = await runFlow(flow, {
-      stateDir: `${dir}/state`,
+      stateDir: stateDir,
       runId: `items-${round}`,
       summaryPath,
       expected: settings.items,
+      timeoutSeconds: settings.runTimeout,
     });
     flowRuns.push(run);
     progress(
@@ -406,6 +436,34 @@ async function ffmpegAlone(clip: string): Promise<DecodeRun> {
   return { frames, wallSeconds: (endedAt - startedAt) / 1000, steadyFps: span > 0 ? frames / span : null };
 }
 
+const silentLogger = { debug() {}, info() {}, warn() {}, error() {} };
+
+/** The flow's decoder without the flow: a VideoFileReader read to its end in this thread. */
+async function readerAlone(clip: string): Promise<DecodeRun> {
+  const ctx = new RuntimeContext(
+    { flowId: "bench", runId: "bench", nodeName: "decode", replicaId: 0 },
+    silentLogger,
+  );
+  const startedAt = nowMs();
+  const reader = new VideoFileReader({ name: "decode", path: clip });
+  await reader.open(ctx);
+  let frames = 0;
+  let firstAt: number | null = null;
+  let lastAt = startedAt;
+  while ((await reader.next(ctx)) !== END) {
+    firstAt ??= nowMs();
+    lastAt = nowMs();
+    frames++;
+  }
+  await reader.close(ctx);
+  const span = firstAt === null ? 0 : (lastAt - firstAt) / 1000;
+  return {
+    frames,
+    wallSeconds: (nowMs() - startedAt) / 1000,
+    steadyFps: frames >= 2 && span > 0 ? (frames - 1) / span : null,
+  };
+}
+
 /** The clip of `frames` frames in `dir`, made on first use. */
 async function clipIn(dir: string, frames: number): Promise<string> {
   const clip = `${dir}/clip_720p.mp4`;
@@ -419,27 +477,33 @@ const INLINE_FRAMES_ENV = { [MAX_INLINE_PAYLOAD_ENV]: String(8 * 1024 * 1024) };
 
 /** The video section, with frames offloaded to the embedded payload store (the default) or inline. */
 function videoSection(inline: boolean): Section["measure"] {
-  return async ({ settings, dir, progress }, section) => {
+  return async ({ settings, dir, stateDir, progress }, section) => {
     const clip = await clipIn(dir, settings.frames);
     const flowRuns: FlowRun[] = [];
     const decodeRuns: DecodeRun[] = [];
+    const readerRuns: DecodeRun[] = [];
     const label = inline ? "video-inline" : "video";
     for (let round = 0; round < settings.videoRounds; round++) {
       const decoded = await ffmpegAlone(clip);
-      if (decoded.frames !== settings.frames) {
-        throw new Error(`ffmpeg decoded ${decoded.frames} of ${settings.frames} frames`);
+      const read = await readerAlone(clip);
+      for (const [who, run] of [["ffmpeg", decoded], ["VideoFileReader", read]] as const) {
+        if (run.frames !== settings.frames) {
+          throw new Error(`${who} decoded ${run.frames} of ${settings.frames} frames`);
+        }
       }
       decodeRuns.push(decoded);
+      readerRuns.push(read);
       const summaryPath = `${dir}/${label}-${round}.json`;
       const decode = new VideoFileReader({ name: "decode", path: clip });
       const mean = new channelMean.ChannelMean({ name: "mean" }).from(decode);
       const sink = new arrivalSink.ArrivalSink({ name: "sink", summaryPath }).from(mean);
       const flow = new Flow([sink], { flowType: "batch", flowId: `bench-${label}` });
       const run = await runFlow(flow, {
-        stateDir: `${dir}/state`,
+        stateDir: stateDir,
         runId: `${label}-${round}`,
         summaryPath,
         expected: settings.frames,
+        timeoutSeconds: settings.runTimeout,
         env: inline ? INLINE_FRAMES_ENV : {},
       });
       flowRuns.push(run);
@@ -469,6 +533,15 @@ function videoSection(inline: boolean): Section["measure"] {
         baselineName,
         baselineRounds: decodeRuns.map((r) => r.frames / r.wallSeconds),
       }),
+      figure({
+        section,
+        name: "frames/s, the flow's VideoFileReader alone (no flow)",
+        unit: "frames/s",
+        better: "higher",
+        rounds: readerRuns.map((r) => r.steadyFps),
+        baselineName,
+        baselineRounds: decodeRuns.map((r) => r.steadyFps),
+      }),
     ];
   };
 }
@@ -494,7 +567,12 @@ function chainFlowSource(summaryPath: string): string {
 }
 
 /** `deno run -A mod.ts run-local FLOW` as `deno task vf run-local` runs it; resolves with its start time. */
-async function runLocalCli(flowPath: string, stateDir: string, runId: string): Promise<number> {
+async function runLocalCli(
+  flowPath: string,
+  stateDir: string,
+  runId: string,
+  timeoutSeconds: number,
+): Promise<number> {
   const startedAt = nowMs();
   const result = await new Deno.Command(Deno.execPath(), {
     args: [
@@ -513,6 +591,7 @@ async function runLocalCli(flowPath: string, stateDir: string, runId: string): P
     stdin: "null",
     stdout: "piped",
     stderr: "piped",
+    signal: AbortSignal.timeout(timeoutSeconds * 1000),
   }).output();
   if (!result.success) {
     const said = new TextDecoder().decode(result.stdout) + new TextDecoder().decode(result.stderr);
@@ -521,7 +600,10 @@ async function runLocalCli(flowPath: string, stateDir: string, runId: string): P
   return startedAt;
 }
 
-async function startup({ settings, dir, progress }: SectionContext, section: string): Promise<Figure[]> {
+async function startup(
+  { settings, dir, stateDir, progress }: SectionContext,
+  section: string,
+): Promise<Figure[]> {
   const cliSummary = `${dir}/startup-cli.json`;
   const flowPath = `${dir}/startup_chain.ts`;
   await Deno.writeTextFile(flowPath, chainFlowSource(cliSummary));
@@ -531,15 +613,16 @@ async function startup({ settings, dir, progress }: SectionContext, section: str
   for (let round = 0; round < settings.startupRounds; round++) {
     const bareRun = await runBareChain(CHAIN_NODES, STARTUP_ITEMS, settings.window);
     bare.push(startupSeconds(bareRun.startedAt, bareRun.summary));
-    const cliStarted = await runLocalCli(flowPath, `${dir}/state`, `startup-cli-${round}`);
+    const cliStarted = await runLocalCli(flowPath, stateDir, `startup-cli-${round}`, settings.runTimeout);
     cli.push(startupSeconds(cliStarted, JSON.parse(await Deno.readTextFile(cliSummary))));
     const summaryPath = `${dir}/startup-engine-${round}.json`;
     const flow = itemChain("bench-startup", STARTUP_ITEMS, CHAIN_NODES - 2, summaryPath);
     const run = await runFlow(flow, {
-      stateDir: `${dir}/state`,
+      stateDir: stateDir,
       runId: `startup-${round}`,
       summaryPath,
       expected: STARTUP_ITEMS,
+      timeoutSeconds: settings.runTimeout,
     });
     engine.push(startupSeconds(run.startedAt, run.summary));
     progress(
@@ -650,8 +733,11 @@ function table(figures: readonly Figure[], failures: readonly Failure[]): string
 
 /** Runs the chosen sections, prints the table (and writes the JSON); exit status 1 if a section failed. */
 async function main(): Promise<number> {
-  const { json, ...settings } = settingsFrom(Deno.args);
+  const { json, state, ...settings } = settingsFrom(Deno.args);
   const dir = await Deno.makeTempDir({ prefix: "vf_bench_" });
+  const stateDir = state === null
+    ? `${dir}/state`
+    : await Deno.makeTempDir({ dir: state, prefix: "vf_bench_" });
   const progress = (line: string) => console.error(`bench: ${line}`);
   const began = nowMs();
   const figures: Figure[] = [];
@@ -660,7 +746,7 @@ async function main(): Promise<number> {
     for (const section of SECTIONS.filter((s) => settings.sections.includes(s.key))) {
       const title = section.title(settings);
       try {
-        figures.push(...await section.measure({ settings, dir, progress }, title));
+        figures.push(...await section.measure({ settings, dir, stateDir, progress }, title));
       } catch (error) {
         const message = error instanceof Error ? error.message : String(error);
         progress(`${section.key} failed: ${message}`);
