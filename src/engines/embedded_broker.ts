@@ -18,9 +18,22 @@
  * - A payload read's bytes are a fresh copy the store made for this read, so a MessagePort moves them
  *   (transfer) instead of copying them again; a delivery's bytes are the broker's retained body (another
  *   subscriber or a redelivery needs them), so those are copied, as is everything over TCP.
- * - Closing the broker closes every connection (each client's waiting calls end with BrokerUnavailable),
+ * - Closing the broker closes every connection (each client's waiting calls end as a lost connection
+ *   decides: BrokerUnavailable, or the truthful unknown outcome where the contract has one),
  *   stops the listener and shuts the messaging model down; the payload store has nothing to release and
  *   the runtime store stays its creator's to close.
+ *
+ * What the supervisor must know:
+ * - A MessagePort reports no close: a Deno Worker that dies (`Deno.exit`, a crash) leaves its connection
+ *   open until the supervisor calls {@link BrokerConnection.disconnect} (after a missed heartbeat). A TCP
+ *   connection ends with its socket. A subprocess needs `--allow-net=127.0.0.1` and
+ *   `--allow-env=VF_EMBEDDED_BROKER,VF_EMBEDDED_BROKER_SECRET`.
+ * - A long-poll receive is answered by the first publication that wakes it; when its reply is encoded the
+ *   server takes whatever else became available within the call's credits (not with faults installed, so
+ *   barrier hit counts stay as a test scripts them), so a burst reaches a receiver as one batch.
+ * - The hosted models serve every connection at once: a `byteBudget` given to the messaging model bounds
+ *   all workers together, and a small publication body is kept as a view into the arena of the frame it
+ *   came in (at most 64 KiB stays alive per retained small body).
  *
  * The hosted models are public ({@link EmbeddedBroker.messaging}, {@link EmbeddedBroker.payload},
  * {@link EmbeddedBroker.runtimeStore}): their hooks (commitControl, pauseAcceptance, failObservation,

@@ -8,6 +8,9 @@
  *   {@link EmbeddedMessagingBackend.supersede} answers at once from that state, retires the token locally
  *   and tells the broker without waiting; settling a token retired here is SettleStale without a round
  *   trip (MSG-011). A token this client did not hand out is not live here (supersede returns false).
+ *   The server keeps the broker's own token of each delivery it handed out until that delivery is
+ *   settled Completed or Terminal, or this client's token is garbage-collected (a FinalizationRegistry
+ *   tells the server), so the broker judges staleness exactly as for an in-process caller.
  * - Admission. {@link EmbeddedMessagingBackend.setAdmission} keeps the predicate here and runs it on
  *   every delivery received for the subscription: a refused delivery is settled Completed at once (every
  *   replica reads every message on its durable and acks what it does not own, WIRE.md) and handed to
@@ -19,9 +22,11 @@
  *   observation is Unknown('unreachable') and a teardown incomplete; every other call, and every call
  *   made after the loss, rejects with BrokerUnavailable.
  *
- * Bytes: a publication's body is copied into the frame, never transferred (a caller may publish the same
- * envelope again under its publication id, and a dead letter reuses a delivery's bytes); a delivery's
- * bytes are the client's own copy.
+ * Bytes: a publication's body is copied when the call is made (packed into the frame when small), never
+ * transferred: a caller may publish the same envelope again under its publication id, and the broker
+ * keeps its own copy. A delivery's bytes are a copy too (the broker keeps its body for other subscribers
+ * and redeliveries); a small one is a read-only view sharing its buffer with the other small deliveries
+ * of its frame (at most 64 KiB), so slice it to keep it apart for long.
  *
  * Time: deadlines are passed through unchanged and read on the broker's clock, so the client's `clock`
  * must share its monotonic basis (the system clock in production, the broker's FakeClock in tests); the

@@ -25,11 +25,12 @@
  * ```
  *
  * Batching. Calls made within a few microtask turns of each other ({@link FLUSH_HOPS}) are coalesced into
- * one `calls` frame. The server starts a frame's calls in order, so the synchronous effects of one call happen before the next
- * call starts; a call that waits (a receive long-poll, a barrier pause) holds back none of the calls after
- * it, exactly as an in-process caller that does not await each call sees the same backend. Results that
- * settle within a few microtask turns of each other share one `results` frame. Callers may pipeline: a
- * publish resolves when its outcome arrives, and any number may be outstanding.
+ * one `calls` frame; a caller that awaits each call's reply before making the next pays a round trip per
+ * call, so issue independent calls together (a publish resolves when its outcome arrives, and any number
+ * may be outstanding). The server starts a frame's calls in order, so the synchronous effects of one call
+ * happen before the next starts; a call that waits (a receive long-poll, a barrier pause) holds back none
+ * of the calls after it, exactly as an in-process caller that does not await each call sees the same
+ * backend. Results that settle within a few microtask turns of each other share one `results` frame.
  *
  * Small bytes. Structured cloning a Uint8Array, and allocating one, costs far more than a few bytes
  * themselves, so the bodies of publications and deliveries of at most {@link PACK_LIMIT} bytes are
