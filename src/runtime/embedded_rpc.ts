@@ -257,6 +257,9 @@ export function portLink(port: MessagePort): FrameLink {
   };
 }
 
+/** How long closing a socket link waits for its queued frames to be written. */
+export const SOCKET_DRAIN_SECONDS = 1;
+
 /** A TCP connection as a {@link FrameLink}: length-prefixed `node:v8` frames, writes coalesced. */
 export function socketLink(conn: Deno.Conn): FrameLink {
   return new SocketLink(conn);
@@ -292,10 +295,19 @@ class SocketLink implements FrameLink {
     this.#writing ??= this.#writeLoop();
   }
 
+  /** Writes what was queued (for at most {@link SOCKET_DRAIN_SECONDS}: a peer may have stopped reading), then closes. */
   async close(): Promise<void> {
     this.#closing = true;
-    await this.#writing;
+    if (this.#writing !== null) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const drained = new Promise<void>((resolve) =>
+        timer = setTimeout(resolve, SOCKET_DRAIN_SECONDS * 1000)
+      );
+      await Promise.race([this.#writing, drained]);
+      clearTimeout(timer);
+    }
     this.#shut("the link was closed");
+    await this.#writing;
     await this.#reading;
   }
 

@@ -40,6 +40,7 @@ import {
   portLink,
   type Reply,
   secretMatches,
+  SOCKET_DRAIN_SECONDS,
   socketLink,
   unpack,
 } from "../../../src/runtime/embedded_rpc.ts";
@@ -415,6 +416,29 @@ Deno.test("the socket link ends on a frame longer than its limit instead of allo
   link.start(() => assert.fail("no frame"), ended.resolve);
   assert.match(await ended.promise, /exceeds/);
   await link.close();
+});
+
+Deno.test("closing a socket link whose peer stopped reading gives up on the queued frames after the drain limit", async () => {
+  let fail: ((error: Error) => void) | null = null;
+  const stuck = {
+    read: () => new Promise<number | null>((resolve) => fail = () => resolve(null)),
+    write: () =>
+      new Promise<number>((_, reject) => {
+        const previous = fail;
+        fail = (error) => {
+          previous?.(error);
+          reject(error);
+        };
+      }),
+    close: () => fail?.(new Error("closed")),
+  } as unknown as Deno.Conn;
+  const link = socketLink(stuck);
+  link.start(() => {}, () => {});
+  link.send([Frame.bye, "never written"], []);
+  const started = performance.now();
+  await link.close();
+  const waited = (performance.now() - started) / 1000;
+  assert.ok(waited >= SOCKET_DRAIN_SECONDS * 0.9 && waited < SOCKET_DRAIN_SECONDS + 2, `waited ${waited} s`);
 });
 
 Deno.test("addresses and secrets are checked strictly", () => {
