@@ -160,9 +160,9 @@ export const Op = {
   messagingCapabilities: 10,
   ensureChannel: 11,
   ensureSubscription: 12,
-  /** {@link EnvelopeWire} plus the deadline; result {@link PublicationWire}. */
+  /** {@link EnvelopeWire} with its deadline; result {@link PublicationWire}. */
   publish: 13,
-  /** {@link EnvelopeWire}; result {@link PublicationWire}. */
+  /** {@link EnvelopeWire} without a deadline; result {@link PublicationWire}. */
   observePublication: 14,
   /** `[handle, itemCredit, byteCredit, deadline]`; result {@link DeliveriesWire}. */
   receive: 15,
@@ -177,13 +177,13 @@ export const Op = {
   observeSubscription: 20,
   observeChannel: 21,
   observeAckFloor: 22,
-  /** `[tokenId, ...]`, no reply: the client dropped these tokens, so the server forgets their broker tokens. */
-  releaseTokens: 26,
   /** No arguments, no reply: the server pushes {@link EmbeddedEvent.controlStop} when the stop commits. */
   subscribeControl: 23,
-  /** No arguments: this connection's receives that complete from now on are handed back, never sent. */
+  /** No arguments, no reply: this connection's receives that complete from now on are handed back. */
   messagingShutdown: 24,
   closeChannels: 25,
+  /** `[tokenId, ...]`, no reply: the client dropped these tokens, so the server forgets their broker tokens. */
+  releaseTokens: 26,
   payloadPut: 40,
   payloadRead: 41,
   payloadAcquire: 42,
