@@ -18,7 +18,7 @@
  * Rounds of a flow and its baseline alternate, and each figure is the median of its rounds. The table is
  * printed to stdout and, with `--json PATH`, written as JSON.
  *
- * Run: `deno task bench [--items 20000] [--item-rounds 3] [--frames 300] [--video-rounds 3]
+ * Run: `deno task bench [--items 10000] [--item-rounds 3] [--frames 300] [--video-rounds 3]
  * [--startup-rounds 5] [--window 1024] [--sections items,video,video-inline,startup] [--state DIR]
  * [--run-timeout 120] [--json PATH]`. `--state` puts the runs' ledgers somewhere else than the scratch directory (a tmpfs, to
  * see what the disk costs); the runs stay there, in a fresh subdirectory.
@@ -46,6 +46,11 @@ const HEIGHT = 720;
 const FRAME_BYTES = WIDTH * HEIGHT * 3;
 /** How often the bare sink grants the producer credit back, in items. */
 const GRANT = 256;
+/**
+ * Small items per round. A run's time grows faster than its item count while a relay drains after its
+ * producer's end of stream, so this keeps three rounds within the bench's few minutes.
+ */
+const DEFAULT_ITEMS = 10_000;
 const CHAIN_NODES = 10;
 const STARTUP_ITEMS = 10;
 
@@ -69,7 +74,7 @@ interface Settings {
   readonly runTimeout: number;
 }
 
-/** Which way a figure is better, so the aim can be checked. */
+/** Which way a figure is better (for readers of the JSON). */
 type Better = "higher" | "lower";
 
 /** One line of the table: a flow's figure beside its baseline (medians of the rounds). */
@@ -142,7 +147,7 @@ function settingsFrom(
   const { values } = parseArgs({
     args,
     options: {
-      items: { type: "string", default: "20000" },
+      items: { type: "string", default: String(DEFAULT_ITEMS) },
       "item-rounds": { type: "string", default: "3" },
       frames: { type: "string", default: "300" },
       "video-rounds": { type: "string", default: "3" },
@@ -695,40 +700,33 @@ interface Failure {
   readonly error: string;
 }
 
-function table(figures: readonly Figure[], failures: readonly Failure[]): string {
-  const rows: string[][] = [];
-  const lines: string[] = [];
-  let section = "";
-  const flush = () => {
-    const widths = rows[0].map((_, c) => Math.max(...rows.map((row) => row[c].length)));
-    for (const row of rows) lines.push(row.map((cell, c) => cell.padEnd(widths[c])).join("  ").trimEnd());
-    rows.length = 0;
-  };
+/** The table of one section: a row per figure, columns aligned. */
+function sectionTable(figures: readonly Figure[]): string[] {
+  const rows = [["  figure", "flow", "baseline", "ratio", "baseline is", "aim"]];
   for (const f of figures) {
-    if (f.section !== section) {
-      if (rows.length > 0) flush();
-      if (lines.length > 0) lines.push("");
-      section = f.section;
-      lines.push(section);
-      rows.push(["  figure", "flow", "baseline", "ratio", "baseline is", "aim"]);
-    }
     const digits = f.unit === "s" ? 3 : f.unit === "ms" ? 2 : 0;
-    const aim = f.aim === null ? "" : `${f.aim}: ${f.meetsAim ? "met" : "NOT met"}`;
     rows.push([
       `  ${f.name}`,
       `${fmt(f.value, digits)} ${f.unit}`,
       `${fmt(f.baseline, digits)} ${f.unit}`,
       ratioText(f),
       f.baselineName,
-      aim,
+      f.aim === null ? "" : `${f.aim}: ${f.meetsAim ? "met" : "NOT met"}`,
     ]);
   }
-  if (rows.length > 0) flush();
-  for (const failure of failures) {
-    if (lines.length > 0) lines.push("");
-    lines.push(failure.section, `  FAILED: ${failure.error.split("\n").join("\n  ")}`);
-  }
-  return lines.join("\n");
+  const widths = rows[0].map((_, c) => Math.max(...rows.map((row) => row[c].length)));
+  return rows.map((row) => row.map((cell, c) => cell.padEnd(widths[c])).join("  ").trimEnd());
+}
+
+/** Every section in the order run: its title, then its table or why it failed. */
+function table(titles: readonly string[], figures: readonly Figure[], failures: readonly Failure[]): string {
+  return titles.map((title) => {
+    const failure = failures.find((f) => f.section === title);
+    const body = failure === undefined
+      ? sectionTable(figures.filter((f) => f.section === title))
+      : [`  FAILED: ${failure.error.split("\n").join("\n  ")}`];
+    return [title, ...body].join("\n");
+  }).join("\n\n");
 }
 
 /** Runs the chosen sections, prints the table (and writes the JSON); exit status 1 if a section failed. */
@@ -742,9 +740,11 @@ async function main(): Promise<number> {
   const began = nowMs();
   const figures: Figure[] = [];
   const failures: Failure[] = [];
+  const chosen = SECTIONS.filter((s) => settings.sections.includes(s.key));
+  const titles = chosen.map((section) => section.title(settings));
   try {
-    for (const section of SECTIONS.filter((s) => settings.sections.includes(s.key))) {
-      const title = section.title(settings);
+    for (const [at, section] of chosen.entries()) {
+      const title = titles[at];
       try {
         figures.push(...await section.measure({ settings, dir, stateDir, progress }, title));
       } catch (error) {
@@ -757,7 +757,7 @@ async function main(): Promise<number> {
     await Deno.remove(dir, { recursive: true });
   }
   const seconds = (nowMs() - began) / 1000;
-  console.log(table(figures, failures));
+  console.log(table(titles, figures, failures));
   console.log(
     `\nmedians of the rounds; ratio = flow / baseline; ${navigator.hardwareConcurrency} CPUs, ` +
       `Deno ${Deno.version.deno}, ${seconds.toFixed(0)} s in all`,

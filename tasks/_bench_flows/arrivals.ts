@@ -31,7 +31,7 @@ export function quantile(sorted: ArrayLike<number>, q: number): number | null {
   return sorted[Math.max(0, rank - 1)];
 }
 
-/** The median of `values` (any order; not modified); `null` for an empty list. */
+/** The median of `values` (any order; not modified), the lower middle one for an even count; `null` if empty. */
 export function median(values: readonly number[]): number | null {
   return quantile([...values].sort((a, b) => a - b), 0.5);
 }
