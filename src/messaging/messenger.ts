@@ -187,6 +187,11 @@ export const DEFAULT_EOS_QUIESCENCE_MS = 500;
 export const DEFAULT_PUBLISH_TIMEOUT_SECONDS = 10;
 /** The longest a receive waits before the messenger re-checks stops, drains and join timeouts, in seconds. */
 export const RECEIVE_WAIT_SECONDS = 0.5;
+/**
+ * The shortest a receive waits when nothing is available (1 ms): a timeout due right now is handled on the
+ * next turn without the loop spinning on a deadline that rounding keeps a hair ahead of the clock.
+ */
+export const MIN_RECEIVE_WAIT_SECONDS = 0.001;
 /** Accepted publication ids (and a replayable source's offset) noted in the ledger per flush, at most. */
 export const LEDGER_FLUSH_BATCH = 256;
 /** The longest accepted publications wait before they are noted in the ledger, in seconds. */
@@ -1160,7 +1165,7 @@ export class BrokerMessenger implements Messenger {
     const joinDeadline = this.#assembler?.nextDeadline() ?? null;
     if (joinDeadline !== null && joinDeadline < deadline) deadline = Math.max(now, joinDeadline);
     for (const parent of this.#parents) {
-      if (!parent.drained && parent.ends.size > 0 && parent.nextCheck < deadline) {
+      if (this.#awaitsDrain(parent) && parent.nextCheck < deadline) {
         deadline = Math.max(now, parent.nextCheck);
       }
     }
@@ -1168,7 +1173,7 @@ export class BrokerMessenger implements Messenger {
       this.#subscriptions,
       Math.max(1, this.#prefetch),
       this.#byteCredit,
-      now + wholeMicroseconds(deadline - now),
+      now + wholeMicroseconds(Math.max(MIN_RECEIVE_WAIT_SECONDS, deadline - now)),
     );
     if (deliveries.length === 0) return;
     const received = new Map<ParentState, string[]>();
@@ -1598,8 +1603,7 @@ export class BrokerMessenger implements Messenger {
   async #checkDrains(): Promise<boolean> {
     let drained = false;
     for (const parent of this.#parents) {
-      if (parent.drained || parent.ends.size === 0) continue;
-      if (!parent.barrier && parent.ends.size < parent.expected) continue;
+      if (!this.#awaitsDrain(parent)) continue;
       const now = this.#clock.monotonic();
       if (now + TIME_TOLERANCE_SECONDS < parent.nextCheck) continue;
       if (await this.#isDrained(parent, now)) {
@@ -1608,6 +1612,15 @@ export class BrokerMessenger implements Messenger {
       }
     }
     return drained;
+  }
+
+  /**
+   * Whether a parent's drain is being decided: its end was seen (under EOS-3, every expected replica's;
+   * under EOS-7 the ledger counts the replicas) and it has not drained yet.
+   */
+  #awaitsDrain(parent: ParentState): boolean {
+    if (parent.drained || parent.ends.size === 0) return false;
+    return parent.barrier || parent.ends.size >= parent.expected;
   }
 
   async #isDrained(parent: ParentState, now: number): Promise<boolean> {

@@ -1,13 +1,14 @@
 import assert from "node:assert/strict";
 import type { MemoryMessagingBackend } from "../../../src/backends/memory/messaging.ts";
 import { CONTROL_STOP_KEY } from "../../../src/backends/memory/messaging.ts";
-import { channelId, type Envelope, MessageKind } from "../../../src/backends/messaging.ts";
+import { Barrier, FaultSchedule, raiseTyped } from "../../../src/backends/faults.ts";
+import { channelId, type Envelope, envelope, MessageKind } from "../../../src/backends/messaging.ts";
 import { CHECKPOINT_METADATA_KEY, PARTITION_KEY_METADATA_KEY } from "../../../src/core/context.ts";
-import { TransientFailure } from "../../../src/core/errors.ts";
+import { CapabilityError, ConfigError, PoisonMessage, TransientFailure } from "../../../src/core/errors.ts";
 import { StopReason } from "../../../src/core/messenger.ts";
 import { DeadLetterHeader, MessengerDropReason } from "../../../src/messaging/messenger.ts";
 import { dataSubscriptionId } from "../../../src/messaging/topology.ts";
-import { decodeEnvelope, decodePayload } from "../../../src/wire/codec.ts";
+import { decodeEnvelope, decodePayload, ENVELOPE_VERSION } from "../../../src/wire/codec.ts";
 import { messageId, partitionOwner } from "../../../src/wire/identities.ts";
 import {
   consume,
@@ -337,4 +338,141 @@ Deno.test("a memory ledger keeps no received sets; a durable one notes each rece
       assert.equal(await flow.runtime("cam").publishedCount(), 8);
     });
   }
+});
+
+Deno.test("bytes that do not decode never reach the node: replica 0 of a partitioned node dead-letters them", async () => {
+  await withFlow({
+    flowType: "batch",
+    nodes: [{ name: "cam" }, { name: "det", parents: ["cam"], nbTasks: 2, partitionBy: "trace_id" }],
+  }, async (flow) => {
+    const r0 = await flow.open("det", 0);
+    const r1 = await flow.open("det", 1);
+    const garbage = new TextEncoder().encode("\x82\xa1v\x03 not a protobuf envelope");
+    const outcome = await flow.drive(flow.backend.publish(
+      envelope({
+        channel: channelId(FLOW, RUN, "cam"),
+        publicationId: "garbage-1",
+        body: garbage,
+        eventId: "garbage-1",
+        schemaVersion: ENVELOPE_VERSION,
+      }),
+      flow.clock.monotonic() + 5,
+    ));
+    assert.equal(outcome.kind, "accepted");
+    const cam = await flow.open("cam");
+    await flow.drive(cam.publishStopSignal());
+    const [seen0, seen1] = await Promise.all([consume(flow, r0), consume(flow, r1)]);
+    assert.deepEqual([seen0.groups, seen1.groups], [[], []]);
+    assert.deepEqual(r0.takeDrops(), { [MessengerDropReason.undecodable]: 1 });
+    assert.deepEqual(r1.takeDrops(), {});
+    const letters = broker(flow).stored(channelId(FLOW, RUN, "det")).filter((e) =>
+      e.kind === MessageKind.dlq
+    );
+    assert.deepEqual(letters.map((e) => e.body), [garbage]);
+    assert.match(letters[0].headers[DeadLetterHeader.error], /^VF_POISON_DECODE: /);
+  });
+});
+
+Deno.test("a best-effort node dead-letters a sample of its transient failures and terminates the rest", async () => {
+  await withFlow(
+    { flowType: "realtime", nodes: [{ name: "cam" }, { name: "det", parents: ["cam"] }] },
+    async (flow) => {
+      const cam = await flow.open("cam");
+      const det = await flow.open("det");
+      for (let i = 0; i < 7; i++) {
+        await flow.drive(cam.publishMessage(i));
+        await flow.drive(det.receiveMessage());
+        await flow.drive(det.failInputs(new TransientFailure("a stale frame")));
+      }
+      const letters = broker(flow).stored(channelId(FLOW, RUN, "det")).filter((e) =>
+        e.kind === MessageKind.dlq
+      );
+      assert.equal(letters.length, 5, "five per (code, node) per minute");
+      const terminal = await flow.drive(det.terminalEntries());
+      assert.deepEqual(terminal.map((r) => r.action), ["dlq_sample_cap", "dlq_sample_cap"]);
+    },
+  );
+});
+
+Deno.test("a dead letter that keeps failing leaves its delivery unresolved, never silently gone (story 26)", async () => {
+  await withFlow(PIPELINE, async (flow) => {
+    const cam = await flow.open("cam");
+    const det = await flow.open("det");
+    await produce(flow, cam, ["bad"], false);
+    using schedule = new FaultSchedule({
+      [Barrier.dlqPublishBefore]: raiseTyped("VF_BROKER_UNAVAILABLE", "no DLQ stream"),
+    }).install();
+    for (let attempt = 1; attempt <= 4; attempt++) {
+      await flow.drive(det.receiveMessage());
+      await flow.drive(det.failInputs(new PoisonMessage("bad bytes")));
+    }
+    schedule.assertAllFired();
+    const sub = await broker(flow).observeSubscription(
+      dataSubscriptionId(channelId(FLOW, RUN, "cam"), "det"),
+    );
+    assert.deepEqual(sub.kind === "known" && [sub.value.available, sub.value.leased, sub.value.unresolved], [
+      0,
+      0,
+      1,
+    ]);
+    const handoffs = await flow.drive(flow.runtime("det").pendingHandoffs());
+    assert.deepEqual(handoffs.map((h) => h.attempts), [4]);
+  });
+});
+
+Deno.test("a sink's checkpoint on a ledger that dies with the process is refused (RUN-022)", async () => {
+  await withFlow(PIPELINE, async (flow) => {
+    const cam = await flow.open("cam");
+    const det = await flow.open("det");
+    await produce(flow, cam, [1], false);
+    await flow.drive(det.receiveMessage());
+    await assert.rejects(flow.drive(det.checkpoint(new Uint8Array([1]))), CapabilityError);
+    await assert.rejects(
+      flow.drive(det.publishMessage(2, { [CHECKPOINT_METADATA_KEY]: new Uint8Array([1]) })),
+      CapabilityError,
+    );
+    assert.equal(stored(flow, "det").length, 0, "nothing was published past the refused checkpoint");
+  });
+});
+
+Deno.test("without the EOS-7 barrier a parent with two replicas ends only once both replicas' EOS arrived", async () => {
+  await withFlow({
+    flowType: "batch",
+    nodes: [{ name: "cam" }, { name: "mid", parents: ["cam"], nbTasks: 2 }, {
+      name: "sink",
+      parents: ["mid"],
+    }],
+  }, async (flow) => {
+    const cam = await flow.open("cam");
+    await produce(flow, cam, [1, 2]);
+    const mid0 = await flow.open("mid", 0, { prefetch: 0 });
+    const mid1 = await flow.open("mid", 1, { prefetch: 0 });
+    const one = await flow.drive(mid1.receiveMessage());
+    await flow.drive(mid1.publishMessage(one.cam?.message));
+    await flow.drive(mid1.ackInputs());
+    await consume(flow, mid0, (g) => g.cam?.message);
+    const sink = await flow.open("sink");
+    for (let i = 0; i < 2; i++) {
+      await flow.drive(sink.receiveMessage());
+      await flow.drive(sink.ackInputs());
+    }
+    let ended = false;
+    const ending = sink.receiveMessage();
+    ending.then(() => ended = true);
+    await flow.drive(flow.clock.sleep(5));
+    assert.equal(ended, false, "one replica's EOS does not end a two-replica parent");
+    await consume(flow, mid1, (g) => g.cam?.message);
+    assert.equal((await flow.drive(ending)).mid?.isStopSignal, true);
+  });
+});
+
+Deno.test("a receiver publishing outside an input group, and a producer asked to receive, are refused", async () => {
+  await withFlow(PIPELINE, async (flow) => {
+    const cam = await flow.open("cam");
+    const det = await flow.open("det");
+    await assert.rejects(flow.drive(det.publishMessage(1)), ConfigError);
+    await assert.rejects(flow.drive(cam.receiveMessage()), ConfigError);
+    assert.equal(det.lastInputKey(), null);
+    assert.equal(det.lastInputInfo(), null);
+  });
 });
