@@ -49,6 +49,7 @@
  * @module
  */
 
+import { MessagingProfile } from "../backends/capabilities.ts";
 import { type Clock, systemClock, type TimerHandle } from "../backends/clock.ts";
 import { Barrier, barrier, faultsInstalled } from "../backends/faults.ts";
 import {
@@ -97,6 +98,7 @@ import {
   ACTION_TERM,
   AT_LEAST_ONCE,
   type DeliveryAction,
+  type DeliveryMode,
   DeliveryPolicy,
   drawRetryJitter,
 } from "../core/delivery_policy.ts";
@@ -106,6 +108,7 @@ import {
   ConfigError,
   DecodeError,
   DEFAULT_DISPOSITION,
+  type Disposition,
   type ErrorRecord,
   errorToDict,
   PartitionKeyError,
@@ -258,8 +261,8 @@ export interface MessengerOptions {
   readonly node: string;
   /** The node's real parents in `.from()` order; none for a producer. */
   readonly parentNames?: readonly string[];
-  /** This replica's index (0). */
-  readonly replicaId?: number;
+  /** This replica's index; the runtime's (a claimed slot's) when absent, else 0. */
+  readonly replicaId?: number | null;
   /** The node's replica count (1). */
   readonly nbTasks?: number;
   /** The partition key (`trace_id` or a metadata field); partitioning applies when nbTasks > 1. */
@@ -268,8 +271,15 @@ export interface MessengerOptions {
   readonly partitionKeyPolicy?: PartitionKeyPolicy | null;
   /** A join's policy; the flow type's default when absent. */
   readonly joinPolicy?: JoinPolicy | null;
-  /** The node's effective delivery policy; otherwise resolved from the flow type and `maxRetries`. */
+  /**
+   * The node's effective delivery policy; when absent it is resolved from the flow type's preset, the
+   * node's `delivery` and `onError` overrides and `maxRetries` (DeliveryPolicy.resolve).
+   */
   readonly deliveryPolicy?: DeliveryPolicy | null;
+  /** `VF_DELIVERY`: the node's delivery mode override, used when no `deliveryPolicy` is given. */
+  readonly delivery?: DeliveryMode | null;
+  /** `VF_ON_ERROR`: the disposition of an unclassified error, used when no `deliveryPolicy` is given. */
+  readonly onError?: Disposition | null;
   /** `VF_MAX_RETRIES` (3), used when no `deliveryPolicy` is given. */
   readonly maxRetries?: number;
   /** `VF_ACK_WAIT_SECONDS` (60). */
@@ -563,7 +573,7 @@ export class BrokerMessenger implements Messenger {
     this.#flowType = checkFlowType(options.flowType);
     this.#node = options.node;
     this.#nbTasks = requireCount(options.nbTasks ?? 1, "nb_tasks", 1);
-    this.#replicaId = requireCount(options.replicaId ?? 0, "the replica id", 0);
+    this.#replicaId = requireCount(options.replicaId ?? options.runtime?.replicaId ?? 0, "the replica id", 0);
     if (this.#replicaId >= this.#nbTasks && options.partitionBy) {
       throw new ConfigError(
         `replica ${this.#replicaId} of ${this.#node} is outside its ${this.#nbTasks} partitions`,
@@ -574,8 +584,11 @@ export class BrokerMessenger implements Messenger {
     this.#partitionBy = this.#nbTasks > 1 ? options.partitionBy ?? null : null;
     this.#keyPolicy = options.partitionKeyPolicy ?? null;
     this.#keyPolicy?.checkBound(this.#nbTasks);
-    this.#delivery = options.deliveryPolicy ??
-      DeliveryPolicy.resolve(this.#flowType, null, options.maxRetries);
+    this.#delivery = options.deliveryPolicy ?? DeliveryPolicy.resolve(
+      this.#flowType,
+      { delivery: options.delivery ?? null, on_error: options.onError ?? null },
+      options.maxRetries,
+    );
     this.#ackWait = requireSeconds(options.ackWaitSeconds ?? DEFAULT_ACK_WAIT_SECONDS, "the ack wait");
     this.#quiescence =
       requireCount(options.eosQuiescenceMs ?? DEFAULT_EOS_QUIESCENCE_MS, "the EOS quiescence", 0) /
@@ -587,7 +600,7 @@ export class BrokerMessenger implements Messenger {
       "the publish timeout",
     );
     this.#channel = channelId(this.#flowId, this.#runId, this.#node);
-    this.#reliableOutput = defaultProfile(this.#flowType) === "reliable_work";
+    this.#reliableOutput = defaultProfile(this.#flowType) === MessagingProfile.reliableWork;
     this.#replayable = options.replayable ?? false;
     this.#analysisVersion = options.analysisVersion ?? null;
     this.#instance = options.instanceId ?? randomInstance();
