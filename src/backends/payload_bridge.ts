@@ -120,8 +120,9 @@ export async function offloadPayload(
   }
   const ttl = options.ttlSeconds ?? REALTIME_BLOB_TTL_SECONDS;
   const readers = options.readers ?? null;
+  const size = data.length;
   const key = readers === null ? await store.put(data, ttl) : await store.putWithReaders(data, readers, ttl);
-  return new BlobRef(key, payloadType, data.length);
+  return new BlobRef(key, payloadType, size);
 }
 
 /**

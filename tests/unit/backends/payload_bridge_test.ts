@@ -291,3 +291,25 @@ Deno.test("randomized: whatever the size and threshold, offload and fetch give b
     }
   }
 });
+
+Deno.test("offload records the payload's size even when the store takes the bytes away (a transferred put)", async () => {
+  const taken: Uint8Array[] = [];
+  const transferring: BlobStore = {
+    put(data) {
+      const copy = data.slice();
+      structuredClone(data.buffer, { transfer: [data.buffer as ArrayBuffer] });
+      taken.push(copy);
+      return Promise.resolve("vf-blob-moved");
+    },
+    putWithReaders(data, _readers, ttl) {
+      return this.put(data, ttl);
+    },
+    get: () => Promise.resolve(taken[0]),
+    release: () => Promise.resolve(),
+  };
+  const data = new Uint8Array(DEFAULT_MAX_INLINE_PAYLOAD_BYTES + 10).fill(7);
+  const ref = await offloadPayload(FRAME, data, transferring);
+  assert.equal(data.length, 0, "the put moved the bytes out of the caller's buffer");
+  assert.equal(ref?.size, DEFAULT_MAX_INLINE_PAYLOAD_BYTES + 10);
+  assert.deepEqual(await fetchOffloaded(ref!, transferring), taken[0]);
+});
