@@ -130,6 +130,7 @@ import {
 import type { JsonObject } from "../core/node.ts";
 import { INVALID_KEY_FALLBACK, type PartitionKeyPolicy } from "../core/partition_key_policy.ts";
 import {
+  type AbortMarker,
   abortPayload,
   createEnvelope,
   decodeEnvelope,
@@ -436,6 +437,15 @@ function decodeDelivery(bytes: Uint8Array): WireEnvelope | DecodeError {
 /** The VF-Error header of a dead letter: the error's code and message on one line. */
 function errorHeader(error: VideoflowRuntimeError): string {
   return `${error.code}: ${error.message}`.replace(/[\r\n]+/g, " ");
+}
+
+/** What an ABORT envelope says; a marker whose payload is unreadable still ends its parent, as its producer. */
+function abortMarker(decoded: WireEnvelope): AbortMarker {
+  try {
+    return readAbortPayload(decoded.payloadType, decoded.payload);
+  } catch (error) {
+    return { node: decoded.producerName, error: errorToDict(error) };
+  }
 }
 
 /** The InputEntry of an ABORT marker's entry. */
@@ -1314,45 +1324,28 @@ export class BrokerMessenger implements Messenger {
     }
     const held = new Held(delivery, parent, decoded, null, now);
     this.#held.add(held);
-    const seq = Number(decoded.seq);
-    if (decoded.type === MsgType.abort) {
-      let marker;
-      try {
-        marker = readAbortPayload(decoded.payloadType, decoded.payload);
-      } catch (error) {
-        marker = { node: decoded.producerName, error: errorToDict(error) };
-      }
-      this.#relayOrigins.set(marker.error, marker.node);
-      if (parent.barrier) {
-        await this.#runtime.recordTerminator(
-          parent.name,
-          decoded.replicaId,
-          TerminatorKind.abort,
-          Number.isSafeInteger(seq) ? seq : 0,
-          marker.error as unknown as JsonObject,
-        );
-      }
-      (this.#assembler as GroupAssembler<Held>).add(parent.name, entryFromEnvelope(decoded, held, marker));
-      return;
-    }
+    const abort = decoded.type === MsgType.abort ? abortMarker(decoded) : null;
     if (parent.barrier) {
+      const seq = Number(decoded.seq);
       await this.#runtime.recordTerminator(
         parent.name,
         decoded.replicaId,
-        TerminatorKind.eos,
+        abort === null ? TerminatorKind.eos : TerminatorKind.abort,
         Number.isSafeInteger(seq) ? seq : 0,
+        abort === null ? null : abort.error as unknown as JsonObject,
       );
+    }
+    if (abort !== null) {
+      this.#relayOrigins.set(abort.error, abort.node);
+      (this.#assembler as GroupAssembler<Held>).add(parent.name, entryFromEnvelope(decoded, held, abort));
+      return;
     }
     if (parent.drained) {
       await this.#settle(held, completed());
       return;
     }
     const previous = parent.ends.get(decoded.replicaId);
-    if (previous !== undefined && !previous.settled) {
-      previous.settled = true;
-      this.#held.delete(previous);
-      this.#backend.supersede(previous.delivery.token);
-    }
+    if (previous !== undefined) this.#retire(previous);
     parent.ends.set(decoded.replicaId, held);
   }
 
@@ -1417,11 +1410,7 @@ export class BrokerMessenger implements Messenger {
   /** Holds a member of a recovered group; the complete group is handed out before anything new. */
   #recover(group: RecoveredGroup, parent: string, entry: EnvelopeEntry<Held>): void {
     const old = group.arrived.get(parent);
-    if (old !== undefined && !old.handle.settled) {
-      old.handle.settled = true;
-      this.#held.delete(old.handle);
-      this.#backend.supersede(old.handle.delivery.token);
-    }
+    if (old !== undefined) this.#retire(old.handle);
     group.arrived.set(parent, entry);
     if (group.arrived.size < group.wanted.size) return;
     for (const key of group.wanted.values()) this.#recovered.delete(key);
@@ -1495,16 +1484,20 @@ export class BrokerMessenger implements Messenger {
             settling.push(this.#settle(held, retry(null)));
             break;
           case Settlement.retire:
-            if (!held.settled) {
-              held.settled = true;
-              this.#held.delete(held);
-              this.#backend.supersede(held.delivery.token);
-            }
+            this.#retire(held);
             break;
         }
       }
     }
     await Promise.all(settling);
+  }
+
+  /** Retires a delivery a newer attempt of the same message replaced: no broker settlement (MSG-011). */
+  #retire(held: Held): void {
+    if (held.settled) return;
+    held.settled = true;
+    this.#held.delete(held);
+    this.#backend.supersede(held.delivery.token);
   }
 
   #leaveJoin(held: Held): void {
@@ -1565,7 +1558,7 @@ export class BrokerMessenger implements Messenger {
       if (entry === null || entry.kind === "collect") {
         input[name] = entry === null ? null : collectInput(entry);
       } else if (entry.isAbort) {
-        const marker = entry.message as { node: string; error: ErrorRecord };
+        const marker = entry.message as AbortMarker;
         input[name] = abortInput(entry, marker.node, marker.error);
       } else {
         input[name] = entry;

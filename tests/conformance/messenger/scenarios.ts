@@ -134,6 +134,20 @@ async function crashed(flow: MessengerFlow, messenger: BrokerMessenger): Promise
   await flow.reopenStore();
 }
 
+/** `relay` relays the ABORT it received in `entry`, as its task does; `child`'s entry for it, an ABORT. */
+async function relayAbort(
+  flow: MessengerFlow,
+  entry: InputEntry | null | undefined,
+  relay: BrokerMessenger,
+  child: BrokerMessenger,
+  relayName: string,
+): Promise<InputEntry> {
+  await flow.drive(relay.publishAbort(entry?.abortError));
+  const relayed = (await flow.drive(child.receiveMessage()))[relayName];
+  assert.equal(relayed?.isAbort, true);
+  return relayed as InputEntry;
+}
+
 function blobKeyOf(entry: InputEntry | null | undefined): string {
   const key = (entry as EnvelopeEntry | null | undefined)?.blobRef ?? null;
   assert.ok(key !== null, "the payload was offloaded");
@@ -367,11 +381,9 @@ const STORIES: readonly Story[] = [
         assert.equal(aborted.a?.abortOrigin, "a");
         assert.equal(aborted.a?.abortError?.code, "VF_DEVICE");
         assert.equal(isTerminal(aborted), true);
-        await flow.drive(fuse.publishAbort(aborted.a?.abortError));
-        const relayed = await flow.drive(out.receiveMessage());
-        assert.equal(relayed.fuse?.isAbort, true);
-        assert.equal(relayed.fuse?.abortOrigin, "a");
-        assert.equal(relayed.fuse?.abortError?.message, "the GPU fell off the bus");
+        const relayed = await relayAbort(flow, aborted.a, fuse, out, "fuse");
+        assert.equal(relayed.abortOrigin, "a");
+        assert.equal(relayed.abortError?.message, "the GPU fell off the bus");
       }),
   ],
   [
@@ -389,10 +401,9 @@ const STORIES: readonly Story[] = [
         ]);
         const first = await flow.drive(det.receiveMessage());
         assert.equal(first.cam?.isAbort, true, "ABORT surfaces ahead of the data still queued");
-        await flow.drive(det.publishAbort(first.cam?.abortError));
-        const last = await flow.drive(sink.receiveMessage());
-        assert.equal(last.det?.abortOrigin, "cam");
-        assert.equal(last.det?.abortError?.code, "VF_UPSTREAM_ABORTED");
+        const last = await relayAbort(flow, first.cam, det, sink, "det");
+        assert.equal(last.abortOrigin, "cam");
+        assert.equal(last.abortError?.code, "VF_UPSTREAM_ABORTED");
       }),
   ],
   [
