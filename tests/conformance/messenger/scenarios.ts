@@ -105,11 +105,8 @@ function deadLetters(flow: MessengerFlow, node: string): Envelope[] {
   return storedOn(flow, node).filter((e) => e.kind === MessageKind.dlq);
 }
 
-/** What the broker retains for `node`'s channel: the memory model's inventory hook, or nothing to inspect. */
 function storedOn(flow: MessengerFlow, node: string): Envelope[] {
-  const inspectable = flow.backend as unknown as { stored?: (channel: unknown) => Envelope[] };
-  assert.ok(inspectable.stored, "the story inspects what the broker retains");
-  return inspectable.stored(channelId(FLOW, RUN, node));
+  return flow.stored(node);
 }
 
 async function observed(flow: MessengerFlow, parent: string, child: string, partition: number | null = null) {

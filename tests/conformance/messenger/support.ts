@@ -11,7 +11,12 @@ import { FakeClock } from "../../../src/backends/memory/clock.ts";
 import { MemoryMessagingBackend } from "../../../src/backends/memory/messaging.ts";
 import { MemoryPayloadStore } from "../../../src/backends/memory/payload.ts";
 import { MemoryRuntimeStore } from "../../../src/backends/memory/runtime_store.ts";
-import type { MessagingBackend } from "../../../src/backends/messaging.ts";
+import {
+  type ChannelId,
+  channelId,
+  type Envelope,
+  type MessagingBackend,
+} from "../../../src/backends/messaging.ts";
 import type { PayloadStore } from "../../../src/backends/payload.ts";
 import { FlowRuntime } from "../../../src/backends/runtime.ts";
 import type { RuntimeStore } from "../../../src/backends/runtime_store.ts";
@@ -31,6 +36,8 @@ export const RUN = "run-1";
 export interface MessengerBackends {
   readonly backend: MessagingBackend;
   readonly payloads: PayloadStore;
+  /** What the broker retains for a channel, then its dead letters (the hosted model's inventory). */
+  stored(channel: ChannelId): Envelope[];
   /** Releases whatever the provider holds. */
   dispose(): Promise<void>;
 }
@@ -50,6 +57,7 @@ export const memoryProvider: MessengerProvider = {
     return Promise.resolve({
       backend,
       payloads: new MemoryPayloadStore({ clock }),
+      stored: (channel) => backend.stored(channel),
       dispose: () => backend.shutdown(),
     });
   },
@@ -139,6 +147,11 @@ export class MessengerFlow {
       "provision",
     );
     return flow;
+  }
+
+  /** What the broker retains for `node`'s channel, then the dead letters addressed to it. */
+  stored(node: string): Envelope[] {
+    return this.#backends.stored(channelId(FLOW, RUN, node));
   }
 
   /** The ledger store the flow's messengers share. */
