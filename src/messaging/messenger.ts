@@ -997,16 +997,16 @@ export class BrokerMessenger implements Messenger {
   }
 
   /**
-   * Messages waiting for this node across its parents (on the broker, leased, held in join groups, or
-   * retained unresolved), Unknown as soon as any parent's subscription could not be read; Known(0) for a
-   * producer.
+   * Messages waiting for this node across its parents (on the broker, leased, held in join groups, or,
+   * for an at-least-once node, retained unresolved), Unknown as soon as any parent's subscription could
+   * not be read; Known(0) for a producer.
    */
   async pendingObservation(): Promise<Observation<number>> {
     let total = 0;
     for (const parent of this.#parents) {
       const observed = await this.#backend.observeSubscription(parent.data);
       if (observed.kind !== "known") return observed;
-      total += observed.value.available + observed.value.leased + observed.value.unresolved;
+      total += this.#waiting(observed.value) + observed.value.leased;
     }
     return known(total, this.#clock);
   }
@@ -1629,19 +1629,18 @@ export class BrokerMessenger implements Messenger {
     return parent.barrier || parent.ends.size >= parent.expected;
   }
 
+  /**
+   * Whether `parent`'s data subscription holds nothing for this node any more (EOS-3), or the EOS-7
+   * barrier is complete. Deliveries leased beyond the halves this join holds, and work the broker keeps
+   * unresolved (unless the node is best-effort, whose exhausted deliveries are dropped by design), keep
+   * it open.
+   */
   async #isDrained(parent: ParentState, now: number): Promise<boolean> {
     const observed = await this.#backend.observeSubscription(parent.data);
-    const prefetched = this.#backend.prefetched(parent.data);
     if (parent.barrier) {
       parent.nextCheck = now + BARRIER_CHECK_SECONDS;
       const counts: Observation<readonly [number, number]> = observed.kind === "known"
-        ? {
-          ...observed,
-          value: [
-            observed.value.available + observed.value.unresolved + prefetched,
-            Math.max(0, observed.value.leased - parent.inJoin - prefetched),
-          ],
-        }
+        ? { ...observed, value: [this.#waiting(observed.value), observed.value.leased - parent.inJoin] }
         : observed;
       const state = await this.#runtime.completionState(parent.name, parent.durable, counts, false);
       if (state !== CompletionState.complete) return false;
@@ -1649,9 +1648,8 @@ export class BrokerMessenger implements Messenger {
       return true;
     }
     parent.nextCheck = now + Math.max(0.01, this.#quiescence / 5);
-    const quiet = observed.kind === "known" && observed.value.available === 0 &&
-      observed.value.unresolved === 0 &&
-      prefetched === 0 && observed.value.leased === parent.inJoin;
+    const quiet = observed.kind === "known" && this.#waiting(observed.value) === 0 &&
+      observed.value.leased === parent.inJoin;
     if (!quiet) {
       parent.quietSince = null;
       return false;
@@ -1660,6 +1658,14 @@ export class BrokerMessenger implements Messenger {
     if (now - parent.quietSince >= this.#quiescence) return true;
     parent.nextCheck = Math.min(parent.nextCheck, parent.quietSince + this.#quiescence);
     return false;
+  }
+
+  /**
+   * Work on a subscription that is not leased and still counts for this node: what waits for delivery, and
+   * what the broker keeps unresolved (MSG-012), except for a best-effort node, which drops it by design.
+   */
+  #waiting(observed: SubscriptionObservation): number {
+    return observed.available + (this.#delivery.delivery === AT_LEAST_ONCE ? observed.unresolved : 0);
   }
 
   /** Acks the parent's EOS markers (only now, EOS-3) and feeds them to the join. */

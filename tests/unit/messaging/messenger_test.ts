@@ -476,3 +476,28 @@ Deno.test("a receiver publishing outside an input group, and a producer asked to
     assert.equal(det.lastInputInfo(), null);
   });
 });
+
+Deno.test("a best-effort parent drains although a crashed sibling left a delivery unresolved", async () => {
+  await withFlow({
+    flowType: "realtime",
+    nodes: [{ name: "cam" }, { name: "det", parents: ["cam"], nbTasks: 2 }],
+  }, async (flow) => {
+    const cam = await flow.open("cam", 0);
+    const crashing = await flow.open("det", 0, { prefetch: 0 });
+    await produce(flow, cam, ["lost"], false);
+    await flow.drive(crashing.receiveMessage());
+    await crashing.close({ handBack: false });
+    await flow.drive(flow.clock.sleep(61));
+    const sub = await broker(flow).observeSubscription(
+      dataSubscriptionId(channelId(FLOW, RUN, "cam"), "det"),
+    );
+    assert.equal(sub.kind === "known" && sub.value.unresolved, 1);
+    await flow.drive(cam.publishStopSignal());
+    const survivor = await flow.open("det", 1);
+    const seen = await consume(flow, survivor);
+    assert.deepEqual(seen.groups, []);
+    assert.equal(seen.end.cam?.isStopSignal, true);
+    const pending = await flow.drive(survivor.pendingObservation());
+    assert.equal(pending.kind === "known" && pending.value, 0);
+  });
+});
