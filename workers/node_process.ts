@@ -3,7 +3,9 @@
  * pod's entry takes): its `VF_*` environment says everything (the engine starts it with a cleared
  * environment holding only that and what Deno itself needs, and lets it read that environment), the embedded broker is reached on the
  * loopback address the environment names, reports are printed to stdout as lines starting with
- * {@link REPORT_LINE_PREFIX}, SIGTERM quiesces the replica, and the process exits with the replica's status.
+ * {@link REPORT_LINE_PREFIX}, SIGTERM quiesces the replica, SIGINT is left to the engine (a terminal's
+ * Ctrl-C reaches the whole process group, and the engine answers it with the flow-wide stop, which this
+ * replica must live through to drain), and the process exits with the replica's status.
  *
  * @module
  */
@@ -13,6 +15,7 @@ import { REPORT_LINE_PREFIX, runWorker } from "../src/runtime/worker.ts";
 /** Runs the replica this process's environment describes, then exits with its status. */
 export async function serveNodeProcess(): Promise<never> {
   const encoder = new TextEncoder();
+  Deno.addSignalListener("SIGINT", () => {});
   const code = await runWorker({
     env: Deno.env.toObject(),
     report: (report) =>

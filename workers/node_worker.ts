@@ -3,7 +3,8 @@
  * imports the node's module and this one statically (so loading needs no permission inside the sandbox),
  * then posts `{ env, port }`: the replica's `VF_*` environment and its broker MessagePort. Reports go back
  * with `postMessage`; a `{ type: "quiesce" }` message asks the replica to stop admitting input; the last
- * message is `{ kind: "done", code }`, after which the worker closes itself.
+ * message is `{ kind: "done", code }`, after which the worker closes itself (also when the watchdog ends a
+ * replica whose `process()` never returns: `Deno.exit` would end the worker without a word to the engine).
  *
  * @module
  */
@@ -25,13 +26,18 @@ export function serveNodeWorker(): void {
     self.onmessage = (message: MessageEvent<{ type?: string }>) => {
       if (message.data?.type === "quiesce") quiesce?.();
     };
-    const code = await runWorker({
-      env,
-      port,
-      report: (report) => self.postMessage(report),
-      onQuiesce: (handler) => (quiesce = handler),
-    });
-    self.postMessage({ kind: "done", code });
-    self.close();
+    const done = (code: number) => {
+      self.postMessage({ kind: "done", code });
+      self.close();
+    };
+    done(
+      await runWorker({
+        env,
+        port,
+        report: (report) => self.postMessage(report),
+        onQuiesce: (handler) => (quiesce = handler),
+        exit: done,
+      }),
+    );
   };
 }

@@ -32,7 +32,8 @@ import { EmbeddedRuntimeStore } from "./embedded_runtime_store.ts";
 import { HealthServer, HealthState, Metric } from "./health.ts";
 import { configureLogging, type LogSink, type NodeLogger } from "./logging.ts";
 import { openRuntimeStore } from "./runtime_stores.ts";
-import { buildWatchdog, writeTerminationReason } from "./watchdog.ts";
+import { guardPermissions, undeclaredPermission } from "./undeclared_permission.ts";
+import { buildWatchdog, exitOnStall, writeTerminationReason } from "./watchdog.ts";
 import { parseWorkerConfig, type WorkerConfig } from "./worker_config.ts";
 
 /**
@@ -53,14 +54,24 @@ export type WorkerReport =
     readonly published: number;
     readonly drops: Readonly<Record<string, number>>;
   }
-  /** The replica ended: its exit status and, for a failure, the error record. */
+  /**
+   * The replica ended: its exit status, for a failure the error record, and the end marker it published
+   * (or relayed) to its children. A replica with children that ends with no marker leaves them waiting:
+   * its supervisor must restart it or end the run; one that published ABORT has ended them already.
+   */
   | {
     readonly kind: "exit";
     readonly node: string;
     readonly replica: number;
     readonly code: number;
     readonly reason: unknown;
+    readonly endMarker: EndMarker | null;
   };
+
+/** The end of stream a replica told its children about: a clean EOS or an ABORT. */
+export const EndMarker = { eos: "eos", abort: "abort" } as const;
+/** The end of stream a replica told its children about. */
+export type EndMarker = typeof EndMarker[keyof typeof EndMarker];
 
 /** Marks a subprocess's stdout line as a report (JSON follows); every other line is the node's own output. */
 export const REPORT_LINE_PREFIX = "\u001evf-report ";
@@ -80,6 +91,12 @@ export interface WorkerHost {
   readonly logSink?: LogSink;
   /** Calls `quiesce` when the host is asked to stop this replica (SIGTERM or the supervisor's message). */
   readonly onQuiesce?: (quiesce: () => void) => void;
+  /**
+   * Ends the replica at once with a status, after its exit report: the watchdog's way out of a `process()`
+   * that never returns. `Deno.exit` by default (in a Deno Worker that ends the worker silently, so a
+   * Worker host passes its own).
+   */
+  readonly exit?: (code: number) => void;
 }
 
 interface Services {
@@ -135,6 +152,21 @@ function partitionKeyPolicyOf(node: Node): PartitionKeyPolicy | null {
   return declared === null ? null : PartitionKeyPolicy.fromDict(declared);
 }
 
+/** The end marker the task published to the replica's children, if it has any (see {@link WorkerReport}). */
+function endMarkerOf(outcome: TaskOutcome, hasChildren: boolean): EndMarker | null {
+  if (!hasChildren) return null;
+  switch (outcome.kind) {
+    case "finished":
+      return EndMarker.eos;
+    case "upstream_aborted":
+      return EndMarker.abort;
+    case "stopped":
+      return null;
+    case "failed":
+      return outcome.abortPublished ? EndMarker.abort : null;
+  }
+}
+
 function reasonOf(outcome: TaskOutcome): unknown {
   switch (outcome.kind) {
     case "finished":
@@ -169,6 +201,7 @@ function statsOf(running: Running, drops: Record<string, number>): WorkerReport 
 
 async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogger): Promise<number> {
   const node = await rebuildNode(config.nodeClass, config.nodeParams, config.nodeKind);
+  guardPermissions(node);
   await verifyNodeAssets(node);
   const services = await connectServices(config, host);
   try {
@@ -222,12 +255,25 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
         pendingProbe: () => pendingObservationOf(messenger),
         nodeName: config.nodeName,
       });
+      const onStall = (error: VideoflowError) => {
+        logger.error(error.render());
+        report();
+        host.report?.({
+          kind: "exit",
+          node: config.nodeName,
+          replica,
+          code: exitCodeOf(error),
+          reason: error.toDict(),
+          endMarker: null,
+        });
+        exitOnStall(error, { terminationLog: config.terminationLog, exit: host.exit });
+      };
       const watchdog = buildWatchdog(
         deadline,
         config.watchdogIntervalSeconds,
         config.progressTimeoutSeconds,
         config.nodeName,
-        undefined,
+        onStall,
         { logger },
       );
       const ctx = new RuntimeContext(
@@ -254,7 +300,14 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
       }
       if (outcome.kind === "failed") logger.error(outcome.error.render());
       report();
-      host.report?.({ kind: "exit", node: config.nodeName, replica, code: outcome.exitCode, reason });
+      host.report?.({
+        kind: "exit",
+        node: config.nodeName,
+        replica,
+        code: outcome.exitCode,
+        reason,
+        endMarker: endMarkerOf(outcome, config.hasChildren),
+      });
       return outcome.exitCode;
     } finally {
       clearInterval(reporter);
@@ -288,7 +341,9 @@ export async function runWorker(host: WorkerHost): Promise<number> {
     if (config.faultScheduleJson !== null) installFromEnv(host.env);
     return await runNode(config, host, logger);
   } catch (error) {
-    const failure = error instanceof VideoflowError ? error : asRuntimeError(error, "worker_fatal");
+    const failure = error instanceof VideoflowError
+      ? error
+      : undeclaredPermission(error, config?.nodeName ?? "?") ?? asRuntimeError(error, "worker_fatal");
     const line = failure.render();
     if (logger !== null) logger.error(line);
     else console.error(line);
@@ -300,6 +355,7 @@ export async function runWorker(host: WorkerHost): Promise<number> {
       replica: config?.replicaId ?? 0,
       code,
       reason: failure.toDict(),
+      endMarker: null,
     });
     return code;
   }
