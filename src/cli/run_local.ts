@@ -1,7 +1,10 @@
 /**
  * `vf run-local FLOW.ts [--isolation worker|process] [--state DIR] [--run-id ID] [--flow-type realtime|batch]
  * [--no-restart]`: runs the flow on this machine with the local engine, shows a live view while it runs, a
- * summary at the end, and exits with the run's status (0, 2, 3, 4, 5; 130 when forced).
+ * summary at the end, and exits with the run's status (0, 2, 3, 4, 5; 130 when forced). The run-wide
+ * worker settings set in its own environment (`VF_PROGRESS_TIMEOUT_SECONDS`, `VF_ACK_WAIT_SECONDS`,
+ * `VF_LOG_LEVEL`, a test's `VF_FAULT_SCHEDULE_JSON`, ...: `FORWARDED_SETTINGS` of the local engine) reach
+ * every replica.
  *
  * @module
  */
@@ -10,7 +13,7 @@ import { compileFlow, nodePermissions } from "../core/compiler.ts";
 import { ConfigError } from "../core/errors.ts";
 import { checkFlowType } from "../core/flow_type.ts";
 import { sanitize } from "../backends/names.ts";
-import { Isolation, LocalEngine } from "../engines/local.ts";
+import { forwardedSettings, Isolation, LocalEngine } from "../engines/local.ts";
 import { loadFlow } from "./load_flow.ts";
 import type { CommandOutput } from "./main.ts";
 
@@ -69,7 +72,8 @@ export async function runLocalCommand(
   const { flow, modules } = await loadFlow(path);
   const flowType = options.flowType === undefined ? flow.flowType : checkFlowType(options.flowType);
   const specs = compileFlow(flow, { modules });
-  io.err(`running flow ${flow.flowId} (${flowType}), run ${runId}, ${specs.length} nodes as ${isolation}s`);
+  const as = isolation === Isolation.worker ? "Deno Workers" : "subprocesses";
+  io.err(`running flow ${flow.flowId} (${flowType}), run ${runId}, ${specs.length} nodes as ${as}`);
   const result = await LocalEngine.run({
     flowId: flow.flowId,
     flowType,
@@ -80,6 +84,7 @@ export async function runLocalCommand(
     isolation,
     restart: !(options.noRestart ?? false),
     output: { isTerminal: Deno.stdout.isTerminal(), write: (text) => io.write(text) },
+    extraEnv: forwardedSettings(Deno.env.toObject()),
   });
   return result.exitCode;
 }

@@ -11,12 +11,15 @@
  */
 
 import type { NodeSpec } from "../core/compiler.ts";
-import { EXIT_FLOW_FAILED, EXIT_STALLED, EXIT_USER } from "../core/errors.ts";
+import { EXIT_FLOW_FAILED, EXIT_STALLED, EXIT_USER, UpstreamAborted } from "../core/errors.ts";
 import type { FlowType } from "../core/flow.ts";
 import {
+  type NodeExited,
   nodeExited,
+  nodeGaveUp,
   nodeStarted,
   renderEvent,
+  type SupervisionDecision,
   type SupervisionEvent,
   SupervisionPolicy,
   type TerminationReason,
@@ -24,8 +27,17 @@ import {
 import { channelId, MessageKind } from "../backends/messaging.ts";
 import { flowTopology, provisionFlow, type TopologyNode } from "../messaging/topology.ts";
 import { FileRuntimeStore } from "../runtime/file_store.ts";
-import { EMBEDDED_RUNTIME_STORE_URL, REPORT_LINE_PREFIX, type WorkerReport } from "../runtime/worker.ts";
-import { workerEnvFor } from "../runtime/worker_config.ts";
+import {
+  EMBEDDED_RUNTIME_STORE_URL,
+  EndMarker,
+  REPORT_LINE_PREFIX,
+  type WorkerReport,
+} from "../runtime/worker.ts";
+import { workerEnvFor, WorkerEnvVar } from "../runtime/worker_config.ts";
+import { LOG_LEVEL_ENV, STRUCTURED_LOGS_ENV } from "../runtime/logging.ts";
+import { WATCHDOG_INTERVAL_ENV } from "../runtime/watchdog.ts";
+import { FAULT_MARKER_DIR_ENV, FAULT_SCHEDULE_ENV } from "../backends/faults.ts";
+import { PARTITION_LEASE_ENV, RECONCILE_INTERVAL_ENV } from "../backends/runtime.ts";
 import { parseBrokerAddress } from "../runtime/embedded_rpc.ts";
 import { type DeadLetterRecord, deadLetterRecord, writeDeadLetters } from "./dead_letters.ts";
 import { EmbeddedBroker } from "./embedded_broker.ts";
@@ -57,7 +69,11 @@ export interface LocalRunOptions {
   readonly restart: boolean;
   /** Where the live view and events are written. */
   readonly output: ViewOutput;
-  /** Extra `VF_*` settings every replica gets (fault schedules in tests, timeouts). */
+  /**
+   * Extra `VF_*` settings every replica gets (timeouts, a test's fault schedule: see
+   * {@link forwardedSettings}); a fault marker directory named here is readable and writable by every
+   * replica.
+   */
   readonly extraEnv?: Readonly<Record<string, string>>;
   /** How often the live view refreshes, seconds (1). */
   readonly refreshSeconds?: number;
@@ -75,8 +91,52 @@ export interface LocalRunResult {
   readonly runDir: string;
 }
 
+/**
+ * The run-wide worker settings `vf run-local` passes on from its own environment to every replica: the
+ * timeouts and budgets of the task loop and the messenger, logging, and a test's fault schedule. Everything
+ * else a replica's environment holds is the engine's to decide.
+ */
+export const FORWARDED_SETTINGS: readonly string[] = Object.freeze([
+  WorkerEnvVar.ackWaitSeconds,
+  WorkerEnvVar.maxRetries,
+  WorkerEnvVar.eosQuiescenceMs,
+  WorkerEnvVar.prefetchBytes,
+  WorkerEnvVar.breakerThreshold,
+  WorkerEnvVar.progressTimeoutSeconds,
+  WATCHDOG_INTERVAL_ENV,
+  PARTITION_LEASE_ENV,
+  RECONCILE_INTERVAL_ENV,
+  LOG_LEVEL_ENV,
+  STRUCTURED_LOGS_ENV,
+  FAULT_SCHEDULE_ENV,
+  FAULT_MARKER_DIR_ENV,
+]);
+
+/**
+ * The {@link FORWARDED_SETTINGS} that `env` sets, for {@link LocalRunOptions.extraEnv}: e.g. a test runs
+ * `VF_PROGRESS_TIMEOUT_SECONDS=2 vf run-local flow.ts` to see a wedged node tripped in seconds. A malformed
+ * value is reported by every replica as the ConfigError of its variable.
+ */
+export function forwardedSettings(env: Readonly<Record<string, string | undefined>>): Record<string, string> {
+  return Object.fromEntries(
+    FORWARDED_SETTINGS.flatMap((name) => env[name] === undefined ? [] : [[name, env[name] as string]]),
+  );
+}
+
 /** The exit status of a run stopped by a second interrupt. */
 export const EXIT_FORCED = 130;
+
+/** What a replica counted: inputs processed and failed, drops by reason. */
+type Counters = Pick<Extract<WorkerReport, { kind: "stats" }>, "processed" | "failed" | "drops">;
+
+const NO_COUNTS: Counters = { processed: 0, failed: 0, drops: {} };
+
+function addCounts(a: Counters, b: Counters | null): Counters {
+  if (b === null) return a;
+  const drops: Record<string, number> = { ...a.drops };
+  for (const [reason, n] of Object.entries(b.drops)) drops[reason] = (drops[reason] ?? 0) + n;
+  return { processed: a.processed + b.processed, failed: a.failed + b.failed, drops };
+}
 
 /** One running (or finished) replica, as the supervisor tracks it. */
 interface Replica {
@@ -86,8 +146,15 @@ interface Replica {
   state: NodeState;
   exitCode: number | null;
   reason: TerminationReason | null;
+  /** The end marker its last exit report says it published to its children (null: none, or no report). */
+  endMarker: EndMarker | null;
+  /** The supervisor ended it because the run could not go on: its status is not the run's. */
+  endedBySupervisor: boolean;
   lastReportAt: number;
-  stats: Extract<WorkerReport, { kind: "stats" }> | null;
+  /** The running (or last) launch's counters. */
+  stats: Counters | null;
+  /** The counters of its earlier launches, so a restart does not reset what the view shows. */
+  earlier: Counters;
   stop: (() => void) | null;
   kill: (() => void) | null;
 }
@@ -148,6 +215,7 @@ export class LocalEngine {
   readonly #started = performance.now() / 1000;
   #stopping = false;
   #forced = false;
+  #ending = false;
   #wake: (() => void) | null = null;
 
   private constructor(options: LocalRunOptions, ledger: FileRuntimeStore, runDir: string) {
@@ -206,8 +274,11 @@ export class LocalEngine {
             state: NodeState.starting,
             exitCode: null,
             reason: null,
+            endMarker: null,
+            endedBySupervisor: false,
             lastReportAt: performance.now() / 1000,
             stats: null,
+            earlier: NO_COUNTS,
             stop: null,
             kill: null,
           };
@@ -221,9 +292,7 @@ export class LocalEngine {
     }
     await writeDeadLetters(this.#runDir, this.#deadLetters());
     const snapshots = this.#snapshots();
-    const exitCode = this.#forced
-      ? EXIT_FORCED
-      : runExitCode(this.#replicas.map((r) => r.exitCode ?? EXIT_FLOW_FAILED));
+    const exitCode = this.#forced ? EXIT_FORCED : runExitCode(this.#statuses());
     const outcome = exitCode === 0
       ? `flow ${flowId} finished (run ${runId})`
       : `flow ${flowId} ${
@@ -233,6 +302,16 @@ export class LocalEngine {
       this.#options.output.write(`${line}\n`);
     }
     return { exitCode, outcome, snapshots, runDir: this.#runDir };
+  }
+
+  /**
+   * The statuses the run's status comes from: the replicas that ended on their own account. A relayed
+   * ABORT or a replica the supervisor ended counts only when no replica failed on its own.
+   */
+  #statuses(): number[] {
+    const status = (r: Replica) => r.exitCode ?? EXIT_FLOW_FAILED;
+    const own = this.#replicas.filter((r) => !r.endedBySupervisor && r.reason?.code !== UpstreamAborted.code);
+    return (own.some((r) => status(r) !== 0) ? own : this.#replicas).map(status);
   }
 
   #event(event: SupervisionEvent): void {
@@ -266,19 +345,28 @@ export class LocalEngine {
       }
     } else {
       replica.reason = report.reason as TerminationReason | null;
+      replica.endMarker = report.endMarker;
     }
   }
 
   #launch(replica: Replica): void {
     replica.lastReportAt = performance.now() / 1000;
     replica.exitCode = null;
+    replica.endMarker = null;
+    replica.earlier = addCounts(replica.earlier, replica.stats);
+    replica.stats = null;
     this.#event(nodeStarted(replica.spec.name, replica.index, replica.restarts));
     if (this.#options.isolation === Isolation.worker) this.#launchWorker(replica);
     else this.#launchProcess(replica);
   }
 
+  /** The node's declared permissions, plus the fault marker directory when a test's schedule names one. */
   #granted(spec: NodeSpec): GrantedPermissions {
-    return this.#options.permissions[spec.name] ?? {};
+    const declared = this.#options.permissions[spec.name] ?? {};
+    const markers = this.#options.extraEnv?.[FAULT_MARKER_DIR_ENV];
+    return markers === undefined
+      ? declared
+      : mergePermissions(declared, { read: [markers], write: [markers] });
   }
 
   #launchWorker(replica: Replica): void {
@@ -384,9 +472,7 @@ export class LocalEngine {
     replica.kill = null;
     const exited = nodeExited(replica.spec.name, replica.index, code, replica.reason);
     this.#event(exited);
-    const decision = this.#forced || this.#stopping && code !== 0
-      ? { kind: "give_up" as const, event: null }
-      : this.#policy.decide(exited, replica.restarts);
+    const decision = this.#decide(replica, exited);
     if (decision.kind === "finished") {
       replica.state = NodeState.done;
     } else if (decision.kind === "restart") {
@@ -394,20 +480,63 @@ export class LocalEngine {
       replica.restarts++;
       this.#event(decision.event);
       setTimeout(() => {
-        if (!this.#forced) this.#launch(replica);
+        if (replica.state === NodeState.restarting && !this.#forced) this.#launch(replica);
       }, decision.delaySeconds * 1000);
     } else {
       replica.state = NodeState.failed;
       if (decision.event !== null) this.#event(decision.event);
-      if (!this.#stopping) this.#abortFlow(replica);
+      if (replica.spec.hasChildren && replica.endMarker === null && !this.#forced) this.#endRun(replica);
+      else if (!this.#stopping) this.#abortFlow(replica);
     }
     this.#wake?.();
   }
 
-  /** A replica the supervisor gave up on: the flow cannot finish, so every other replica is stopped. */
+  /**
+   * What to do about a replica that exited: the supervision policy's decision, except that a replica
+   * that published ABORT is not restarted (its children have ended already, which no restart undoes), and
+   * nothing is restarted while the flow stops.
+   */
+  #decide(replica: Replica, exited: NodeExited): SupervisionDecision | { kind: "give_up"; event: null } {
+    if (this.#forced || this.#ending || this.#stopping && exited.code !== 0) {
+      return { kind: "give_up", event: null };
+    }
+    const decision = this.#policy.decide(exited, replica.restarts);
+    if (decision.kind !== "restart" || replica.endMarker !== EndMarker.abort) return decision;
+    return {
+      kind: "give_up",
+      event: nodeGaveUp(exited.node, exited.replica, replica.restarts, exited.reason),
+    };
+  }
+
+  /**
+   * A replica the supervisor gave up on, whose ABORT ends its children: the flow cannot finish, so the
+   * producers are stopped and everything else drains or aborts.
+   */
   #abortFlow(failed: Replica): void {
     this.#view.event(`giving up on ${failed.spec.name}[${failed.index}]: stopping the flow`);
     this.stop();
+  }
+
+  /**
+   * A replica the supervisor gave up on that ended without an end marker (killed, wedged, or a worker-fatal
+   * failure): its children would wait for it forever, so the run ends here. Every other replica is
+   * killed; their statuses do not count toward the run's, whose ledger keeps what was done for a re-run.
+   */
+  #endRun(failed: Replica): void {
+    if (this.#ending) return;
+    this.#ending = true;
+    this.#stopping = true;
+    this.#view.event(
+      `giving up on ${failed.spec.name}[${failed.index}], which ended without telling its children: ` +
+        "ending the run",
+    );
+    for (const replica of this.#replicas) {
+      if (replica === failed) continue;
+      if (replica.state === NodeState.restarting) replica.state = NodeState.failed;
+      if (replica.exitCode !== null) continue;
+      replica.endedBySupervisor = true;
+      replica.kill?.();
+    }
   }
 
   /** Every dead letter the broker holds for this run, node by node. */
@@ -434,12 +563,7 @@ export class LocalEngine {
         : states.includes(NodeState.running)
         ? NodeState.running
         : NodeState.starting;
-      const drops: Record<string, number> = {};
-      for (const r of replicas) {
-        for (const [reason, n] of Object.entries(r.stats?.drops ?? {})) {
-          drops[reason] = (drops[reason] ?? 0) + n;
-        }
-      }
+      const counts = replicas.reduce((sum, r) => addCounts(addCounts(sum, r.earlier), r.stats), NO_COUNTS);
       const stored = this.#broker.messaging.stored(channelId(flowId, runId, spec.name));
       return {
         node: spec.name,
@@ -448,10 +572,10 @@ export class LocalEngine {
           r.exitCode === null && r.state !== NodeState.restarting
         ).length,
         replicas: replicas.length,
-        processed: replicas.reduce((sum, r) => sum + (r.stats?.processed ?? 0), 0),
-        failed: replicas.reduce((sum, r) => sum + (r.stats?.failed ?? 0), 0),
+        processed: counts.processed,
+        failed: counts.failed,
         inFlight: stored.filter((e) => e.kind === MessageKind.data).length,
-        drops,
+        drops: counts.drops,
         deadLetters: stored.filter((e) => e.kind === MessageKind.dlq).length,
         restarts: replicas.reduce((sum, r) => sum + r.restarts, 0),
       };
