@@ -16,8 +16,9 @@
  *   admission filter when it keeps one; an unusable key is a PartitionKeyError dead-lettered by replica 0,
  *   or routed to `fallback_partition`, RUN-020).
  * - End of stream. A parent is drained (EOS-3) when every expected replica's EOS was seen and its data
- *   subscription reports nothing available, nothing leased beyond the halves this join holds and nothing
- *   unresolved, continuously for `eosQuiescenceMs`; over a durable, shared ledger a batch parent instead
+ *   subscription reports nothing available, nothing leased beyond the halves this join holds and (for an
+ *   at-least-once node) nothing unresolved, continuously for `eosQuiescenceMs`; over a durable, shared
+ *   ledger a batch parent instead
  *   passes the EOS-7 completion barrier (terminators of every replica, received ids covering the announced
  *   counts, nothing pending; Unknown waits, never completes). Only then is its EOS acked and fed to the
  *   join. ABORT outranks EOS and surfaces at once (ABORT-3); EOS and ABORT publications are never dropped.
@@ -32,6 +33,8 @@
  * - Checkpoints commit with their output in one ledger write (RUN-003, RUN-022; refused on a ledger that
  *   dies with the process); the covered group's redelivery is acked without reaching the node, after its
  *   committed output is confirmed.
+ * - A time join over a durable ledger persists each group it hands out until its inputs settle, so a
+ *   replacement re-forms the same group from the redelivered members (story 1).
  * - Ledger writes on the hot path are amortized: a received batch is noted in one write before any of it is
  *   acked, accepted publication ids and a replayable source's offset are flushed in batches, and nothing is
  *   written that the configuration does not need (a memory ledger keeps no received sets).
