@@ -1,0 +1,598 @@
+/**
+ * `vf run-local` as a user runs it: the CLI in a subprocess, on the examples and on small flows written
+ * here into a temporary directory from the story nodes of tests/fixtures/e2e/story_nodes.ts. Each story
+ * checks what a user can see: the sink's file, `vf dlq`, the printed lines and the exit status.
+ */
+
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { decodeStoreName, FileRuntimeStore } from "../../src/runtime/file_store.ts";
+import { decodeEnvelope, decodePayload } from "../../src/wire/codec.ts";
+
+const root = new URL("../../", import.meta.url);
+const configPath = new URL("deno.json", root).pathname;
+const modPath = new URL("mod.ts", root).pathname;
+const modUrl = new URL("mod.ts", root).href;
+const storyNodesUrl = new URL("tests/fixtures/e2e/story_nodes.ts", root).href;
+
+interface Run {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+  /** stdout and stderr together: the live view, the events and the nodes' logs. */
+  readonly text: string;
+}
+
+interface VfOptions {
+  readonly cwd: string;
+  readonly env?: Readonly<Record<string, string>>;
+  /** Starts the CLI in a session of its own, so a signal can reach its whole process group. */
+  readonly ownSession?: boolean;
+}
+
+/** `vf ARGS` as a running subprocess: `deno run -A mod.ts ARGS`, with the project's deno.json. */
+function startVf(args: readonly string[], options: VfOptions): Deno.ChildProcess {
+  const vf = ["run", "-A", `--config=${configPath}`, modPath, ...args];
+  return new Deno.Command(options.ownSession ? "setsid" : Deno.execPath(), {
+    args: options.ownSession ? [Deno.execPath(), ...vf] : vf,
+    cwd: options.cwd,
+    env: { NO_COLOR: "1", ...options.env },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+}
+
+async function finished(child: Deno.ChildProcess): Promise<Run> {
+  const output = await child.output();
+  const decoder = new TextDecoder();
+  const stdout = decoder.decode(output.stdout);
+  const stderr = decoder.decode(output.stderr);
+  return { code: output.code, stdout, stderr, text: `${stdout}\n${stderr}` };
+}
+
+function vf(args: readonly string[], options: VfOptions): Promise<Run> {
+  return finished(startVf(args, options));
+}
+
+/** A temporary directory for one story, removed afterwards whatever happened. */
+async function inTempDir(body: (dir: string) => Promise<void>): Promise<void> {
+  const dir = await Deno.makeTempDir({ prefix: "vf-e2e-" });
+  try {
+    await body(dir);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+/**
+ * Writes a flow file importing the story node classes `classes` (re-exported, so their node class is this
+ * file's) and the public API; `body` builds the nodes and ends with the default export.
+ */
+async function writeFlow(dir: string, classes: readonly string[], body: string): Promise<string> {
+  const names = classes.join(", ");
+  const source = [
+    `import { Flow, JsonlSink } from ${JSON.stringify(modUrl)};`,
+    `import { ${names} } from ${JSON.stringify(storyNodesUrl)};`,
+    `export { ${names} };`,
+    body,
+  ].join("\n");
+  const path = join(dir, "flow.ts");
+  await Deno.writeTextFile(path, source);
+  return path;
+}
+
+/** A batch flow `count → <middle> → sink`, the sink a JsonlSink writing `<dir>/out.jsonl`. */
+function pipeline(flowId: string, producer: string, middle: string, dir: string): string {
+  return [
+    `const count = ${producer};`,
+    `const middle = ${middle}.from(count);`,
+    `const sink = new JsonlSink({ name: "sink", path: ${
+      JSON.stringify(join(dir, "out.jsonl"))
+    } }).from(middle);`,
+    `export default new Flow([sink], { flowType: "batch", flowId: ${JSON.stringify(flowId)} });`,
+  ].join("\n");
+}
+
+interface SinkLine {
+  readonly key: string | null;
+  readonly value: unknown;
+}
+
+async function sinkLines(path: string): Promise<SinkLine[]> {
+  let text: string;
+  try {
+    text = await Deno.readTextFile(path);
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return [];
+    throw error;
+  }
+  return text.split("\n").filter((line) => line !== "").map((line) => JSON.parse(line) as SinkLine);
+}
+
+/** The sink's numbers, sorted, after checking that no input key was written twice. */
+async function sinkNumbers(path: string): Promise<number[]> {
+  const lines = await sinkLines(path);
+  const keys = lines.map((line) => line.key);
+  assert.equal(new Set(keys).size, keys.length, `every input key once in ${path}`);
+  return lines.map((line) => line.value as number).sort((a, b) => a - b);
+}
+
+function range(from: number, to: number): number[] {
+  return Array.from({ length: to - from + 1 }, (_, i) => from + i);
+}
+
+/** Resolves once `path` holds at least `lines` lines (the run is under way), polling. */
+async function waitForLines(path: string, lines: number, child: Deno.ChildProcess): Promise<void> {
+  let exited = false;
+  child.status.then(() => (exited = true));
+  for (;;) {
+    if ((await sinkLines(path)).length >= lines) return;
+    assert.ok(!exited, `the run ended before ${path} held ${lines} lines`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/** Resolves with the text of `path` once it exists and is not empty, polling. */
+async function waitForFile(path: string, child: Deno.ChildProcess): Promise<string> {
+  let exited = false;
+  child.status.then(() => (exited = true));
+  for (;;) {
+    const text = await Deno.readTextFile(path).catch(() => "");
+    if (text !== "") return text;
+    assert.ok(!exited, `the run ended before it wrote ${path}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+interface DeadLetter {
+  readonly node: string;
+  readonly code: string;
+  readonly deliveries: number | null;
+  readonly envelope_b64: string;
+}
+
+async function deadLetters(flow: string, runId: string, state: string, cwd: string): Promise<DeadLetter[]> {
+  const run = await vf(["dlq", flow, "--run-id", runId, "--state", state, "--json"], { cwd });
+  assert.equal(run.code, 0, run.text);
+  return run.stdout.split("\n").filter((line) => line !== "").map((line) => JSON.parse(line));
+}
+
+/** The value a dead letter's original envelope carried. */
+function deadLetterValue(record: DeadLetter): unknown {
+  const envelope = decodeEnvelope(Uint8Array.fromBase64(record.envelope_b64));
+  return decodePayload(envelope.payloadType, envelope.payload);
+}
+
+/** The summary table's row of `node`: state, processed, dead letters and restarts. */
+function summaryRow(run: Run, node: string) {
+  const row = run.stdout.split("\n").reverse().find((line) => line.startsWith(`${node} `));
+  assert.ok(row !== undefined, `a summary row for ${node} in\n${run.stdout}`);
+  const cells = row.trim().split(/\s+/);
+  return { state: cells[1], processed: Number(cells[3]), dlq: Number(cells[7]), restarts: Number(cells[8]) };
+}
+
+/** The names in directory `dir`; none when it does not exist. */
+async function namesIn(dir: string): Promise<string[]> {
+  try {
+    return (await Array.fromAsync(Deno.readDir(dir))).map((entry) => entry.name);
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return [];
+    throw error;
+  }
+}
+
+/**
+ * Reads back every key and every log record of a run's ledger through FileRuntimeStore (each document's
+ * SHA-256 is checked), and returns how many keys there are and which files hold a write in flight.
+ */
+async function readLedgerBack(ledger: string): Promise<{ keys: number; inFlight: string[] }> {
+  const store = await FileRuntimeStore.open(ledger);
+  try {
+    const keys = await store.scan("");
+    const logsDir = join(ledger, "logs");
+    const inFlight = (await namesIn(join(ledger, "keys"))).filter((name) => name.endsWith(".tmp"));
+    for (const log of await namesIn(logsDir)) {
+      const name = decodeStoreName(log);
+      assert.ok(name !== null, `log directory ${log} decodes`);
+      await store.logEntries(name);
+      const temporary = (await namesIn(join(logsDir, log))).filter((file) => file.endsWith(".tmp"));
+      inFlight.push(...temporary.map((file) => `${log}/${file}`));
+    }
+    return { keys: keys.length, inFlight };
+  } finally {
+    await store.close();
+  }
+}
+
+/** A copy of one example and the clips under `<dir>/examples`, so its outputs land in the copy. */
+async function copyExample(dir: string, example: string): Promise<void> {
+  await Deno.mkdir(join(dir, "examples", "clips"), { recursive: true });
+  await Deno.mkdir(join(dir, "examples", "out"), { recursive: true });
+  await Deno.copyFile(new URL(`examples/${example}`, root), join(dir, "examples", example));
+  for await (const clip of Deno.readDir(new URL("examples/clips", root))) {
+    await Deno.copyFile(
+      new URL(`examples/clips/${clip.name}`, root),
+      join(dir, "examples", "clips", clip.name),
+    );
+  }
+}
+
+// ---- 1. the examples --------------------------------------------------------------------------------------
+
+const HELLO_SUMS = range(1, 10).map((n) => n + n * n);
+
+for (const isolation of ["worker", "process"]) {
+  Deno.test(`the hello example prints the 10 sums 2, 6, ..., 110 and exits 0 (${isolation} isolation)`, async () => {
+    await inTempDir(async (dir) => {
+      const run = await vf(
+        ["run-local", "examples/hello.ts", "--state", dir, "--isolation", isolation],
+        { cwd: root.pathname },
+      );
+      assert.equal(run.code, 0, run.text);
+      const printed = [...run.text.matchAll(/INFO {2}print\[0\] (\d+) /g)].map((m) => Number(m[1]));
+      assert.deepEqual(printed.sort((a, b) => a - b), HELLO_SUMS, run.text);
+      assert.match(run.stdout, /flow squares finished \(run run-[0-9a-f-]+\)/);
+      for (const node of ["count", "square", "sum", "print"]) {
+        assert.deepEqual(
+          [summaryRow(run, node).state, summaryRow(run, node).processed],
+          ["done", 10],
+          `${node} in\n${run.stdout}`,
+        );
+      }
+    });
+  });
+}
+
+Deno.test("the video_motion example writes 60 motion lines and a decodable 60-frame mp4", async () => {
+  await inTempDir(async (dir) => {
+    await copyExample(dir, "video_motion.ts");
+    const run = await vf(["run-local", "examples/video_motion.ts", "--state", join(dir, "state")], {
+      cwd: dir,
+    });
+    assert.equal(run.code, 0, run.text);
+    const lines = await sinkLines(join(dir, "examples/out/motion_events.jsonl"));
+    assert.equal(lines.length, 60, run.text);
+    const indexes = lines.map((line) => (line.value as { index: number }).index).sort((a, b) => a - b);
+    assert.deepEqual(indexes, range(0, 59));
+    for (const { value } of lines) {
+      const motion = value as { score: number; moving: boolean };
+      assert.ok(motion.score >= 0 && motion.score <= 255, JSON.stringify(motion));
+      assert.equal(typeof motion.moving, "boolean");
+    }
+    const probe = await new Deno.Command("ffprobe", {
+      args: [
+        "-v",
+        "error",
+        "-count_frames",
+        "-select_streams",
+        "v:0",
+        "-show_entries",
+        "stream=nb_read_frames",
+        "-of",
+        "csv=p=0",
+        join(dir, "examples/out/motion_annotated.mp4"),
+      ],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    assert.equal(probe.code, 0, new TextDecoder().decode(probe.stderr));
+    assert.equal(new TextDecoder().decode(probe.stdout).trim(), "60");
+  });
+});
+
+/** Whether two event times are one moment within the example's 20 ms tolerance. */
+function sameMoment(a: number, b: number): boolean {
+  return Math.abs(a - b) <= 0.02 + 1e-6;
+}
+
+Deno.test("the multi_camera example writes every frame of both cameras once, paired only within 20 ms", async () => {
+  await inTempDir(async (dir) => {
+    await copyExample(dir, "multi_camera.ts");
+    const run = await vf(["run-local", "examples/multi_camera.ts", "--state", join(dir, "state")], {
+      cwd: dir,
+    });
+    assert.equal(run.code, 0, run.text);
+    const moments = (await sinkLines(join(dir, "examples/out/multi_camera.jsonl"))).map((line) =>
+      line.value as { ts: number; a: number | null; b: number | null }
+    );
+    const start = 1_700_000_000;
+    const both = moments.filter((m) => m.a !== null && m.b !== null);
+    const onlyA = moments.filter((m) => m.a !== null && m.b === null);
+    const onlyB = moments.filter((m) => m.a === null && m.b !== null);
+    assert.equal(both.length + onlyA.length + onlyB.length, moments.length, "no line without a camera");
+    // Camera A films at 15 frames/s for 4 s, camera B at 10: each frame is on exactly one line, so the
+    // A frames are the paired ones and the A-only ones (60 in all), the B frames likewise (40 in all).
+    assert.equal(both.length + onlyA.length, 60, run.text);
+    assert.equal(both.length + onlyB.length, 40, run.text);
+    const aTimes = [...both, ...onlyA].map((m) => m.ts - start);
+    const bTimes = [...both, ...onlyB].map((m) => m.ts - start);
+    for (let k = 0; k < 60; k++) {
+      assert.equal(aTimes.filter((t) => sameMoment(t, k / 15)).length, 1, `camera A frame ${k} once`);
+    }
+    for (let k = 0; k < 40; k++) {
+      assert.equal(bTimes.filter((t) => sameMoment(t, k / 10)).length, 1, `camera B frame ${k} once`);
+    }
+    // A pair is two frames of one moment: only on the 0.2 s grid where both cameras have a frame.
+    for (const m of both) {
+      const slot = (m.ts - start) * 5;
+      assert.ok(Math.abs(slot - Math.round(slot)) < 1e-3, `a pair at ${m.ts} is on the 0.2 s grid`);
+    }
+    assert.ok(both.length <= 20);
+  });
+});
+
+// ---- 2, 3. the delivery policy ----------------------------------------------------------------------------
+
+Deno.test("a batch flow dead-letters exactly the poison items (VF_POISON, 1 delivery) and sinks all others", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "Poison"],
+      pipeline(
+        "poison-story",
+        `new Count({ name: "count", n: 24 })`,
+        `new Poison({ name: "poison", poison: [3, 7, 11, 20], nbTasks: 2 })`,
+        dir,
+      ),
+    );
+    const state = join(dir, "state");
+    const run = await vf(["run-local", flow, "--state", state, "--run-id", "r1"], { cwd: dir });
+    assert.equal(run.code, 0, run.text);
+    const poison = [3, 7, 11, 20];
+    assert.deepEqual(
+      await sinkNumbers(join(dir, "out.jsonl")),
+      range(1, 24).filter((n) => !poison.includes(n)),
+    );
+    const letters = await deadLetters(flow, "r1", state, dir);
+    assert.deepEqual(
+      letters.map((l) => [l.node, l.code, l.deliveries]),
+      poison.map(() => ["poison", "VF_POISON", 1]),
+    );
+    assert.deepEqual(letters.map(deadLetterValue).sort((a, b) => Number(a) - Number(b)), poison);
+    assert.equal(summaryRow(run, "poison").dlq, 4);
+  });
+});
+
+Deno.test("a transient failure is retried and succeeds: every item at the sink once, none dead-lettered", async () => {
+  await inTempDir(async (dir) => {
+    const marks = join(dir, "marks");
+    await Deno.mkdir(marks);
+    const flow = await writeFlow(
+      dir,
+      ["Count", "FlakyOnce"],
+      pipeline(
+        "transient-story",
+        `new Count({ name: "count", n: 20 })`,
+        `new FlakyOnce({ name: "flaky", failOn: [2, 9, 15], dir: ${JSON.stringify(marks)} })`,
+        dir,
+      ),
+    );
+    const state = join(dir, "state");
+    const run = await vf(["run-local", flow, "--state", state, "--run-id", "r1"], { cwd: dir });
+    assert.equal(run.code, 0, run.text);
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 20));
+    assert.deepEqual(await deadLetters(flow, "r1", state, dir), []);
+    const failed = [...Deno.readDirSync(marks)].map((entry) => entry.name).sort();
+    assert.deepEqual(failed, ["15.failed", "2.failed", "9.failed"], "each chosen item failed once first");
+    assert.equal(run.text.match(/code=VF_TRANSIENT/g)?.length, 3, run.text);
+  });
+});
+
+// ---- 4. a killed worker -----------------------------------------------------------------------------------
+
+Deno.test("a subprocess replica killed with SIGKILL mid-run is restarted and every item reaches the sink once", async () => {
+  await inTempDir(async (dir) => {
+    const pidFile = join(dir, "victim.pid");
+    const flow = await writeFlow(
+      dir,
+      ["Count", "KillMeAt"],
+      pipeline(
+        "kill-story",
+        `new Count({ name: "count", n: 30 })`,
+        `new KillMeAt({ name: "victim", at: 10, pidFile: ${JSON.stringify(pidFile)} })`,
+        dir,
+      ),
+    );
+    const child = startVf(
+      ["run-local", flow, "--state", join(dir, "state"), "--isolation", "process"],
+      // The killed replica's input comes back when its lease lapses: after the ack wait.
+      { cwd: dir, env: { VF_ACK_WAIT_SECONDS: "2" } },
+    );
+    const pid = Number(await waitForFile(pidFile, child));
+    Deno.kill(pid, "SIGKILL");
+    const run = await finished(child);
+    assert.equal(run.code, 0, run.text);
+    assert.match(run.text, /victim\[0\] exited with code 137/);
+    assert.match(run.text, /victim\[0\] started \(restart 1\)/);
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 30));
+    assert.equal(summaryRow(run, "victim").restarts, 1);
+  });
+});
+
+// ---- 5, 6, 7. failures that end the run -------------------------------------------------------------------
+
+Deno.test("a producer that throws ends every downstream node with ABORT and the run exits 4", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "Poison"],
+      pipeline(
+        "abort-story",
+        `new Count({ name: "count", n: 20, throwAt: 8 })`,
+        `new Poison({ name: "middle", poison: [], nbTasks: 2 })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
+    assert.equal(run.code, 4, run.text);
+    assert.match(run.text, /count\[0\] exited with code 4 \(VF_RUNTIME: count broke at item 8\)/);
+    assert.match(run.text, /count\[0\] gave up after 0 restart\(s\)/, "its ABORT is not undone by a restart");
+    for (const replica of ["middle[0]", "middle[1]", "sink[0]"]) {
+      const escaped = replica.replace(/[[\]]/g, "\\$&");
+      assert.match(
+        run.text,
+        new RegExp(`${escaped} exited with code 4 \\(VF_UPSTREAM_ABORTED: .*origin count`),
+      );
+    }
+    for (const node of ["count", "middle", "sink"]) assert.equal(summaryRow(run, node).state, "failed");
+  });
+});
+
+for (const isolation of ["worker", "process"]) {
+  Deno.test(`a node that hangs in process trips the watchdog and the run exits 5 (${isolation} isolation)`, async () => {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
+        dir,
+        ["Count", "HangAt"],
+        pipeline(
+          "hang-story",
+          `new Count({ name: "count", n: 10 })`,
+          `new HangAt({ name: "hang", at: 4 })`,
+          dir,
+        ),
+      );
+      const run = await vf(
+        ["run-local", flow, "--state", join(dir, "state"), "--isolation", isolation, "--no-restart"],
+        { cwd: dir, env: { VF_PROGRESS_TIMEOUT_SECONDS: "1", VF_WATCHDOG_INTERVAL_SECONDS: "0.2" } },
+      );
+      assert.equal(run.code, 5, run.text);
+      assert.match(run.text, /hang\[0\] exited with code 5 \(VF_PROGRESS_STALLED: node hang acked nothing/);
+      assert.doesNotMatch(run.text, /went silent/, "the stall is reported, not guessed from silence");
+      assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), [1, 2, 3]);
+    });
+  });
+}
+
+Deno.test("a node reading a file it did not declare fails with a permission error naming both, exit 2", async () => {
+  await inTempDir(async (dir) => {
+    const secret = join(dir, "secret.txt");
+    await Deno.writeTextFile(secret, "secret");
+    const flow = await writeFlow(
+      dir,
+      ["Count", "ReadsUndeclared"],
+      pipeline(
+        "permission-story",
+        `new Count({ name: "count", n: 5 })`,
+        `new ReadsUndeclared({ name: "snoop", path: ${JSON.stringify(secret)} })`,
+        dir,
+      ),
+    );
+    const state = join(dir, "state");
+    const run = await vf(["run-local", flow, "--state", state, "--run-id", "r1"], { cwd: dir });
+    assert.equal(run.code, 2, run.text);
+    assert.ok(
+      run.text.includes(
+        `VF_NODE_CONTRACT: node snoop needs read permission for ${
+          JSON.stringify(secret)
+        }, which it does not declare`,
+      ),
+      run.text,
+    );
+    assert.ok(run.text.includes(`static permissions = { read: [${JSON.stringify(secret)}] }`), run.text);
+    assert.match(run.text, /snoop\[0\] gave up after 0 restart\(s\)/);
+    assert.deepEqual(
+      await deadLetters(flow, "r1", state, dir),
+      [],
+      "a missing permission is not the items' fault",
+    );
+    assert.deepEqual(await sinkLines(join(dir, "out.jsonl")), []);
+  });
+});
+
+// ---- 8. stopping a run ------------------------------------------------------------------------------------
+
+/** A slow, long count through two competing replicas into the sink: a run that is stopped, not finished. */
+async function slowFlow(dir: string, flowId: string): Promise<string> {
+  return await writeFlow(
+    dir,
+    ["Count", "Poison"],
+    pipeline(
+      flowId,
+      `new Count({ name: "count", n: 100000, delayMs: 20 })`,
+      `new Poison({ name: "middle", poison: [], nbTasks: 2 })`,
+      dir,
+    ),
+  );
+}
+
+/** The run stopped cleanly: the sink holds 1..m once each for the m items the producer produced. */
+async function assertStoppedWithoutLoss(run: Run, dir: string, flowId: string, runId: string): Promise<void> {
+  assert.equal(run.code, 0, run.text);
+  assert.match(run.text, new RegExp(`stopping flow ${flowId}: producers end their streams`));
+  const numbers = await sinkNumbers(join(dir, "out.jsonl"));
+  const produced = summaryRow(run, "count").processed;
+  assert.ok(produced >= 10 && produced < 100000, `stopped mid-run after ${produced} items`);
+  assert.deepEqual(numbers, range(1, produced), "every item produced reached the sink once");
+  for (const node of ["count", "middle", "sink"]) assert.equal(summaryRow(run, node).state, "done");
+  const ledger = await readLedgerBack(join(dir, "state", flowId, runId, "ledger"));
+  assert.ok(ledger.keys > 0);
+  assert.deepEqual(ledger.inFlight, [], "no ledger write left half done");
+}
+
+for (const isolation of ["worker", "process"]) {
+  Deno.test(`SIGTERM to vf run-local stops the flow without losing an item (${isolation} isolation)`, async () => {
+    await inTempDir(async (dir) => {
+      const flow = await slowFlow(dir, "term-story");
+      const child = startVf(
+        ["run-local", flow, "--state", join(dir, "state"), "--run-id", "r1", "--isolation", isolation],
+        { cwd: dir },
+      );
+      await waitForLines(join(dir, "out.jsonl"), 10, child);
+      child.kill("SIGTERM");
+      await assertStoppedWithoutLoss(await finished(child), dir, "term-story", "r1");
+    });
+  });
+}
+
+Deno.test("Ctrl-C (SIGINT to the whole process group) stops a subprocess run without losing an item", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await slowFlow(dir, "interrupt-story");
+    const child = startVf(
+      ["run-local", flow, "--state", join(dir, "state"), "--run-id", "r1", "--isolation", "process"],
+      { cwd: dir, ownSession: true },
+    );
+    await waitForLines(join(dir, "out.jsonl"), 10, child);
+    Deno.kill(-child.pid, "SIGINT");
+    await assertStoppedWithoutLoss(await finished(child), dir, "interrupt-story", "r1");
+  });
+});
+
+// ---- 9. a re-run after a crash ----------------------------------------------------------------------------
+
+for (const isolation of ["worker", "process"]) {
+  Deno.test(`a re-run with the same --run-id after vf was killed ends with every item once (${isolation})`, async () => {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
+        dir,
+        ["ReplayableCount", "Poison"],
+        pipeline(
+          "resume-story",
+          `new ReplayableCount({ name: "count", n: 300, delayMs: 2 })`,
+          `new Poison({ name: "middle", poison: [] })`,
+          dir,
+        ),
+      );
+      const args = [
+        "run-local",
+        flow,
+        "--state",
+        join(dir, "state"),
+        "--run-id",
+        "r1",
+        "--isolation",
+        isolation,
+      ];
+      const crashed = startVf(args, { cwd: dir });
+      await waitForLines(join(dir, "out.jsonl"), 30, crashed);
+      crashed.kill("SIGKILL");
+      const killed = await finished(crashed);
+      assert.equal(killed.code, 137);
+      const before = await sinkNumbers(join(dir, "out.jsonl"));
+      assert.ok(before.length >= 30 && before.length < 300, `killed mid-run after ${before.length} items`);
+      const rerun = await vf(args, { cwd: dir });
+      assert.equal(rerun.code, 0, rerun.text);
+      assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 300));
+    });
+  });
+}
