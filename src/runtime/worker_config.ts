@@ -30,6 +30,8 @@
  * @module
  */
 
+import { DEFAULT_EOS_QUIESCENCE_MS } from "../messaging/messenger.ts";
+import { DEFAULT_ACK_WAIT_SECONDS } from "../messaging/topology.ts";
 import type { DeliveredGrant } from "../backends/allocation.ts";
 import { deliveredGrantFromDict, deliveredGrantToDict, GPU_GRANT_ENV } from "../backends/allocation.ts";
 import {
@@ -133,10 +135,6 @@ export const WorkerEnvVar = {
 /** One of the {@link WorkerEnvVar} names. */
 export type WorkerEnvVar = typeof WorkerEnvVar[keyof typeof WorkerEnvVar];
 
-/** Per-message ack deadline when `VF_ACK_WAIT_SECONDS` is unset, in seconds. */
-export const DEFAULT_ACK_WAIT_SECONDS = 60;
-/** EOS-3 drain quiescence when `VF_EOS_QUIESCENCE_MS` is unset, in milliseconds. */
-export const DEFAULT_EOS_QUIESCENCE_MS = 500;
 /** The `VF_EMBEDDED_BROKER` value of a Deno Worker: it reaches the broker over its MessagePort. */
 export const EMBEDDED_BROKER_MESSAGE_PORT = "messageport";
 /** The fewest characters an embedded broker secret has (the local engine draws 32 random bytes). */
