@@ -75,9 +75,9 @@ export const METRIC_PREFIX = "videoflow_";
 
 /** The metric families the run loop feeds, named without {@link METRIC_PREFIX}. */
 export const Metric = {
-  /** Histogram: seconds from an input group's receipt to its ack (the whole handling). */
-  proctime: "proctime_seconds",
   /** Histogram: seconds the node's own callback (`process`/`consume`/`next`) took. */
+  proctime: "proctime_seconds",
+  /** Histogram: seconds of the whole iteration, from an input group's receipt to its ack. */
   actualProctime: "actual_proctime_seconds",
   /** Counter: messages this node published. */
   published: "messages_published_total",
