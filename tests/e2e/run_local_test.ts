@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { decodeStoreName, FileRuntimeStore } from "../../src/runtime/file_store.ts";
 import { decodeEnvelope, decodePayload } from "../../src/wire/codec.ts";
+import { Barrier, crash, FaultSchedule, nth } from "../../src/backends/faults.ts";
 
 const root = new URL("../../", import.meta.url);
 const configPath = new URL("deno.json", root).pathname;
@@ -410,6 +411,34 @@ Deno.test("a subprocess replica killed with SIGKILL mid-run is restarted and eve
   });
 });
 
+Deno.test("a fault schedule in vf's environment reaches the replicas: a crash mid-run is restarted, no item lost", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "Poison"],
+      pipeline(
+        "fault-story",
+        `new Count({ name: "count", n: 30 })`,
+        `new Poison({ name: "middle", poison: [] })`,
+        dir,
+      ),
+    );
+    // The 12th input any replica is about to process crashes that replica (a SIGKILL of itself).
+    const schedule = new FaultSchedule({ [Barrier.nodeProcessBefore]: nth(12, crash()) }, {
+      markerDir: join(dir, "markers"),
+    });
+    const run = await vf(
+      ["run-local", flow, "--state", join(dir, "state"), "--isolation", "process"],
+      { cwd: dir, env: { ...schedule.toEnv(), VF_ACK_WAIT_SECONDS: "2" } },
+    );
+    schedule.assertAllFired();
+    assert.equal(run.code, 0, run.text);
+    assert.match(run.text, /(middle|sink)\[0\] exited with code 137/);
+    assert.match(run.text, /(middle|sink)\[0\] started \(restart 1\)/);
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 30));
+  });
+});
+
 // ---- 5, 6, 7. failures that end the run -------------------------------------------------------------------
 
 Deno.test("a producer that throws ends every downstream node with ABORT and the run exits 4", async () => {
@@ -555,6 +584,32 @@ Deno.test("Ctrl-C (SIGINT to the whole process group) stops a subprocess run wit
     await waitForLines(join(dir, "out.jsonl"), 10, child);
     Deno.kill(-child.pid, "SIGINT");
     await assertStoppedWithoutLoss(await finished(child), dir, "interrupt-story", "r1");
+  });
+});
+
+Deno.test("a second SIGTERM forces a stop that cannot drain (a node hangs): exit 130", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "HangAt"],
+      pipeline(
+        "forced-story",
+        `new Count({ name: "count", n: 10 })`,
+        `new HangAt({ name: "hang", at: 4 })`,
+        dir,
+      ),
+    );
+    const child = startVf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
+    await waitForLines(join(dir, "out.jsonl"), 3, child);
+    child.kill("SIGTERM");
+    let exited = false;
+    child.status.then(() => (exited = true));
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    assert.ok(!exited, "the first SIGTERM waits for the flow to drain");
+    child.kill("SIGTERM");
+    const run = await finished(child);
+    assert.equal(run.code, 130, run.text);
+    assert.match(run.text, /flow forced-story was forced to stop with exit code 130/);
   });
 });
 
