@@ -1645,6 +1645,9 @@ export class BrokerMessenger implements Messenger {
       const counts: Observation<readonly [number, number]> = observed.kind === "known"
         ? { ...observed, value: [this.#waiting(observed.value), observed.value.leased - parent.inJoin] }
         : observed;
+      // The barrier is never complete while the broker holds work for this node or cannot be read, so the
+      // ledger (terminators, every received record) is read only when the broker's facts allow completion.
+      if (counts.kind !== "known" || counts.value[0] > 0 || counts.value[1] > 0) return false;
       const state = await this.#runtime.completionState(parent.name, parent.durable, counts, false);
       if (state !== CompletionState.complete) return false;
       await this.#runtime.commitCompletion(parent.name, this.#lease);
