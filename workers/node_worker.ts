@@ -3,8 +3,9 @@
  * imports the node's module and this one statically (so loading needs no permission inside the sandbox),
  * then posts `{ env, port }`: the replica's `VF_*` environment and its broker MessagePort. Reports go back
  * with `postMessage`; a `{ type: "quiesce" }` message asks the replica to stop admitting input; the last
- * message is `{ kind: "done", code }`, after which the worker closes itself (also when the watchdog ends a
- * replica whose `process()` never returns: `Deno.exit` would end the worker without a word to the engine).
+ * message is `{ kind: "done", code }`, after which the worker closes itself. `Deno.exit` ends a worker
+ * without a word to the engine, so the watchdog ends a wedged replica through the same message, and a
+ * `Deno.exit` called inside the worker (a scheduled crash fault, or a node's own) posts it first.
  *
  * @module
  */
@@ -29,6 +30,11 @@ export function serveNodeWorker(): void {
     const done = (code: number) => {
       self.postMessage({ kind: "done", code });
       self.close();
+    };
+    const exit = Deno.exit;
+    Deno.exit = (code?: number): never => {
+      self.postMessage({ kind: "done", code: code ?? 0 });
+      return exit(code);
     };
     done(
       await runWorker({

@@ -411,33 +411,36 @@ Deno.test("a subprocess replica killed with SIGKILL mid-run is restarted and eve
   });
 });
 
-Deno.test("a fault schedule in vf's environment reaches the replicas: a crash mid-run is restarted, no item lost", async () => {
-  await inTempDir(async (dir) => {
-    const flow = await writeFlow(
-      dir,
-      ["Count", "Poison"],
-      pipeline(
-        "fault-story",
-        `new Count({ name: "count", n: 30 })`,
-        `new Poison({ name: "middle", poison: [] })`,
+for (const isolation of ["worker", "process"]) {
+  Deno.test(`a fault schedule in vf's environment crashes a replica mid-run: restarted, no item lost (${isolation})`, async () => {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
         dir,
-      ),
-    );
-    // The 12th input any replica is about to process crashes that replica (a SIGKILL of itself).
-    const schedule = new FaultSchedule({ [Barrier.nodeProcessBefore]: nth(12, crash()) }, {
-      markerDir: join(dir, "markers"),
+        ["Count", "Poison"],
+        pipeline(
+          "fault-story",
+          `new Count({ name: "count", n: 30 })`,
+          `new Poison({ name: "middle", poison: [] })`,
+          dir,
+        ),
+      );
+      // The 12th input any replica is about to process crashes that replica (a SIGKILL of itself).
+      const schedule = new FaultSchedule({ [Barrier.nodeProcessBefore]: nth(12, crash()) }, {
+        markerDir: join(dir, "markers"),
+      });
+      const run = await vf(
+        ["run-local", flow, "--state", join(dir, "state"), "--isolation", isolation],
+        { cwd: dir, env: { ...schedule.toEnv(), VF_ACK_WAIT_SECONDS: "2" } },
+      );
+      schedule.assertAllFired();
+      assert.equal(run.code, 0, run.text);
+      assert.match(run.text, /(middle|sink)\[0\] exited with code 137/);
+      assert.match(run.text, /(middle|sink)\[0\] started \(restart 1\)/);
+      assert.doesNotMatch(run.text, /went silent/, "the crash is reported, not guessed from silence");
+      assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 30));
     });
-    const run = await vf(
-      ["run-local", flow, "--state", join(dir, "state"), "--isolation", "process"],
-      { cwd: dir, env: { ...schedule.toEnv(), VF_ACK_WAIT_SECONDS: "2" } },
-    );
-    schedule.assertAllFired();
-    assert.equal(run.code, 0, run.text);
-    assert.match(run.text, /(middle|sink)\[0\] exited with code 137/);
-    assert.match(run.text, /(middle|sink)\[0\] started \(restart 1\)/);
-    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 30));
   });
-});
+}
 
 // ---- 5, 6, 7. failures that end the run -------------------------------------------------------------------
 
