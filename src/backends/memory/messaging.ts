@@ -200,6 +200,11 @@ function kindIndex(kind: SubscriptionKind | MessageKind): KindIndex {
 
 /** How many dead items a queue may hold beyond twice its live ones before it is compacted. */
 const COMPACTION_SLACK = 64;
+/**
+ * How far short of its instant a waiting receive's timer may fire and still count as on time: one tick of a
+ * clock that keeps whole microseconds (FakeClock), whose timers round the instant they are armed for.
+ */
+const WAKE_TOLERANCE_SECONDS = 1e-6;
 
 /** A growable circular FIFO: push and shift in O(1), no element moves on shift. */
 class Ring<T> {
@@ -1773,7 +1778,11 @@ export class MemoryMessagingBackend implements MessagingBackend {
     else this.#handOut(deliveries).then(waiter.resolve, waiter.reject);
   }
 
-  /** Wakes the waiter at its deadline or at the earliest lease expiry of its subscriptions, whichever is first. */
+  /**
+   * Wakes the waiter at its deadline or at the earliest lease expiry of its subscriptions, whichever is
+   * first. A timer that fires less than {@link WAKE_TOLERANCE_SECONDS} short of that instant (a clock that
+   * keeps whole microseconds rounds it) wakes at the instant, so it never re-arms a timer of no length.
+   */
   #armWaiter(waiter: Waiter, now: number): void {
     let wake = waiter.deadline;
     for (const state of waiter.subs) {
@@ -1782,7 +1791,8 @@ export class MemoryMessagingBackend implements MessagingBackend {
     }
     waiter.timer = this.#clock.setTimer(wake - now, () => {
       waiter.timer = null;
-      const at = this.#clock.monotonic();
+      const reading = this.#clock.monotonic();
+      const at = wake - reading < WAKE_TOLERANCE_SECONDS ? Math.max(reading, wake) : reading;
       for (const state of waiter.subs) this.#sweep(state, at);
       const deliveries = this.#take(waiter.subs, waiter.itemCredit, waiter.byteCredit, at);
       if (deliveries.length > 0 || at >= waiter.deadline) {

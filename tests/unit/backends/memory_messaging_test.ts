@@ -12,6 +12,7 @@ import { ConfigError, IncompatibleProfile, ResourceUnavailable } from "../../../
 import type { Retention } from "../../../src/backends/capabilities.ts";
 import { Barrier, delay, dropResponse, FaultSchedule, raiseError } from "../../../src/backends/faults.ts";
 import { ownerLabels } from "../../../src/backends/identity.ts";
+import type { TimerHandle } from "../../../src/backends/clock.ts";
 import { FakeClock } from "../../../src/backends/memory/clock.ts";
 import {
   CONTROL_STOP_KEY,
@@ -391,6 +392,51 @@ Deno.test("a waiting receive wakes for a publication, for a lapsed lease, and re
   const empty = r.broker.receive(sink, 8, BIG, r.clock.monotonic() + 5);
   await r.clock.advanceAsync(5);
   assert.deepEqual(await empty, []);
+});
+
+/** A FakeClock that refuses to arm more than `limit` timers, so a timer re-arming itself fails instead of hanging. */
+class BoundedClock extends FakeClock {
+  #armed = 0;
+
+  constructor(readonly limit: number) {
+    super();
+  }
+
+  override setTimer(seconds: number, callback: () => void): TimerHandle {
+    if (++this.#armed > this.limit) {
+      throw new Error(`more than ${this.limit} timers armed: a timer re-arms itself without time passing`);
+    }
+    return super.setTimer(seconds, callback);
+  }
+}
+
+Deno.test("a waiting receive whose deadline or lease expiry falls between microsecond ticks wakes once, on time", async () => {
+  const seed = testSeed();
+  const random = new SeededRandom(seed);
+  for (let round = 0; round < 20; round++) {
+    // Whole seconds plus a fraction of a microsecond: FakeClock timers fire on whole microseconds, so the
+    // timer of such an instant fires a rounding error away from it (short of it, for fractions below 0.5).
+    const fraction = (round === 0 ? 0.4 : random.next()) * 1e-6;
+    const clock = new BoundedClock(16);
+    const r: Rig = { clock, broker: new MemoryMessagingBackend({ clock }) };
+    const ackWait = random.int(1, 5) + fraction;
+    const { spec, subs } = await provisioned(r, "interest", [["sink", { ackWaitSeconds: ackWait }]]);
+    const deadlineIn = random.int(1, 5) + fraction;
+    const empty = r.broker.receive(subs[0], 8, BIG, clock.monotonic() + deadlineIn);
+    clock.advance(deadlineIn + 1);
+    assert.deepEqual(await empty, [], `seed ${seed}, round ${round}: the deadline returns nothing`);
+    await publish(r, spec.id, "p1");
+    assert.equal((await poll(r, subs[0])).length, 1, `seed ${seed}, round ${round}`);
+    const redelivery = r.broker.receive(subs[0], 8, BIG, clock.monotonic() + 60);
+    const leasedAt = clock.monotonic();
+    clock.advance(ackWait + 1);
+    const [again] = await redelivery;
+    assert.equal(again?.token.attempt, 2, `seed ${seed}, round ${round}: woken by the lapsed lease`);
+    assert.ok(
+      Math.abs(clock.monotonic() - leasedAt - (ackWait + 1)) < 1e-6 && clock.pendingTimers() === 0,
+      `seed ${seed}, round ${round}: no timer left armed`,
+    );
+  }
 });
 
 Deno.test("receiveAny serves whichever subscription has work; each delivery names its subscription", async () => {
