@@ -261,19 +261,10 @@ Deno.test("the video_motion example writes 60 motion lines and a decodable 60-fr
       assert.ok(motion.score >= 0 && motion.score <= 255, JSON.stringify(motion));
       assert.equal(typeof motion.moving, "boolean");
     }
+    const frameCount =
+      "-v error -count_frames -select_streams v:0 -show_entries stream=nb_read_frames -of csv=p=0";
     const probe = await new Deno.Command("ffprobe", {
-      args: [
-        "-v",
-        "error",
-        "-count_frames",
-        "-select_streams",
-        "v:0",
-        "-show_entries",
-        "stream=nb_read_frames",
-        "-of",
-        "csv=p=0",
-        join(dir, "examples/out/motion_annotated.mp4"),
-      ],
+      args: [...frameCount.split(" "), join(dir, "examples/out/motion_annotated.mp4")],
       stdout: "piped",
       stderr: "piped",
     }).output();
@@ -471,19 +462,20 @@ Deno.test("a producer that throws ends every downstream node with ABORT and the 
   });
 });
 
+/** `count` (1..10) → `hang` (never returns from item 4) → sink. */
+function hangingFlow(dir: string, flowId: string): Promise<string> {
+  const count = `new Count({ name: "count", n: 10 })`;
+  return writeFlow(
+    dir,
+    ["Count", "HangAt"],
+    pipeline(flowId, count, `new HangAt({ name: "hang", at: 4 })`, dir),
+  );
+}
+
 for (const isolation of ["worker", "process"]) {
   Deno.test(`a node that hangs in process trips the watchdog and the run exits 5 (${isolation} isolation)`, async () => {
     await inTempDir(async (dir) => {
-      const flow = await writeFlow(
-        dir,
-        ["Count", "HangAt"],
-        pipeline(
-          "hang-story",
-          `new Count({ name: "count", n: 10 })`,
-          `new HangAt({ name: "hang", at: 4 })`,
-          dir,
-        ),
-      );
+      const flow = await hangingFlow(dir, "hang-story");
       const run = await vf(
         ["run-local", flow, "--state", join(dir, "state"), "--isolation", isolation, "--no-restart"],
         { cwd: dir, env: { VF_PROGRESS_TIMEOUT_SECONDS: "1", VF_WATCHDOG_INTERVAL_SECONDS: "0.2" } },
@@ -592,16 +584,7 @@ Deno.test("Ctrl-C (SIGINT to the whole process group) stops a subprocess run wit
 
 Deno.test("a second SIGTERM forces a stop that cannot drain (a node hangs): exit 130", async () => {
   await inTempDir(async (dir) => {
-    const flow = await writeFlow(
-      dir,
-      ["Count", "HangAt"],
-      pipeline(
-        "forced-story",
-        `new Count({ name: "count", n: 10 })`,
-        `new HangAt({ name: "hang", at: 4 })`,
-        dir,
-      ),
-    );
+    const flow = await hangingFlow(dir, "forced-story");
     const child = startVf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
     await waitForLines(join(dir, "out.jsonl"), 3, child);
     child.kill("SIGTERM");
