@@ -35,9 +35,11 @@
  *   committed output is confirmed.
  * - A time join over a durable ledger persists each group it hands out until its inputs settle, so a
  *   replacement re-forms the same group from the redelivered members (story 1).
- * - Ledger writes on the hot path are amortized: a received batch is noted in one write before any of it is
- *   acked, accepted publication ids and a replayable source's offset are flushed in batches, and nothing is
- *   written that the configuration does not need (a memory ledger keeps no received sets).
+ * - Ledger writes on the hot path are amortized: a received batch is noted in one write, which runs while
+ *   the batch is processed and is done before any of it is settled, accepted publication ids and a
+ *   replayable source's offset are flushed in batches, and nothing is written that the configuration does
+ *   not need (a memory ledger keeps no received sets). The EOS-7 barrier reads the ledger only when the
+ *   broker reports nothing pending for the node, the one state in which it can be complete.
  *
  * The run's channels and data subscriptions must exist (`provisionFlow`) before {@link BrokerMessenger.open}.
  *
@@ -524,6 +526,10 @@ export class BrokerMessenger implements Messenger {
   readonly #assembler: GroupAssembler<Held> | null;
   readonly #held = new Set<Held>();
   readonly #decoded = new WeakMap<Delivery, WireEnvelope | DecodeError>();
+  /** The ledger write noting a delivery as received (EOS-7), which must be done before it is settled. */
+  readonly #recordingOf = new WeakMap<Delivery, Promise<void>>();
+  /** Received-id writes still running. */
+  readonly #recordings = new Set<Promise<void>>();
   readonly #relayOrigins = new WeakMap<object, string>();
   readonly #payloadStore: PayloadStore | null;
   readonly #bridge: PayloadStoreBlobBridge | null;
@@ -1055,6 +1061,7 @@ export class BrokerMessenger implements Messenger {
     if (this.#started) {
       await this.#handBack();
       await this.#flushLedger();
+      await Promise.allSettled(this.#recordings);
     }
     if (this.#lease !== null && !this.#authorityLost) await this.#runtime.releasePartition(this.#lease);
   }
@@ -1202,7 +1209,7 @@ export class BrokerMessenger implements Messenger {
       now + wholeMicroseconds(Math.max(MIN_RECEIVE_WAIT_SECONDS, deadline - now)),
     );
     if (deliveries.length === 0) return;
-    const received = new Map<ParentState, string[]>();
+    const received = new Map<ParentState, Delivery[]>();
     const data: Array<readonly [ParentState, Delivery]> = [];
     for (const delivery of deliveries) {
       const { parent, kind } = this.#route(delivery.token.subscription);
@@ -1211,19 +1218,32 @@ export class BrokerMessenger implements Messenger {
         continue;
       }
       if (parent.barrier) {
-        const ids = received.get(parent);
-        if (ids === undefined) received.set(parent, [delivery.token.messageId]);
-        else ids.push(delivery.token.messageId);
+        const batch = received.get(parent);
+        if (batch === undefined) received.set(parent, [delivery]);
+        else batch.push(delivery);
       }
       data.push([parent, delivery]);
     }
-    for (const [parent, ids] of received) {
-      await this.#runtime.recordReceivedMany(parent.name, parent.durable, ids);
-    }
+    for (const [parent, batch] of received) this.#recordReceived(parent, batch);
     for (const [parent, delivery] of data) {
       const pending = this.#onData(parent, delivery, now);
       if (pending !== null) await pending;
     }
+  }
+
+  /**
+   * Notes a received batch's ids in the ledger (EOS-7) in one write, which runs while the batch is
+   * processed: each delivery of the batch remembers the write, and {@link #settle} waits for it before
+   * the delivery leaves the broker, so an id is never acked unrecorded.
+   */
+  #recordReceived(parent: ParentState, batch: readonly Delivery[]): void {
+    const ids = batch.map((delivery) => delivery.token.messageId);
+    const recording = this.#runtime.recordReceivedMany(parent.name, parent.durable, ids).then(() => {});
+    this.#recordings.add(recording);
+    const forget = () => this.#recordings.delete(recording);
+    // A write that fails is reported by the settles that wait for it, never as an unhandled rejection.
+    recording.then(forget, forget);
+    for (const delivery of batch) this.#recordingOf.set(delivery, recording);
   }
 
   /**
@@ -1714,6 +1734,8 @@ export class BrokerMessenger implements Messenger {
     if (held.settled) return null;
     held.settled = true;
     this.#held.delete(held);
+    const recording = this.#recordingOf.get(held.delivery);
+    if (recording !== undefined && outcome.kind !== "retry") await recording;
     const token = held.delivery.token;
     const result = await this.#backend.settle(
       token,

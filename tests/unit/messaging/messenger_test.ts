@@ -3,6 +3,9 @@ import type { MemoryMessagingBackend } from "../../../src/backends/memory/messag
 import { CONTROL_STOP_KEY } from "../../../src/backends/memory/messaging.ts";
 import { Barrier, FaultSchedule, raiseTyped } from "../../../src/backends/faults.ts";
 import { channelId, type Envelope, envelope, MessageKind } from "../../../src/backends/messaging.ts";
+import { requireKnown } from "../../../src/backends/outcomes.ts";
+import { FlowRuntime } from "../../../src/backends/runtime.ts";
+import type { RuntimeStore } from "../../../src/backends/runtime_store.ts";
 import { CHECKPOINT_METADATA_KEY, PARTITION_KEY_METADATA_KEY } from "../../../src/core/context.ts";
 import { CapabilityError, ConfigError, PoisonMessage, TransientFailure } from "../../../src/core/errors.ts";
 import { StopReason } from "../../../src/core/messenger.ts";
@@ -338,6 +341,132 @@ Deno.test("a memory ledger keeps no received sets; a durable one notes each rece
       assert.equal(await flow.runtime("cam").publishedCount(), 8);
     });
   }
+});
+
+/**
+ * A ledger store that delegates to `inner`, and lets a test see when the received ids are read and hold
+ * back the writes that note them.
+ */
+class WatchedStore implements RuntimeStore {
+  /** What `onReceivedScan` returned at each scan of received records. */
+  readonly receivedScans: unknown[] = [];
+  /** Received-id writes begun (held or not). */
+  receivedWrites = 0;
+  #held: PromiseWithResolvers<void> | null = null;
+
+  constructor(
+    readonly inner: RuntimeStore,
+    readonly onReceivedScan: () => Promise<unknown> = () => Promise.resolve(null),
+  ) {}
+
+  /** Holds every received-id write from now until {@link release}. */
+  hold(): void {
+    this.#held = Promise.withResolvers<void>();
+  }
+
+  release(): void {
+    this.#held?.resolve();
+    this.#held = null;
+  }
+
+  get(key: string) {
+    return this.inner.get(key);
+  }
+
+  async cas(key: string, expectedVersion: string | null, value: Uint8Array) {
+    if (key.includes("/received/")) {
+      this.receivedWrites++;
+      if (this.#held !== null) await this.#held.promise;
+    }
+    return await this.inner.cas(key, expectedVersion, value);
+  }
+
+  delete(key: string, expectedVersion: string | null) {
+    return this.inner.delete(key, expectedVersion);
+  }
+
+  async scan(prefix: string) {
+    if (prefix.includes("/received/")) this.receivedScans.push(await this.onReceivedScan());
+    return await this.inner.scan(prefix);
+  }
+
+  append(log: string, record: Uint8Array) {
+    return this.inner.append(log, record);
+  }
+
+  logEntries(log: string) {
+    return this.inner.logEntries(log);
+  }
+
+  capabilities() {
+    return this.inner.capabilities();
+  }
+
+  close() {
+    return Promise.resolve();
+  }
+}
+
+/** `node`'s ledger over `store` instead of the flow's own, with the flow's parent replica counts. */
+function runtimeOver(flow: MessengerFlow, node: string, store: RuntimeStore): FlowRuntime {
+  return new FlowRuntime({
+    store,
+    flowId: FLOW,
+    runId: RUN,
+    node,
+    parentReplicas: flow.parentReplicas(node),
+    clock: flow.clock,
+  });
+}
+
+Deno.test("the EOS-7 check reads the received ids only once the broker holds nothing more for the node", async () => {
+  await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
+    const cam = await flow.open("cam");
+    await produce(flow, cam, Array.from({ length: 40 }, (_, i) => i));
+    const data = dataSubscriptionId(channelId(FLOW, RUN, "cam"), "det", null);
+    const store = new WatchedStore(flow.store, async () => {
+      const counts = requireKnown(await flow.backend.observeSubscription(data), "det's subscription");
+      return counts.available + counts.leased;
+    });
+    const det = await flow.open("det", 0, { runtime: runtimeOver(flow, "det", store), prefetch: 16 });
+    const seen = await consume(flow, det, (g) => g.cam?.message);
+    assert.equal(seen.groups.length, 40);
+    assert.equal(seen.end.cam?.isStopSignal, true);
+    assert.ok(store.receivedScans.length >= 1, "the barrier was decided on the received ids");
+    assert.deepEqual(
+      store.receivedScans.filter((pending) => pending !== 0),
+      [],
+      `received ids read while the broker still held work: ${store.receivedScans.join(", ")}`,
+    );
+  });
+});
+
+Deno.test("a received batch's ledger write runs while the node works and is done before any of it is acked", async () => {
+  await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
+    const cam = await flow.open("cam");
+    await produce(flow, cam, [1, 2, 3]);
+    const store = new WatchedStore(flow.store);
+    const det = await flow.open("det", 0, { runtime: runtimeOver(flow, "det", store) });
+    store.hold();
+    const group = await flow.drive(det.receiveMessage());
+    assert.equal(group.cam?.message, 1, "the node has its input while the write is held");
+    assert.equal(store.receivedWrites, 1);
+    let acked = false;
+    const ack = det.ackInputs().then(() => {
+      acked = true;
+    });
+    for (let turn = 0; turn < 20; turn++) await new Promise((resolve) => setTimeout(resolve, 1));
+    const data = dataSubscriptionId(channelId(FLOW, RUN, "cam"), "det", null);
+    const leased = async () =>
+      requireKnown(await flow.backend.observeSubscription(data), "det's subscription").leased;
+    assert.equal(acked, false, "the ack waits for the write");
+    assert.equal(await leased(), 3, "nothing left the broker unrecorded");
+    store.release();
+    await flow.drive(ack);
+    const ids = await flow.runtime("det").receivedIds("cam", "det--from--cam");
+    assert.equal(ids.size, 3);
+    assert.equal(await leased(), 2);
+  });
 });
 
 Deno.test("bytes that do not decode never reach the node: replica 0 of a partitioned node dead-letters them", async () => {
