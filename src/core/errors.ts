@@ -483,9 +483,34 @@ function errorMessage(error: unknown): string {
 }
 
 /**
+ * One of our user or environment errors raised while messages flowed: it keeps its class name, code, exit
+ * status, remedy and context, and gains the disposition the delivery ladder needs.
+ */
+class CarriedError extends VideoflowRuntimeError {
+  readonly #original: VideoflowError;
+
+  constructor(original: VideoflowError, context: ErrorContext) {
+    super(original.message, original.remedy, { ...context, ...original.context });
+    this.#original = original;
+    this.name = original.name;
+    (this as { cause?: unknown }).cause = original;
+  }
+
+  override get code(): string {
+    return this.#original.code;
+  }
+
+  override get exitCode(): number {
+    return this.#original.exitCode;
+  }
+}
+
+/**
  * Wraps whatever a node threw into a classified {@link VideoflowRuntimeError} carrying the message's
- * identity. One of ours is enriched in place (its code is never buried); anything else becomes a runtime
- * error whose disposition comes from {@link classify} and whose `cause` is the original.
+ * identity. A runtime error of ours is enriched in place; a user or environment error of ours keeps its
+ * class name, code and exit status (worker_fatal for a user error: a misconfigured node fails every message
+ * alike); anything else becomes a runtime error whose disposition comes from {@link classify} and whose
+ * `cause` is the original.
  */
 export function asRuntimeError(
   error: unknown,
@@ -497,6 +522,11 @@ export function asRuntimeError(
       if (!(key in error.context)) error.context[key] = value;
     }
     return error;
+  }
+  if (error instanceof VideoflowError) {
+    return new CarriedError(error, context).withDisposition(
+      error instanceof VideoflowUserError ? WORKER_FATAL : requireDisposition(fallback),
+    );
   }
   const disposition = classify(error, fallback);
   const type = error instanceof Error ? error.name : typeof error;

@@ -202,3 +202,25 @@ Deno.test("raiseForDiagnostics raises one GraphError with every error and ignore
     assert.equal(error.toDict().diagnostics?.length, 2);
   }
 });
+
+Deno.test("asRuntimeError keeps a user or environment error's code, exit status and remedy, with a disposition", () => {
+  const config = asRuntimeError(
+    new ConfigError("path must be set", "pass path", { key: "path" }),
+    TRANSIENT,
+    {
+      node: "sink",
+    },
+  );
+  assert.ok(config instanceof VideoflowRuntimeError);
+  assert.equal(config.code, "VF_CONFIG");
+  assert.equal(config.exitCode, 2);
+  assert.equal(config.name, "ConfigError");
+  assert.equal(config.remedy, "pass path");
+  assert.equal(config.disposition, WORKER_FATAL, "a misconfigured node fails every message alike");
+  assert.deepEqual(config.context, { node: "sink", key: "path" });
+  assert.equal(config.toDict().code, "VF_CONFIG");
+  const environment = asRuntimeError(new errors.ResourceUnavailable("no clip"), POISON);
+  assert.equal(environment.code, "VF_RESOURCE_UNAVAILABLE");
+  assert.equal(environment.exitCode, 3);
+  assert.equal(environment.disposition, POISON, "the caller's fallback for the environment");
+});
