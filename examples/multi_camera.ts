@@ -1,7 +1,7 @@
 // deno-lint-ignore-file no-import-prefix no-unversioned-import
 /**
  * Two cameras joined by event time: camera A films at 15 frames/s, camera B at 10; their frames pair up
- * when their capture times are within 20 ms, and a frame with no partner is still emitted after half a
+ * when their capture times are within 20 ms, and a frame with no partner is still emitted after two
  * second (a quorum of one). One JSON line per moment: each camera's mean brightness, or null where that
  * camera had no frame.
  *
@@ -51,7 +51,7 @@ const compare = new CompareCameras({
     mode: "time",
     toleranceMs: 20,
     quorum: 1,
-    timeoutSeconds: 0.5,
+    timeoutSeconds: 2,
     missing: "drop",
   }),
 }).from(camA, camB);
