@@ -2,7 +2,7 @@
 /**
  * Two cameras joined by event time: camera A films at 15 frames/s, camera B at 10; their frames pair up
  * when their capture times are within 20 ms, and a frame with no partner is still emitted after two
- * second (a quorum of one). One JSON line per moment: each camera's mean brightness, or null where that
+ * seconds (a quorum of one). One JSON line per moment: each camera's mean brightness, or null where that
  * camera had no frame.
  *
  * Run it with `deno task vf run-local examples/multi_camera.ts`; the output lands in `examples/out/`.
