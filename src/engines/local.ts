@@ -26,6 +26,7 @@ import {
 } from "../core/supervision.ts";
 import { channelId, MessageKind } from "../backends/messaging.ts";
 import { flowTopology, provisionFlow, type TopologyNode } from "../messaging/topology.ts";
+import { storeSharedAndDurable } from "../backends/runtime.ts";
 import { FileRuntimeStore } from "../runtime/file_store.ts";
 import {
   EMBEDDED_RUNTIME_STORE_URL,
@@ -258,7 +259,9 @@ export class LocalEngine {
 
   async #run(): Promise<LocalRunResult> {
     const { flowId, flowType, runId, specs } = this.#options;
-    const topology = flowTopology(topologyNodes(specs), { flowId, runId, flowType });
+    const ledger = this.#broker.runtimeStore;
+    const ledgerBudget = ledger !== null && await storeSharedAndDurable(ledger);
+    const topology = flowTopology(topologyNodes(specs), { flowId, runId, flowType, ledgerBudget });
     await provisionFlow(this.#broker.messaging, topology, `run-local/${runId}`);
     if (this.#options.isolation === Isolation.process) await this.#broker.listen();
     const onSignal = () => this.stop();
@@ -376,11 +379,14 @@ export class LocalEngine {
       name: `${spec.name}/${index}`,
       deno: { permissions: workerPermissions(this.#granted(spec)) },
     } as WorkerOptions);
+    const { port1, port2 } = new MessageChannel();
+    const connection = this.#broker.servePort(port1, `${spec.name}/${index}`);
     let ended = false;
     const end = (code: number) => {
       if (ended) return;
       ended = true;
       worker.terminate();
+      connection.disconnect(`${spec.name}[${index}] ended`);
       this.#exited(replica, code);
     };
     worker.onmessage = (event: MessageEvent<WorkerReport | { kind: "done"; code: number }>) => {
@@ -394,8 +400,7 @@ export class LocalEngine {
       replica.reason = { code: "VF_WORKER_FATAL", message: event.message, disposition: "worker_fatal" };
       end(EXIT_FLOW_FAILED);
     };
-    const port = this.#broker.openPort(`${spec.name}/${index}`);
-    worker.postMessage({ env: this.#envFor(replica), port }, [port]);
+    worker.postMessage({ env: this.#envFor(replica), port: port2 }, [port2]);
     replica.stop = () => worker.postMessage({ type: "quiesce" });
     replica.kill = () => end(EXIT_FLOW_FAILED);
   }
