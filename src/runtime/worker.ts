@@ -234,6 +234,9 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
       maxInlinePayloadBytes: config.maxInlinePayloadBytes,
       prefetchBytes: config.prefetchBytes,
       replayable: node instanceof ProducerNode && (node.constructor as typeof ProducerNode).replayable,
+      analysisVersion: node instanceof ProducerNode
+        ? (node.constructor as typeof ProducerNode).analysisVersion
+        : null,
       logger,
     });
     const health = new HealthState(config.nodeName);
