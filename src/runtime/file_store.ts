@@ -86,6 +86,8 @@ export const FILE_STORE_LOCK_STRIPES = 256;
 export const MAX_READABLE_NAME_LENGTH = 160;
 
 const LONG_NAME_HEAD = 96;
+/** What starts (and splits) the file name of a name too long to keep readable. */
+const HASHED_NAME_MARK = "~";
 const KEY_SUFFIX = ".json";
 const TEMP_SUFFIX = ".tmp";
 const RECORD_SUFFIX = ".rec";
@@ -93,13 +95,32 @@ const APPEND_TEMP = "append.tmp";
 const INDEX_DIGITS = 16;
 const MARKER_NAME = "store.json";
 const MARKER_KIND = "videoflow-file-runtime-store";
-const KEPT_BYTE = /^[a-z0-9_-]$/;
+const HEX_PAIR = /^[0-9a-f]{2}$/;
+/** `%xx` for every byte value. */
+const HEX_ESCAPES: readonly string[] = Array.from(
+  { length: 256 },
+  (_, byte) => `%${byte.toString(16).padStart(2, "0")}`,
+);
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder("utf-8", { fatal: true });
 
 function sha256Hex(bytes: Uint8Array | string): string {
   return createHash("sha256").update(bytes).digest("hex");
+}
+
+/** Whether a byte (or UTF-16 code unit) is one a store name keeps as itself: `[a-z0-9_-]`. */
+function isKeptByte(code: number): boolean {
+  return (code >= 0x61 && code <= 0x7a) || (code >= 0x30 && code <= 0x39) || code === 0x5f || code === 0x2d;
+}
+
+/** Each byte of `name`'s UTF-8 form as itself when kept, else as `%xx`: a prefix of a name maps to a prefix. */
+function escapeStoreName(name: string): string {
+  let encoded = "";
+  for (const byte of encoder.encode(name)) {
+    encoded += isKeptByte(byte) ? String.fromCharCode(byte) : HEX_ESCAPES[byte];
+  }
+  return encoded;
 }
 
 /**
@@ -110,16 +131,12 @@ function sha256Hex(bytes: Uint8Array | string): string {
  * + `~` + the SHA-256 of the name, which fits every filesystem's 255-byte limit.
  */
 export function encodeStoreName(name: string): string {
-  let encoded = "";
-  for (const byte of encoder.encode(name)) {
-    const char = String.fromCharCode(byte);
-    encoded += KEPT_BYTE.test(char) ? char : `%${byte.toString(16).padStart(2, "0")}`;
-  }
+  const encoded = escapeStoreName(name);
   if (encoded.length <= MAX_READABLE_NAME_LENGTH) return encoded;
   let head = encoded.slice(0, LONG_NAME_HEAD);
   const cut = head.lastIndexOf("%");
   if (cut > LONG_NAME_HEAD - 3) head = head.slice(0, cut);
-  return `~${head}~${sha256Hex(name)}`;
+  return `${HASHED_NAME_MARK}${head}${HASHED_NAME_MARK}${sha256Hex(name)}`;
 }
 
 /**
@@ -127,15 +144,15 @@ export function encodeStoreName(name: string): string {
  * document holds. Throws RangeError for a string no name encodes to.
  */
 export function decodeStoreName(encoded: string): string | null {
-  if (encoded.startsWith("~")) return null;
+  if (encoded.startsWith(HASHED_NAME_MARK)) return null;
   const bytes: number[] = [];
   for (let i = 0; i < encoded.length; i++) {
-    const char = encoded[i];
-    if (char === "%" && /^[0-9a-f]{2}$/.test(encoded.slice(i + 1, i + 3))) {
+    const code = encoded.charCodeAt(i);
+    if (code === 0x25 && HEX_PAIR.test(encoded.slice(i + 1, i + 3))) {
       bytes.push(parseInt(encoded.slice(i + 1, i + 3), 16));
       i += 2;
-    } else if (KEPT_BYTE.test(char)) {
-      bytes.push(char.charCodeAt(0));
+    } else if (isKeptByte(code)) {
+      bytes.push(code);
     } else {
       throw new RangeError(`${JSON.stringify(encoded)} is not an encoded store name`);
     }
@@ -265,8 +282,9 @@ async function syncDirectory(dir: string): Promise<void> {
 }
 
 /**
- * Temporary file, fsync, atomic rename over `target`, fsync of the directory: old or new, never torn.
- * `beforeRename` runs between the fsync and the rename (the `ledger.write.mid` barrier).
+ * Temporary file, fsync, atomic rename over `target`, fsync of the directory (`syncDir`, by default
+ * opening `dir`): old or new, never torn. `beforeRename` runs between the fsync and the rename (the
+ * `ledger.write.mid` barrier).
  */
 async function writeAtomically(
   dir: string,
@@ -274,6 +292,7 @@ async function writeAtomically(
   target: string,
   bytes: Uint8Array,
   beforeRename: () => Promise<void> = () => Promise.resolve(),
+  syncDir: () => Promise<void> = () => syncDirectory(dir),
 ): Promise<void> {
   const file = await Deno.open(temp, { write: true, create: true, truncate: true, mode: 0o644 });
   try {
@@ -284,7 +303,7 @@ async function writeAtomically(
   }
   await beforeRename();
   await Deno.rename(temp, target);
-  await syncDirectory(dir);
+  await syncDir();
 }
 
 /** The `ledger.write.mid` fault barrier: the new bytes are in a fsynced temporary file, not yet renamed. */
@@ -348,7 +367,21 @@ export class FileRuntimeStore implements RuntimeStore {
   readonly #lockFiles = new Map<number, Deno.FsFile>();
   readonly #queues = new Map<number, Promise<void>>();
   readonly #inFlight = new Set<Promise<unknown>>();
+  /** `keys/`, kept open for the fsync that makes each write's rename durable. */
+  #keysDirHandle: Promise<Deno.FsFile> | null = null;
   #closed = false;
+  /** Fsyncs `keys/` through the handle kept open for it (opened on first use). */
+  readonly #syncKeysDir = async (): Promise<void> => {
+    this.#keysDirHandle ??= Deno.open(this.#keysDir, { read: true });
+    let handle: Deno.FsFile;
+    try {
+      handle = await this.#keysDirHandle;
+    } catch (error) {
+      this.#keysDirHandle = null;
+      throw error;
+    }
+    await handle.sync();
+  };
 
   private constructor(root: string, clock: Clock) {
     this.root = root;
@@ -415,6 +448,7 @@ export class FileRuntimeStore implements RuntimeStore {
           join(this.#keysDir, name + KEY_SUFFIX),
           encoder.encode(JSON.stringify(doc)),
           () => midLedgerWrite("cas", key),
+          this.#syncKeysDir,
         );
         return true;
       });
@@ -436,7 +470,7 @@ export class FileRuntimeStore implements RuntimeStore {
         await Deno.remove(join(this.#keysDir, name + TEMP_SUFFIX)).catch((error) => {
           if (!(error instanceof Deno.errors.NotFound)) throw error;
         });
-        await syncDirectory(this.#keysDir);
+        await this.#syncKeysDir();
         return true;
       });
       if (removed) await afterLedgerWrite("file", "delete", key);
@@ -448,9 +482,13 @@ export class FileRuntimeStore implements RuntimeStore {
     return this.#operation("scan", { prefix }, async () => {
       checkStoreName("prefix", prefix);
       const names = await listNames(this.#keysDir) ?? [];
+      const escapedPrefix = escapeStoreName(prefix);
       const records: StoredRecord[] = [];
       for (const fileName of names) {
         if (!fileName.endsWith(KEY_SUFFIX)) continue;
+        // Escaping maps a name's prefix to its file name's prefix, so only a hashed (long) name can hold a
+        // key under `prefix` without starting with the escaped prefix; the others are not opened.
+        if (!fileName.startsWith(escapedPrefix) && !fileName.startsWith(HASHED_NAME_MARK)) continue;
         const encoded = fileName.slice(0, -KEY_SUFFIX.length);
         const path = join(this.#keysDir, fileName);
         let decoded: string | null;
@@ -547,6 +585,9 @@ export class FileRuntimeStore implements RuntimeStore {
     while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
     for (const file of this.#lockFiles.values()) file.close();
     this.#lockFiles.clear();
+    const keysDir = this.#keysDirHandle;
+    this.#keysDirHandle = null;
+    if (keysDir !== null) (await keysDir.catch(() => null))?.close();
   }
 
   async #hasRecordAfter(dir: string, index: number): Promise<boolean> {
@@ -608,16 +649,23 @@ export class FileRuntimeStore implements RuntimeStore {
       try {
         return await body();
       } finally {
-        await lockFile.unlock().catch((error) => {
-          // Closing the descriptor is what certainly releases a flock; the next turn reopens the file.
-          lockFile.close();
-          this.#lockFiles.delete(stripe);
-          throw error;
-        });
+        this.#unlock(stripe, lockFile);
       }
     } finally {
       release();
       if (this.#queues.get(stripe) === tail) this.#queues.delete(stripe);
+    }
+  }
+
+  /** Releases the stripe's flock; releasing never waits, so it costs no turn of the event loop. */
+  #unlock(stripe: number, lockFile: Deno.FsFile): void {
+    try {
+      lockFile.unlockSync();
+    } catch (error) {
+      // Closing the descriptor is what certainly releases a flock; the next turn reopens the file.
+      lockFile.close();
+      this.#lockFiles.delete(stripe);
+      throw error;
     }
   }
 
