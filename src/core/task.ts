@@ -37,6 +37,7 @@
  * @module
  */
 
+import { undeclaredPermission } from "./undeclared_permission.ts";
 import { type Clock, systemClock } from "../backends/clock.ts";
 import {
   Barrier,
@@ -257,7 +258,11 @@ export function nodeFailure(error: unknown, identity: NodeCallIdentity): Videofl
   const context: Record<string, unknown> = { node: identity.node, replica: identity.replica };
   if (identity.traceId !== undefined && identity.traceId !== null) context.trace_id = identity.traceId;
   if (identity.seq !== undefined && identity.seq !== null) context.seq = identity.seq;
-  return asRuntimeError(error, identity.onError ?? DEFAULT_DISPOSITION, context);
+  return asRuntimeError(
+    undeclaredPermission(error, identity.node) ?? error,
+    identity.onError ?? DEFAULT_DISPOSITION,
+    context,
+  );
 }
 
 /**

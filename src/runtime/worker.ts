@@ -32,7 +32,7 @@ import { EmbeddedRuntimeStore } from "./embedded_runtime_store.ts";
 import { HealthServer, HealthState, Metric } from "./health.ts";
 import { configureLogging, type LogSink, type NodeLogger } from "./logging.ts";
 import { openRuntimeStore } from "./runtime_stores.ts";
-import { guardPermissions, undeclaredPermission } from "./undeclared_permission.ts";
+import { undeclaredPermission } from "../core/undeclared_permission.ts";
 import { buildWatchdog, exitOnStall, writeTerminationReason } from "./watchdog.ts";
 import { parseWorkerConfig, type WorkerConfig } from "./worker_config.ts";
 
@@ -201,7 +201,6 @@ function statsOf(running: Running, drops: Record<string, number>): WorkerReport 
 
 async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogger): Promise<number> {
   const node = await rebuildNode(config.nodeClass, config.nodeParams, config.nodeKind);
-  guardPermissions(node);
   await verifyNodeAssets(node);
   const services = await connectServices(config, host);
   try {

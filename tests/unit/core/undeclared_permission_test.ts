@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
-import { EXIT_USER, ProcessorNode, WORKER_FATAL } from "../../../mod.ts";
-import { guardPermissions, undeclaredPermission } from "../../../src/runtime/undeclared_permission.ts";
+import { EXIT_USER, WORKER_FATAL } from "../../../mod.ts";
+import { nodeFailure } from "../../../src/core/task.ts";
+import { undeclaredPermission } from "../../../src/core/undeclared_permission.ts";
 
 Deno.test("a refused read names the node, the permission and the path, with the declaration to add", () => {
   const refusal = new Deno.errors.NotCapable(
@@ -34,28 +35,18 @@ Deno.test("anything but Deno's refusal is not a permission error", () => {
   assert.equal(undeclaredPermission("Requires read access", "n"), null);
 });
 
-class Reader extends ProcessorNode<{ fail: "refused" | "other" | "none" }> {
-  process(x: number): number {
-    if (this.params.fail === "refused") {
-      throw new Deno.errors.NotCapable('Requires env access to "HOME", run again with the --allow-env flag');
-    }
-    if (this.params.fail === "other") throw new RangeError("bad item");
-    return x + 1;
-  }
-}
-
-Deno.test("a guarded node's refusal becomes the typed error; its results and other errors pass unchanged", async () => {
-  const ok = new Reader({ name: "ok", fail: "none" });
-  guardPermissions(ok);
-  assert.equal(await ok.process(1), 2);
-  const refused = new Reader({ name: "env-reader", fail: "refused" });
-  guardPermissions(refused);
-  await assert.rejects(async () => await refused.process(1), (error: Error & { code?: string }) => {
-    assert.equal(error.code, "VF_NODE_CONTRACT");
-    assert.match(error.message, /^node env-reader needs env permission for "HOME"/);
-    return true;
-  });
-  const other = new Reader({ name: "other", fail: "other" });
-  guardPermissions(other);
-  await assert.rejects(async () => await other.process(1), RangeError);
+Deno.test("the task loop's failure seam turns a refusal into the typed error and passes anything else on", () => {
+  const identity = { node: "env-reader", replica: 1, traceId: "cam:3", seq: 3 };
+  const refused = nodeFailure(
+    new Deno.errors.NotCapable('Requires env access to "HOME", run again with the --allow-env flag'),
+    identity,
+  );
+  assert.equal(refused.code, "VF_NODE_CONTRACT");
+  assert.equal(refused.exitCode, EXIT_USER);
+  assert.equal(refused.disposition, WORKER_FATAL);
+  assert.match(refused.message, /^node env-reader needs env permission for "HOME"/);
+  assert.equal(refused.context.trace_id, "cam:3");
+  const other = nodeFailure(new RangeError("bad item"), identity);
+  assert.equal(other.code, "VF_RUNTIME");
+  assert.equal(other.context.error_type, "RangeError");
 });

@@ -1,20 +1,14 @@
 /**
  * A node that reaches past the Deno permissions it declared. Its worker runs with exactly those
  * permissions, so Deno refuses the operation with `Deno.errors.NotCapable`, whose own advice ("run again
- * with the --allow-read flag") is wrong for a sandboxed node. {@link guardPermissions} turns that refusal,
- * wherever the node's code meets it, into an {@link UndeclaredPermission} that names the node, the
- * permission and what it was for, with the fix: declare it.
- *
- * ```ts
- * const node = await rebuildNode(config.nodeClass, config.nodeParams, config.nodeKind);
- * guardPermissions(node); // a read of an undeclared file now fails as VF_NODE_CONTRACT, exit 2
- * ```
+ * with the --allow-read flag") is wrong for a sandboxed node. {@link undeclaredPermission} turns that
+ * refusal into an {@link UndeclaredPermission} that names the node, the permission and what it was for,
+ * with the fix: declare it. The task loop applies it to whatever a node method throws (`nodeFailure`).
  *
  * @module
  */
 
-import { EXIT_USER, NodeContractError, WorkerFatal } from "../core/errors.ts";
-import type { Node } from "../core/node.ts";
+import { EXIT_USER, NodeContractError, WorkerFatal } from "./errors.ts";
 
 /**
  * The node used a permission it does not declare. A contract violation of the node (code
@@ -52,26 +46,4 @@ export function undeclaredPermission(error: unknown, node: string): UndeclaredPe
   );
   (failure as { cause?: unknown }).cause = error;
   return failure;
-}
-
-const GUARDED_METHODS = ["open", "next", "seek", "process", "consume", "close"] as const;
-
-/**
- * Makes every lifecycle method of `node` (open, next, seek, process, consume, close, where it has them)
- * reject with {@link UndeclaredPermission} where Deno refused it a permission; anything else it throws
- * passes through unchanged. The methods become async, which the task loop awaits anyway.
- */
-export function guardPermissions(node: Node): void {
-  const methods = node as unknown as Record<string, unknown>;
-  for (const name of GUARDED_METHODS) {
-    const method = methods[name];
-    if (typeof method !== "function") continue;
-    methods[name] = async (...args: unknown[]) => {
-      try {
-        return await method.apply(node, args);
-      } catch (error) {
-        throw undeclaredPermission(error, node.name) ?? error;
-      }
-    };
-  }
 }
