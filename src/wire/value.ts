@@ -21,6 +21,7 @@ import { SchemaError } from "../core/errors.ts";
 
 /** A double that stays a `double_value` on the wire even when it holds a whole number. */
 export class WireDouble {
+  /** Wraps `value`, which then always encodes as a `double_value`. */
   constructor(readonly value: number) {}
 
   /** The number, so arithmetic and comparison (`<`, `+`) work on it directly. */
@@ -68,10 +69,33 @@ const VIEWS = {
   int64: BigInt64Array,
   float64: Float64Array,
 } as const;
-/** A dtype a tensor can be viewed as a typed array of. */
-export type ViewDtype = keyof typeof VIEWS;
-/** The typed array {@link Tensor.view} returns. */
-export type TensorView = InstanceType<typeof VIEWS[ViewDtype]>;
+/** A dtype a tensor can be viewed as a typed array of: every known-size dtype but the complex ones. */
+export type ViewDtype =
+  | "bool"
+  | "uint8"
+  | "int8"
+  | "uint16"
+  | "int16"
+  | "float16"
+  | "uint32"
+  | "int32"
+  | "float32"
+  | "uint64"
+  | "int64"
+  | "float64";
+/** The typed array {@link Tensor.view} returns, one per {@link ViewDtype} (`bool` reads as `Uint8Array`). */
+export type TensorView =
+  | Uint8Array<ArrayBuffer>
+  | Int8Array<ArrayBuffer>
+  | Uint16Array<ArrayBuffer>
+  | Int16Array<ArrayBuffer>
+  | Float16Array<ArrayBuffer>
+  | Uint32Array<ArrayBuffer>
+  | Int32Array<ArrayBuffer>
+  | Float32Array<ArrayBuffer>
+  | BigUint64Array<ArrayBuffer>
+  | BigInt64Array<ArrayBuffer>
+  | Float64Array<ArrayBuffer>;
 
 function isKnownDtype(dtype: string): dtype is KnownDtype {
   return Object.hasOwn(DTYPE_ITEMSIZE, dtype);
@@ -121,9 +145,12 @@ const SOURCE_DTYPES: ReadonlyArray<readonly [abstract new (...args: never[]) => 
  * is the raw C-contiguous little-endian bytes; {@link Tensor.view} reads them as a typed array.
  */
 export class Tensor {
+  /** The size of each dimension, outermost first; a copy of what the constructor was given. */
   readonly shape: readonly number[];
 
   /**
+   * A tensor of `dtype` (a numpy name) whose `data` holds the raw C-contiguous little-endian bytes.
+   *
    * @throws SchemaError when {@link tensorProblem} finds the parts inconsistent.
    */
   constructor(shape: readonly number[], readonly dtype: string, readonly data: Uint8Array) {
@@ -167,6 +194,7 @@ export class Tensor {
 
 /** A string-keyed map of values, `videoflow.v1.Value.map_value`; insertion order is wire order. */
 export interface WireMap {
+  /** The value under a key. */
   readonly [key: string]: WireValue;
 }
 
@@ -197,6 +225,7 @@ export function wireMap(entries: Iterable<readonly [string, WireValue]>): WireMa
 
 /** `videoflow.v1.Frame`: an image and how its pixels are laid out. */
 export class Frame {
+  /** A frame of `pixels` (height × width × channels) laid out as `pixelFormat`. */
   constructor(
     readonly pixels: Tensor,
     /** bgr8, rgb8, gray8 ... */
@@ -208,16 +237,19 @@ export class Frame {
 
 /** `videoflow.v1.Detections`: boxes n × 6 (x1 y1 x2 y2 score class_id) and the class names. */
 export class Detections {
+  /** Detections of `boxes` (n × 6), with `classNames` indexed by class_id. */
   constructor(readonly boxes: Tensor, readonly classNames: readonly string[] = []) {}
 }
 
 /** `videoflow.v1.Tracks`: n × 5 (x1 y1 x2 y2 track_id). */
 export class Tracks {
+  /** Tracks of `tracks` (n × 5). */
   constructor(readonly tracks: Tensor) {}
 }
 
 /** `videoflow.v1.BlobRef`: a payload offloaded to the blob store, by key. */
 export class BlobRef {
+  /** A reference to `size` bytes of `innerPayloadType` stored under `ref`. */
   constructor(
     /** The store-local key. */
     readonly ref: string,
@@ -233,6 +265,7 @@ export class BlobRef {
  * relayed as they arrived. Encoding it writes `payloadType` and `data` unchanged.
  */
 export class OpaquePayload {
+  /** Bytes `data` of type `payloadType`, kept exactly as given. */
   constructor(readonly payloadType: string, readonly data: Uint8Array) {}
 }
 
