@@ -37,13 +37,21 @@ export type ErrorContext = Record<string, unknown>;
 
 /** The JSON-safe record of an error: what the ABORT marker and the termination log carry. */
 export interface ErrorRecord {
+  /** The error's stable code, e.g. `VF_CONFIG`. */
   readonly code: string;
+  /** The error's class name. */
   readonly type: string;
+  /** What went wrong, in one sentence. */
   readonly message: string;
+  /** What to do about it; `null` when there is no remedy. */
   readonly remedy: string | null;
+  /** The process exit status the error maps to. */
   readonly exit_code: number;
+  /** `poison`, `transient` or `worker_fatal` for a runtime error; `null` otherwise. */
   readonly disposition: string | null;
+  /** The error's context, made JSON-safe. */
   readonly context: Record<string, unknown>;
+  /** Every diagnostic, for the errors that collect them (GraphError, IncompatibleProfile). */
   readonly diagnostics?: readonly DiagnosticRecord[];
 }
 
@@ -82,6 +90,7 @@ export class VideoflowError extends Error {
   /** Structured key/values (node, trace_id, replica, path). */
   readonly context: ErrorContext;
 
+  /** An error saying `message`, with an optional `remedy` and a copy of `context`. */
   constructor(message: string, remedy?: string | null, context: ErrorContext = {}) {
     super(message);
     this.name = new.target.name;
@@ -136,24 +145,31 @@ export class VideoflowError extends Error {
 
 /** Something the author of the flow can fix by editing their code or config (exit 2). */
 export class VideoflowUserError extends VideoflowError {
+  /** Stable code of this class, `VF_USER`. */
   static override readonly code: string = "VF_USER";
+  /** Exit status 2: the author can fix it. */
   static override readonly exitCode: number = EXIT_USER;
 }
 
 /** The code is fine; the machine, cluster, broker or registry is not (exit 3). */
 export class VideoflowEnvironmentError extends VideoflowError {
+  /** Stable code of this class, `VF_ENVIRONMENT`. */
   static override readonly code: string = "VF_ENVIRONMENT";
+  /** Exit status 3: the world is not as required. */
   static override readonly exitCode: number = EXIT_ENVIRONMENT;
 }
 
 /** A failure while messages were flowing; its disposition drives the delivery ladder (exit 4). */
 export class VideoflowRuntimeError extends VideoflowError {
+  /** Stable code of this class, `VF_RUNTIME`. */
   static override readonly code: string = "VF_RUNTIME";
+  /** Exit status 4: the flow ran and failed. */
   static override readonly exitCode: number = EXIT_FLOW_FAILED;
   /** The class's default disposition. */
   static readonly defaultDisposition: Disposition = TRANSIENT;
   #disposition: Disposition | null = null;
 
+  /** The disposition set by {@link withDisposition}, else the class's default; never `null`. */
   override get disposition(): Disposition {
     return this.#disposition ?? (this.constructor as typeof VideoflowRuntimeError).defaultDisposition;
   }
@@ -167,10 +183,15 @@ export class VideoflowRuntimeError extends VideoflowError {
 
 /** One problem found by validation, as the CLI prints it. */
 export interface DiagnosticRecord {
+  /** `error` fails validation; `warning` is reported only. */
   readonly severity: "error" | "warning";
+  /** The problem's stable code. */
   readonly code: string;
+  /** The node the problem is on; `null` for a flow-wide problem. */
   readonly node: string | null;
+  /** What is wrong. */
   readonly message: string;
+  /** What to do about it; `null` when there is no remedy. */
   readonly remedy: string | null;
 }
 
@@ -179,6 +200,7 @@ export interface DiagnosticRecord {
  * reports three.
  */
 export class Diagnostic implements DiagnosticRecord {
+  /** A diagnostic of `severity` and `code` on `node` (`null`: the whole flow). */
   constructor(
     readonly severity: "error" | "warning",
     readonly code: string,
@@ -214,15 +236,18 @@ function renderWithDiagnostics(error: VideoflowError, diagnostics: readonly Diag
 
 /** An invalid configuration value: flow type, join policy, mount spec, image ref. */
 export class ConfigError extends VideoflowUserError {
+  /** Stable code of this class, `VF_CONFIG`. */
   static override readonly code: string = "VF_CONFIG";
 }
 
 /** The graph itself is invalid; carries every problem found in one validation pass. */
 export class GraphError extends VideoflowUserError {
+  /** Stable code of this class, `VF_GRAPH`. */
   static override readonly code: string = "VF_GRAPH";
   /** Every error-severity diagnostic of the pass. */
   readonly diagnostics: readonly Diagnostic[];
 
+  /** A graph error saying `message`, carrying a copy of `diagnostics`. */
   constructor(
     message: string,
     remedy?: string | null,
@@ -233,10 +258,12 @@ export class GraphError extends VideoflowUserError {
     this.diagnostics = [...diagnostics];
   }
 
+  /** The base rendering, then one line per diagnostic. */
   override render(): string {
     return renderWithDiagnostics(this, this.diagnostics);
   }
 
+  /** The base record plus every diagnostic's record. */
   override toDict(): ErrorRecord {
     return { ...super.toDict(), diagnostics: this.diagnostics.map((d) => d.toDict()) };
   }
@@ -244,11 +271,13 @@ export class GraphError extends VideoflowUserError {
 
 /** A node violates the contract a worker relies on to rebuild and run it. */
 export class NodeContractError extends VideoflowUserError {
+  /** Stable code of this class, `VF_NODE_CONTRACT`. */
   static override readonly code: string = "VF_NODE_CONTRACT";
 }
 
 /** The flow asks a component for something it declares it cannot do. */
 export class CapabilityError extends VideoflowUserError {
+  /** Stable code of this class, `VF_CAPABILITY`. */
   static override readonly code: string = "VF_CAPABILITY";
 }
 
@@ -257,6 +286,7 @@ export class GpuRequirementConflict extends CapabilityError {}
 
 /** Two distinct logical names encode to the same physical broker or cluster name. */
 export class IdentityCollision extends VideoflowUserError {
+  /** Stable code of this class, `VF_IDENTITY_COLLISION`. */
   static override readonly code: string = "VF_IDENTITY_COLLISION";
 }
 
@@ -265,10 +295,12 @@ export class IdentityCollision extends VideoflowUserError {
  * with every incompatibility at once, never a silent downgrade.
  */
 export class IncompatibleProfile extends VideoflowUserError {
+  /** Stable code of this class, `VF_INCOMPATIBLE_PROFILE`. */
   static override readonly code: string = "VF_INCOMPATIBLE_PROFILE";
   /** Every incompatibility found in one planning pass. */
   readonly diagnostics: readonly Diagnostic[];
 
+  /** An incompatible-profile error saying `message`, carrying a copy of `diagnostics`. */
   constructor(
     message: string,
     remedy?: string | null,
@@ -279,10 +311,12 @@ export class IncompatibleProfile extends VideoflowUserError {
     this.diagnostics = [...diagnostics];
   }
 
+  /** The base rendering, then one line per diagnostic. */
   override render(): string {
     return renderWithDiagnostics(this, this.diagnostics);
   }
 
+  /** The base record plus every diagnostic's record. */
   override toDict(): ErrorRecord {
     return { ...super.toDict(), diagnostics: this.diagnostics.map((d) => d.toDict()) };
   }
@@ -290,115 +324,145 @@ export class IncompatibleProfile extends VideoflowUserError {
 
 /** Another run of the same flow already holds workloads in the namespace (RUN-047). */
 export class ActiveRunConflict extends VideoflowEnvironmentError {
+  /** Stable code of this class, `VF_ACTIVE_RUN`. */
   static override readonly code: string = "VF_ACTIVE_RUN";
 }
 
 /** The broker could not be reached, or a stream or consumer could not be created. */
 export class BrokerUnavailable extends VideoflowEnvironmentError {
+  /** Stable code of this class, `VF_BROKER_UNAVAILABLE`. */
   static override readonly code: string = "VF_BROKER_UNAVAILABLE";
 }
 
 /** The cluster is unreachable, an apply was rejected, or the cluster refused the work. */
 export class ClusterError extends VideoflowEnvironmentError {
+  /** Stable code of this class, `VF_CLUSTER`. */
   static override readonly code: string = "VF_CLUSTER";
 }
 
 /** The flow ran and one or more nodes failed (exit 4). */
 export class FlowFailed extends VideoflowEnvironmentError {
+  /** Stable code of this class, `VF_FLOW_FAILED`. */
   static override readonly code: string = "VF_FLOW_FAILED";
+  /** Exit status 4: the flow ran and failed. */
   static override readonly exitCode: number = EXIT_FLOW_FAILED;
 }
 
 /** The flow can never finish: unschedulable work, or a node that stopped making progress (exit 5). */
 export class FlowStalled extends VideoflowEnvironmentError {
+  /** Stable code of this class, `VF_FLOW_STALLED`. */
   static override readonly code: string = "VF_FLOW_STALLED";
+  /** Exit status 5: the flow can never finish. */
   static override readonly exitCode: number = EXIT_STALLED;
 }
 
 /** A compare-and-swap on shared cluster state lost to a concurrent writer; nothing was mutated. */
 export class OwnershipConflict extends VideoflowEnvironmentError {
+  /** Stable code of this class, `VF_OWNERSHIP_CONFLICT`. */
   static override readonly code: string = "VF_OWNERSHIP_CONFLICT";
 }
 
 /** A resource the flow needs does not exist or cannot be obtained. */
 export class ResourceUnavailable extends VideoflowEnvironmentError {
+  /** Stable code of this class, `VF_RESOURCE_UNAVAILABLE`. */
   static override readonly code: string = "VF_RESOURCE_UNAVAILABLE";
 }
 
 /** A read a decision depended on could not be made; the decision is retried, never guessed. */
 export class UnobservableState extends VideoflowEnvironmentError {
+  /** Stable code of this class, `VF_STATE_UNKNOWN`. */
   static override readonly code: string = "VF_STATE_UNKNOWN";
 }
 
 /** The message itself is bad: dead-lettered on the first failure. */
 export class PoisonMessage extends VideoflowRuntimeError {
+  /** Stable code of this class, `VF_POISON`. */
   static override readonly code: string = "VF_POISON";
+  /** Default disposition poison: dead-letter on the first failure. */
   static override readonly defaultDisposition: Disposition = POISON;
 }
 
 /** The envelope or payload could not be decoded off the wire. */
 export class DecodeError extends PoisonMessage {
+  /** Stable code of this class, `VF_POISON_DECODE`. */
   static override readonly code: string = "VF_POISON_DECODE";
 }
 
 /** The payload decoded but is not what this node requires. */
 export class SchemaError extends PoisonMessage {
+  /** Stable code of this class, `VF_POISON_SCHEMA`. */
   static override readonly code: string = "VF_POISON_SCHEMA";
 }
 
 /** A partitioned node received a record whose partition key is unusable (RUN-020). */
 export class PartitionKeyError extends PoisonMessage {
+  /** Stable code of this class, `VF_POISON_PARTITION_KEY`. */
   static override readonly code: string = "VF_POISON_PARTITION_KEY";
 }
 
 /** Something outside the worker was briefly unavailable: retry with backoff. */
 export class TransientFailure extends VideoflowRuntimeError {
+  /** Stable code of this class, `VF_TRANSIENT`. */
   static override readonly code: string = "VF_TRANSIENT";
+  /** Default disposition transient: retry with backoff. */
   static override readonly defaultDisposition: Disposition = TRANSIENT;
 }
 
 /** A service the node depends on is down or throttling. */
 export class UpstreamUnavailable extends TransientFailure {
+  /** Stable code of this class, `VF_UPSTREAM_UNAVAILABLE`. */
   static override readonly code: string = "VF_UPSTREAM_UNAVAILABLE";
 }
 
 /** This worker cannot process any message: the input goes back to a healthy replica and the worker stops. */
 export class WorkerFatal extends VideoflowRuntimeError {
+  /** Stable code of this class, `VF_WORKER_FATAL`. */
   static override readonly code: string = "VF_WORKER_FATAL";
+  /** Default disposition worker_fatal: hand the input back and stop the worker. */
   static override readonly defaultDisposition: Disposition = WORKER_FATAL;
 }
 
 /** The accelerator is unusable: out of memory, fell off the bus, wrong driver. */
 export class DeviceError extends WorkerFatal {
+  /** Stable code of this class, `VF_DEVICE`. */
   static override readonly code: string = "VF_DEVICE";
 }
 
 /** The worker is out of a host resource: memory, disk, file descriptors. */
 export class ResourceExhausted extends WorkerFatal {
+  /** Stable code of this class, `VF_RESOURCE_EXHAUSTED`. */
   static override readonly code: string = "VF_RESOURCE_EXHAUSTED";
 }
 
 /** The circuit breaker tripped: this worker failed too many messages in a row. */
 export class WorkerUnhealthy extends WorkerFatal {
+  /** Stable code of this class, `VF_WORKER_UNHEALTHY`. */
   static override readonly code: string = "VF_WORKER_UNHEALTHY";
 }
 
 /** A node acked nothing for the progress deadline while work was pending (exit 5). */
 export class ProgressStalled extends VideoflowRuntimeError {
+  /** Stable code of this class, `VF_PROGRESS_STALLED`. */
   static override readonly code: string = "VF_PROGRESS_STALLED";
+  /** Exit status 5: the flow can never finish. */
   static override readonly exitCode: number = EXIT_STALLED;
+  /** Default disposition worker_fatal: hand the input back and stop the worker. */
   static override readonly defaultDisposition: Disposition = WORKER_FATAL;
 }
 
 /** A commit under an ownership epoch a newer owner superseded was refused; this writer stops. */
 export class StaleAuthority extends VideoflowRuntimeError {
+  /** Stable code of this class, `VF_STALE_AUTHORITY`. */
   static override readonly code: string = "VF_STALE_AUTHORITY";
+  /** Default disposition worker_fatal: hand the input back and stop the worker. */
   static override readonly defaultDisposition: Disposition = WORKER_FATAL;
 }
 
 /** An upstream node published ABORT; this node stops too, carrying the originating error. */
 export class UpstreamAborted extends VideoflowRuntimeError {
+  /** Stable code of this class, `VF_UPSTREAM_ABORTED`. */
   static override readonly code: string = "VF_UPSTREAM_ABORTED";
+  /** Default disposition worker_fatal: hand the input back and stop the worker. */
   static override readonly defaultDisposition: Disposition = WORKER_FATAL;
 }
 
