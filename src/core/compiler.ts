@@ -44,51 +44,93 @@ import {
 
 /** A node spec's serialized form: the spec's exact snake_case keys, in the spec's order. */
 export interface NodeSpecDict {
+  /** The node's stable name, unique in the flow. */
   name: string;
+  /** `<module URL>#<export name>` of the node's class; `null` for a native component. */
   node_class: string | null;
+  /** The node's `getParams()`: what its class is rebuilt from. */
   params: JsonObject;
+  /** Parent names, in the order `process()` receives their outputs. */
   parents: string[];
+  /** `producer`, `processor` or `consumer`. */
   kind: NodeKind;
+  /** Whether anything in the flow consumes this node's output. */
   has_children: boolean;
+  /** Replica count (processors; 1 otherwise). */
   nb_tasks: number;
+  /** `cpu` or `gpu` (processors; `cpu` otherwise). */
   device_type: DeviceType;
+  /** For producers, whether `next()` ends by itself; `true` for the others. */
   is_finite: boolean;
+  /** The container image declared on the node, or `null` for the deploy-time default. */
   image: string | null;
+  /** The partition key, or `null` when replicas compete. */
   partition_by: string | null;
+  /** The join policy dict, or `null` for the flow type's default. */
   join_policy: JsonObject | null;
+  /** A remote component's reference, or `null` for a native graph node. */
   component_ref: string | null;
+  /** A remote component's descriptor, or `null`. */
   descriptor: JsonObject | null;
+  /** A native component's entrypoint command, or `null`. */
   command: string[] | null;
+  /** A remote component's wire protocol version, or `null`. */
   protocol_version: number | null;
+  /** Whole GPUs each replica requests (default 1). */
   gpu_count: number;
+  /** The extended-resource name a GPU strategy resolved, or `null` for the deploy-time default. */
   gpu_resource_name: string | null;
+  /** Reader obligations per published message (see {@link blobReaders}); `null` (legacy) disables reclaim. */
   blob_readers: number | null;
+  /** Declared GPU memory demand in GiB, or `null`. */
   gpu_memory_gib: number | null;
+  /** The node's delivery overrides, or `null` to inherit the flow type's preset. */
   delivery: JsonObject | null;
 }
 
 /** What a {@link NodeSpec} is built from: the nine leading fields are required, the rest default. */
 export interface NodeSpecInit {
+  /** The node's stable name, unique in the flow. */
   readonly name: string;
+  /** `<module URL>#<export name>` of the node's class; `null` for a native component. */
   readonly nodeClass: string | null;
+  /** The node's `getParams()`: what its class is rebuilt from. */
   readonly params: JsonObject;
+  /** Parent names, in the order `process()` receives their outputs. */
   readonly parents: readonly string[];
+  /** `producer`, `processor` or `consumer`. */
   readonly kind: NodeKind;
+  /** Whether anything in the flow consumes this node's output. */
   readonly hasChildren: boolean;
+  /** Replica count (processors; 1 otherwise). */
   readonly nbTasks: number;
+  /** `cpu` or `gpu` (processors; `cpu` otherwise). */
   readonly deviceType: DeviceType;
+  /** For producers, whether `next()` ends by itself; `true` for the others. */
   readonly isFinite: boolean;
+  /** The container image declared on the node, or `null` for the deploy-time default. */
   readonly image?: string | null;
+  /** The partition key, or `null` when replicas compete. */
   readonly partitionBy?: string | null;
+  /** The join policy dict, or `null` for the flow type's default. */
   readonly joinPolicy?: JsonObject | null;
+  /** A remote component's reference, or `null` for a native graph node. */
   readonly componentRef?: string | null;
+  /** A remote component's descriptor, or `null`. */
   readonly descriptor?: JsonObject | null;
+  /** A native component's entrypoint command, or `null`. */
   readonly command?: readonly string[] | null;
+  /** A remote component's wire protocol version, or `null`. */
   readonly protocolVersion?: number | null;
+  /** Whole GPUs each replica requests (default 1). */
   readonly gpuCount?: number;
+  /** The extended-resource name a GPU strategy resolved, or `null` for the deploy-time default. */
   readonly gpuResourceName?: string | null;
+  /** Reader obligations per published message (see {@link blobReaders}); `null` (legacy) disables reclaim. */
   readonly blobReaders?: number | null;
+  /** Declared GPU memory demand in GiB, or `null`. */
   readonly gpuMemoryGib?: number | null;
+  /** The node's delivery overrides, or `null` to inherit the flow type's preset. */
   readonly delivery?: JsonObject | null;
 }
 
@@ -289,6 +331,7 @@ export class NodeSpec {
   /** The node's delivery overrides, or `null` to inherit the flow type's preset. */
   delivery: JsonObject | null;
 
+  /** A spec holding `init`'s fields (the parents list copied), the optional ones at their defaults. */
   constructor(init: NodeSpecInit) {
     this.name = init.name;
     this.nodeClass = init.nodeClass;
@@ -391,7 +434,9 @@ export function specsFromDicts(list: unknown): NodeSpec[] {
 
 /** What a flow's backend requirements look like to the compiler (`FlowRequirements`). */
 export interface RequirementsDocument {
+  /** Whether the flow asks nothing beyond the defaults, so no `requirements` key is emitted. */
   isEmpty(): boolean;
+  /** The serialized requirements, as emitted under `requirements`. */
   toDict(): Record<string, unknown>;
 }
 
@@ -413,12 +458,19 @@ export interface CompileDocumentOptions extends CompileOptions {
 
 /** Every side document {@link compileToDict} may add beside `specs`, in the order it adds them. */
 export interface CompiledDocument {
+  /** Every node's serialized spec, in the order {@link compileFlow} returns them. */
   readonly specs: readonly NodeSpecDict[];
+  /** The flow's backend requirements; present only when not empty. */
   readonly requirements?: Record<string, unknown>;
+  /** {@link gpuProvenance}; present only when asked for and not empty. */
   readonly gpu_provenance?: Record<string, Record<string, string>>;
+  /** {@link executionGroups}: group to member names (RUN-035); present only when not empty. */
   readonly execution_groups?: Record<string, string[]>;
+  /** {@link batchingPolicies}: node to policy (RUN-036); present only when not empty. */
   readonly batching_policies?: Record<string, BatchingPolicy>;
+  /** {@link sinkGuarantees}: sinks declaring more than at-least-once (RUN-017); present only when not empty. */
   readonly sink_guarantees?: Record<string, string>;
+  /** {@link nodePermissions}: each node's non-empty Deno permission kinds; present only when not empty. */
   readonly permissions?: Record<string, Partial<Record<PermissionKind, string[]>>>;
 }
 
