@@ -61,17 +61,25 @@ export interface Envelope {
   readonly v: typeof ENVELOPE_VERSION;
   /** DATA, EOS or ABORT (ABORT rides the EOS subject). */
   readonly type: MsgType;
+  /** The name of the node that published the message. */
   readonly producerName: string;
+  /** The flow the message belongs to. */
   readonly flowId: string;
+  /** The run of the flow the message belongs to. */
   readonly runId: string;
+  /** The logical message identity: what joins match on and the message id hashes. */
   readonly traceId: string;
   /** Decoded as a number when ≤ 2^53 − 1, else a bigint. */
   readonly seq: Seq;
   /** Epoch seconds; `null` when absent (never 0 for absent). */
   readonly eventTs: number | null;
+  /** The tracing span of this message; `""` when none. */
   readonly spanId: string;
+  /** The tracing span this message's span descends from; `""` when none. */
   readonly parentSpanId: string;
+  /** The replica of the producer that published the message (uint32). */
   readonly replicaId: number;
+  /** User metadata, carried alongside the payload; insertion order is wire order. */
   readonly metadata: WireMap;
   /** Fully qualified type name of `payload`; `""` when there is none (EOS). */
   readonly payloadType: string;
@@ -106,7 +114,9 @@ export function createEnvelope(init: EnvelopeInit): Envelope {
 
 /** A payload as an envelope carries it. */
 export interface EncodedPayload {
+  /** Fully qualified type name of `payload`; `""` for no payload. */
   readonly payloadType: string;
+  /** The payload's encoded bytes. */
   readonly payload: Uint8Array;
 }
 
@@ -468,7 +478,9 @@ export function decodeEnvelope(bytes: Uint8Array): Envelope {
 
 /** What an ABORT marker says: the node that failed first, and its error record (`errorToDict`'s shape). */
 export interface AbortMarker {
+  /** The node that failed first. */
   readonly node: string;
+  /** That node's error, as `toDict()` records it. */
   readonly error: ErrorRecord;
 }
 
@@ -551,19 +563,33 @@ export function readAbortPayload(payloadType: string, payload: Uint8Array): Abor
  * `{"undecodable": {"payload_type", "error", "data_b64"}}` when its bytes are malformed.
  */
 export interface EnvelopeJson {
+  /** The envelope version, {@link ENVELOPE_VERSION}. */
   readonly v: number;
+  /** {@link Envelope.type}. */
   readonly type: MsgType;
+  /** {@link Envelope.producerName}. */
   readonly producer_name: string;
+  /** {@link Envelope.flowId}. */
   readonly flow_id: string;
+  /** {@link Envelope.runId}. */
   readonly run_id: string;
+  /** {@link Envelope.traceId}. */
   readonly trace_id: string;
+  /** {@link Envelope.seq}: a number, or a decimal string beyond 2^53 − 1. */
   readonly seq: number | string;
+  /** {@link Envelope.eventTs}: a number, a string for a double JSON cannot spell, or `null`. */
   readonly event_ts: number | string | null;
+  /** {@link Envelope.spanId}. */
   readonly span_id: string;
+  /** {@link Envelope.parentSpanId}. */
   readonly parent_span_id: string;
+  /** {@link Envelope.replicaId}. */
   readonly replica_id: number;
+  /** {@link Envelope.metadata} as a tagged map, `{"map": {...}}`. */
   readonly metadata: JsonValue;
+  /** {@link Envelope.payloadType}. */
   readonly payload_type: string;
+  /** The decoded payload, tagged as described above. */
   readonly payload: JsonValue;
 }
 
