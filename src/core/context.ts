@@ -19,17 +19,25 @@ export const PARTITION_KEY_METADATA_KEY = "_partition_key";
 
 /** A logger scoped to one node. */
 export interface Logger {
+  /** Logs `message` with structured `fields` at debug level. */
   debug(message: string, fields?: Record<string, unknown>): void;
+  /** Logs `message` with structured `fields` at info level. */
   info(message: string, fields?: Record<string, unknown>): void;
+  /** Logs `message` with structured `fields` at warning level. */
   warn(message: string, fields?: Record<string, unknown>): void;
+  /** Logs `message` with structured `fields` at error level. */
   error(message: string, fields?: Record<string, unknown>): void;
 }
 
 /** The identity of one running node replica. */
 export interface RuntimeIdentity {
+  /** The flow being run. */
   readonly flowId: string;
+  /** The run of the flow. */
   readonly runId: string;
+  /** The node this replica runs. */
   readonly nodeName: string;
+  /** This replica's index within the node, from 0. */
   readonly replicaId: number;
 }
 
@@ -38,9 +46,13 @@ export interface RuntimeIdentity {
  * no-ops and the readers return `null`.
  */
 export class RuntimeContext implements RuntimeIdentity {
+  /** The flow being run. */
   readonly flowId: string;
+  /** The run of the flow. */
   readonly runId: string;
+  /** The node this replica runs. */
   readonly nodeName: string;
+  /** This replica's index within the node, from 0. */
   readonly replicaId: number;
   /** Logger scoped to this node. */
   readonly logger: Logger;
@@ -52,6 +64,7 @@ export class RuntimeContext implements RuntimeIdentity {
   readonly #messenger: Messenger | null;
   #pendingCheckpoint: Uint8Array | null = null;
 
+  /** A context for `identity`, logging to `logger`; `messenger` is `null` outside a run. */
   constructor(identity: RuntimeIdentity, logger: Logger, messenger: Messenger | null = null) {
     this.flowId = identity.flowId;
     this.runId = identity.runId;

@@ -27,7 +27,9 @@ export type MsgType = typeof MsgType[keyof typeof MsgType];
 
 /** A trace identity: the trace id and sequence number an envelope carries. */
 export interface TraceIdentity {
+  /** The logical message identity (`trace_id`). */
   readonly traceId: string;
+  /** The sequence number (`seq`), a uint64. */
   readonly seq: Seq;
 }
 
@@ -39,18 +41,23 @@ export interface GroupTraceIdentity extends TraceIdentity {
 
 /** One member of a group, named by the message it is: who produced it, its trace id and its seq. */
 export interface MemberId {
+  /** The parent node that produced the member (`producer_name`). */
   readonly producer: string;
+  /** The member's `trace_id`. */
   readonly traceId: string;
+  /** The member's `seq`. */
   readonly seq: Seq;
 }
 
 /** A member of a trace group: its trace identity and event time. */
 export interface TraceGroupMember extends TraceIdentity {
+  /** The member's event time in epoch seconds; `null` when it has none. */
   readonly eventTs: number | null;
 }
 
 /** A synchronized member of a time group: its logical id, event time and local arrival time. */
 export interface TimeGroupMember extends MemberId {
+  /** The member's event time in epoch seconds; `null` when it has none. */
   readonly eventTs: number | null;
   /** Epoch seconds the member arrived; stands in for a missing `eventTs`. */
   readonly arrivalTs: number;
