@@ -82,14 +82,19 @@ export type JsonObject = { readonly [key: string]: JsonValue };
 
 /** A dynamic-batching contract (RUN-036): refused at admission by every shipped engine. */
 export interface BatchingPolicy {
+  /** The most inputs one batch holds. */
   readonly max_batch: number;
+  /** The longest a partial batch waits for more inputs, in milliseconds. */
   readonly max_wait_ms: number;
+  /** How inputs from different sources share a batch, when the contract says. */
   readonly fairness?: string;
 }
 
 /** How a partitioned replica treats a record whose partition key is unusable (RUN-020). */
 export interface PartitionKeyPolicyDeclaration {
+  /** `reject`: dead-letter the record as VF_POISON_PARTITION_KEY; `fallback`: route it to one replica. */
   readonly invalid: "reject" | "fallback";
+  /** The replica index an invalid key routes to under `fallback`; below the node's nb_tasks. */
   readonly fallback_partition?: number;
 }
 
@@ -105,6 +110,8 @@ export type NodePermissions = { readonly [K in PermissionKind]: readonly string[
 /** One file a node needs on the machine it runs on, with the sha256 its bytes must have (RUN-033). */
 export class AssetRequirement {
   /**
+   * A requirement for the file at `path` with digest `sha256`.
+   *
    * @param path where the worker finds the file.
    * @param sha256 the lowercase hex digest its bytes must have.
    * @param portable available on every host (a claim, an image layer, a download) rather than one host.
@@ -250,7 +257,9 @@ function walkJson(value: unknown, path: string, ancestors: object[]): JsonProble
 
 /** The `<module URL>#<export name>` reference a worker loads a class or function by, split in two. */
 export interface ExportRef {
+  /** The module URL, before the `#`. */
   readonly url: string;
+  /** The export name, after the `#`. */
   readonly exportName: string;
 }
 
@@ -336,6 +345,12 @@ export abstract class Node<P extends NodeParams = NodeParams> {
   #parents: Node[] = [];
   readonly #children: Node[] = [];
 
+  /**
+   * A node holding a frozen copy of its params (the optional `name` among them; `<Class>_<n>` when
+   * absent), with no parents and no children yet.
+   *
+   * @throws NodeContractError when `params` is not one plain object.
+   */
   constructor(...[params]: NodeArgs<P>) {
     const stored = normalizeParams(params, new.target);
     this.#name = typeof stored.name === "string" ? stored.name : autoName(new.target);
