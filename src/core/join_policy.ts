@@ -65,12 +65,19 @@ export interface JoinPolicyInit {
 
 /** The serialized form, with the spec's exact keys (`JoinPolicy.to_dict`). */
 export interface JoinPolicyDict {
+  /** Seconds to wait for the rest of a group; `null` waits forever. */
   readonly timeout_seconds: number | null;
+  /** What happens to a group that timed out. */
   readonly missing: MissingPolicy;
+  /** Cap on buffered incomplete groups; the oldest is evicted as a drop beyond the working set. */
   readonly max_pending: number;
+  /** How groups are formed. */
   readonly mode: JoinMode;
+  /** Time mode: the most two members' event times may differ, in ms; `null` in trace mode. */
   readonly tolerance_ms: number | null;
+  /** Time mode: the fewest sync parents a timed-out group is emitted with; `null` requires all. */
   readonly quorum: number | null;
+  /** Time mode: `{parent: window_ms}` of the collect parents (empty when none). */
   readonly collect: Readonly<Record<string, number>>;
 }
 
@@ -216,6 +223,7 @@ export class JoinPolicy {
   /** Time mode: `{parent: window_ms}` of the collect parents (empty when none). */
   readonly collect: Readonly<Record<string, number>>;
 
+  /** A policy of `init`, its defaults for what `init` leaves out; throws {@link ConfigError} when invalid. */
   constructor(init: JoinPolicyInit = {}) {
     const fields = checkJoin(init, new PolicyCheck("JoinPolicy", "init"));
     this.timeoutSeconds = fields.timeoutSeconds;
