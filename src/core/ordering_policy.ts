@@ -44,8 +44,11 @@ export interface OrderingPolicyInit {
 
 /** The serialized form, with the spec's exact keys (`OrderingPolicy.to_dict`). */
 export interface OrderingPolicyDict {
+  /** How records are ordered. */
   readonly mode: OrderingMode;
+  /** Sequence mode: later records that may wait behind a gap before it is given up. */
   readonly horizon: number;
+  /** What happens to a record whose slot was given up. */
   readonly late: LatePolicy;
 }
 
@@ -76,6 +79,7 @@ export class OrderingPolicy {
   /** What happens to a record whose slot was given up. */
   readonly late: LatePolicy;
 
+  /** A policy of `init`, its defaults for what `init` leaves out; throws {@link ConfigError} when invalid. */
   constructor(init: OrderingPolicyInit = {}) {
     const fields = checkOrdering(init, new PolicyCheck("OrderingPolicy", "init"));
     this.mode = fields.mode;
@@ -100,7 +104,9 @@ export class OrderingPolicy {
 
 /** One record a {@link ReorderBuffer} released: apply it now, in this order. */
 export interface ReorderRelease<T> {
+  /** The record's sequence number. */
   readonly seq: number;
+  /** The record, as offered. */
   readonly record: T;
   /** The record's slot had been given up (or, at flush, a gap precedes it). */
   readonly late: boolean;
@@ -137,12 +143,14 @@ function isIntegerList(value: unknown): value is number[] {
  * In both modes a sequence number is never applied twice.
  */
 export class ReorderBuffer<T = unknown> {
+  /** The policy the buffer interprets. */
   readonly policy: OrderingPolicy;
   #next: number;
   readonly #held = new Map<number, T>();
   readonly #applied = new Set<number>();
   #dropped = 0;
 
+  /** An empty buffer expecting sequence number `start` first; throws a RangeError for an unsafe integer. */
   constructor(policy: OrderingPolicy, start = 1) {
     requireSeq("start", start);
     this.policy = policy;
