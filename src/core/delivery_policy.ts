@@ -85,10 +85,15 @@ export interface DeliveryPolicyInit {
 
 /** The serialized form, with the spec's exact keys (`DeliveryPolicy.to_dict`). */
 export interface DeliveryPolicyDict {
+  /** How much the node is willing to lose. */
   readonly delivery: DeliveryMode;
+  /** Redelivery attempts after the first (at-least-once only). */
   readonly max_retries: number;
+  /** What reaches the dead-letter queue. */
   readonly dlq: DlqMode;
+  /** Disposition assumed for unclassified exceptions; `null` means the framework default. */
   readonly on_error: Disposition | null;
+  /** Dead letters per (code, node) per minute under `dlq: "sampled"`. */
   readonly sample_per_minute: number;
 }
 
@@ -152,6 +157,7 @@ export class DeliveryPolicy {
   /** Dead letters per (code, node) per minute under `dlq: "sampled"`. */
   readonly samplePerMinute: number;
 
+  /** A policy of `init`, its defaults for what `init` leaves out; throws {@link ConfigError} when invalid. */
   constructor(init: DeliveryPolicyInit = {}) {
     const fields = checkDelivery(init, new PolicyCheck("DeliveryPolicy", "init"));
     this.delivery = fields.delivery;
