@@ -31,7 +31,9 @@ export interface PartitionKeyPolicyInit {
 
 /** The serialized form, with the spec's exact keys (`PartitionKeyPolicy.to_dict`). */
 export interface PartitionKeyPolicyDict {
+  /** What happens to a record with an unusable key. */
   readonly invalid: InvalidKeyPolicy;
+  /** The replica an unusable key routes to under `fallback`. */
   readonly fallback_partition: number;
 }
 
@@ -58,6 +60,7 @@ export class PartitionKeyPolicy {
   /** The replica an unusable key routes to under `fallback`. */
   readonly fallbackPartition: number;
 
+  /** A policy of `init`, its defaults for what `init` leaves out; throws {@link ConfigError} when invalid. */
   constructor(init: PartitionKeyPolicyInit = {}) {
     const fields = checkPartitionKey(init, new PolicyCheck("PartitionKeyPolicy", "init"));
     this.invalid = fields.invalid;
