@@ -23,9 +23,13 @@ export type StopReason = typeof StopReason[keyof typeof StopReason];
 
 /** Per-parent envelope facts of the input group being processed. */
 export interface InputInfo {
+  /** The parent's event time in epoch seconds; `null` when it had none. */
   readonly eventTs: number | null;
+  /** The parent's metadata; `null` when it carried none. */
   readonly metadata: Readonly<Record<string, unknown>> | null;
+  /** The parent message's `trace_id`. */
   readonly traceId: string;
+  /** The parent message's `seq`: a number when ≤ 2^53 − 1, else a bigint. */
   readonly seq: bigint | number;
 }
 
@@ -33,13 +37,17 @@ export interface InputInfo {
 export interface InputEntry {
   /** The decoded payload (a list of payloads for a collect parent). */
   readonly message: unknown;
+  /** The message's metadata; `null` when it carried none. */
   readonly metadata: Readonly<Record<string, unknown>> | null;
+  /** The message's event time in epoch seconds; `null` when it had none. */
   readonly eventTs: number | null;
   /** The parent ended cleanly. */
   readonly isStopSignal: boolean;
   /** The parent died; `abortOrigin` and `abortError` say where and why. */
   readonly isAbort: boolean;
+  /** For an abort, the node that failed first. */
   readonly abortOrigin?: string;
+  /** For an abort, that node's error record. */
   readonly abortError?: ErrorRecord;
 }
 
