@@ -30,8 +30,11 @@ export interface FlowOptions {
 
 /** One task to allocate: a node, its parents' names in `.from()` order, and whether nothing consumes it. */
 export interface TaskData {
+  /** The node to run. */
   readonly node: Node;
+  /** Its parents' names, in `.from()` order. */
   readonly parentNames: readonly string[];
+  /** Whether nothing in the flow consumes the node's output. */
   readonly isLast: boolean;
 }
 
@@ -54,6 +57,7 @@ export class Flow {
   readonly #flowType: FlowType;
   readonly #flowId: string;
 
+  /** The flow ending in `consumers`; throws {@link ConfigError} for a bad option or a non-list. */
   constructor(consumers: readonly ConsumerNode[], options: FlowOptions = {}) {
     if (!Array.isArray(consumers)) {
       throw new ConfigError("a Flow takes the list of its consumers", "pass new Flow([sink, ...], options)");
