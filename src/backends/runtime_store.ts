@@ -25,13 +25,17 @@ import type { Observation } from "./outcomes.ts";
 
 /** A key that holds a value: the bytes and the version the store minted for them. */
 export interface PresentEntry {
+  /** Always `present`: the key holds a value. */
   readonly kind: "present";
+  /** The stored bytes. */
   readonly value: Uint8Array;
+  /** The version the store minted for these bytes; what a compare-and-set names. */
   readonly version: string;
 }
 
 /** A key that holds nothing: observed absent, not unread. */
 export interface AbsentEntry {
+  /** Always `absent`: the key was read and holds nothing. */
   readonly kind: "absent";
 }
 
@@ -40,8 +44,11 @@ export type StoreEntry = PresentEntry | AbsentEntry;
 
 /** One key of a `scan`: its name, bytes and version. */
 export interface StoredRecord {
+  /** The key's full name. */
   readonly key: string;
+  /** The stored bytes. */
   readonly value: Uint8Array;
+  /** The version the store minted for these bytes. */
   readonly version: string;
 }
 
