@@ -46,6 +46,7 @@ export type UnknownReason = typeof UNKNOWN_REASONS[number];
 
 /** A successful observation: the value, when it was seen, and the provider's version of it. */
 export interface Known<T> {
+  /** Always `known`: the observation was made. */
   readonly kind: "known";
   /** What was observed. */
   readonly value: T;
@@ -57,6 +58,7 @@ export interface Known<T> {
 
 /** An observation that could not be made, and why. It carries no value, so none can be read from it. */
 export interface Unknown {
+  /** Always `unknown`: the observation could not be made. */
   readonly kind: "unknown";
   /** Short machine-readable category. */
   readonly reason: UnknownReason;
