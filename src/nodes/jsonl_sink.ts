@@ -115,7 +115,9 @@ export function toJsonLine(value: unknown, ancestors: readonly object[] = []): J
 
 /** One line of the file: the input key (`null` outside a keyed run) and the item's JSON form. */
 export interface JsonlRecord {
+  /** The input's key; `null` outside a keyed run. */
   readonly key: string | null;
+  /** The item's JSON form. */
   readonly value: JsonValue;
 }
 
