@@ -20,7 +20,9 @@ import { importExport, Node, parseExportRef } from "./node.ts";
 
 /** One module a class may be exported from: its URL and its namespace object (`import * as ns`). */
 export interface ModuleEntry {
+  /** The module's URL, as a `node_class` reference names it before the `#`. */
   readonly url: string;
+  /** The module's exports by name. */
   readonly namespace: Readonly<Record<string, unknown>>;
 }
 
