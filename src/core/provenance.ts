@@ -75,6 +75,8 @@ const GPU_ONLY_FIELDS = [FIELD_GPU_COUNT, FIELD_GPU_MEMORY_GIB] as const;
 /** One candidate value for one field of a node's GPU requirement. */
 export class Declaration {
   /**
+   * A declaration that `source` gives `field` the value `value`.
+   *
    * @param field one of {@link FIELDS}
    * @param value the declared value (`null` is a legitimate `gpu_memory_gib`: "no memory demand")
    * @param source one of {@link SOURCE_PRECEDENCE}
