@@ -132,6 +132,7 @@ export type {
 export { UNKNOWN_REASONS } from "./src/backends/outcomes.ts";
 export { isLiveSource, VideoFileReader } from "./src/nodes/video_file_reader.ts";
 export type { VideoFileReaderParams } from "./src/nodes/video_file_reader.ts";
+export type { RawFormat } from "./src/nodes/_ffmpeg.ts";
 export { FrameWriter } from "./src/nodes/frame_writer.ts";
 export type { FrameWriterParams } from "./src/nodes/frame_writer.ts";
 export { JsonlSink, toJsonLine } from "./src/nodes/jsonl_sink.ts";

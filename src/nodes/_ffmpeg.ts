@@ -15,14 +15,15 @@ export const FFPROBE = "ffprobe";
 /** Options every ffmpeg run starts with: no banner, no key handling on stdin, errors only on stderr. */
 export const QUIET = ["-hide_banner", "-nostdin", "-loglevel", "error"] as const;
 
+/** ffmpeg's name of a raw pixel layout a frame can carry. */
+export type RawFormat = "bgr24" | "rgb24" | "gray";
+
 /** How a frame's `pixelFormat` is laid out, keyed by ffmpeg's name for the same raw layout. */
 export const RAW_FORMATS = {
   bgr24: { pixelFormat: "bgr8", channels: 3 },
   rgb24: { pixelFormat: "rgb8", channels: 3 },
   gray: { pixelFormat: "gray8", channels: 1 },
-} as const;
-/** ffmpeg's name of a raw pixel layout a frame can carry. */
-export type RawFormat = keyof typeof RAW_FORMATS;
+} as const satisfies Record<RawFormat, { readonly pixelFormat: string; readonly channels: number }>;
 
 /** Whether `name` is one of {@link RAW_FORMATS}. */
 export function isRawFormat(name: unknown): name is RawFormat {
