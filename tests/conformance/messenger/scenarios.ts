@@ -18,6 +18,7 @@ import {
   dropResponse,
   type FaultAction,
   FaultSchedule,
+  installed,
   pause,
   raiseTyped,
   SimulatedCrash,
@@ -77,6 +78,7 @@ async function story(
   try {
     await body(flow);
   } finally {
+    installed()?.uninstall();
     await flow.dispose();
   }
 }
@@ -344,9 +346,21 @@ const STORIES: readonly Story[] = [
           "open",
         );
         await consume(flow, mid1, (g) => g.cam?.message);
+        for (let tick = 0; (await flow.drive(flow.runtime("sink").terminators("mid"))).length < 2; tick++) {
+          assert.ok(tick < 200, "the sink records the EOS of both replicas of mid");
+          await flow.drive(flow.clock.sleep(0.05));
+        }
         const schedule = faults({ [Barrier.brokerObserveAfter]: dropResponse() });
-        assert.equal(await settlesWithin(flow, ending, 10), false, "an unobservable broker never completes");
+        const subscription = dataSubscriptionId(channelId(FLOW, RUN, "mid"), "sink", null);
+        const unobserved = await flow.drive(flow.backend.observeSubscription(subscription));
         finish(schedule);
+        assert.equal(unobserved.kind, "unknown", "a broker reading that failed is Unknown, never 0 pending");
+        const pending = unobserved.kind === "unknown" ? unobserved : null as never;
+        assert.equal(
+          await flow.drive(flow.runtime("sink").completionState("mid", "sink--from--mid", pending)),
+          "unknown",
+          "an unobservable broker never completes, though every replica of mid has ended",
+        );
         const end = await flow.drive(ending);
         assert.equal(end.mid?.isStopSignal, true);
         assert.deepEqual([...await flow.drive(flow.runtime("sink").completedParents())], ["mid"]);
