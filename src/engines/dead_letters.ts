@@ -9,6 +9,7 @@
 
 import { ConfigError } from "../core/errors.ts";
 import type { Envelope } from "../backends/messaging.ts";
+import { DeadLetterHeader } from "../messaging/messenger.ts";
 
 /** The name of the dead-letter file in a run directory. */
 export const DEAD_LETTER_FILE = "dead_letters.jsonl";
@@ -34,12 +35,12 @@ export interface DeadLetterRecord {
 /** The record of a dead-letter envelope the broker holds. */
 export function deadLetterRecord(envelope: Envelope): DeadLetterRecord {
   const headers = envelope.headers;
-  const errorHeader = headers["VF-Error"] ?? "";
+  const errorHeader = headers[DeadLetterHeader.error] ?? "";
   const split = errorHeader.indexOf(": ");
-  const delivered = Number(headers["VF-Num-Delivered"]);
+  const delivered = Number(headers[DeadLetterHeader.numDelivered]);
   return {
     id: envelope.publicationId,
-    node: headers["VF-Origin-Node"] ?? envelope.channel.node,
+    node: headers[DeadLetterHeader.originNode] ?? envelope.channel.node,
     code: split < 0 ? errorHeader : errorHeader.slice(0, split),
     error: split < 0 ? "" : errorHeader.slice(split + 2),
     deliveries: Number.isSafeInteger(delivered) ? delivered : null,
