@@ -66,14 +66,25 @@ export interface Messenger {
    * group too, so the task's loop ends (it reads `stopReason()` and publishes no EOS).
    */
   receiveMessage(): Promise<InputGroup>;
-  /** Publishes this node's output; under realtime retention it may be dropped when consumers lag. */
+  /**
+   * Publishes this node's output; under realtime retention it may be dropped when consumers lag. May
+   * resolve before the broker answered: a refusal is thrown by a later call.
+   */
   publishMessage(message: unknown, metadata?: Record<string, unknown>): Promise<void>;
   /** Publishes EOS on this node's subject; never dropped, observed exactly once downstream. */
   publishStopSignal(): Promise<void>;
   /** Publishes ABORT carrying why this node died (one of ours, a bare error, or a relayed record). */
   publishAbort(error: unknown): Promise<void>;
-  /** Acknowledges the input group last received. */
+  /**
+   * Acknowledges the input group last received, once its outputs were accepted; resolves when that may
+   * go on without the node (a failure is thrown by a later call).
+   */
   ackInputs(): Promise<void>;
+  /**
+   * Resolves once every publication and settlement handed to the broker has its outcome; throws the
+   * first failure among them.
+   */
+  awaitInFlight(): Promise<void>;
   /** Reports that the node failed on the last input group; the delivery policy decides the cost. */
   failInputs(error: unknown): Promise<void>;
   /** Whether a stop was signalled; `stopReason()` says which. */

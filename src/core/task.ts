@@ -438,9 +438,10 @@ export abstract class NodeTask<N extends Node = Node> {
     };
   }
 
-  /** Ends the stream cleanly: EOS downstream (when there is a downstream). */
+  /** Ends the stream cleanly: EOS downstream (when there is a downstream) once everything in flight landed. */
   protected async finish(): Promise<TaskFinished> {
     if (this.hasChildren) await this.messenger.publishStopSignal();
+    else await this.messenger.awaitInFlight();
     return { kind: TaskEnd.finished, exitCode: 0 };
   }
 

@@ -140,6 +140,7 @@ import {
   createEnvelope,
   decodeEnvelope,
   decodePayload,
+  type EncodedPayload,
   encodeEnvelope,
   encodePayload,
   type Envelope as WireEnvelope,
@@ -174,12 +175,13 @@ import {
   type Release,
   Settlement,
 } from "./grouping.ts";
+import { InFlight } from "./in_flight.ts";
 import {
   dataSubscriptionId,
   dataSubscriptionSpec,
   DEFAULT_ACK_WAIT_SECONDS,
   DEFAULT_BYTE_CREDIT,
-  DEFAULT_PREFETCH,
+  defaultPrefetch,
   defaultProfile,
   DLQ_RETENTION_SECONDS,
   durableNameOf,
@@ -203,6 +205,11 @@ export const RECEIVE_WAIT_SECONDS = 0.5;
 export const MIN_RECEIVE_WAIT_SECONDS = 0.001;
 /** Accepted publication ids (and a replayable source's offset) noted in the ledger per flush, at most. */
 export const LEDGER_FLUSH_BATCH = 256;
+/**
+ * Publications and settlements that may await the broker at once while the node goes on: an input is
+ * still acked only after its outputs were accepted, and EOS only after all of them.
+ */
+export const DEFAULT_IN_FLIGHT = 64;
 /** The longest accepted publications wait before they are noted in the ledger, in seconds. */
 export const LEDGER_FLUSH_SECONDS = 1;
 /**
@@ -304,10 +311,15 @@ export interface MessengerOptions {
   readonly blobTtlSeconds?: number;
   /** `VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES` (512 KiB). */
   readonly maxInlinePayloadBytes?: number;
-  /** Deliveries taken per receive ({@link DEFAULT_PREFETCH}); provisioning must use the same value. */
+  /** Deliveries taken per receive ({@link defaultPrefetch}); provisioning must use the same value. */
   readonly prefetch?: number;
   /** `VF_PREFETCH_BYTES`: the most bytes one receive takes; 64 MiB when absent. */
   readonly prefetchBytes?: number | null;
+  /**
+   * How many publications and input settlements may still await the broker while the node goes on
+   * ({@link DEFAULT_IN_FLIGHT}); 1 waits for each.
+   */
+  readonly inFlight?: number;
   /** A producer that mints ids from its source offset (MSGID-6). */
   readonly replayable?: boolean;
   /** A replayable source's analysis namespace (`{node}:{analysis_version}:{offset}`). */
@@ -364,6 +376,10 @@ interface ParentState {
   inJoin: number;
   quietSince: number | null;
   nextCheck: number;
+  /** Received ids waiting for the write running now to finish, and the write that will note them. */
+  recordingNext: { readonly ids: string[]; readonly written: Promise<void> } | null;
+  /** The latest received-id write begun or queued. */
+  recordingLast: Promise<void>;
 }
 
 /** The identity an output carries: its trace, its event time, and a replayable source's offset. */
@@ -542,6 +558,14 @@ export class BrokerMessenger implements Messenger {
   readonly #stats: PublicationStats = { accepted: 0, duplicate: 0, unknown: 0, dropped: 0, rejected: 0 };
   readonly #recovered = new Map<string, RecoveredGroup>();
   readonly #recoveredReady: ReadyGroup<Held>[] = [];
+  readonly #work: InFlight;
+  /** The publications of the group in hand, which its settlement waits for. */
+  #outputs: Promise<void>[] = [];
+  /** The ledger flushes, one after another. */
+  #flushing: Promise<void> = Promise.resolve();
+  /** A replayable producer's offsets published and not yet final, in publication order. */
+  readonly #offsetsOpen: number[] = [];
+  readonly #offsetsFinal = new Set<number>();
 
   #started = false;
   #closed = false;
@@ -612,8 +636,9 @@ export class BrokerMessenger implements Messenger {
     this.#quiescence =
       requireCount(options.eosQuiescenceMs ?? DEFAULT_EOS_QUIESCENCE_MS, "the EOS quiescence", 0) /
       1000;
-    this.#prefetch = requireCount(options.prefetch ?? DEFAULT_PREFETCH, "the prefetch", 0);
+    this.#prefetch = requireCount(options.prefetch ?? defaultPrefetch(this.#flowType), "the prefetch", 0);
     this.#byteCredit = requireCount(options.prefetchBytes ?? DEFAULT_BYTE_CREDIT, "the prefetch bytes", 1);
+    this.#work = new InFlight(options.inFlight ?? DEFAULT_IN_FLIGHT);
     this.#publishTimeout = requireSeconds(
       options.publishTimeoutSeconds ?? DEFAULT_PUBLISH_TIMEOUT_SECONDS,
       "the publish timeout",
@@ -723,6 +748,7 @@ export class BrokerMessenger implements Messenger {
    */
   async receiveMessage(): Promise<InputGroup> {
     this.#requireReceiver("receiveMessage");
+    this.#work.check();
     for (;;) {
       if (this.#quiesced || this.#authorityLost) {
         await this.#handBack();
@@ -742,15 +768,31 @@ export class BrokerMessenger implements Messenger {
     }
   }
 
-  /** Acknowledges the group last received: settles each of its deliveries Completed. */
+  /**
+   * Acknowledges the group last received: each of its deliveries is settled Completed once every output
+   * published for it was accepted. Resolves when that may go on without the node (within the in-flight
+   * bound); a failure of it, or of an output, is thrown by the next call that publishes, acks, receives
+   * or ends the stream.
+   */
   async ackInputs(): Promise<void> {
     const group = this.#current;
     if (group === null) return;
     this.#current = null;
-    const handles = group.handles;
+    const outputs = this.#outputs;
+    this.#outputs = [];
+    const persisted = this.#persistedGroup;
+    this.#persistedGroup = null;
+    this.#work.track(this.#ackAfter(outputs, group.handles, persisted));
+    await this.#work.admit();
+  }
+
+  async #ackAfter(outputs: readonly Promise<void>[], handles: readonly Held[], persisted: string | null) {
+    if (outputs.length === 1) await outputs[0];
+    else if (outputs.length > 1) await Promise.all(outputs);
+    if (this.#work.abandoned) return;
     if (handles.length === 1) await this.#settle(handles[0], completed());
     else await Promise.all(handles.map((h) => this.#settle(h, completed())));
-    await this.#closeGroup();
+    if (persisted !== null) await this.#runtime.settleGroup(persisted);
   }
 
   /**
@@ -761,6 +803,7 @@ export class BrokerMessenger implements Messenger {
     const group = this.#current;
     if (group === null) return;
     this.#current = null;
+    this.#outputs = [];
     const failure = asRuntimeError(error, this.#delivery.onError ?? DEFAULT_DISPOSITION);
     await Promise.all(group.handles.map((h) => this.#applyLadder(h, failure)));
     await this.#closeGroup();
@@ -807,7 +850,10 @@ export class BrokerMessenger implements Messenger {
    * Publishes one output. A producer mints its identity; a receiver carries its input group's forward.
    * A checkpoint under {@link CHECKPOINT_METADATA_KEY} is committed with this output in one ledger write
    * before the send and never reaches the wire. A live (best-effort) output the broker refuses is counted
-   * as a drop; a reliable one is retried with backoff until the broker takes it.
+   * as a drop; a reliable one is retried with backoff until the broker takes it. An inline output
+   * resolves once it was handed to the broker within the in-flight bound (outputs reach the broker in
+   * call order); its outcome is awaited by its input group's ack and by EOS, and a refusal is thrown by
+   * the next call that publishes, acks, receives or ends the stream.
    *
    * @throws ConfigError when a receiver publishes outside an input group, or a large payload has no store;
    * SchemaError for a value the wire cannot carry; CapabilityError for a checkpoint on a ledger that dies
@@ -815,6 +861,7 @@ export class BrokerMessenger implements Messenger {
    */
   async publishMessage(message: unknown, metadata?: Record<string, unknown>): Promise<void> {
     this.#requireStarted("publishMessage");
+    this.#work.check();
     let checkpoint: Uint8Array | null = null;
     const wireMetadata: Record<string, unknown> = {};
     if (metadata !== undefined) {
@@ -843,6 +890,17 @@ export class BrokerMessenger implements Messenger {
       MsgType.data,
     );
     let encoded = encodePayload(message as WirePayload);
+    if (checkpoint === null && encoded.payload.length <= this.#maxInline) {
+      const body = this.#dataBody(identity, eventTs, wireMetadata, encoded);
+      const env = this.#dataEnvelope(publicationId, body, eventTs, partitionKey, identity.offset);
+      if (identity.offset !== null) this.#offsetsOpen.push(identity.offset);
+      const sending = this.#sendInline(env, identity.offset);
+      this.#work.track(sending);
+      if (this.#assembler !== null) this.#outputs.push(sending);
+      await this.#work.admit();
+      return;
+    }
+    if (checkpoint !== null) await this.#work.drain();
     let ref = null;
     if (encoded.payload.length > this.#maxInline) {
       this.#publicationInFlight = publicationId;
@@ -853,19 +911,7 @@ export class BrokerMessenger implements Messenger {
       ref = this.#bridge?.lastRef ?? null;
       encoded = encodePayload(blobRef as BlobRef);
     }
-    const body = encodeEnvelope(createEnvelope({
-      type: MsgType.data,
-      producerName: this.#node,
-      flowId: this.#flowId,
-      runId: this.#runId,
-      traceId: identity.traceId,
-      seq: identity.seq,
-      eventTs,
-      replicaId: this.#replicaId,
-      metadata: wireMetadata as WireMap,
-      payloadType: encoded.payloadType,
-      payload: encoded.payload,
-    }));
+    const body = this.#dataBody(identity, eventTs, wireMetadata, encoded);
     if (checkpoint !== null) {
       await this.#commitCheckpoint(checkpoint, { output: publicationId, envelope: body.toBase64() });
     }
@@ -877,6 +923,7 @@ export class BrokerMessenger implements Messenger {
       });
     }
     const env = this.#dataEnvelope(publicationId, body, eventTs, partitionKey, identity.offset);
+    if (identity.offset !== null) this.#offsetsOpen.push(identity.offset);
     const outcome = await this.#publish(env, this.#reliableOutput);
     this.#countPublication(outcome);
     if (ref !== null) {
@@ -885,13 +932,79 @@ export class BrokerMessenger implements Messenger {
         await this.#release(ref.key, intentObligationId(publicationId), publicationId);
       }
     }
+    await this.#concludePublication(env.publicationId, outcome, identity.offset);
+  }
+
+  /** A data envelope's bytes. */
+  #dataBody(
+    identity: OutputIdentity,
+    eventTs: number | null,
+    metadata: Record<string, unknown>,
+    encoded: EncodedPayload,
+  ): Uint8Array {
+    return encodeEnvelope(createEnvelope({
+      type: MsgType.data,
+      producerName: this.#node,
+      flowId: this.#flowId,
+      runId: this.#runId,
+      traceId: identity.traceId,
+      seq: identity.seq,
+      eventTs,
+      replicaId: this.#replicaId,
+      metadata: metadata as WireMap,
+      payloadType: encoded.payloadType,
+      payload: encoded.payload,
+    }));
+  }
+
+  /** An inline output's send, run on while the node goes on (the backend sees it at once). */
+  async #sendInline(env: BackendEnvelope, offset: number | null): Promise<void> {
+    const outcome = await this.#publish(env, this.#reliableOutput);
+    this.#countPublication(outcome);
+    await this.#concludePublication(env.publicationId, outcome, offset);
+  }
+
+  /** After an output's final outcome: an accepted one is noted for the ledger; a refused reliable one throws. */
+  async #concludePublication(
+    publicationId: string,
+    outcome: PublicationOutcome,
+    offset: number | null,
+  ): Promise<void> {
+    if (offset !== null) this.#finalOffset(offset);
     if (outcome.kind === "accepted") {
-      const noting = this.#noteAccepted(publicationId, identity.offset);
+      const noting = this.#noteAccepted(publicationId);
       if (noting !== null) await noting;
     } else if (this.#reliableOutput) this.#refused(outcome);
   }
 
-  /** Publishes this replica's EOS (after flushing the ledger's published count); never dropped. */
+  /**
+   * Marks a replayable source's offset final (accepted, or dropped as a live output may be); the last
+   * accepted offset advances only over offsets final with every one before them, so a resume never
+   * skips an output still awaiting the broker.
+   */
+  #finalOffset(offset: number): void {
+    this.#offsetsFinal.add(offset);
+    const open = this.#offsetsOpen;
+    let done = 0;
+    while (done < open.length && this.#offsetsFinal.delete(open[done])) {
+      if (open[done] > this.#lastAcceptedOffset) this.#lastAcceptedOffset = open[done];
+      done++;
+    }
+    if (done > 0) open.splice(0, done);
+  }
+
+  /**
+   * Resolves once every publication and settlement handed to the broker has its outcome; throws the
+   * first failure among them.
+   */
+  awaitInFlight(): Promise<void> {
+    return this.#work.drain();
+  }
+
+  /**
+   * Publishes this replica's EOS after every output in flight was accepted (and the ledger's published
+   * count flushed); never dropped.
+   */
   async publishStopSignal(): Promise<void> {
     this.#requireStarted("publishStopSignal");
     await this.#publishMarker(MsgType.eos, eosTraceId(this.#replicaId), encodePayload(undefined));
@@ -957,6 +1070,7 @@ export class BrokerMessenger implements Messenger {
   async quiesce(): Promise<void> {
     if (this.#quiesced) return;
     this.#quiesced = true;
+    await this.#work.idle();
     await this.#handBack();
     await this.#flushLedger();
   }
@@ -971,6 +1085,7 @@ export class BrokerMessenger implements Messenger {
    */
   async checkpoint(state: Uint8Array): Promise<void> {
     this.#requireStarted("checkpoint");
+    await this.#work.drain();
     await this.#commitCheckpoint(state, {});
   }
 
@@ -1057,8 +1172,12 @@ export class BrokerMessenger implements Messenger {
     this.#keepalive?.cancel();
     this.#keepalive = null;
     await this.#leaseKeeper?.stop();
-    if (options.handBack === false) return;
+    if (options.handBack === false) {
+      this.#work.abandon();
+      return;
+    }
     if (this.#started) {
+      await this.#work.idle();
       await this.#handBack();
       await this.#flushLedger();
       await Promise.allSettled(this.#recordings);
@@ -1084,6 +1203,8 @@ export class BrokerMessenger implements Messenger {
       inJoin: 0,
       quietSince: null,
       nextCheck: 0,
+      recordingNext: null,
+      recordingLast: Promise.resolve(),
     };
     for (const [id, kind] of [[state.data, MessageKind.data], [state.eos, MessageKind.eos]] as const) {
       this.#routes.set(subscriptionKey(id), { parent: state, kind });
@@ -1232,18 +1353,31 @@ export class BrokerMessenger implements Messenger {
   }
 
   /**
-   * Notes a received batch's ids in the ledger (EOS-7) in one write, which runs while the batch is
-   * processed: each delivery of the batch remembers the write, and {@link #settle} waits for it before
-   * the delivery leaves the broker, so an id is never acked unrecorded.
+   * Notes a received batch's ids in the ledger (EOS-7), which runs while the batch is processed: each
+   * delivery of the batch remembers the write that notes it, and {@link #settle} waits for that write
+   * before the delivery leaves the broker, so an id is never acked unrecorded. One write per parent runs
+   * at a time; batches received meanwhile join the next one (a group commit).
    */
   #recordReceived(parent: ParentState, batch: readonly Delivery[]): void {
-    const ids = batch.map((delivery) => delivery.token.messageId);
-    const recording = this.#runtime.recordReceivedMany(parent.name, parent.durable, ids).then(() => {});
-    this.#recordings.add(recording);
-    const forget = () => this.#recordings.delete(recording);
-    // A write that fails is reported by the settles that wait for it, never as an unhandled rejection.
-    recording.then(forget, forget);
-    for (const delivery of batch) this.#recordingOf.set(delivery, recording);
+    let next = parent.recordingNext;
+    if (next === null) {
+      const ids: string[] = [];
+      const written = parent.recordingLast.then(() => {
+        parent.recordingNext = null;
+        return this.#runtime.recordReceivedMany(parent.name, parent.durable, ids);
+      }).then(() => {});
+      next = { ids, written };
+      parent.recordingNext = next;
+      // The next write follows this one whether or not it failed; a failure is reported by the settles.
+      parent.recordingLast = written.catch(() => {});
+      this.#recordings.add(written);
+      const forget = () => this.#recordings.delete(written);
+      written.then(forget, forget);
+    }
+    for (const delivery of batch) {
+      next.ids.push(delivery.token.messageId);
+      this.#recordingOf.set(delivery, next.written);
+    }
   }
 
   /**
@@ -2019,9 +2153,8 @@ export class BrokerMessenger implements Messenger {
   }
 
   /** Counts an accepted output and notes it (and a replayable source's offset) for the ledger's batch. */
-  #noteAccepted(publicationId: string, offset: number | null): Promise<void> | null {
+  #noteAccepted(publicationId: string): Promise<void> | null {
     this.#acceptedData++;
-    if (offset !== null && offset > this.#lastAcceptedOffset) this.#lastAcceptedOffset = offset;
     if (this.#durableShared) this.#publishedPending.push(publicationId);
     const offsets = this.#replayable && this.#durable ? this.#lastAcceptedOffset - this.#flushedOffset : 0;
     if (this.#publishedPending.length === 0 && offsets === 0) return null;
@@ -2030,8 +2163,17 @@ export class BrokerMessenger implements Messenger {
     return due ? this.#flushLedger() : null;
   }
 
-  /** Writes the batched ledger records: accepted publication ids (EOS-7) and a replayable source's offset. */
-  async #flushLedger(): Promise<void> {
+  /**
+   * Writes the batched ledger records: accepted publication ids (EOS-7) and a replayable source's offset,
+   * after any flush still running (one at a time).
+   */
+  #flushLedger(): Promise<void> {
+    const flush = this.#flushing.then(() => this.#writeLedger());
+    this.#flushing = flush.catch(() => {});
+    return flush;
+  }
+
+  async #writeLedger(): Promise<void> {
     this.#lastFlush = this.#clock.monotonic();
     if (this.#publishedPending.length > 0) {
       const ids = this.#publishedPending;
@@ -2068,6 +2210,8 @@ export class BrokerMessenger implements Messenger {
     traceId: string,
     payload: { payloadType: string; payload: Uint8Array },
   ) {
+    if (type === MsgType.abort) await this.#work.idle();
+    else await this.#work.drain();
     await this.#flushLedger();
     const seq = this.#durableShared ? await this.#runtime.publishedCount() : this.#acceptedData;
     if (faultsInstalled()) await barrier(Barrier.terminatorPublishBefore, { node: this.#node, status: type });

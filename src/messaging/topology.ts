@@ -64,11 +64,22 @@ import type { JsonObject } from "../core/node.ts";
 /** Inputs one replica holds in processing at a time (a single-parent node). */
 export const DEFAULT_ITEM_CREDIT = 1;
 /**
- * Deliveries a replica takes from the broker per receive beyond the one it processes, so the next inputs
- * are in hand when the current one settles (the reference parked 4; a larger batch amortizes each round
- * trip over more messages).
+ * Deliveries a replica of a realtime flow takes from the broker per receive beyond the one it processes,
+ * so the next inputs are in hand when the current one settles (the reference parked 4; a larger batch
+ * amortizes each round trip over more messages, and 16 is still few enough that nothing goes stale).
  */
 export const DEFAULT_PREFETCH = 16;
+/**
+ * The same for a batch flow, whose inputs do not go stale: a backlog is worked through in large batches,
+ * so a round trip, a received-set ledger write and an ack wait are each shared by many inputs. The bytes
+ * one receive takes stay bounded by the byte credit.
+ */
+export const BATCH_PREFETCH = 256;
+
+/** The prefetch a node of a flow of `flowType` uses unless one is configured. */
+export function defaultPrefetch(flowType: FlowType): number {
+  return flowType === FlowType.batch ? BATCH_PREFETCH : DEFAULT_PREFETCH;
+}
 /** Messages a realtime (live_latest) channel keeps: the freshest one. */
 export const DEFAULT_REALTIME_BUFFER = 1;
 /** Messages a batch (reliable_work) channel keeps before it refuses publications. */
@@ -116,7 +127,7 @@ export interface TopologySettings {
   readonly realtimeBuffer?: number;
   /** A reliable_work channel's message limit ({@link DEFAULT_BATCH_MAX_MSGS}). */
   readonly batchMaxMsgs?: number;
-  /** Deliveries a replica takes per receive beyond its processing credit ({@link DEFAULT_PREFETCH}). */
+  /** Deliveries a replica takes per receive beyond its processing credit ({@link defaultPrefetch}). */
   readonly prefetch?: number;
   /** Bytes one receive may hand out (`VF_PREFETCH_BYTES`; {@link DEFAULT_BYTE_CREDIT}). */
   readonly byteCredit?: number;
@@ -410,7 +421,7 @@ export function dataSubscriptionSpec(
     child.nbTasks,
     child.partitioned,
     joinItemCredit(child.parents.length, child.join),
-    settings.prefetch ?? DEFAULT_PREFETCH,
+    settings.prefetch ?? defaultPrefetch(settings.flowType),
   );
   return subscriptionSpecFor(
     dataSubscriptionId(channel, child.name, partition),

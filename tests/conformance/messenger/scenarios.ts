@@ -193,7 +193,9 @@ const STORIES: readonly Story[] = [
         const key = first.lastInputKey();
         assert.equal((await flow.drive(flow.runtime("fuse").openGroups())).length, 1);
         const schedule = faults({ [Barrier.messagePublishAfter]: crash() });
-        await assert.rejects(flow.drive(first.publishMessage("a1+b1")), SimulatedCrash);
+        await flow.drive(first.publishMessage("a1+b1"));
+        await assert.rejects(flow.drive(first.awaitInFlight()), SimulatedCrash);
+        await assert.rejects(flow.drive(first.ackInputs()), SimulatedCrash, "a later call reports it too");
         finish(schedule);
         await crashed(flow, first);
         assert.equal((await flow.drive(flow.runtime("fuse").openGroups())).length, 1);
@@ -564,7 +566,9 @@ const STORIES: readonly Story[] = [
         assert.equal(await flow.drive(first.resumeOffset()), 0);
         await produce(flow, first, ["f1", "f2", "f3"], false);
         await flow.drive(flow.clock.sleep(2));
-        await produce(flow, first, ["f4", "f5"], false);
+        await produce(flow, first, ["f4"], false);
+        await flow.drive(first.awaitInFlight());
+        await produce(flow, first, ["f5"], false);
         await crashed(flow, first);
         const second = await flow.open("cam", 0, { replayable: true });
         const resumed = await flow.drive(second.resumeOffset());

@@ -16,6 +16,7 @@ function recordingMessenger(calls: unknown[][]): Messenger {
     publishStopSignal: unused("publishStopSignal"),
     publishAbort: unused("publishAbort"),
     ackInputs: unused("ackInputs"),
+    awaitInFlight: unused("awaitInFlight"),
     failInputs: unused("failInputs"),
     checkForTermination: unused("checkForTermination"),
     stopReason: unused("stopReason"),

@@ -116,6 +116,9 @@ class ScriptedMessenger implements Messenger {
   ackInputs(): Promise<void> {
     return this.#record("ackInputs");
   }
+  awaitInFlight(): Promise<void> {
+    return this.#record("awaitInFlight");
+  }
   failInputs(error: unknown): Promise<void> {
     return this.#record("failInputs", error);
   }
@@ -491,12 +494,12 @@ Deno.test("a processor publishes each output before acking its input, then forwa
   assert.deepEqual(node.seen, ["close"]);
 });
 
-Deno.test("a processor without children publishes nothing, not even EOS, and still acks", async () => {
+Deno.test("a processor without children publishes nothing, not even EOS, acks, and ends once its acks landed", async () => {
   const { messenger, outcome } = await runNode(new Square({ name: "leaf" }), { groups: stream(2) }, {
     hasChildren: false,
   });
   assert.equal(outcome.kind, TaskEnd.finished);
-  assert.deepEqual(messenger.names(), ["receiveMessage", "ackInputs", "receiveMessage"]);
+  assert.deepEqual(messenger.names(), ["receiveMessage", "ackInputs", "receiveMessage", "awaitInFlight"]);
 });
 
 Deno.test("a poison input goes to failInputs as poison, counts as a drop, and the loop goes on", async () => {
@@ -690,6 +693,7 @@ Deno.test("a processor's checkpoint rides with its output; a sink's is written a
     "checkpoint",
     "ackInputs",
     "receiveMessage",
+    "awaitInFlight",
   ]);
 });
 

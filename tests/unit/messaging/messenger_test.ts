@@ -452,7 +452,7 @@ Deno.test("a received batch's ledger write runs while the node works and is done
     assert.equal(group.cam?.message, 1, "the node has its input while the write is held");
     assert.equal(store.receivedWrites, 1);
     let acked = false;
-    const ack = det.ackInputs().then(() => {
+    const ack = det.ackInputs().then(() => det.awaitInFlight()).then(() => {
       acked = true;
     });
     for (let turn = 0; turn < 20; turn++) await new Promise((resolve) => setTimeout(resolve, 1));
@@ -628,5 +628,58 @@ Deno.test("a best-effort parent drains although a crashed sibling left a deliver
     assert.equal(seen.end.cam?.isStopSignal, true);
     const pending = await flow.drive(survivor.pendingObservation());
     assert.equal(pending.kind === "known" && pending.value, 0);
+  });
+});
+
+Deno.test("an input is acked only once its output was accepted, while the node already works on the next", async () => {
+  await withFlow(PIPELINE, async (flow) => {
+    const cam = await flow.open("cam");
+    await produce(flow, cam, [1, 2]);
+    const det = await flow.open("det");
+    const detChannel = channelId(FLOW, RUN, "det");
+    const leased = async () =>
+      requireKnown(
+        await flow.backend.observeSubscription(dataSubscriptionId(channelId(FLOW, RUN, "cam"), "det", null)),
+        "det's subscription",
+      ).leased;
+    assert.equal((await flow.drive(det.receiveMessage())).cam?.message, 1);
+    broker(flow).pauseAcceptance(detChannel);
+    await flow.drive(det.publishMessage(10));
+    await flow.drive(det.ackInputs());
+    assert.equal((await flow.drive(det.receiveMessage())).cam?.message, 2, "the node went on");
+    assert.equal(await leased(), 2, "input 1 stays unacked while its output awaits the broker");
+    broker(flow).resumeAcceptance(detChannel);
+    await flow.drive(det.awaitInFlight());
+    assert.equal(await leased(), 1, "input 1 acked once its output was accepted");
+    assert.equal(det.publicationStats.accepted, 1);
+  });
+});
+
+Deno.test("received batches that arrive while a received-set write runs are noted together by the next write", async () => {
+  await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
+    const cam = await flow.open("cam");
+    await produce(flow, cam, [1, 2, 3], false);
+    const store = new WatchedStore(flow.store);
+    const det = await flow.open("det", 0, { runtime: runtimeOver(flow, "det", store) });
+    store.hold();
+    for (const expected of [1, 2, 3]) {
+      assert.equal((await flow.drive(det.receiveMessage())).cam?.message, expected);
+      await flow.drive(det.publishMessage(expected * 10));
+      await flow.drive(det.ackInputs());
+    }
+    for (const batch of [[4, 5], [6, 7]]) {
+      await produce(flow, cam, batch, false);
+      for (const expected of batch) {
+        assert.equal((await flow.drive(det.receiveMessage())).cam?.message, expected);
+        await flow.drive(det.publishMessage(expected * 10));
+        await flow.drive(det.ackInputs());
+      }
+    }
+    assert.equal(store.receivedWrites, 1, "one write runs (held); the later batches wait for it");
+    store.release();
+    await flow.drive(det.awaitInFlight());
+    assert.equal(store.receivedWrites, 2, "both later batches went into one write");
+    const ids = await flow.runtime("det").receivedIds("cam", "det--from--cam");
+    assert.equal(ids.size, 7);
   });
 });

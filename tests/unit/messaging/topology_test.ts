@@ -8,12 +8,14 @@ import { DeliveryPolicy } from "../../../src/core/delivery_policy.ts";
 import { ConfigError } from "../../../src/core/errors.ts";
 import { JoinPolicy } from "../../../src/core/join_policy.ts";
 import {
+  BATCH_PREFETCH,
   channelSpecFor,
   consumerCredit,
   creditAdmits,
   dataSubscriptionId,
   DEDUP_WINDOW_SECONDS,
   DEFAULT_PREFETCH,
+  defaultPrefetch,
   DLQ_RETENTION_SECONDS,
   durableNameOf,
   eosAnchorSubscriptionId,
@@ -142,6 +144,17 @@ Deno.test("a flow's topology has a channel per node, a subscription per edge and
   assert.equal(topology.deadLetter.subjectFilter, "vf.f._dlq.>");
   assert.equal(topology.deadLetter.maxAgeSeconds, DLQ_RETENTION_SECONDS);
   assert.equal(topology.deadLetter.ownerLabels[OwnerLabel.run], undefined);
+});
+
+Deno.test("a batch flow's subscriptions take a deep prefetch by default, a realtime flow's a shallow one", () => {
+  assert.equal(defaultPrefetch("batch"), BATCH_PREFETCH);
+  assert.equal(defaultPrefetch("realtime"), DEFAULT_PREFETCH);
+  assert.ok(BATCH_PREFETCH > DEFAULT_PREFETCH);
+  const credit = (flowType: "batch" | "realtime") =>
+    flowTopology(FLOW_NODES, { flowId: "f", runId: "r", flowType }).subscriptions
+      .find((s) => durableNameOf(s.id) === "detect--from--cam")?.itemCredit;
+  assert.equal(credit("batch"), consumerCredit(3, false, 1, BATCH_PREFETCH));
+  assert.equal(credit("realtime"), consumerCredit(3, false, 1, DEFAULT_PREFETCH));
 });
 
 Deno.test("a realtime channel keeps one message per replica of its node, so no replica's EOS evicts another's", () => {
