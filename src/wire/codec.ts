@@ -16,6 +16,8 @@ import { MsgType, type Seq } from "./identities.ts";
 import {
   decodeMessage,
   encodeMessage,
+  type EncodeOptions,
+  ENVELOPE_SCHEMA,
   MAX_DEPTH,
   type MessageName,
   PROTO_PACKAGE,
@@ -23,7 +25,6 @@ import {
   type RawMessages,
   type RawTensor,
   type RawValue,
-  SCHEMA_ROOT,
 } from "./schema.ts";
 import {
   BlobRef,
@@ -39,6 +40,9 @@ import {
   type WirePayload,
   type WireValue,
 } from "./value.ts";
+
+/** Where {@link encodeEnvelope} writes: see `EncodeOptions` in `schema.ts`. */
+export type { EncodeOptions } from "./schema.ts";
 
 /** The envelope version this codec reads and writes; every other version is refused. */
 export const ENVELOPE_VERSION = 4;
@@ -125,11 +129,16 @@ const DECODE_REMEDY = "check that the producer speaks videoflow envelope version
 const VERSION_REMEDY = "run every worker of the flow on a videoflow release that speaks envelope version 4 " +
   "(VF_ENVELOPE_VERSION=4), and drain or purge what older workers published";
 
-const MSG_TYPE_ENUM = SCHEMA_ROOT.lookupEnum(`${PROTO_PACKAGE}.MsgType`);
 const MSG_TYPE_NAMES = Object.values(MsgType);
+/** envelope.proto's MsgType values, by their names in lower case. */
+const MSG_TYPE_CODES: ReadonlyMap<string, number> = (() => {
+  const declared = ENVELOPE_SCHEMA.enums.find((e) => e.name === "MsgType");
+  if (declared === undefined) throw new SyntaxError("envelope.proto declares no enum MsgType");
+  return new Map(declared.values.map((value) => [value.name.toLowerCase(), value.number]));
+})();
 
 function msgTypeCode(type: MsgType): number {
-  const code = MSG_TYPE_ENUM.values[type.toUpperCase()];
+  const code = MSG_TYPE_CODES.get(type);
   if (!MSG_TYPE_NAMES.includes(type) || code === undefined) {
     throw new SchemaError(
       `unknown message type ${JSON.stringify(type)}`,
@@ -140,8 +149,7 @@ function msgTypeCode(type: MsgType): number {
 }
 
 function msgTypeOf(code: number): MsgType {
-  const name = MSG_TYPE_ENUM.valuesById[code]?.toLowerCase();
-  const type = MSG_TYPE_NAMES.find((known) => known === name);
+  const type = MSG_TYPE_NAMES.find((known) => MSG_TYPE_CODES.get(known) === code);
   if (type !== undefined) return type;
   const known = MSG_TYPE_NAMES.map((t) => `${t.toUpperCase()} (${msgTypeCode(t)})`).join(", ");
   throw new DecodeError(
@@ -384,12 +392,14 @@ export function decodePayload(payloadType: string, payload: Uint8Array): WirePay
 }
 
 /**
- * The bytes of an envelope. The result owns its whole `ArrayBuffer`, so it can be transferred.
+ * The bytes of an envelope, written into one allocation of exactly their size (the payload copied once).
+ * By default the result owns its whole `ArrayBuffer`, so it can be transferred; with `options.allocate`
+ * it is the array that returned (a view onto a SharedArrayBuffer, say), as for `encodeMessage`.
  *
  * @throws SchemaError when a field is out of its wire range (seq beyond uint64, replica id beyond uint32),
  * the version is not {@link ENVELOPE_VERSION}, or metadata holds a value the wire cannot carry.
  */
-export function encodeEnvelope(env: Envelope): Uint8Array {
+export function encodeEnvelope(env: Envelope, options?: EncodeOptions): Uint8Array {
   if (env.v !== ENVELOPE_VERSION) {
     throw new SchemaError(
       `cannot write envelope version ${env.v}`,
@@ -411,7 +421,7 @@ export function encodeEnvelope(env: Envelope): Uint8Array {
     metadata: rawEntries(env.metadata, "metadata", 0),
     payloadType: env.payloadType,
     payload: env.payload,
-  });
+  }, options);
 }
 
 /** Whether `bytes` open as a msgpack map whose first key is a lower-case name, as legacy envelopes do. */

@@ -2,29 +2,38 @@
  * The videoflow.v1 protobuf schema (envelope version 4) and the reader and writer that move its messages
  * on and off the wire.
  *
- * The schema is `envelope.proto`, imported as text (a static import, so a worker with no read
- * permission loads it with the module graph); protobufjs parses it once at module load, and every field number, wire type,
- * label and oneof the codec uses comes from that parse. The reading and writing walk protobufjs's
- * reflection with its `Reader` and `Writer` instead of its generated message classes, because those decode
- * maps into plain objects (losing wire order and mishandling keys such as `__proto__`), read 64-bit
- * integers through `Long`, accept any wire type for a known field and decode invalid UTF-8 silently.
- * Here maps are ordered entry lists, 64-bit integers are bigints, strings must be valid UTF-8, a known
- * field with the wrong wire type or a group is refused, and nesting is capped at {@link MAX_DEPTH}. Unknown
+ * The schema is `envelope.proto`, imported as text (a static import, so a worker with no read permission
+ * loads it with the module graph) and parsed once at module load by `proto_parser.ts`; every field
+ * number, wire type, label and oneof the codec uses comes from that parse ({@link ENVELOPE_SCHEMA}). No
+ * protobuf library is loaded: the reader and writer here are this module's own.
+ *
+ * Maps are ordered entry lists, 64-bit integers are bigints, strings must be valid UTF-8, a known field
+ * with the wrong wire type or a group is refused, and nesting is capped at {@link MAX_DEPTH}. Unknown
  * fields are skipped (and not kept). Writing follows proto3: fields in number order, implicit-presence
  * fields omitted at their default, repeated numbers packed, map entries with both key and value.
+ *
+ * Writing measures first: one pass computes every length-delimited size, then the message is written
+ * into one allocation of exactly its size, so `bytes` fields (tensor data, an envelope's payload) are
+ * copied once. Reading is zero-copy: `bytes` fields are views into the input.
  *
  * @module
  */
 
-import protobuf from "protobufjs";
 import { DecodeError, SchemaError } from "../core/errors.ts";
 import envelopeProto from "./envelope.proto" with { type: "text" };
+import { parseProto, type ProtoFile, type ProtoScalar } from "./proto_parser.ts";
 
 /** The protobuf package of every videoflow message type. */
 export const PROTO_PACKAGE = "videoflow.v1";
 
 /** How deep messages may nest (a Value list inside a list ...), reading or writing, as protobuf's own limit. */
 export const MAX_DEPTH = 100;
+
+/** The largest message protobuf allows (2 GiB − 1): a longer one cannot be framed or read back. */
+export const MAX_MESSAGE_BYTES = 2 ** 31 - 1;
+
+/** `envelope.proto` as parsed: the single source of the messages, field numbers and enum values. */
+export const ENVELOPE_SCHEMA: ProtoFile = parseProto(envelopeProto, "envelope.proto");
 
 /** An ordered map as the wire carries it: entries in wire order, duplicates and all. */
 export type RawEntries = readonly (readonly [string, RawValue])[];
@@ -106,7 +115,17 @@ export interface RawMessages {
 /** The short name of a top-level message type. */
 export type MessageName = keyof RawMessages;
 
-type ScalarKind = "uint32" | "enum" | "uint64" | "int64" | "sint64" | "double" | "bool" | "string" | "bytes";
+/** Where {@link encodeMessage} writes. */
+export interface EncodeOptions {
+  /**
+   * Returns a `Uint8Array` of exactly `size` bytes for the message to be written into (a view onto a
+   * SharedArrayBuffer, a slot of a ring buffer ...); every byte of it is overwritten. By default a new
+   * `Uint8Array` of its own.
+   */
+  readonly allocate?: (size: number) => Uint8Array;
+}
+
+type ScalarKind = ProtoScalar | "enum";
 type Kind = ScalarKind | MessagePlan;
 
 interface FieldPlan {
@@ -121,6 +140,8 @@ interface FieldPlan {
   readonly presence: boolean;
   /** The other members of the field's oneof, cleared when it is read. */
   readonly siblings: readonly string[];
+  /** The tag it is written with: a map entry, a packed list or a list of messages is length-delimited. */
+  readonly tag: number;
 }
 
 interface MessagePlan {
@@ -144,7 +165,7 @@ const WIRE_TYPE: Readonly<Record<ScalarKind, number>> = {
   bytes: 2,
 };
 const LENGTH_DELIMITED = 2;
-const SCALAR_KINDS = Object.keys(WIRE_TYPE) as ScalarKind[];
+const MAP_KEY_TAG = (1 << 3) | LENGTH_DELIMITED;
 
 function wireTypeOf(kind: Kind): number {
   return typeof kind === "string" ? WIRE_TYPE[kind] : LENGTH_DELIMITED;
@@ -154,54 +175,50 @@ function isPackable(kind: Kind): boolean {
   return wireTypeOf(kind) !== LENGTH_DELIMITED;
 }
 
-function kindOf(field: protobuf.Field, plans: Map<protobuf.Type, MessagePlan>): Kind {
-  const resolved = field.resolvedType;
-  if (resolved instanceof protobuf.Type) return planOf(resolved, plans);
-  if (resolved instanceof protobuf.Enum) return "enum";
-  const scalar = SCALAR_KINDS.find((kind) => kind === field.type && kind !== "enum");
-  if (scalar === undefined) throw new TypeError(`${field.fullName}: type ${field.type} is not implemented`);
-  return scalar;
-}
-
 function camelCase(name: string): string {
   return name.replace(/_([a-z0-9])/g, (_, letter: string) => letter.toUpperCase());
 }
 
-function planOf(type: protobuf.Type, plans: Map<protobuf.Type, MessagePlan>): MessagePlan {
-  const known = plans.get(type);
-  if (known) return known;
-  const plan: MessagePlan = { name: type.fullName.replace(/^\./, ""), fields: [], byId: new Map() };
-  plans.set(type, plan);
-  for (const field of [...type.fieldsArray].sort((a, b) => a.id - b.id)) {
-    if (field instanceof protobuf.MapField && field.keyType !== "string") {
-      throw new TypeError(`${field.fullName}: only string map keys are implemented`);
-    }
-    const kind = kindOf(field, plans);
-    const oneof = field.partOf;
-    const fieldPlan: FieldPlan = {
-      id: field.id,
-      name: camelCase(field.name),
-      fullName: field.fullName.replace(/^\./, ""),
-      label: field.map ? "map" : field.repeated ? "repeated" : "single",
-      kind,
-      presence: typeof kind !== "string" || oneof !== null,
-      siblings: oneof ? oneof.oneof.filter((name) => name !== field.name).map(camelCase) : [],
-    };
-    plan.fields.push(fieldPlan);
-    plan.byId.set(field.id, fieldPlan);
+function messagePlans(file: ProtoFile): ReadonlyMap<string, MessagePlan> {
+  if (file.package !== PROTO_PACKAGE) {
+    throw new SyntaxError(
+      `envelope.proto declares package ${file.package}, the codec speaks ${PROTO_PACKAGE}`,
+    );
   }
-  return plan;
+  const plans = new Map<string, MessagePlan>(
+    file.messages.map((m) => [m.name, { name: `${PROTO_PACKAGE}.${m.name}`, fields: [], byId: new Map() }]),
+  );
+  for (const message of file.messages) {
+    const plan = plans.get(message.name)!;
+    for (const field of [...message.fields].sort((a, b) => a.number - b.number)) {
+      const { type, label } = field;
+      const kind = type.kind === "scalar" ? type.name : type.kind === "enum" ? "enum" : plans.get(type.name)!;
+      const oneof = message.oneofs.find((o) => o.name === field.oneof);
+      const fieldPlan: FieldPlan = {
+        id: field.number,
+        name: camelCase(field.name),
+        fullName: `${plan.name}.${field.name}`,
+        label: label === "map" || label === "repeated" ? label : "single",
+        kind,
+        presence: typeof kind !== "string" || oneof !== undefined || label === "optional",
+        siblings: oneof ? oneof.fields.filter((name) => name !== field.name).map(camelCase) : [],
+        tag: (field.number << 3) |
+          (label === "map" || label === "repeated" ? LENGTH_DELIMITED : wireTypeOf(kind)),
+      };
+      plan.fields.push(fieldPlan);
+      plan.byId.set(field.number, fieldPlan);
+    }
+  }
+  return plans;
 }
 
-const root = protobuf.parse(envelopeProto, { keepCase: true }).root;
-root.resolveAll();
-
-/** The parsed schema (protobufjs reflection), for tests and tools that inspect it. */
-export const SCHEMA_ROOT: protobuf.Root = root;
-
 const PLANS: Readonly<Record<MessageName, MessagePlan>> = (() => {
-  const plans = new Map<protobuf.Type, MessagePlan>();
-  const lookup = (name: MessageName) => planOf(root.lookupType(`${PROTO_PACKAGE}.${name}`), plans);
+  const plans = messagePlans(ENVELOPE_SCHEMA);
+  const lookup = (name: MessageName) => {
+    const plan = plans.get(name);
+    if (plan === undefined) throw new SyntaxError(`envelope.proto declares no message ${name}`);
+    return plan;
+  };
   return {
     Envelope: lookup("Envelope"),
     Value: lookup("Value"),
@@ -213,6 +230,10 @@ const PLANS: Readonly<Record<MessageName, MessagePlan>> = (() => {
   };
 })();
 
+/** Eight bytes for moving a double to and from little-endian order. */
+const scratch = new DataView(new ArrayBuffer(8));
+const scratchBytes = new Uint8Array(scratch.buffer);
+
 const DECODE_REMEDY = "check that the producer speaks videoflow envelope version 4 (videoflow.v1) and that " +
   "nothing truncated or altered the bytes on the way";
 
@@ -221,65 +242,150 @@ function malformed(message: string): DecodeError {
 }
 
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+/** Up to this many bytes, an ASCII string is decoded by hand: cheaper than a call into TextDecoder. */
+const SHORT_STRING = 32;
 
-function delimitedEnd(r: protobuf.Reader): number {
-  const length = r.uint32();
-  const end = r.pos + length;
-  if (end > r.len) throw malformed(`a length of ${length} bytes runs past the end of the message`);
-  return end;
-}
+/** A cursor over one message's bytes; every read checks the bounds and throws a DecodeError past them. */
+class Reader {
+  readonly buf: Uint8Array;
+  readonly len: number;
+  pos = 0;
 
-function readVarint64(r: protobuf.Reader): bigint {
-  let value = 0n;
-  for (let shift = 0n; shift < 70n; shift += 7n) {
-    if (r.pos >= r.len) throw malformed("the message ends inside a varint");
-    const byte = r.buf[r.pos++];
-    value |= BigInt(byte & 0x7f) << shift;
-    if (byte < 0x80) return BigInt.asUintN(64, value);
+  constructor(bytes: Uint8Array) {
+    this.buf = new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    this.len = bytes.byteLength;
   }
-  throw malformed("a varint is longer than 10 bytes");
+
+  /** A varint of up to 10 bytes, truncated to its low 32 bits (unsigned). */
+  varint32(): number {
+    let value = 0;
+    for (let shift = 0; shift < 70; shift += 7) {
+      if (this.pos >= this.len) throw malformed("the message ends inside a varint");
+      const byte = this.buf[this.pos++];
+      if (shift < 32) value |= (byte & 0x7f) << shift;
+      if (byte < 0x80) return value >>> 0;
+    }
+    throw malformed("a varint is longer than 10 bytes");
+  }
+
+  /** A varint of up to 10 bytes as an unsigned 64-bit bigint. */
+  varint64(): bigint {
+    let low = 0;
+    let high = 0;
+    for (let i = 0; i < 10; i++) {
+      if (this.pos >= this.len) throw malformed("the message ends inside a varint");
+      const byte = this.buf[this.pos++];
+      const bits = byte & 0x7f;
+      if (i < 4) low |= bits << (7 * i);
+      else if (i === 4) {
+        low |= bits << 28;
+        high = bits >>> 4;
+      } else high |= bits << (7 * i - 32);
+      if (byte < 0x80) {
+        return high === 0 ? BigInt(low >>> 0) : (BigInt(high >>> 0) << 32n) | BigInt(low >>> 0);
+      }
+    }
+    throw malformed("a varint is longer than 10 bytes");
+  }
+
+  /** A little-endian double. */
+  double(): number {
+    const at = this.skip(8);
+    for (let i = 0; i < 8; i++) scratchBytes[i] = this.buf[at + i];
+    return scratch.getFloat64(0, true);
+  }
+
+  /** Moves past `count` bytes and returns where they start. */
+  skip(count: number): number {
+    const at = this.pos;
+    if (at + count > this.len) throw malformed(`the message ends inside a field of ${count} bytes`);
+    this.pos = at + count;
+    return at;
+  }
+
+  /** A length-delimited string, which must be valid UTF-8 (a short ASCII one is read without TextDecoder). */
+  string(field: FieldPlan): string {
+    const end = this.delimitedEnd();
+    const start = this.pos;
+    this.pos = end;
+    if (end - start <= SHORT_STRING) {
+      let ascii = "";
+      for (let at = start; at < end; at++) {
+        const byte = this.buf[at];
+        if (byte >= 0x80) return this.#utf8(start, end, field);
+        ascii += String.fromCharCode(byte);
+      }
+      return ascii;
+    }
+    return this.#utf8(start, end, field);
+  }
+
+  #utf8(start: number, end: number, field: FieldPlan): string {
+    try {
+      return utf8.decode(this.buf.subarray(start, end));
+    } catch {
+      throw malformed(`${field.fullName} is not valid UTF-8`);
+    }
+  }
+
+  /** Reads a length and returns where the bytes it announces end. */
+  delimitedEnd(): number {
+    const length = this.varint32();
+    const end = this.pos + length;
+    if (end > this.len) throw malformed(`a length of ${length} bytes runs past the end of the message`);
+    return end;
+  }
 }
 
-function readKind(kind: Kind, r: protobuf.Reader, field: FieldPlan, depth: number): unknown {
+function readKind(kind: Kind, r: Reader, field: FieldPlan, depth: number): unknown {
   switch (kind) {
     case "uint32":
-      return r.uint32();
+      return r.varint32();
     case "enum":
-      return r.int32();
+      return r.varint32() | 0;
     case "uint64":
-      return readVarint64(r);
+      return r.varint64();
     case "int64":
-      return BigInt.asIntN(64, readVarint64(r));
+      return BigInt.asIntN(64, r.varint64());
     case "sint64": {
-      const zigzag = readVarint64(r);
+      const zigzag = r.varint64();
       return (zigzag >> 1n) ^ -(zigzag & 1n);
     }
     case "double":
       return r.double();
     case "bool":
-      return readVarint64(r) !== 0n;
-    case "string": {
-      const end = delimitedEnd(r);
-      try {
-        return utf8.decode(r.buf.subarray(r.pos, r.pos = end));
-      } catch {
-        throw malformed(`${field.fullName} is not valid UTF-8`);
-      }
-    }
+      return r.varint64() !== 0n;
+    case "string":
+      return r.string(field);
     case "bytes": {
-      const end = delimitedEnd(r);
+      const end = r.delimitedEnd();
       return r.buf.subarray(r.pos, r.pos = end);
     }
     default:
-      return readMessage(kind, r, delimitedEnd(r), depth + 1);
+      return readMessage(kind, r, r.delimitedEnd(), depth + 1);
   }
 }
 
-function skipUnknown(r: protobuf.Reader, wireType: number): void {
-  if (wireType === 3 || wireType === 4) {
-    throw malformed(`wire type ${wireType} (a group) is not part of the ${PROTO_PACKAGE} schema`);
+function skipUnknown(r: Reader, wireType: number, where: string): void {
+  switch (wireType) {
+    case 0:
+      r.varint32();
+      return;
+    case 1:
+      r.skip(8);
+      return;
+    case LENGTH_DELIMITED:
+      r.pos = r.delimitedEnd();
+      return;
+    case 3:
+    case 4:
+      throw malformed(`wire type ${wireType} (a group) is not part of the ${PROTO_PACKAGE} schema`);
+    case 5:
+      r.skip(4);
+      return;
+    default:
+      throw malformed(`${where} holds invalid wire type ${wireType}, which protobuf does not define`);
   }
-  r.skipType(wireType);
 }
 
 function expectWireType(field: FieldPlan, wireType: number, expected: number): void {
@@ -290,12 +396,12 @@ function expectWireType(field: FieldPlan, wireType: number, expected: number): v
   }
 }
 
-function readMapEntry(field: FieldPlan, r: protobuf.Reader, depth: number): [string, unknown] {
-  const end = delimitedEnd(r);
+function readMapEntry(field: FieldPlan, r: Reader, depth: number): [string, unknown] {
+  const end = r.delimitedEnd();
   let key = "";
   let value: unknown = undefined;
   while (r.pos < end) {
-    const tag = r.uint32();
+    const tag = r.varint32();
     const wireType = tag & 7;
     if (tag >>> 3 === 1) {
       expectWireType(field, wireType, LENGTH_DELIMITED);
@@ -304,7 +410,7 @@ function readMapEntry(field: FieldPlan, r: protobuf.Reader, depth: number): [str
       expectWireType(field, wireType, wireTypeOf(field.kind));
       value = readKind(field.kind, r, field, depth);
     } else {
-      skipUnknown(r, wireType);
+      skipUnknown(r, wireType, `an entry of ${field.fullName}`);
     }
     if (r.pos > end) throw malformed(`an entry of ${field.fullName} runs past its length`);
   }
@@ -312,7 +418,7 @@ function readMapEntry(field: FieldPlan, r: protobuf.Reader, depth: number): [str
   return [key, value];
 }
 
-function defaultOf(kind: Kind, r: protobuf.Reader, depth: number): unknown {
+function defaultOf(kind: Kind, r: Reader, depth: number): unknown {
   switch (kind) {
     case "uint32":
     case "enum":
@@ -339,7 +445,7 @@ function append(out: Fields, name: string, item: unknown): void {
   else out[name] = [item];
 }
 
-function readField(field: FieldPlan, wireType: number, r: protobuf.Reader, out: Fields, depth: number): void {
+function readField(field: FieldPlan, wireType: number, r: Reader, out: Fields, depth: number): void {
   switch (field.label) {
     case "map":
       expectWireType(field, wireType, LENGTH_DELIMITED);
@@ -347,7 +453,7 @@ function readField(field: FieldPlan, wireType: number, r: protobuf.Reader, out: 
       return;
     case "repeated":
       if (wireType === LENGTH_DELIMITED && isPackable(field.kind)) {
-        const end = delimitedEnd(r);
+        const end = r.delimitedEnd();
         while (r.pos < end) append(out, field.name, readKind(field.kind, r, field, depth));
         if (r.pos !== end) throw malformed(`packed ${field.fullName} runs past its length`);
         if (out[field.name] === undefined) out[field.name] = [];
@@ -358,20 +464,20 @@ function readField(field: FieldPlan, wireType: number, r: protobuf.Reader, out: 
       return;
     case "single":
       expectWireType(field, wireType, wireTypeOf(field.kind));
-      for (const sibling of field.siblings) delete out[sibling];
+      for (const sibling of field.siblings) if (out[sibling] !== undefined) delete out[sibling];
       out[field.name] = readKind(field.kind, r, field, depth);
   }
 }
 
-function readMessage(plan: MessagePlan, r: protobuf.Reader, end: number, depth: number): Fields {
+function readMessage(plan: MessagePlan, r: Reader, end: number, depth: number): Fields {
   if (depth > MAX_DEPTH) throw malformed(`messages nest deeper than ${MAX_DEPTH} levels`);
   const out: Fields = {};
   while (r.pos < end) {
-    const tag = r.uint32();
+    const tag = r.varint32();
     const id = tag >>> 3;
     if (id === 0) throw malformed(`${plan.name} holds a field numbered 0, which protobuf forbids`);
     const field = plan.byId.get(id);
-    if (field === undefined) skipUnknown(r, tag & 7);
+    if (field === undefined) skipUnknown(r, tag & 7, plan.name);
     else readField(field, tag & 7, r, out, depth);
     if (r.pos > end) throw malformed(`a field of ${plan.name} runs past the end of its message`);
   }
@@ -386,22 +492,175 @@ function readMessage(plan: MessagePlan, r: protobuf.Reader, end: number, depth: 
  * (truncation, a bad varint, a wrong wire type, invalid UTF-8, nesting beyond {@link MAX_DEPTH}).
  */
 export function decodeMessage<K extends MessageName>(name: K, bytes: Uint8Array): RawMessages[K] {
-  const view = new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const reader = new protobuf.Reader(view);
-  try {
-    return readMessage(PLANS[name], reader, reader.len, 0) as RawMessages[K];
-  } catch (error) {
-    if (error instanceof DecodeError) throw error;
-    const detail = error instanceof Error ? error.message : String(error);
-    const wrapped = malformed(`cannot decode ${PROTO_PACKAGE}.${name}: ${detail}`);
-    (wrapped as { cause?: unknown }).cause = error;
-    throw wrapped;
+  const reader = new Reader(bytes);
+  return readMessage(PLANS[name], reader, reader.len, 0) as RawMessages[K];
+}
+
+/**
+ * What the writer walk emits; {@link Measure} adds it up, {@link Write} puts it into the output. A
+ * length-delimited part is bracketed by `begin` and `end`; a string's and a part's lengths are measured
+ * once and read back, in the same order, when writing.
+ */
+interface Sink {
+  varint32(value: number): void;
+  /** A 64-bit varint, as its low and high 32 bits (unsigned). */
+  varint64(low: number, high: number): void;
+  double(value: number): void;
+  /** A string field's length and UTF-8 bytes. @throws SchemaError when it is not well-formed Unicode. */
+  string(value: string, field: FieldPlan): void;
+  bytes(value: Uint8Array): void;
+  begin(): void;
+  end(): void;
+}
+
+function varint32Size(value: number): number {
+  return value < 0x80 ? 1 : value < 0x4000 ? 2 : value < 0x200000 ? 3 : value < 0x10000000 ? 4 : 5;
+}
+
+/** The UTF-8 length of a string, or -1 when it is not well-formed (it holds a lone surrogate). */
+function utf8Length(value: string): number {
+  let length = value.length;
+  for (let i = 0; i < value.length; i++) {
+    const unit = value.charCodeAt(i);
+    if (unit < 0x80) continue;
+    if (unit < 0x800) length += 1;
+    else if (unit < 0xd800 || unit > 0xdfff) length += 2;
+    else {
+      const next = value.charCodeAt(i + 1);
+      if (unit > 0xdbff || !(next >= 0xdc00 && next <= 0xdfff)) return -1;
+      length += 2;
+      i++;
+    }
+  }
+  return length;
+}
+
+/** Adds up the size of a message and records every length the writing needs, in walk order. */
+class Measure implements Sink {
+  size = 0;
+  readonly lengths: number[] = [];
+  /** For each part begun and not ended: the index of its length, then the size before it. */
+  readonly #open: number[] = [];
+
+  varint32(value: number): void {
+    this.size += varint32Size(value >>> 0);
+  }
+
+  varint64(low: number, high: number): void {
+    this.size += high === 0 ? varint32Size(low) : high < 8 ? 5 : 5 + varint32Size(high >>> 3);
+  }
+
+  double(): void {
+    this.size += 8;
+  }
+
+  string(value: string, field: FieldPlan): void {
+    const length = utf8Length(value);
+    if (length < 0) {
+      throw new SchemaError(
+        `a string for ${field.fullName} is not well-formed Unicode: it holds a lone surrogate`,
+        "repair the string (String.prototype.toWellFormed) before it is published",
+      );
+    }
+    this.lengths.push(length);
+    this.size += varint32Size(length) + length;
+  }
+
+  bytes(value: Uint8Array): void {
+    this.size += varint32Size(value.byteLength) + value.byteLength;
+  }
+
+  begin(): void {
+    this.#open.push(this.lengths.length, this.size);
+    this.lengths.push(0);
+  }
+
+  end(): void {
+    const start = this.#open.pop()!;
+    const length = this.size - start;
+    this.lengths[this.#open.pop()!] = length;
+    this.size += varint32Size(length);
   }
 }
 
-function toLong(value: bigint): protobuf.Long {
-  const bits = BigInt.asUintN(64, value);
-  return { low: Number(bits & 0xffffffffn) | 0, high: Number(bits >> 32n) | 0, unsigned: true };
+const utf8Encoder = new TextEncoder();
+
+/** Writes a measured message into a buffer of exactly its size. */
+class Write implements Sink {
+  #pos = 0;
+  #next = 0;
+
+  constructor(readonly buf: Uint8Array, readonly lengths: readonly number[]) {}
+
+  varint32(value: number): void {
+    const buf = this.buf;
+    let pos = this.#pos;
+    let rest = value >>> 0;
+    while (rest > 0x7f) {
+      buf[pos++] = (rest & 0x7f) | 0x80;
+      rest >>>= 7;
+    }
+    buf[pos++] = rest;
+    this.#pos = pos;
+  }
+
+  varint64(low: number, high: number): void {
+    const buf = this.buf;
+    let pos = this.#pos;
+    let lo = low;
+    let hi = high;
+    while (hi !== 0) {
+      buf[pos++] = (lo & 0x7f) | 0x80;
+      lo = ((lo >>> 7) | (hi << 25)) >>> 0;
+      hi >>>= 7;
+    }
+    this.#pos = pos;
+    this.varint32(lo);
+  }
+
+  double(value: number): void {
+    scratch.setFloat64(0, value, true);
+    for (let i = 0; i < 8; i++) this.buf[this.#pos + i] = scratchBytes[i];
+    this.#pos += 8;
+  }
+
+  string(value: string): void {
+    const length = this.lengths[this.#next++];
+    this.varint32(length);
+    const buf = this.buf;
+    const pos = this.#pos;
+    if (length === value.length) {
+      for (let i = 0; i < length; i++) buf[pos + i] = value.charCodeAt(i);
+    } else {
+      utf8Encoder.encodeInto(value, buf.subarray(pos, pos + length));
+    }
+    this.#pos = pos + length;
+  }
+
+  bytes(value: Uint8Array): void {
+    this.varint32(value.byteLength);
+    this.buf.set(value, this.#pos);
+    this.#pos += value.byteLength;
+  }
+
+  begin(): void {
+    this.varint32(this.lengths[this.#next++]);
+  }
+
+  end(): void {}
+}
+
+const TWO_TO_32 = 2 ** 32;
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+
+/** An unsigned 64-bit value (below 2^64) as a varint. */
+function putVarint64(sink: Sink, value: bigint): void {
+  if (value <= MAX_SAFE) {
+    const n = Number(value);
+    sink.varint64(n >>> 0, Math.floor(n / TWO_TO_32));
+  } else {
+    sink.varint64(Number(value & 0xffffffffn), Number(value >> 32n));
+  }
 }
 
 function isDefault(kind: ScalarKind, value: unknown): boolean {
@@ -423,60 +682,59 @@ function isDefault(kind: ScalarKind, value: unknown): boolean {
   }
 }
 
-function writeScalar(kind: ScalarKind, value: unknown, w: protobuf.Writer, field: FieldPlan): void {
+function putScalar(kind: ScalarKind, value: unknown, sink: Sink, field: FieldPlan): void {
   switch (kind) {
     case "uint32":
-      w.uint32(value as number);
+      sink.varint32(value as number);
       return;
-    case "enum":
-      w.int32(value as number);
+    case "enum": {
+      const code = value as number;
+      if (code >= 0) sink.varint32(code);
+      else sink.varint64(code >>> 0, 0xffffffff);
       return;
+    }
     case "uint64":
     case "int64":
-      w.uint64(toLong(value as bigint));
+      putVarint64(sink, BigInt.asUintN(64, value as bigint));
       return;
-    case "sint64":
-      w.sint64(toLong(value as bigint));
+    case "sint64": {
+      const signed = value as bigint;
+      putVarint64(sink, BigInt.asUintN(64, (signed << 1n) ^ (signed >> 63n)));
       return;
+    }
     case "double":
-      w.double(value as number);
+      sink.double(value as number);
       return;
     case "bool":
-      w.bool(value as boolean);
+      sink.varint32(value ? 1 : 0);
       return;
     case "string":
-      if (!(value as string).isWellFormed()) {
-        throw new SchemaError(
-          `a string for ${field.fullName} is not well-formed Unicode: it holds a lone surrogate`,
-          "repair the string (String.prototype.toWellFormed) before it is published",
-        );
-      }
-      w.string(value as string);
+      sink.string(value as string, field);
       return;
     case "bytes":
-      w.bytes(value as Uint8Array);
+      sink.bytes(value as Uint8Array);
   }
 }
 
-function writeTagged(
+function putTagged(
   kind: Kind,
-  id: number,
+  tag: number,
   value: unknown,
-  w: protobuf.Writer,
+  sink: Sink,
   field: FieldPlan,
   depth: number,
-) {
-  w.uint32((id << 3) | wireTypeOf(kind));
+): void {
+  sink.varint32(tag);
   if (typeof kind === "string") {
-    writeScalar(kind, value, w, field);
+    putScalar(kind, value, sink, field);
   } else {
-    w.fork();
-    writeMessage(kind, value as Fields, w, depth + 1);
-    w.ldelim();
+    sink.begin();
+    putMessage(kind, value as Fields, sink, depth + 1);
+    sink.end();
   }
 }
 
-function writeMessage(plan: MessagePlan, message: Fields, w: protobuf.Writer, depth: number): void {
+function putMessage(plan: MessagePlan, message: Fields, sink: Sink, depth: number): void {
   if (depth > MAX_DEPTH) {
     throw new SchemaError(
       `a value nests deeper than ${MAX_DEPTH} levels (or refers to itself)`,
@@ -487,49 +745,68 @@ function writeMessage(plan: MessagePlan, message: Fields, w: protobuf.Writer, de
     const value = message[field.name];
     if (value === undefined) continue;
     switch (field.label) {
-      case "map":
+      case "map": {
+        const valueTag = (2 << 3) | wireTypeOf(field.kind);
         for (const [key, item] of value as RawEntries) {
-          w.uint32((field.id << 3) | LENGTH_DELIMITED).fork();
-          writeTagged("string", 1, key, w, field, depth);
-          writeTagged(field.kind, 2, item, w, field, depth);
-          w.ldelim();
+          sink.varint32(field.tag);
+          sink.begin();
+          putTagged("string", MAP_KEY_TAG, key, sink, field, depth);
+          putTagged(field.kind, valueTag, item, sink, field, depth);
+          sink.end();
         }
         break;
+      }
       case "repeated": {
         const items = value as readonly unknown[];
         if (items.length === 0) break;
-        if (typeof field.kind === "string" && isPackable(field.kind)) {
-          w.uint32((field.id << 3) | LENGTH_DELIMITED).fork();
-          for (const item of items) writeScalar(field.kind, item, w, field);
-          w.ldelim();
+        if (isPackable(field.kind)) {
+          sink.varint32(field.tag);
+          sink.begin();
+          for (const item of items) putScalar(field.kind as ScalarKind, item, sink, field);
+          sink.end();
         } else {
-          for (const item of items) writeTagged(field.kind, field.id, item, w, field, depth);
+          for (const item of items) putTagged(field.kind, field.tag, item, sink, field, depth);
         }
         break;
       }
       case "single":
         if (field.presence || !isDefault(field.kind as ScalarKind, value)) {
-          writeTagged(field.kind, field.id, value, w, field, depth);
+          putTagged(field.kind, field.tag, value, sink, field, depth);
         }
     }
   }
 }
 
 /**
- * Writes one message of type `name`. The result owns its whole `ArrayBuffer` (offset 0, no pool sharing),
- * so it can be transferred to a worker.
+ * Writes one message of type `name` into one allocation of exactly its size, copying each `bytes` field
+ * once. By default the result is a new `Uint8Array` that owns its whole `ArrayBuffer` (offset 0, no pool
+ * sharing), so it can be transferred to a worker; with `options.allocate` it is the array that returned.
  *
- * @throws SchemaError when a string is not well-formed Unicode or messages nest deeper than
- * {@link MAX_DEPTH}.
+ * @throws SchemaError when a string is not well-formed Unicode, messages nest deeper than
+ * {@link MAX_DEPTH}, or the message would exceed {@link MAX_MESSAGE_BYTES}.
+ * @throws RangeError when `options.allocate` returns an array of another size than it was asked for.
  */
-export function encodeMessage<K extends MessageName>(name: K, message: RawMessages[K]): Uint8Array {
-  const writer = protobuf.Writer.create();
-  writeMessage(PLANS[name], message as Fields, writer, 0);
-  const written = writer.finish();
-  if (written.byteOffset === 0 && written.byteLength === written.buffer.byteLength) {
-    return new Uint8Array(written.buffer, 0, written.byteLength);
+export function encodeMessage<K extends MessageName>(
+  name: K,
+  message: RawMessages[K],
+  options: EncodeOptions = {},
+): Uint8Array {
+  const plan = PLANS[name];
+  const measure = new Measure();
+  putMessage(plan, message as Fields, measure, 0);
+  const size = measure.size;
+  if (size > MAX_MESSAGE_BYTES) {
+    throw new SchemaError(
+      `a ${plan.name} of ${size} bytes exceeds protobuf's limit of ${MAX_MESSAGE_BYTES} bytes`,
+      "offload the payload to the blob store (a BlobRef) or split it",
+    );
   }
-  const owned = new Uint8Array(written.byteLength);
-  owned.set(written);
-  return owned;
+  const out = options.allocate ? options.allocate(size) : new Uint8Array(size);
+  if (out.byteLength !== size) {
+    throw new RangeError(
+      `allocate(${size}) returned ${out.byteLength} bytes; it must return exactly ${size}`,
+    );
+  }
+  putMessage(plan, message as Fields, new Write(out, measure.lengths), 0);
+  return out;
 }

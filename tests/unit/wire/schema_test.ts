@@ -1,7 +1,13 @@
 import assert from "node:assert/strict";
-import protobuf from "protobufjs";
-import { DecodeError } from "../../../src/core/errors.ts";
-import { decodeMessage, encodeMessage, type MessageName, SCHEMA_ROOT } from "../../../src/wire/schema.ts";
+import { DecodeError, SchemaError } from "../../../src/core/errors.ts";
+import type { ProtoField } from "../../../src/wire/proto_parser.ts";
+import {
+  decodeMessage,
+  encodeMessage,
+  ENVELOPE_SCHEMA,
+  MAX_MESSAGE_BYTES,
+  type MessageName,
+} from "../../../src/wire/schema.ts";
 
 /** WIRE.md's table: message -> field -> "number type", with proto3 labels. */
 const WIRE_TABLE: Record<string, Record<string, string>> = {
@@ -41,10 +47,15 @@ const WIRE_TABLE: Record<string, Record<string, string>> = {
   BlobRef: { ref: "1 string", inner_payload_type: "2 string", size: "3 uint64" },
 };
 
-function describeField(field: protobuf.Field): string {
-  if (field instanceof protobuf.MapField) return `${field.id} map<${field.keyType}, ${field.type}>`;
-  if (field.repeated) return `${field.id} repeated ${field.type}`;
-  return `${field.id} ${field.options?.proto3_optional ? "optional " : ""}${field.type}`;
+function describeField(field: ProtoField): string {
+  switch (field.label) {
+    case "map":
+      return `${field.number} map<string, ${field.type.name}>`;
+    case "implicit":
+      return `${field.number} ${field.type.name}`;
+    default:
+      return `${field.number} ${field.label} ${field.type.name}`;
+  }
 }
 
 function assertRefused(name: MessageName, bytes: number[], contains: string): void {
@@ -56,25 +67,24 @@ function assertRefused(name: MessageName, bytes: number[], contains: string): vo
 }
 
 Deno.test("every message and field of the schema is WIRE.md's table: names, numbers, types, labels", () => {
-  const pkg = SCHEMA_ROOT.lookup("videoflow.v1") as protobuf.Namespace;
-  const messages = pkg.nestedArray.filter((nested) => nested instanceof protobuf.Type) as protobuf.Type[];
+  assert.equal(ENVELOPE_SCHEMA.package, "videoflow.v1");
+  const messages = ENVELOPE_SCHEMA.messages;
   assert.deepEqual(messages.map((m) => m.name).sort(), Object.keys(WIRE_TABLE).sort());
   for (const message of messages) {
-    const actual = Object.fromEntries(message.fieldsArray.map((f) => [f.name, describeField(f)]));
+    const actual = Object.fromEntries(message.fields.map((f) => [f.name, describeField(f)]));
     assert.deepEqual(actual, WIRE_TABLE[message.name], message.name);
+    const expectedOneofs = message.name === "Value"
+      ? [{ name: "kind", fields: Object.keys(WIRE_TABLE.Value) }]
+      : [];
+    assert.deepEqual(message.oneofs, expectedOneofs, message.name);
   }
-  const value = SCHEMA_ROOT.lookupType("videoflow.v1.Value");
-  assert.deepEqual(value.oneofsArray.map((o) => [o.name, o.oneof]), [[
-    "kind",
-    Object.keys(WIRE_TABLE.Value),
-  ]]);
-  assert.deepEqual(SCHEMA_ROOT.lookupEnum("videoflow.v1.MsgType").values, {
-    UNSPECIFIED: 0,
-    DATA: 1,
-    EOS: 2,
-    ABORT: 3,
+  const enums = Object.fromEntries(
+    ENVELOPE_SCHEMA.enums.map((e) => [e.name, Object.fromEntries(e.values.map((v) => [v.name, v.number]))]),
+  );
+  assert.deepEqual(enums, {
+    MsgType: { UNSPECIFIED: 0, DATA: 1, EOS: 2, ABORT: 3 },
+    NullValue: { NULL_VALUE: 0 },
   });
-  assert.deepEqual(SCHEMA_ROOT.lookupEnum("videoflow.v1.NullValue").values, { NULL_VALUE: 0 });
 });
 
 Deno.test("repeated numbers are written packed and read packed or unpacked", () => {
@@ -154,7 +164,17 @@ Deno.test("malformed framing is refused with a DecodeError that says what is wro
   assertRefused("Tensor", [0x0a, 0x01, 0x80, 0x01], "packed videoflow.v1.Tensor.shape runs past");
   assertRefused("Tensor", [0x08, 0x80, 0x80], "ends inside a varint");
   assertRefused("Tensor", [0x08, ...new Array(10).fill(0xff), 0x01], "longer than 10 bytes");
-  assertRefused("Tensor", [0x7f], "cannot decode videoflow.v1.Tensor: invalid wire type 7");
+  assertRefused("Tensor", [0x7f], "videoflow.v1.Tensor holds invalid wire type 7");
+  assertRefused("Tensor", [0x7e], "invalid wire type 6");
+  assertRefused(
+    "Envelope",
+    [0x62, 0x02, 0x1f, 0x00],
+    "an entry of videoflow.v1.Envelope.metadata holds invalid wire type 7",
+  );
+  assertRefused("Tensor", [0x79, 1, 2, 3], "ends inside a field of 8 bytes");
+  assertRefused("Tensor", [0x7d, 1, 2, 3], "ends inside a field of 4 bytes");
+  assertRefused("Frame", [0x19, 1, 2, 3, 4, 5, 6, 7], "ends inside a field of 8 bytes");
+  assertRefused("Tensor", [0x78, ...new Array(10).fill(0x80), 0x00], "longer than 10 bytes");
 });
 
 Deno.test("an encoded message owns its whole buffer, small or large, so it can be transferred", () => {
@@ -172,4 +192,99 @@ Deno.test("bytes fields are views into the input, not copies", () => {
   assert.equal(data.buffer, input.buffer);
   input[input.length - 1] = 9;
   assert.deepEqual([...data], [1, 2, 9]);
+});
+
+Deno.test("varints are exact at every length boundary, 32- and 64-bit, and enums below 0 take ten bytes", () => {
+  const hex = (bytes: Uint8Array) => bytes.toHex();
+  assert.equal(hex(encodeMessage("Envelope", { v: 127 })), "087f");
+  assert.equal(hex(encodeMessage("Envelope", { v: 128 })), "088001");
+  assert.equal(hex(encodeMessage("Envelope", { v: 2 ** 32 - 1 })), "08ffffffff0f");
+  assert.equal(hex(encodeMessage("Envelope", { seq: 2n ** 35n - 1n })), "38ffffffff7f");
+  assert.equal(hex(encodeMessage("Envelope", { seq: 2n ** 35n })), "38808080808001");
+  assert.equal(hex(encodeMessage("Envelope", { seq: 2n ** 64n - 1n })), "38" + "ff".repeat(9) + "01");
+  assert.equal(hex(encodeMessage("Envelope", { type: -1 })), "10" + "ff".repeat(9) + "01");
+  assert.deepEqual(decodeMessage("Envelope", encodeMessage("Envelope", { type: -1 })), { type: -1 });
+  for (let bits = 0; bits <= 64; bits++) {
+    for (const seq of [2n ** BigInt(bits) - 1n, 2n ** BigInt(bits)].filter((n) => n < 2n ** 64n)) {
+      const bytes = encodeMessage("Envelope", { seq });
+      const length = seq === 0n ? 0 : 1 + Math.ceil(seq.toString(2).length / 7);
+      assert.equal(bytes.length, length, `seq ${seq}`);
+      assert.deepEqual(decodeMessage("Envelope", bytes), seq === 0n ? {} : { seq }, `seq ${seq}`);
+    }
+  }
+  // A negative int32 written as a uint32 by another writer: ten bytes, read as its low 32 bits.
+  assert.deepEqual(decodeMessage("Envelope", Uint8Array.of(0x08, ...new Array(9).fill(0xff), 0x01)), {
+    v: 2 ** 32 - 1,
+  });
+});
+
+Deno.test("strings of any length decode strictly, the short ASCII path included", () => {
+  for (const dtype of ["", "a", "x".repeat(32), "y".repeat(33), "é".repeat(20), "😀".repeat(40)]) {
+    assert.deepEqual(
+      decodeMessage("Tensor", encodeMessage("Tensor", { dtype })),
+      dtype === "" ? {} : { dtype },
+    );
+  }
+  assertRefused("Tensor", [0x12, 0x03, 0x61, 0x80, 0x62], "not valid UTF-8");
+  assertRefused("Tensor", [0x12, 40, ...new Array(39).fill(0x61), 0xc3], "not valid UTF-8");
+});
+
+Deno.test("a string with a lone surrogate is refused on encode, naming the field; pairs are written as UTF-8", () => {
+  for (const dtype of ["\ud800", "a\udc00b", "\udc00\ud800", "x\ud83d"]) {
+    assert.throws(() => encodeMessage("Tensor", { dtype }), (error: unknown) => {
+      assert.ok(error instanceof SchemaError, String(error));
+      assert.match(error.message, /videoflow\.v1\.Tensor\.dtype is not well-formed Unicode/);
+      return true;
+    });
+  }
+  assert.equal(encodeMessage("Tensor", { dtype: "\ud83d\ude00" }).toHex(), "1204f09f9880");
+});
+
+Deno.test("encodeMessage writes into the caller's allocation, asked once for the exact size", () => {
+  const message = {
+    pixels: { shape: [2n, 2n], dtype: "uint8", data: Uint8Array.of(1, 2, 3, 4) },
+    captureTs: 1.5,
+  };
+  const expected = encodeMessage("Frame", message);
+  const shared = new SharedArrayBuffer(expected.length + 10);
+  const sizes: number[] = [];
+  const written = encodeMessage("Frame", message, {
+    allocate(size) {
+      sizes.push(size);
+      return new Uint8Array(shared, 7, size);
+    },
+  });
+  assert.deepEqual(sizes, [expected.length]);
+  assert.equal(written.buffer, shared);
+  assert.equal(written.byteOffset, 7);
+  assert.deepEqual([...written], [...expected]);
+  assert.deepEqual(decodeMessage("Frame", written), message);
+  assert.throws(
+    () => encodeMessage("Frame", message, { allocate: (size) => new Uint8Array(size + 1) }),
+    (error: unknown) => error instanceof RangeError && /exactly/.test(error.message),
+  );
+});
+
+Deno.test("a message is read from a SharedArrayBuffer, strings short and long", () => {
+  const message = { dtype: "ü".repeat(50), data: Uint8Array.of(9, 8) };
+  const bytes = encodeMessage("Tensor", message);
+  const shared = new Uint8Array(new SharedArrayBuffer(bytes.length));
+  shared.set(bytes);
+  assert.deepEqual(decodeMessage("Tensor", shared), message);
+  assert.deepEqual(decodeMessage("Tensor", shared).data!.buffer, shared.buffer);
+});
+
+Deno.test("a message beyond protobuf's 2 GiB limit is refused before anything is allocated", () => {
+  const mebibyte = new Uint8Array(2 ** 20);
+  const values = Array.from(
+    { length: MAX_MESSAGE_BYTES / mebibyte.length + 1 },
+    () => ({ bytesValue: mebibyte }),
+  );
+  assert.throws(
+    () =>
+      encodeMessage("Value", { listValue: { values } }, {
+        allocate: () => assert.fail("nothing is allocated for a message that cannot be written"),
+      }),
+    (error: unknown) => error instanceof SchemaError && /exceeds protobuf's limit/.test(error.message),
+  );
 });
