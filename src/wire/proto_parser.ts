@@ -102,7 +102,7 @@ const SUBSET = "this parser reads the proto3 subset envelope.proto uses: syntax,
 const MAX_FIELD_NUMBER = 2 ** 29 - 1;
 const INT32_MAX = 2 ** 31 - 1;
 
-type TokenKind = "ident" | "int" | "string" | "symbol";
+type TokenKind = "ident" | "int" | "string" | "symbol" | "end";
 
 interface Token {
   readonly kind: TokenKind;
@@ -119,29 +119,41 @@ const TOKEN = new RegExp(
     String.raw`\/\/[^\n]*`,
     String.raw`\/\*[\s\S]*?(?:\*\/|$)`,
     String.raw`(${IDENT}(?:\.${IDENT})*)`,
-    String.raw`([0-9]+)`,
+    String.raw`([0-9][A-Za-z0-9_]*)`,
     String.raw`("[^"\n\\]*"|'[^'\n\\]*')`,
     String.raw`([=;{}<>,\[])`,
   ].join("|"),
   "y",
 );
 
+/** The tokens of a file, read one ahead on demand, so an error is reported where the parse stops. */
 class Tokens {
-  readonly #list: Token[] = [];
-  #next = 0;
+  #at = 0;
+  #line = 1;
+  #lineStart = 0;
+  #current: Token;
 
-  constructor(text: string, readonly source: string) {
-    let line = 1;
-    let lineStart = 0;
-    for (let at = 0; at < text.length;) {
-      TOKEN.lastIndex = at;
-      const match = TOKEN.exec(text);
+  constructor(readonly text: string, readonly source: string) {
+    this.#current = this.#scan();
+  }
+
+  #scan(): Token {
+    while (this.#at < this.text.length) {
+      const column = this.#at - this.#lineStart + 1;
+      TOKEN.lastIndex = this.#at;
+      const match = TOKEN.exec(this.text);
       if (match === null) {
-        throw this.errorAt(line, at - lineStart + 1, `unexpected character ${JSON.stringify(text[at])}`);
+        throw this.errorAt(this.#line, column, `unexpected character ${JSON.stringify(this.text[this.#at])}`);
       }
       if (match[0].startsWith("/*") && !match[0].endsWith("*/")) {
-        throw this.errorAt(line, at - lineStart + 1, "a /* comment is never closed");
+        throw this.errorAt(this.#line, column, "a /* comment is never closed");
       }
+      const line = this.#line;
+      for (let i = match[0].indexOf("\n"); i !== -1; i = match[0].indexOf("\n", i + 1)) {
+        this.#line++;
+        this.#lineStart = this.#at + i + 1;
+      }
+      this.#at += match[0].length;
       const kind: TokenKind | undefined = match[1] !== undefined
         ? "ident"
         : match[2] !== undefined
@@ -151,14 +163,9 @@ class Tokens {
         : match[4] !== undefined
         ? "symbol"
         : undefined;
-      if (kind !== undefined) this.#list.push({ kind, text: match[0], line, column: at - lineStart + 1 });
-      for (let i = match[0].indexOf("\n"); i !== -1; i = match[0].indexOf("\n", i + 1)) {
-        line++;
-        lineStart = at + i + 1;
-      }
-      at += match[0].length;
+      if (kind !== undefined) return { kind, text: match[0], line, column };
     }
-    this.#list.push({ kind: "symbol", text: "", line, column: text.length - lineStart + 1 });
+    return { kind: "end", text: "", line: this.#line, column: this.#at - this.#lineStart + 1 };
   }
 
   errorAt(line: number, column: number, message: string): SyntaxError {
@@ -170,16 +177,16 @@ class Tokens {
   }
 
   peek(): Token {
-    return this.#list[this.#next];
+    return this.#current;
   }
 
   atEnd(): boolean {
-    return this.#next === this.#list.length - 1;
+    return this.#current.kind === "end";
   }
 
   take(): Token {
-    const token = this.#list[this.#next];
-    if (!this.atEnd()) this.#next++;
+    const token = this.#current;
+    if (!this.atEnd()) this.#current = this.#scan();
     return token;
   }
 
@@ -236,9 +243,17 @@ function unsupported(tokens: Tokens, token: Token, construct: string): SyntaxErr
   return tokens.error(token, `${construct} is not supported: ${SUBSET}`);
 }
 
+/** A decimal integer literal (protobuf's hex and octal forms are refused) and its value. */
+function decimal(tokens: Tokens, what: string): [Token, number] {
+  const token = tokens.expectKind("int", what);
+  if (!/^(?:0|[1-9][0-9]*)$/.test(token.text)) {
+    throw unsupported(tokens, token, `the number ${token.text} (only decimal numbers are read)`);
+  }
+  return [token, Number(token.text)];
+}
+
 function fieldNumber(tokens: Tokens): number {
-  const token = tokens.expectKind("int", "a field number");
-  const number = Number(token.text);
+  const [token, number] = decimal(tokens, "a field number");
   if (number < 1 || number > MAX_FIELD_NUMBER) {
     throw tokens.error(token, `field number ${token.text} is outside 1..${MAX_FIELD_NUMBER}`);
   }
@@ -343,8 +358,7 @@ function parseEnum(tokens: Tokens): ProtoEnum {
     }
     const value = tokens.name("an enum value name");
     tokens.expect("=");
-    const numberToken = tokens.expectKind("int", "a non-negative enum number");
-    const number = Number(numberToken.text);
+    const [numberToken, number] = decimal(tokens, "a non-negative enum number");
     if (number > INT32_MAX) {
       throw tokens.error(numberToken, `enum number ${numberToken.text} is beyond int32`);
     }
