@@ -42,6 +42,8 @@ import { PARTITION_LEASE_ENV, RECONCILE_INTERVAL_ENV } from "../backends/runtime
 import { parseBrokerAddress } from "../runtime/embedded_rpc.ts";
 import { type DeadLetterRecord, deadLetterRecord, writeDeadLetters } from "./dead_letters.ts";
 import { EmbeddedBroker } from "./embedded_broker.ts";
+import { MemoryMessagingBackend } from "../backends/memory/messaging.ts";
+import { MAX_INLINE_PAYLOAD_ENV } from "../backends/payload_bridge.ts";
 import { LiveView, type NodeSnapshot, NodeState, renderSummary, type ViewOutput } from "./live_view.ts";
 import {
   type GrantedPermissions,
@@ -93,6 +95,20 @@ export interface LocalRunResult {
 }
 
 /**
+ * The largest envelope the embedded broker takes: it holds messages in the supervisor's memory, like its
+ * payload store, so it needs no NATS-sized limit; this one only bounds what one message may pin.
+ */
+export const EMBEDDED_MAX_ENVELOPE_BYTES = 64 * 1024 * 1024;
+
+/**
+ * The inline payload threshold a local run's replicas get unless `VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES` is
+ * forwarded: a frame rides inside its envelope (one message, no payload-store round trips, no outbox
+ * ledger writes), with room left for the envelope's own fields. Larger payloads still go to the
+ * embedded payload store.
+ */
+export const EMBEDDED_MAX_INLINE_PAYLOAD_BYTES = EMBEDDED_MAX_ENVELOPE_BYTES - 1024 * 1024;
+
+/**
  * The run-wide worker settings `vf run-local` passes on from its own environment to every replica: the
  * timeouts and budgets of the task loop and the messenger, logging, and a test's fault schedule. Everything
  * else a replica's environment holds is the engine's to decide.
@@ -102,6 +118,7 @@ export const FORWARDED_SETTINGS: readonly string[] = Object.freeze([
   WorkerEnvVar.maxRetries,
   WorkerEnvVar.eosQuiescenceMs,
   WorkerEnvVar.prefetchBytes,
+  MAX_INLINE_PAYLOAD_ENV,
   WorkerEnvVar.breakerThreshold,
   WorkerEnvVar.progressTimeoutSeconds,
   WATCHDOG_INTERVAL_ENV,
@@ -222,7 +239,10 @@ export class LocalEngine {
   private constructor(options: LocalRunOptions, ledger: FileRuntimeStore, runDir: string) {
     this.#options = options;
     this.#runDir = runDir;
-    this.#broker = new EmbeddedBroker({ runtimeStore: ledger });
+    this.#broker = new EmbeddedBroker({
+      runtimeStore: ledger,
+      messaging: new MemoryMessagingBackend({ maxPayloadBytes: EMBEDDED_MAX_ENVELOPE_BYTES }),
+    });
     this.#view = new LiveView(options.output, this.#started);
     this.#policy = options.restart ? SupervisionPolicy.local() : SupervisionPolicy.disabled();
   }
@@ -335,6 +355,7 @@ export class LocalEngine {
         terminationLog: `${this.#runDir}/termination/${replica.spec.name}-${replica.index}.json`,
         healthPort: null,
       }),
+      [MAX_INLINE_PAYLOAD_ENV]: String(EMBEDDED_MAX_INLINE_PAYLOAD_BYTES),
       ...this.#options.extraEnv,
     };
   }

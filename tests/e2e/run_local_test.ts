@@ -245,11 +245,23 @@ for (const isolation of ["worker", "process"]) {
   });
 }
 
-Deno.test("the video_motion example writes 60 motion lines and a decodable 60-frame mp4", async () => {
+for (
+  const [frames, env] of [
+    ["inline, the local default", {}],
+    ["through the payload store", { VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES: "4096" }],
+  ] as const
+) {
+  Deno.test(`the video_motion example writes 60 motion lines and a decodable 60-frame mp4 (frames ${frames})`, async () => {
+    await videoMotionStory(env);
+  });
+}
+
+async function videoMotionStory(env: Readonly<Record<string, string>>): Promise<void> {
   await inTempDir(async (dir) => {
     await copyExample(dir, "video_motion.ts");
     const run = await vf(["run-local", "examples/video_motion.ts", "--state", join(dir, "state")], {
       cwd: dir,
+      env,
     });
     assert.equal(run.code, 0, run.text);
     const lines = await sinkLines(join(dir, "examples/out/motion_events.jsonl"));
@@ -271,7 +283,7 @@ Deno.test("the video_motion example writes 60 motion lines and a decodable 60-fr
     assert.equal(probe.code, 0, new TextDecoder().decode(probe.stderr));
     assert.equal(new TextDecoder().decode(probe.stdout).trim(), "60");
   });
-});
+}
 
 /** Whether two event times are one moment within the example's 20 ms tolerance. */
 function sameMoment(a: number, b: number): boolean {
