@@ -191,19 +191,19 @@ function messagePlans(file: ProtoFile): ReadonlyMap<string, MessagePlan> {
   for (const message of file.messages) {
     const plan = plans.get(message.name)!;
     for (const field of [...message.fields].sort((a, b) => a.number - b.number)) {
-      const { type, label } = field;
+      const { type } = field;
       const kind = type.kind === "scalar" ? type.name : type.kind === "enum" ? "enum" : plans.get(type.name)!;
       const oneof = message.oneofs.find((o) => o.name === field.oneof);
+      const label = field.label === "map" || field.label === "repeated" ? field.label : "single";
       const fieldPlan: FieldPlan = {
         id: field.number,
         name: camelCase(field.name),
         fullName: `${plan.name}.${field.name}`,
-        label: label === "map" || label === "repeated" ? label : "single",
+        label,
         kind,
-        presence: typeof kind !== "string" || oneof !== undefined || label === "optional",
+        presence: typeof kind !== "string" || oneof !== undefined || field.label === "optional",
         siblings: oneof ? oneof.fields.filter((name) => name !== field.name).map(camelCase) : [],
-        tag: (field.number << 3) |
-          (label === "map" || label === "repeated" ? LENGTH_DELIMITED : wireTypeOf(kind)),
+        tag: (field.number << 3) | (label === "single" ? wireTypeOf(kind) : LENGTH_DELIMITED),
       };
       plan.fields.push(fieldPlan);
       plan.byId.set(field.number, fieldPlan);
