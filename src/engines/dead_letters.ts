@@ -59,15 +59,45 @@ export async function writeDeadLetters(runDir: string, records: readonly DeadLet
 
 /** The run's dead letters; ConfigError when the run directory has no dead-letter file. */
 export async function readDeadLetters(runDir: string): Promise<DeadLetterRecord[]> {
-  let text: string;
-  try {
-    text = await Deno.readTextFile(`${runDir}/${DEAD_LETTER_FILE}`);
-  } catch {
+  const records = await readDeadLettersIfAny(runDir);
+  if (records === null) {
     throw new ConfigError(
       `no dead-letter record for the run in ${runDir}`,
       "check --run-id and --state: they must name a run that vf run-local started",
       { run_dir: runDir },
     );
   }
+  return records;
+}
+
+/**
+ * The run's dead letters, or null when the run directory has no dead-letter file (a run that never
+ * started); any other read failure is thrown.
+ */
+export async function readDeadLettersIfAny(runDir: string): Promise<DeadLetterRecord[] | null> {
+  let text: string;
+  try {
+    text = await Deno.readTextFile(`${runDir}/${DEAD_LETTER_FILE}`);
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return null;
+    throw error;
+  }
   return text.split("\n").filter((line) => line !== "").map((line) => JSON.parse(line) as DeadLetterRecord);
+}
+
+/**
+ * The dead letters of a run its supervisor restarted: those an earlier supervisor wrote, then the current
+ * broker's that are not the same message dead-lettered again by the same node (a replayed source
+ * re-publishes identical envelopes). Earlier records come first and are kept as they were.
+ */
+export function mergeDeadLetters(
+  earlier: readonly DeadLetterRecord[],
+  current: readonly DeadLetterRecord[],
+): DeadLetterRecord[] {
+  const seen = new Set(earlier.map(sameLetter));
+  return [...earlier, ...current.filter((record) => !seen.has(sameLetter(record)))];
+}
+
+function sameLetter(record: DeadLetterRecord): string {
+  return `${record.node}\n${record.envelope_b64}`;
 }

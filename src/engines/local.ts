@@ -40,7 +40,13 @@ import { WATCHDOG_INTERVAL_ENV } from "../runtime/watchdog.ts";
 import { FAULT_MARKER_DIR_ENV, FAULT_SCHEDULE_ENV } from "../backends/faults.ts";
 import { PARTITION_LEASE_ENV, RECONCILE_INTERVAL_ENV } from "../backends/runtime.ts";
 import { parseBrokerAddress } from "../runtime/embedded_rpc.ts";
-import { type DeadLetterRecord, deadLetterRecord, writeDeadLetters } from "./dead_letters.ts";
+import {
+  type DeadLetterRecord,
+  deadLetterRecord,
+  mergeDeadLetters,
+  readDeadLettersIfAny,
+  writeDeadLetters,
+} from "./dead_letters.ts";
 import { EmbeddedBroker } from "./embedded_broker.ts";
 import { MemoryMessagingBackend } from "../backends/memory/messaging.ts";
 import { MAX_INLINE_PAYLOAD_ENV } from "../backends/payload_bridge.ts";
@@ -230,15 +236,23 @@ export class LocalEngine {
   readonly #policy: SupervisionPolicy;
   readonly #broker: EmbeddedBroker;
   readonly #runDir: string;
+  /** Dead letters an earlier supervisor of this run wrote (a re-run with the same run id). */
+  readonly #earlierDeadLetters: readonly DeadLetterRecord[];
   readonly #started = performance.now() / 1000;
   #stopping = false;
   #forced = false;
   #ending = false;
   #wake: (() => void) | null = null;
 
-  private constructor(options: LocalRunOptions, ledger: FileRuntimeStore, runDir: string) {
+  private constructor(
+    options: LocalRunOptions,
+    ledger: FileRuntimeStore,
+    runDir: string,
+    earlierDeadLetters: readonly DeadLetterRecord[],
+  ) {
     this.#options = options;
     this.#runDir = runDir;
+    this.#earlierDeadLetters = earlierDeadLetters;
     this.#broker = new EmbeddedBroker({
       runtimeStore: ledger,
       messaging: new MemoryMessagingBackend({ maxPayloadBytes: EMBEDDED_MAX_ENVELOPE_BYTES }),
@@ -252,7 +266,7 @@ export class LocalEngine {
     const runDir = `${options.stateDir}/${options.flowId}/${options.runId}`;
     await Deno.mkdir(`${runDir}/termination`, { recursive: true });
     const ledger = await FileRuntimeStore.open(`${runDir}/ledger`);
-    const engine = new LocalEngine(options, ledger, runDir);
+    const engine = new LocalEngine(options, ledger, runDir, await readDeadLettersIfAny(runDir) ?? []);
     try {
       return await engine.#run();
     } finally {
@@ -566,13 +580,15 @@ export class LocalEngine {
   }
 
   /** Every dead letter the broker holds for this run, node by node. */
+  /** The run's dead letters: an earlier supervisor's (a re-run), then this broker's. */
   #deadLetters(): DeadLetterRecord[] {
     const { flowId, runId, specs } = this.#options;
-    return specs.flatMap((spec) =>
+    const current = specs.flatMap((spec) =>
       this.#broker.messaging.stored(channelId(flowId, runId, spec.name))
         .filter((envelope) => envelope.kind === MessageKind.dlq)
         .map(deadLetterRecord)
     );
+    return mergeDeadLetters(this.#earlierDeadLetters, current);
   }
 
   #snapshots(): NodeSnapshot[] {

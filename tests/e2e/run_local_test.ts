@@ -614,15 +614,17 @@ Deno.test("a second SIGTERM forces a stop that cannot drain (a node hangs): exit
 // ---- 9. a re-run after a crash ----------------------------------------------------------------------------
 
 for (const isolation of ["worker", "process"]) {
-  Deno.test(`a re-run with the same --run-id after vf was killed ends with every item once (${isolation})`, async () => {
+  Deno.test(`a re-run with the same --run-id after vf was killed ends with every item once and both runs' dead letters (${isolation})`, async () => {
     await inTempDir(async (dir) => {
+      const markers = join(dir, "poisoned");
+      await Deno.mkdir(markers);
       const flow = await writeFlow(
         dir,
-        ["ReplayableCount", "Poison"],
+        ["ReplayableCount", "PoisonOnce"],
         pipeline(
           "resume-story",
-          `new ReplayableCount({ name: "count", n: 300, delayMs: 2 })`,
-          `new Poison({ name: "middle", poison: [] })`,
+          `new ReplayableCount({ name: "count", n: 300, delayMs: 5 })`,
+          `new PoisonOnce({ name: "middle", poison: [5, 290], dir: ${JSON.stringify(markers)} })`,
           dir,
         ),
       );
@@ -638,14 +640,25 @@ for (const isolation of ["worker", "process"]) {
       ];
       const crashed = startVf(args, { cwd: dir });
       await waitForLines(join(dir, "out.jsonl"), 30, crashed);
+      await waitForFile(join(dir, "state", "resume-story", "r1", "dead_letters.jsonl"), crashed);
       crashed.kill("SIGKILL");
       const killed = await finished(crashed);
       assert.equal(killed.code, 137);
       const before = await sinkNumbers(join(dir, "out.jsonl"));
-      assert.ok(before.length >= 30 && before.length < 300, `killed mid-run after ${before.length} items`);
+      assert.ok(before.length >= 30 && before.length < 298, `killed mid-run after ${before.length} items`);
       const rerun = await vf(args, { cwd: dir });
       assert.equal(rerun.code, 0, rerun.text);
-      assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 300));
+      assert.deepEqual(
+        await sinkNumbers(join(dir, "out.jsonl")),
+        range(1, 300).filter((n) => n !== 290),
+        "item 5, poison only once, passed on the re-run's replay",
+      );
+      const letters = await deadLetters(flow, "r1", join(dir, "state"), dir);
+      assert.deepEqual(
+        letters.map(deadLetterValue),
+        [5, 290],
+        "the first run's dead letter kept beside the re-run's",
+      );
     });
   });
 }
