@@ -16,7 +16,6 @@ import { MsgType, type Seq } from "./identities.ts";
 import {
   decodeMessage,
   encodeMessage,
-  type EncodeOptions,
   ENVELOPE_SCHEMA,
   MAX_DEPTH,
   type MessageName,
@@ -40,9 +39,6 @@ import {
   type WirePayload,
   type WireValue,
 } from "./value.ts";
-
-/** Where {@link encodeEnvelope} writes: see `EncodeOptions` in `schema.ts`. */
-export type { EncodeOptions } from "./schema.ts";
 
 /** The envelope version this codec reads and writes; every other version is refused. */
 export const ENVELOPE_VERSION = 4;
@@ -393,13 +389,18 @@ export function decodePayload(payloadType: string, payload: Uint8Array): WirePay
 
 /**
  * The bytes of an envelope, written into one allocation of exactly their size (the payload copied once).
- * By default the result owns its whole `ArrayBuffer`, so it can be transferred; with `options.allocate`
- * it is the array that returned (a view onto a SharedArrayBuffer, say), as for `encodeMessage`.
+ * By default the result owns its whole `ArrayBuffer`, so it can be transferred. With `options.allocate`,
+ * the envelope is written into the `Uint8Array` it returns when called with the size (a view onto a
+ * SharedArrayBuffer, say), which must be exactly that long; the result is that array.
  *
  * @throws SchemaError when a field is out of its wire range (seq beyond uint64, replica id beyond uint32),
  * the version is not {@link ENVELOPE_VERSION}, or metadata holds a value the wire cannot carry.
+ * @throws RangeError when `options.allocate` returns an array of another length than it was asked for.
  */
-export function encodeEnvelope(env: Envelope, options?: EncodeOptions): Uint8Array {
+export function encodeEnvelope(
+  env: Envelope,
+  options?: { readonly allocate?: (size: number) => Uint8Array },
+): Uint8Array {
   if (env.v !== ENVELOPE_VERSION) {
     throw new SchemaError(
       `cannot write envelope version ${env.v}`,
