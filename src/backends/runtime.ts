@@ -55,6 +55,7 @@ import {
   UnobservableState,
   WORKER_FATAL,
 } from "../core/errors.ts";
+import { randomHex } from "../core/hex.ts";
 import type { JsonObject, JsonValue } from "../core/node.ts";
 import { type MemberId, type MembersByParent, membersSignature, type Seq } from "../wire/identities.ts";
 import { type Clock, systemClock } from "./clock.ts";
@@ -487,11 +488,6 @@ function seqOf(textValue: string, key: string): Seq {
   if (!/^-?\d+$/.test(textValue)) throw malformed(key, `seq ${JSON.stringify(textValue)} is not an integer`);
   const big = BigInt(textValue);
   return big >= BigInt(Number.MIN_SAFE_INTEGER) && big <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(big) : big;
-}
-
-function randomHex(bytes: number): string {
-  return Array.from(crypto.getRandomValues(new Uint8Array(bytes)), (b) => b.toString(16).padStart(2, "0"))
-    .join("");
 }
 
 /** Width of the zero-padded epoch at the head of a fencing token, so tokens sort as their epochs do. */

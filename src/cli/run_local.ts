@@ -11,6 +11,7 @@
 
 import { compileFlow, nodePermissions } from "../core/compiler.ts";
 import { ConfigError } from "../core/errors.ts";
+import { randomHex } from "../core/hex.ts";
 import { checkFlowType } from "../core/flow_type.ts";
 import { sanitize } from "../backends/names.ts";
 import { forwardedSettings, Isolation, LocalEngine } from "../engines/local.ts";
@@ -32,11 +33,7 @@ export const DEFAULT_STATE_DIR = ".videoflow";
 /** A fresh run id: `run-` and the UTC time to the second, then 4 random hex digits. */
 export function generateRunId(now: Date = new Date()): string {
   const stamp = now.toISOString().replace(/[-:]/g, "").replace("T", "-").slice(0, 15);
-  const suffix = Array.from(
-    crypto.getRandomValues(new Uint8Array(2)),
-    (b) => b.toString(16).padStart(2, "0"),
-  );
-  return `run-${stamp}-${suffix.join("")}`;
+  return `run-${stamp}-${randomHex(2)}`;
 }
 
 function isolationOf(value: string | undefined): Isolation {

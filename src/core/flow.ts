@@ -17,6 +17,7 @@ import type { ModuleIndex } from "./node_class.ts";
 import type { ConsumerNode, Node } from "./node.ts";
 import { ProducerNode } from "./node.ts";
 import { checkFlowType, FlowType } from "./flow_type.ts";
+import { randomHex } from "./hex.ts";
 
 export { FLOW_TYPES, FlowType } from "./flow_type.ts";
 
@@ -43,8 +44,7 @@ export interface TaskData {
  * name encoders.
  */
 export function generateFlowId(): string {
-  const bytes = crypto.getRandomValues(new Uint8Array(4));
-  return `flow-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
+  return `flow-${randomHex(4)}`;
 }
 
 /**

@@ -47,8 +47,9 @@
  * @module
  */
 
-import { createHash, randomBytes } from "node:crypto";
 import { join } from "node:path";
+import { randomHex } from "../core/hex.ts";
+import { sha256, sha256Hex } from "../wire/sha256.ts";
 import {
   ConfigError,
   ResourceExhausted,
@@ -104,10 +105,6 @@ const HEX_ESCAPES: readonly string[] = Array.from(
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder("utf-8", { fatal: true });
-
-function sha256Hex(bytes: Uint8Array | string): string {
-  return createHash("sha256").update(bytes).digest("hex");
-}
 
 /** Whether a byte (or UTF-16 code unit) is one a store name keeps as itself: `[a-z0-9_-]`. */
 function isKeptByte(code: number): boolean {
@@ -248,7 +245,7 @@ function readRecordDocument(bytes: Uint8Array, path: string, log: string, index:
 function nextVersion(current: string | null): string {
   const counter = current === null ? 0 : Number.parseInt(current.split(".")[0], 10);
   const next = Number.isSafeInteger(counter) ? counter + 1 : 1;
-  return `${next}.${randomBytes(8).toString("hex")}`;
+  return `${next}.${randomHex(8)}`;
 }
 
 function recordFileName(index: number): string {
@@ -264,7 +261,7 @@ function isRecordFileName(name: string, count: number): boolean {
 }
 
 function stripeOf(namespace: "key" | "log", name: string): number {
-  return createHash("sha256").update(`${namespace}\0${name}`).digest()[0] % FILE_STORE_LOCK_STRIPES;
+  return sha256(`${namespace}\0${name}`)[0] % FILE_STORE_LOCK_STRIPES;
 }
 
 async function writeAll(file: Deno.FsFile, bytes: Uint8Array): Promise<void> {
@@ -614,7 +611,7 @@ export class FileRuntimeStore implements RuntimeStore {
       const marker = JSON.stringify({ kind: MARKER_KIND, format: FILE_STORE_FORMAT });
       await writeAtomically(
         this.root,
-        `${path}.${randomBytes(8).toString("hex")}${TEMP_SUFFIX}`,
+        `${path}.${randomHex(8)}${TEMP_SUFFIX}`,
         path,
         encoder.encode(marker),
       );

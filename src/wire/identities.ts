@@ -10,8 +10,8 @@
  * @module
  */
 
-import { createHash } from "node:crypto";
 import { ConfigError, PartitionKeyError } from "../core/errors.ts";
+import { sha256Hex } from "./sha256.ts";
 
 /** A sequence number as it travels (`uint64` on the wire): a JS integer or a bigint. */
 export type Seq = bigint | number;
@@ -68,10 +68,6 @@ export type MembersByParent<T> = ReadonlyMap<string, T> | Readonly<Record<string
 
 /** A usable partition key (RUN-020): a non-empty string, a boolean, or an integer. */
 export type PartitionKey = string | boolean | bigint | number;
-
-function sha256Hex(text: string): string {
-  return createHash("sha256").update(text, "utf8").digest("hex");
-}
 
 /**
  * Orders two strings by Unicode code point, as Python compares `str` (JS `<` compares UTF-16 code units,
