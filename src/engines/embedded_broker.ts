@@ -364,8 +364,11 @@ export class BrokerConnection {
   #invoke(op: Op, args: unknown[], arena: Uint8Array | null): unknown {
     const messaging = this.#services.messaging;
     switch (op) {
-      case Op.publish:
-        return messaging.publish(decodeEnvelope(args, this.#channel(args[0]), arena), envelopeDeadline(args));
+      case Op.publish: {
+        const envelope = decodeEnvelope(args, this.#channel(args[0]), arena);
+        const deadline = envelopeDeadline(args);
+        return messaging.publishNow(envelope, deadline) ?? messaging.publish(envelope, deadline);
+      }
       case Op.receive: {
         const sub = this.#sub(args[0]);
         return this.#longPoll(
@@ -375,11 +378,11 @@ export class BrokerConnection {
       }
       case Op.settle: {
         const at = args.length === SHORT_SETTLE_FIELDS ? 1 : TOKEN_FIELDS;
-        return messaging.settle(
-          this.#token(args),
-          decodeSettlement(args[at], args[at + 1]),
-          args[at + 2] as string,
-        );
+        const token = this.#token(args);
+        const settlement = decodeSettlement(args[at], args[at + 1]);
+        const settlementId = args[at + 2] as string;
+        return messaging.settleNow(token, settlement, settlementId) ??
+          messaging.settle(token, settlement, settlementId);
       }
       case Op.receiveAny: {
         const subs = (args[0] as number[]).map((handle) => this.#sub(handle));

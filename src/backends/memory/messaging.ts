@@ -266,40 +266,254 @@ class Ring<T> {
   }
 }
 
-/** Keys remembered for a window of seconds, in insertion order, pruned lazily from the oldest. */
+/**
+ * Values by stream sequence, kept in sequence order in parallel arrays: adding a higher sequence is a
+ * push, the oldest is at the head, and a lookup is a binary search (the head first, where settlements
+ * usually land). Removed values leave holes that are compacted away once they outnumber the live ones,
+ * so nothing is rehashed as a subscription's outstanding set fills and drains.
+ */
+class SeqIndex<T> {
+  #seqs: number[] = [];
+  #values: (T | undefined)[] = [];
+  #head = 0;
+  #live = 0;
+
+  /** Adds `value` under `seq`, which is not present. */
+  set(seq: number, value: T): void {
+    const seqs = this.#seqs;
+    const last = seqs.length - 1;
+    this.#live++;
+    if (last < this.#head || seqs[last] < seq) {
+      seqs.push(seq);
+      this.#values.push(value);
+      return;
+    }
+    const at = this.#search(seq);
+    seqs.splice(at, 0, seq);
+    this.#values.splice(at, 0, value);
+  }
+
+  get(seq: number): T | undefined {
+    const at = this.#indexOf(seq);
+    return at < 0 ? undefined : this.#values[at];
+  }
+
+  delete(seq: number): void {
+    const at = this.#indexOf(seq);
+    if (at < 0 || this.#values[at] === undefined) return;
+    this.#values[at] = undefined;
+    this.#live--;
+    const values = this.#values;
+    let head = this.#head;
+    while (head < values.length && values[head] === undefined) head++;
+    this.#head = head;
+    const dead = values.length - head - this.#live;
+    if (head === values.length) {
+      this.#seqs = [];
+      this.#values = [];
+      this.#head = 0;
+    } else if (head + dead > this.#live + COMPACTION_SLACK) {
+      this.#compact();
+    }
+  }
+
+  /** The lowest sequence present. */
+  first(): number | undefined {
+    return this.#head < this.#seqs.length ? this.#seqs[this.#head] : undefined;
+  }
+
+  /** The values present, in sequence order. */
+  *values(): IterableIterator<T> {
+    for (let at = this.#head; at < this.#values.length; at++) {
+      const value = this.#values[at];
+      if (value !== undefined) yield value;
+    }
+  }
+
+  /** The index of `seq` among the live positions, or -1. */
+  #indexOf(seq: number): number {
+    if (this.#head < this.#seqs.length && this.#seqs[this.#head] === seq) return this.#head;
+    const at = this.#search(seq);
+    return at < this.#seqs.length && this.#seqs[at] === seq && this.#values[at] !== undefined ? at : -1;
+  }
+
+  /** The first index at or after the head whose sequence is not below `seq`. */
+  #search(seq: number): number {
+    const seqs = this.#seqs;
+    let low = this.#head;
+    let high = seqs.length;
+    while (low < high) {
+      const mid = (low + high) >>> 1;
+      if (seqs[mid] < seq) low = mid + 1;
+      else high = mid;
+    }
+    return low;
+  }
+
+  #compact(): void {
+    const seqs: number[] = [];
+    const values: T[] = [];
+    for (let at = this.#head; at < this.#values.length; at++) {
+      const value = this.#values[at];
+      if (value === undefined) continue;
+      seqs.push(this.#seqs[at]);
+      values.push(value);
+    }
+    this.#seqs = seqs;
+    this.#values = values;
+    this.#head = 0;
+  }
+}
+
+/** The fewest cells an {@link ExpiringMap}'s index table has (a power of two). */
+const MIN_CELLS = 16;
+/** Marks a removed entry in an {@link ExpiringMap}'s index table (an empty cell holds 0). */
+const REMOVED = -1;
+
+/** FNV-1a over a string's UTF-16 code units, folded to 30 bits (a small integer to V8). */
+function hashKey(key: string): number {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) hash = Math.imul(hash ^ key.charCodeAt(i), 0x01000193);
+  return (hash ^ (hash >>> 15)) & 0x3fffffff;
+}
+
+/**
+ * Keys remembered for a window of seconds, pruned lazily from the oldest. A duplicate window holds every
+ * publication id of the last minutes, so this keeps them in its own open-addressing table rather than a
+ * Map: entries lie in insertion order in parallel arrays (key, time, value), and an Int32Array indexes
+ * them, each cell a pair (entry index + 1, or 0 empty, or {@link REMOVED}; the key's hash), so a lookup
+ * compares hashes within one run of cells and reads a key only on a hash match, growing never rehashes a
+ * string, and the collector scans no record per key. Pruning walks the entries from the oldest; an entry
+ * a later `set` or a `delete` replaced is skipped when its turn comes. The table is rebuilt (dropping dead
+ * entries) once its empty cells run low or its entries outnumber its cells.
+ */
 class ExpiringMap<V> {
-  readonly #entries = new Map<string, { readonly at: number; readonly value: V }>();
-  #oldest = Infinity;
+  #keys: (string | undefined)[] = [];
+  /** Monotonic readings, non-decreasing: a plain array of doubles keeps them unboxed. */
+  #times: number[] = [];
+  #values: (V | undefined)[] = [];
+  /** Each entry's cell. */
+  #cells: number[] = [];
+  /** Index of the oldest entry not pruned yet. */
+  #head = 0;
+  /** Cell `c` is `[2c]` (entry index + 1, 0 or REMOVED) and `[2c + 1]` (its key's hash). */
+  #table = new Int32Array(2 * MIN_CELLS);
+  /** Cells not empty (live or removed). */
+  #used = 0;
+  #live = 0;
+  /** The last key hashed and its hash: a publish looks its id up, then inserts it. */
+  #hashed = "";
+  #hash = hashKey("");
 
   constructor(public seconds: number) {}
 
   get(key: string, now: number): V | undefined {
-    const entry = this.#entries.get(key);
-    return entry !== undefined && now - entry.at < this.seconds ? entry.value : undefined;
+    const cell = this.#find(key, this.#hashOf(key));
+    if (cell < 0) return undefined;
+    const index = this.#table[2 * cell] - 1;
+    return now - this.#times[index] < this.seconds ? this.#values[index] : undefined;
   }
 
   set(key: string, value: V, now: number): void {
     if (this.seconds <= 0) return;
     this.#prune(now);
-    if (this.#entries.size === 0) this.#oldest = now;
-    this.#entries.delete(key);
-    this.#entries.set(key, { at: now, value });
+    if ((this.#used + 1) * 4 > this.#table.length || this.#keys.length * 2 >= this.#table.length) {
+      this.#rebuild();
+    }
+    const hash = this.#hashOf(key);
+    let cell = this.#find(key, hash);
+    if (cell < 0) {
+      cell = -cell - 1;
+      if (this.#table[2 * cell] === 0) this.#used++;
+      this.#table[2 * cell + 1] = hash;
+      this.#live++;
+    }
+    this.#table[2 * cell] = this.#keys.length + 1;
+    this.#keys.push(key);
+    this.#times.push(now);
+    this.#values.push(value);
+    this.#cells.push(cell);
   }
 
   delete(key: string): void {
-    this.#entries.delete(key);
+    if (this.#live === 0) return;
+    const cell = this.#find(key, this.#hashOf(key));
+    if (cell < 0) return;
+    this.#table[2 * cell] = REMOVED;
+    this.#live--;
+  }
+
+  #hashOf(key: string): number {
+    if (key !== this.#hashed) {
+      this.#hashed = key;
+      this.#hash = hashKey(key);
+    }
+    return this.#hash;
+  }
+
+  /** The cell holding `key`, or `-(cell + 1)` for the cell where it would go. */
+  #find(key: string, hash: number): number {
+    const table = this.#table;
+    const mask = (table.length >> 1) - 1;
+    let free = -1;
+    for (let cell = hash & mask;; cell = (cell + 1) & mask) {
+      const slot = table[2 * cell];
+      if (slot === 0) return -((free < 0 ? cell : free) + 1);
+      if (slot === REMOVED) {
+        if (free < 0) free = cell;
+      } else if (table[2 * cell + 1] === hash && this.#keys[slot - 1] === key) {
+        return cell;
+      }
+    }
   }
 
   #prune(now: number): void {
-    if (now - this.#oldest < this.seconds) return;
-    for (const [key, entry] of this.#entries) {
-      if (now - entry.at < this.seconds) {
-        this.#oldest = entry.at;
-        return;
+    const times = this.#times;
+    let head = this.#head;
+    while (head < times.length && now - times[head] >= this.seconds) {
+      const cell = this.#cells[head];
+      if (this.#table[2 * cell] === head + 1) {
+        this.#table[2 * cell] = REMOVED;
+        this.#live--;
       }
-      this.#entries.delete(key);
+      this.#keys[head] = undefined;
+      this.#values[head] = undefined;
+      head++;
     }
-    this.#oldest = Infinity;
+    this.#head = head;
+  }
+
+  /** Keeps only the live entries, in order, indexed in a table of at least four cells per entry. */
+  #rebuild(): void {
+    const old = this.#table;
+    const keys: (string | undefined)[] = [];
+    const times: number[] = [];
+    const values: (V | undefined)[] = [];
+    const cells: number[] = [];
+    let size = MIN_CELLS;
+    while (size < (this.#live + 1) * 4) size *= 2;
+    const table = new Int32Array(2 * size);
+    const mask = size - 1;
+    for (let index = this.#head; index < this.#keys.length; index++) {
+      const from = this.#cells[index];
+      if (old[2 * from] !== index + 1) continue;
+      const hash = old[2 * from + 1];
+      let cell = hash & mask;
+      while (table[2 * cell] !== 0) cell = (cell + 1) & mask;
+      table[2 * cell] = keys.length + 1;
+      table[2 * cell + 1] = hash;
+      keys.push(this.#keys[index]);
+      times.push(this.#times[index]);
+      values.push(this.#values[index]);
+      cells.push(cell);
+    }
+    this.#keys = keys;
+    this.#times = times;
+    this.#values = values;
+    this.#cells = cells;
+    this.#head = 0;
+    this.#table = table;
+    this.#used = keys.length;
   }
 }
 
@@ -417,7 +631,7 @@ class SubState {
   generation = "";
   closed = false;
   readonly kind: KindIndex;
-  readonly outstanding = new Map<number, Entry>();
+  readonly outstanding = new SeqIndex<Entry>();
   readonly fresh = new Ring<Entry>();
   readonly redeliver = new Ring<Entry>();
   readonly leases = new Ring<Entry>();
@@ -759,21 +973,30 @@ export class MemoryMessagingBackend implements MessagingBackend {
    */
   publish(envelope: Envelope, deadline: number): Promise<PublicationOutcome> {
     try {
-      this.#live("publish");
-      const now = this.#clock.monotonic();
-      if (requireDeadline(deadline) <= now) {
-        return Promise.resolve(
-          rejected(envelope.publicationId, "the deadline had passed: nothing was sent", true),
-        );
-      }
-      const dlq = envelope.kind === MessageKind.dlq;
-      if (!faultsInstalled() && (dlq || this.#channelOf(envelope.channel)?.paused !== true)) {
-        return Promise.resolve(dlq ? this.#storeDeadLetter(envelope, now) : this.#store(envelope, now));
-      }
-      return this.#publishBeforeDeadline(envelope, deadline, dlq);
+      const outcome = this.publishNow(envelope, deadline);
+      return outcome !== null
+        ? Promise.resolve(outcome)
+        : this.#publishBeforeDeadline(envelope, deadline, envelope.kind === MessageKind.dlq);
     } catch (error) {
       return Promise.reject(error);
     }
+  }
+
+  /**
+   * {@link publish} decided on the spot, for a host that serves many publications in one turn (the
+   * embedded broker): the same outcome `publish` resolves with, or null when it cannot be decided at once
+   * (a fault schedule is installed, or the channel's acceptance is paused), where `publish` must be
+   * called instead. Throws what `publish` rejects with.
+   */
+  publishNow(envelope: Envelope, deadline: number): PublicationOutcome | null {
+    this.#live("publish");
+    const now = this.#clock.monotonic();
+    if (requireDeadline(deadline) <= now) {
+      return rejected(envelope.publicationId, "the deadline had passed: nothing was sent", true);
+    }
+    const dlq = envelope.kind === MessageKind.dlq;
+    if (faultsInstalled() || (!dlq && this.#channelOf(envelope.channel)?.paused === true)) return null;
+    return dlq ? this.#storeDeadLetter(envelope, now) : this.#store(envelope, now);
   }
 
   /**
@@ -868,27 +1091,47 @@ export class MemoryMessagingBackend implements MessagingBackend {
    * attempts reached max_deliver. A DropResponse at `message.settle.after` applies the settlement and
    * reports SettleUnknown (PAY-004).
    */
-  async settle(token: DeliveryToken, outcome: Settlement, settlementId: string): Promise<SettlementOutcome> {
+  settle(token: DeliveryToken, outcome: Settlement, settlementId: string): Promise<SettlementOutcome> {
+    try {
+      const settled = this.settleNow(token, outcome, settlementId);
+      return settled !== null
+        ? Promise.resolve(settled)
+        : this.#settleThroughBarriers(token, outcome, settlementId);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /**
+   * {@link settle} decided on the spot (see {@link publishNow}): the same outcome, or null while a fault
+   * schedule is installed (its barriers need `settle`). Throws what `settle` rejects with.
+   */
+  settleNow(token: DeliveryToken, outcome: Settlement, settlementId: string): SettlementOutcome | null {
     this.#live("settle");
     checkSettlement(outcome);
     this.#requireOperation(settlementId);
+    if (faultsInstalled()) return null;
     const state = this.#lookupSub(token.subscription);
-    if (state === undefined || state.spec === null) {
-      return settleUnknown(token, "the subscription does not exist (its channel was closed)");
-    }
-    let entry = this.#entryFor(state, token);
-    if (this.#staleness(state, entry, token) !== null) return this.#stale(state, entry, token);
+    const refusal = this.#settleRefusal(state, token);
+    if (refusal !== null) return refusal;
+    this.#applyTo(state as SubState, token, outcome, settlementId);
+    return settleConfirmed(token, settlementId);
+  }
+
+  async #settleThroughBarriers(
+    token: DeliveryToken,
+    outcome: Settlement,
+    settlementId: string,
+  ): Promise<SettlementOutcome> {
+    const state = this.#lookupSub(token.subscription);
+    let refusal = this.#settleRefusal(state, token);
+    if (refusal !== null) return refusal;
     if (faultsInstalled()) {
       await barrier(Barrier.messageSettleBefore, this.#settleContext(token, outcome, settlementId));
-      entry = this.#entryFor(state, token);
-      if (this.#staleness(state, entry, token) !== null) return this.#stale(state, entry, token);
+      refusal = this.#settleRefusal(state, token);
+      if (refusal !== null) return refusal;
     }
-    if (this.#core) {
-      if (outcome.kind === "retry") this.#dropUndeliverable(state, token);
-    } else if (entry !== undefined && entry.state !== DONE && !state.closed) {
-      this.#applySettlement(state, entry, outcome);
-    }
-    this.#logSettle(token, outcome, settlementId);
+    this.#applyTo(state as SubState, token, outcome, settlementId);
     if (faultsInstalled()) {
       const hit = await barrier(
         Barrier.messageSettleAfter,
@@ -969,8 +1212,8 @@ export class MemoryMessagingBackend implements MessagingBackend {
     }
     if (state.failing !== null) return unknown(state.failing, this.#clock, "injected observation failure");
     this.#expireAged(state.channel, this.#clock.monotonic());
-    const oldest = state.outstanding.keys().next();
-    const floor = oldest.done ? state.channel.lastSeq : oldest.value - 1;
+    const oldest = state.outstanding.first();
+    const floor = oldest === undefined ? state.channel.lastSeq : oldest - 1;
     return await this.#observed(floor, state.generation, "ack_floor");
   }
 
@@ -1393,7 +1636,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
       return;
     }
     for (let i = 0; i < subs.length; i++) {
-      if (subs[i].waiters.length > 0) this.#serve(subs[i]);
+      if (subs[i].waiters.length > 0) this.#serve(subs[i], message.storedAt);
     }
   }
 
@@ -1682,6 +1925,26 @@ export class MemoryMessagingBackend implements MessagingBackend {
     }
   }
 
+  /** The outcome of a settle that cannot apply (a missing subscription, a stale token), or null when it can. */
+  #settleRefusal(state: SubState | undefined, token: DeliveryToken): SettlementOutcome | null {
+    if (state === undefined || state.spec === null) {
+      return settleUnknown(token, "the subscription does not exist (its channel was closed)");
+    }
+    const entry = this.#entryFor(state, token);
+    return this.#staleness(state, entry, token) === null ? null : this.#stale(state, entry, token);
+  }
+
+  /** Applies a settlement the token may decide (a message already settled or dropped is left as it is). */
+  #applyTo(state: SubState, token: DeliveryToken, outcome: Settlement, settlementId: string): void {
+    const entry = this.#entryFor(state, token);
+    if (this.#core) {
+      if (outcome.kind === "retry") this.#dropUndeliverable(state, token);
+    } else if (entry !== undefined && entry.state !== DONE && !state.closed) {
+      this.#applySettlement(state, entry, outcome);
+    }
+    this.#logSettle(token, outcome, settlementId);
+  }
+
   /** Why `token` may not decide `entry`'s outcome (undefined: settled or gone), or null when it may. */
   #staleness(state: SubState, entry: Entry | undefined, token: DeliveryToken): string | null {
     if (token.generation !== state.generation) {
@@ -1744,9 +2007,11 @@ export class MemoryMessagingBackend implements MessagingBackend {
 
   // ---- waiting receivers ----------------------------------------------------------------------------
 
-  /** Serves the subscription's waiting receivers in arrival order while deliveries and credit last. */
-  #serve(state: SubState): void {
-    const now = this.#clock.monotonic();
+  /**
+   * Serves the subscription's waiting receivers in arrival order while deliveries and credit last; `now`
+   * is a reading taken in this same turn (the clock's own by default).
+   */
+  #serve(state: SubState, now: number = this.#clock.monotonic()): void {
     while (state.waiters.length > 0 && state.available > 0) {
       const waiter = state.waiters[0];
       const deliveries = this.#take(waiter.subs, waiter.itemCredit, waiter.byteCredit, now);
