@@ -18,12 +18,14 @@ import {
   encodeMessage,
   ENVELOPE_SCHEMA,
   MAX_DEPTH,
+  MeasuredMessage,
   type MessageName,
   PROTO_PACKAGE,
   type RawEntries,
   type RawMessages,
   type RawTensor,
   type RawValue,
+  type Writable,
 } from "./schema.ts";
 import {
   BlobRef,
@@ -304,42 +306,92 @@ function requiredTensor(raw: RawTensor | undefined, field: string): Tensor {
   return decodedTensor(raw);
 }
 
-function encoded<K extends MessageName>(name: K, raw: RawMessages[K]): EncodedPayload {
-  return { payloadType: `${PROTO_PACKAGE}.${name}`, payload: encodeMessage(name, raw) };
+/**
+ * A payload ready to be written: its type name and exact encoded size, known before any of its bytes
+ * are written. An envelope writes it in place ({@link encodeEnvelopeWithPayload}), so a Frame's pixels are
+ * copied once, straight into the envelope; {@link PreparedPayload.bytes} writes it on its own where
+ * standalone bytes are needed (a payload store). Made by {@link preparePayload}.
+ */
+export class PreparedPayload {
+  /** Fully qualified type name of the payload; `""` for no payload. */
+  readonly payloadType: string;
+  /**
+   * The payload as an envelope's `payload` field holds it: its bytes as they are (an opaque payload, no
+   * payload), or its message measured and not yet written.
+   */
+  readonly content: Uint8Array | MeasuredMessage;
+  /** The exact size of the payload's encoding, in bytes: what an envelope's `payload` field holds. */
+  readonly byteLength: number;
+
+  /** A payload of type `payloadType` whose encoding is `content`, bytes or a measured message. */
+  constructor(payloadType: string, content: Uint8Array | MeasuredMessage) {
+    this.payloadType = payloadType;
+    this.content = content;
+    this.byteLength = content.byteLength;
+  }
+
+  /**
+   * The payload's encoded bytes on their own: the bytes given, unchanged, or the measured message
+   * written into a new array of exactly {@link byteLength} that owns its whole `ArrayBuffer` (each call
+   * writes a new one).
+   *
+   * @throws SchemaError when the message would exceed protobuf's 2 GiB limit.
+   */
+  bytes(): Uint8Array {
+    return this.content instanceof Uint8Array ? this.content : this.content.encode();
+  }
+}
+
+function prepared<K extends MessageName>(name: K, raw: Writable<RawMessages[K]>): PreparedPayload {
+  return new PreparedPayload(`${PROTO_PACKAGE}.${name}`, new MeasuredMessage(name, raw));
 }
 
 /**
- * A payload's type name and bytes, by WIRE.md's payload rules: a {@link Tensor} is a top-level
- * `videoflow.v1.Tensor`; a Frame, Detections, Tracks or BlobRef its own message; an {@link OpaquePayload}
- * its own type and bytes, unchanged; any other {@link WireValue} (scalar, list, map, with tensors nested
- * as `tensor_value`) a `videoflow.v1.Value`; `undefined` no payload (`""`, empty), as EOS carries.
+ * A payload's type name and measured encoding, by WIRE.md's payload rules: a {@link Tensor} is a
+ * top-level `videoflow.v1.Tensor`; a Frame, Detections, Tracks or BlobRef its own message; an
+ * {@link OpaquePayload} its own type and bytes, unchanged; any other {@link WireValue} (scalar, list, map,
+ * with tensors nested as `tensor_value`) a `videoflow.v1.Value`; `undefined` no payload (`""`, empty), as
+ * EOS carries. Nothing is written yet: tensor data is referenced, not copied, and must not change before
+ * the payload is written.
  *
  * @throws SchemaError for a value the wire cannot carry (a Date, `undefined` in a map, a bigint beyond
  * int64, a lone surrogate ...), naming where it is.
  */
-export function encodePayload(value: WirePayload | undefined): EncodedPayload {
-  if (value === undefined) return { payloadType: "", payload: new Uint8Array(0) };
-  if (value instanceof OpaquePayload) return { payloadType: value.payloadType, payload: value.data };
-  if (value instanceof Tensor) return encoded("Tensor", rawTensor(value));
+export function preparePayload(value: WirePayload | undefined): PreparedPayload {
+  if (value === undefined) return new PreparedPayload("", new Uint8Array(0));
+  if (value instanceof OpaquePayload) return new PreparedPayload(value.payloadType, value.data);
+  if (value instanceof Tensor) return prepared("Tensor", rawTensor(value));
   if (value instanceof Frame) {
-    return encoded("Frame", {
+    return prepared("Frame", {
       pixels: rawTensor(value.pixels),
       pixelFormat: value.pixelFormat,
       captureTs: value.captureTs ?? undefined,
     });
   }
   if (value instanceof Detections) {
-    return encoded("Detections", { boxes: rawTensor(value.boxes), classNames: value.classNames });
+    return prepared("Detections", { boxes: rawTensor(value.boxes), classNames: value.classNames });
   }
-  if (value instanceof Tracks) return encoded("Tracks", { tracks: rawTensor(value.tracks) });
+  if (value instanceof Tracks) return prepared("Tracks", { tracks: rawTensor(value.tracks) });
   if (value instanceof BlobRef) {
-    return encoded("BlobRef", {
+    return prepared("BlobRef", {
       ref: value.ref,
       innerPayloadType: value.innerPayloadType,
       size: uint64(value.size, "BlobRef.size"),
     });
   }
-  return encoded("Value", rawValue(value, "payload", 0));
+  return prepared("Value", rawValue(value, "payload", 0));
+}
+
+/**
+ * A payload's type name and bytes ({@link preparePayload}'s rules), written on their own: tensor data
+ * copied once into a new array of exactly the payload's size; an {@link OpaquePayload}'s bytes unchanged.
+ *
+ * @throws SchemaError for a value the wire cannot carry (a Date, `undefined` in a map, a bigint beyond
+ * int64, a lone surrogate ...), naming where it is.
+ */
+export function encodePayload(value: WirePayload | undefined): EncodedPayload {
+  const payload = preparePayload(value);
+  return { payloadType: payload.payloadType, payload: payload.bytes() };
 }
 
 /**
@@ -401,6 +453,30 @@ export function encodeEnvelope(
   env: Envelope,
   options?: { readonly allocate?: (size: number) => Uint8Array },
 ): Uint8Array {
+  return encodeEnvelopeWithPayload(env, new PreparedPayload(env.payloadType, env.payload), options);
+}
+
+/** An envelope without its payload: every field but `payloadType` and `payload`. */
+export type EnvelopeHeader = Omit<Envelope, "payloadType" | "payload">;
+
+/**
+ * The bytes of an envelope that carries a prepared payload, its `payload_type` and `payload` taken from
+ * `payload` (those of `env`, if it has them, are not read), written in one pass into one allocation of
+ * exactly their size: the payload's message is written in place as the `payload` field, so its tensor
+ * data is copied once, straight into the envelope. The bytes are exactly those of
+ * {@link encodeEnvelope} given the payload's {@link PreparedPayload.bytes}. `options.allocate` is
+ * honoured as by {@link encodeEnvelope}.
+ *
+ * @throws SchemaError when a field is out of its wire range (seq beyond uint64, replica id beyond uint32),
+ * the version is not {@link ENVELOPE_VERSION}, metadata holds a value the wire cannot carry, or the
+ * envelope would exceed protobuf's 2 GiB limit.
+ * @throws RangeError when `options.allocate` returns an array of another length than it was asked for.
+ */
+export function encodeEnvelopeWithPayload(
+  env: EnvelopeHeader,
+  payload: PreparedPayload,
+  options?: { readonly allocate?: (size: number) => Uint8Array },
+): Uint8Array {
   if (env.v !== ENVELOPE_VERSION) {
     throw new SchemaError(
       `cannot write envelope version ${env.v}`,
@@ -420,8 +496,8 @@ export function encodeEnvelope(
     parentSpanId: env.parentSpanId,
     replicaId: uint32(env.replicaId, "replica_id"),
     metadata: rawEntries(env.metadata, "metadata", 0),
-    payloadType: env.payloadType,
-    payload: env.payload,
+    payloadType: payload.payloadType,
+    payload: payload.content,
   }, options);
 }
 

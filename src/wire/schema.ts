@@ -12,9 +12,12 @@
  * fields are skipped (and not kept). Writing follows proto3: fields in number order, implicit-presence
  * fields omitted at their default, repeated numbers packed, map entries with both key and value.
  *
- * Writing measures first: one pass computes every length-delimited size, then the message is written
- * into one allocation of exactly its size, so `bytes` fields (tensor data, an envelope's payload) are
- * copied once. Reading is zero-copy: `bytes` fields are views into the input.
+ * Writing measures first: one pass computes every length-delimited size ({@link MeasuredMessage}), then
+ * the message is written into one allocation of exactly its size, so `bytes` fields (tensor data, an
+ * envelope's payload) are copied once. A `bytes` field may also hold a measured message, written in place
+ * as the field's content: on the wire that is byte-identical to the message's own encoding in the field,
+ * without writing it twice (an envelope carries its Frame so, the pixels copied once). Reading is
+ * zero-copy: `bytes` fields are views into the input.
  *
  * @module
  */
@@ -115,7 +118,15 @@ export interface RawMessages {
 /** The short name of a top-level message type. */
 export type MessageName = keyof RawMessages;
 
-/** Where {@link encodeMessage} writes. */
+/**
+ * A raw message as the writer takes it: the same fields, except that any `bytes` field may hold a
+ * {@link MeasuredMessage}, written in place as the field's content.
+ */
+export type Writable<T> = T extends Uint8Array ? Uint8Array | MeasuredMessage
+  : T extends object ? { readonly [P in keyof T]: Writable<T[P]> }
+  : T;
+
+/** Where {@link encodeMessage} and {@link MeasuredMessage.encode} write. */
 export interface EncodeOptions {
   /**
    * Returns a `Uint8Array` of exactly `size` bytes for the message to be written into (a view onto a
@@ -508,7 +519,8 @@ interface Sink {
   double(value: number): void;
   /** A string field's length and UTF-8 bytes. @throws SchemaError when it is not well-formed Unicode. */
   string(value: string, field: FieldPlan): void;
-  bytes(value: Uint8Array): void;
+  /** A `bytes` field's length and content: bytes as they are, or a measured message written in place. */
+  bytes(value: Uint8Array | MeasuredMessage): void;
   begin(): void;
   end(): void;
 }
@@ -566,7 +578,7 @@ class Measure implements Sink {
     this.size += varint32Size(length) + length;
   }
 
-  bytes(value: Uint8Array): void {
+  bytes(value: Uint8Array | MeasuredMessage): void {
     this.size += varint32Size(value.byteLength) + value.byteLength;
   }
 
@@ -585,12 +597,14 @@ class Measure implements Sink {
 
 const utf8Encoder = new TextEncoder();
 
-/** Writes a measured message into a buffer of exactly its size. */
+/** Writes a measured message into a buffer from `start`, as many bytes as it measured. */
 class Write implements Sink {
-  #pos = 0;
+  #pos: number;
   #next = 0;
 
-  constructor(readonly buf: Uint8Array, readonly lengths: readonly number[]) {}
+  constructor(readonly buf: Uint8Array, readonly lengths: readonly number[], start: number) {
+    this.#pos = start;
+  }
 
   varint32(value: number): void {
     const buf = this.buf;
@@ -637,9 +651,10 @@ class Write implements Sink {
     this.#pos = pos + length;
   }
 
-  bytes(value: Uint8Array): void {
+  bytes(value: Uint8Array | MeasuredMessage): void {
     this.varint32(value.byteLength);
-    this.buf.set(value, this.#pos);
+    if (value instanceof Uint8Array) this.buf.set(value, this.#pos);
+    else value.writeInto(this.buf, this.#pos);
     this.#pos += value.byteLength;
   }
 
@@ -678,7 +693,7 @@ function isDefault(kind: ScalarKind, value: unknown): boolean {
     case "string":
       return value === "";
     case "bytes":
-      return (value as Uint8Array).byteLength === 0;
+      return (value as Uint8Array | MeasuredMessage).byteLength === 0;
   }
 }
 
@@ -712,7 +727,7 @@ function putScalar(kind: ScalarKind, value: unknown, sink: Sink, field: FieldPla
       sink.string(value as string, field);
       return;
     case "bytes":
-      sink.bytes(value as Uint8Array);
+      sink.bytes(value as Uint8Array | MeasuredMessage);
   }
 }
 
@@ -778,9 +793,82 @@ function putMessage(plan: MessagePlan, message: Fields, sink: Sink, depth: numbe
 }
 
 /**
+ * A message of type `name`, measured once (its size and every length inside it) and not yet written. It
+ * is written standalone by {@link MeasuredMessage.encode}, or in place as the value of a `bytes` field of
+ * another message ({@link Writable}), where its bytes are exactly those `encode` returns and its `bytes`
+ * fields are copied once, straight into the outer message. A measured message must not change before it
+ * is written: it is written as it was measured.
+ */
+export class MeasuredMessage<K extends MessageName = MessageName> {
+  /** The message's type, by its short name in {@link PROTO_PACKAGE}. */
+  readonly name: K;
+  /** The exact size of the message's encoding, in bytes. */
+  readonly byteLength: number;
+  readonly #fields: Fields;
+  readonly #lengths: readonly number[];
+
+  /**
+   * Measures `message` as a `name`; nothing is written or allocated for its bytes.
+   *
+   * @throws SchemaError when a string is not well-formed Unicode or messages nest deeper than
+   * {@link MAX_DEPTH}.
+   */
+  constructor(name: K, message: Writable<RawMessages[K]>) {
+    const measure = new Measure();
+    putMessage(PLANS[name], message as Fields, measure, 0);
+    this.name = name;
+    this.byteLength = measure.size;
+    this.#fields = message as Fields;
+    this.#lengths = measure.lengths;
+  }
+
+  /**
+   * The message's bytes, in one allocation of exactly {@link byteLength}, each `bytes` field copied once.
+   * By default a new `Uint8Array` that owns its whole `ArrayBuffer` (offset 0, no pool sharing), so it can
+   * be transferred to a worker; with `options.allocate` the array that returned.
+   *
+   * @throws SchemaError when the message would exceed {@link MAX_MESSAGE_BYTES}.
+   * @throws RangeError when `options.allocate` returns an array of another size than it was asked for.
+   */
+  encode(options: EncodeOptions = {}): Uint8Array {
+    const size = this.byteLength;
+    if (size > MAX_MESSAGE_BYTES) {
+      throw new SchemaError(
+        `a ${PLANS[this.name].name} of ${size} bytes exceeds protobuf's limit of ${MAX_MESSAGE_BYTES} bytes`,
+        "offload the payload to the blob store (a BlobRef) or split it",
+      );
+    }
+    const out = options.allocate ? options.allocate(size) : new Uint8Array(size);
+    if (out.byteLength !== size) {
+      throw new RangeError(
+        `allocate(${size}) returned ${out.byteLength} bytes; it must return exactly ${size}`,
+      );
+    }
+    this.writeInto(out, 0);
+    return out;
+  }
+
+  /**
+   * Writes the message's {@link byteLength} bytes into `out` from `offset`.
+   *
+   * @throws RangeError when `out` has no room for them there.
+   */
+  writeInto(out: Uint8Array, offset: number): void {
+    if (!(offset >= 0 && offset + this.byteLength <= out.byteLength)) {
+      throw new RangeError(
+        `${this.byteLength} bytes do not fit at offset ${offset} of an array of ${out.byteLength}`,
+      );
+    }
+    putMessage(PLANS[this.name], this.#fields, new Write(out, this.#lengths, offset), 0);
+  }
+}
+
+/**
  * Writes one message of type `name` into one allocation of exactly its size, copying each `bytes` field
- * once. By default the result is a new `Uint8Array` that owns its whole `ArrayBuffer` (offset 0, no pool
- * sharing), so it can be transferred to a worker; with `options.allocate` it is the array that returned.
+ * once (a {@link MeasuredMessage} in a `bytes` field is written in place): `new MeasuredMessage(name,
+ * message).encode(options)`. By default the result is a new `Uint8Array` that owns its whole
+ * `ArrayBuffer` (offset 0, no pool sharing), so it can be transferred to a worker; with
+ * `options.allocate` it is the array that returned.
  *
  * @throws SchemaError when a string is not well-formed Unicode, messages nest deeper than
  * {@link MAX_DEPTH}, or the message would exceed {@link MAX_MESSAGE_BYTES}.
@@ -788,25 +876,8 @@ function putMessage(plan: MessagePlan, message: Fields, sink: Sink, depth: numbe
  */
 export function encodeMessage<K extends MessageName>(
   name: K,
-  message: RawMessages[K],
+  message: Writable<RawMessages[K]>,
   options: EncodeOptions = {},
 ): Uint8Array {
-  const plan = PLANS[name];
-  const measure = new Measure();
-  putMessage(plan, message as Fields, measure, 0);
-  const size = measure.size;
-  if (size > MAX_MESSAGE_BYTES) {
-    throw new SchemaError(
-      `a ${plan.name} of ${size} bytes exceeds protobuf's limit of ${MAX_MESSAGE_BYTES} bytes`,
-      "offload the payload to the blob store (a BlobRef) or split it",
-    );
-  }
-  const out = options.allocate ? options.allocate(size) : new Uint8Array(size);
-  if (out.byteLength !== size) {
-    throw new RangeError(
-      `allocate(${size}) returned ${out.byteLength} bytes; it must return exactly ${size}`,
-    );
-  }
-  putMessage(plan, message as Fields, new Write(out, measure.lengths), 0);
-  return out;
+  return new MeasuredMessage(name, message).encode(options);
 }
