@@ -24,7 +24,6 @@
  */
 
 import * as api from "./mod.ts";
-import { main } from "./src/cli/main.ts";
 import { registerNodeModule } from "./src/core/node_class.ts";
 
 export * from "./src/core/node.ts";
@@ -141,4 +140,6 @@ export type { Known, Observation, Unknown, UnknownReason } from "./src/backends/
 
 registerNodeModule(import.meta.url, api);
 
-if (import.meta.main) main();
+// The command line is loaded only when this file runs as the program: a node worker importing the API
+// never loads the CLI and the engines behind it.
+if (import.meta.main) (await import("./src/cli/main.ts")).main();
