@@ -140,12 +140,14 @@ import {
   createEnvelope,
   decodeEnvelope,
   decodePayload,
-  type EncodedPayload,
   encodeEnvelope,
+  encodeEnvelopeWithPayload,
   encodePayload,
   type Envelope as WireEnvelope,
   ENVELOPE_VERSION,
   PayloadType,
+  type PreparedPayload,
+  preparePayload,
   readAbortPayload,
 } from "../wire/codec.ts";
 import {
@@ -889,9 +891,9 @@ export class BrokerMessenger implements Messenger {
       identity.seq,
       MsgType.data,
     );
-    let encoded = encodePayload(message as WirePayload);
-    if (checkpoint === null && encoded.payload.length <= this.#maxInline) {
-      const body = this.#dataBody(identity, eventTs, wireMetadata, encoded);
+    let payload = preparePayload(message as WirePayload);
+    if (checkpoint === null && payload.byteLength <= this.#maxInline) {
+      const body = this.#dataBody(identity, eventTs, wireMetadata, payload);
       const env = this.#dataEnvelope(publicationId, body, eventTs, partitionKey, identity.offset);
       if (identity.offset !== null) this.#offsetsOpen.push(identity.offset);
       const sending = this.#sendInline(env, identity.offset);
@@ -902,16 +904,16 @@ export class BrokerMessenger implements Messenger {
     }
     if (checkpoint !== null) await this.#work.drain();
     let ref = null;
-    if (encoded.payload.length > this.#maxInline) {
+    if (payload.byteLength > this.#maxInline) {
       this.#publicationInFlight = publicationId;
-      const blobRef = await offloadPayload(encoded.payloadType, encoded.payload, this.#bridge, {
+      const blobRef = await offloadPayload(payload.payloadType, payload.bytes(), this.#bridge, {
         maxInlineBytes: this.#maxInline,
         ttlSeconds: this.#blobTtl,
       });
       ref = this.#bridge?.lastRef ?? null;
-      encoded = encodePayload(blobRef as BlobRef);
+      payload = preparePayload(blobRef as BlobRef);
     }
-    const body = this.#dataBody(identity, eventTs, wireMetadata, encoded);
+    const body = this.#dataBody(identity, eventTs, wireMetadata, payload);
     if (checkpoint !== null) {
       await this.#commitCheckpoint(checkpoint, { output: publicationId, envelope: body.toBase64() });
     }
@@ -935,26 +937,27 @@ export class BrokerMessenger implements Messenger {
     await this.#concludePublication(env.publicationId, outcome, identity.offset);
   }
 
-  /** A data envelope's bytes. */
+  /** A data envelope's bytes, written in one pass: the payload's tensor data copied once, into the envelope. */
   #dataBody(
     identity: OutputIdentity,
     eventTs: number | null,
     metadata: Record<string, unknown>,
-    encoded: EncodedPayload,
+    payload: PreparedPayload,
   ): Uint8Array {
-    return encodeEnvelope(createEnvelope({
-      type: MsgType.data,
-      producerName: this.#node,
-      flowId: this.#flowId,
-      runId: this.#runId,
-      traceId: identity.traceId,
-      seq: identity.seq,
-      eventTs,
-      replicaId: this.#replicaId,
-      metadata: metadata as WireMap,
-      payloadType: encoded.payloadType,
-      payload: encoded.payload,
-    }));
+    return encodeEnvelopeWithPayload(
+      createEnvelope({
+        type: MsgType.data,
+        producerName: this.#node,
+        flowId: this.#flowId,
+        runId: this.#runId,
+        traceId: identity.traceId,
+        seq: identity.seq,
+        eventTs,
+        replicaId: this.#replicaId,
+        metadata: metadata as WireMap,
+      }),
+      payload,
+    );
   }
 
   /** An inline output's send, run on while the node goes on (the backend sees it at once). */
