@@ -4,8 +4,10 @@
  * new array of the envelope's size, the floor of one encode call that owns its bytes; two such copies,
  * the floor of `encodePayload` then `encodeEnvelope`; and protobufjs encoding and decoding the same
  * messages from the same `envelope.proto`), and a small `{ seq, sentAt }` map envelope (against
- * protobufjs). Another frame case writes the envelope into a reused SharedArrayBuffer through
- * `encodeEnvelope`'s `allocate` option.
+ * protobufjs). The frame envelope is written both ways: in one pass (`preparePayload` then
+ * `encodeEnvelopeWithPayload`, the Frame written in place, the pixels copied once), as the messenger
+ * publishes it, and in two calls (`encodePayload` then `encodeEnvelope`, the pixels copied twice); each
+ * also into a reused SharedArrayBuffer through the `allocate` option.
  *
  * Run: `deno bench bench/codec_bench.ts`.
  *
@@ -18,8 +20,10 @@ import {
   decodeEnvelope,
   decodePayload,
   encodeEnvelope,
+  encodeEnvelopeWithPayload,
   encodePayload,
   type EnvelopeInit,
+  preparePayload,
 } from "../src/wire/codec.ts";
 import envelopeProto from "../src/wire/envelope.proto" with { type: "text" };
 import { Frame, Tensor, wireMap } from "../src/wire/value.ts";
@@ -43,6 +47,12 @@ function frameEnvelope(allocate?: (size: number) => Uint8Array): Uint8Array {
   return encodeEnvelope(createEnvelope({ ...identity, ...encodePayload(frame) }), { allocate });
 }
 
+const header = createEnvelope(identity);
+
+function onePassFrameEnvelope(allocate?: (size: number) => Uint8Array): Uint8Array {
+  return encodeEnvelopeWithPayload(header, preparePayload(frame), { allocate });
+}
+
 function smallEnvelope(): Uint8Array {
   return encodeEnvelope(
     createEnvelope({ ...identity, ...encodePayload(wireMap([["seq", 1], ["sentAt", sentAt]])) }),
@@ -50,6 +60,9 @@ function smallEnvelope(): Uint8Array {
 }
 
 const frameBytes = frameEnvelope();
+if (onePassFrameEnvelope().toHex() !== frameBytes.toHex()) {
+  throw new Error("the one-pass frame envelope differs from the two-call one");
+}
 const framePayload = encodePayload(frame);
 const smallBytes = smallEnvelope();
 const shared = new Uint8Array(new SharedArrayBuffer(frameBytes.byteLength));
@@ -113,10 +126,26 @@ Deno.bench({
 });
 
 Deno.bench({
+  name: "preparePayload + encodeEnvelopeWithPayload (one pass, the pixels copied once)",
+  group: "encode 720p frame envelope",
+  fn() {
+    onePassFrameEnvelope();
+  },
+});
+
+Deno.bench({
   name: "encodePayload + encodeEnvelope",
   group: "encode 720p frame envelope",
   fn() {
     frameEnvelope();
+  },
+});
+
+Deno.bench({
+  name: "preparePayload + encodeEnvelopeWithPayload into a reused SharedArrayBuffer",
+  group: "encode 720p frame envelope",
+  fn() {
+    onePassFrameEnvelope(() => shared);
   },
 });
 
