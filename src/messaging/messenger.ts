@@ -124,6 +124,7 @@ import {
   WORKER_FATAL,
 } from "../core/errors.ts";
 import { checkFlowType, FlowType } from "../core/flow_type.ts";
+import { randomHex } from "../core/hex.ts";
 import { JOIN_TIME, JoinPolicy } from "../core/join_policy.ts";
 import {
   type InputEntry,
@@ -423,12 +424,6 @@ function memberKey(parent: string, producer: string, traceId: string, seq: Seq):
   return `${parent}\u0000${producer}\u0000${traceId}\u0000${seq}`;
 }
 
-function randomInstance(): string {
-  return Array.from(crypto.getRandomValues(new Uint8Array(6)), (b) => b.toString(16).padStart(2, "0")).join(
-    "",
-  );
-}
-
 function requireCount(value: number, what: string, min: number): number {
   if (!Number.isSafeInteger(value) || value < min) {
     throw new ConfigError(
@@ -649,7 +644,7 @@ export class BrokerMessenger implements Messenger {
     this.#reliableOutput = defaultProfile(this.#flowType) === MessagingProfile.reliableWork;
     this.#replayable = options.replayable ?? false;
     this.#analysisVersion = options.analysisVersion ?? null;
-    this.#instance = options.instanceId ?? randomInstance();
+    this.#instance = options.instanceId ?? randomHex(6);
     this.#runtime = options.runtime ?? new FlowRuntime({
       store: new MemoryRuntimeStore(this.#clock),
       flowId: this.#flowId,
