@@ -1,26 +1,38 @@
 /**
- * Throughput and latency of the embedded broker's transport: a 3-stage pipeline producer → relay → sink
- * of small messages through three Deno Workers, beside its floor measured in the same run.
+ * Throughput and latency of the embedded broker's transport, each beside its floor measured in the same
+ * run, in two cases:
  *
- * (a) broker: each worker connects to an EmbeddedBroker in the main thread over a MessagePort and uses
- *     EmbeddedMessagingBackend. The producer publishes to channel `a`; the relay receives `a` (item
- *     credit `--credit`, its next receive already waiting while it works), publishes each message to `b`
- *     and settles it Completed once that publication is accepted; the sink receives `b` and settles.
- *     Both channels are interest channels with the default 120 s duplicate window, as reliable work uses.
- * (b) bare: the same three workers joined by MessagePorts, one postMessage per message per hop.
+ * 1. Small messages: a 3-stage pipeline producer → relay → sink of `--body`-byte messages through three
+ *    Deno Workers.
+ *    (a) broker: each worker connects to an EmbeddedBroker in the main thread over a MessagePort and uses
+ *        EmbeddedMessagingBackend. The producer publishes to channel `a`; the relay receives `a` (item
+ *        credit `--credit`, its next receive already waiting while it works), publishes each message to
+ *        `b` and settles it Completed once that publication is accepted; the sink receives `b` and
+ *        settles. Both channels are interest channels with the default 120 s duplicate window, as
+ *        reliable work uses.
+ *    (b) bare: the same three workers joined by MessagePorts, one postMessage (a copy) per message per hop.
+ * 2. Large bodies (`--large-count` frames of `--large-size` bytes, a 1280x720 RGB frame by default): a
+ *    2-stage producer → sink, the producer writing each frame into a fresh buffer.
+ *    (a) broker: as above, over channel `a`; the client copies each body into a SharedArrayBuffer, the
+ *        broker keeps it shared and hands it on shared, and the sink's client copies it for its caller:
+ *        the main thread copies nothing.
+ *    (b) broker, shared bodies: the producer writes each frame into a SharedArrayBuffer of its own (as a
+ *        codec encoding straight into one would), which crosses without the producer-side copy.
+ *    (c) bare: the two workers joined by a MessagePort, each frame's buffer transferred (no copy at all).
  *
- * Both modes share the harness's flow control: the sink grants the producer credit back every 256
- * messages over a side port, so at most `--window` messages are in the pipeline. Each message carries its
- * send time (`performance.timeOrigin + performance.now()`, which lines up across workers) and the sink
- * records the end-to-end latency.
+ * Every mode shares the harness's flow control: the sink grants the producer credit back every `grant`
+ * messages (256 small, 4 large) over a side port, so at most `--window` messages (`--large-window`
+ * frames) are in flight. Each message carries its send time (`performance.timeOrigin +
+ * performance.now()`, which lines up across workers) and the sink records the end-to-end latency.
  *
- * Printed per round: messages/s, p50/p99 latency, and CPU time per message of each thread (main, producer,
- * relay, sink; read from /proc/thread-self/stat, so Linux only) and of the whole process (GC helpers
- * included). Then the best round of each mode and the ratio broker/bare. CPU per message is the figure to
- * trust on a shared machine: throughput swings with whatever else runs there.
+ * Printed per round: messages/s (and MB/s for frames), p50/p99 latency, and CPU time per message of each
+ * thread (main, producer, relay, sink; read from /proc/thread-self/stat, so Linux only) and of the whole
+ * process (GC helpers included). Then the best round of each mode and the ratios to bare. CPU per message
+ * is the figure to trust on a shared machine: throughput swings with whatever else runs there.
  *
  * Run: `deno run -A bench/embedded_broker_bench.ts [--messages 200000] [--credit 128] [--window 1024]
- * [--body 16] [--rounds 3]`.
+ * [--body 16] [--rounds 3] [--large-count 300] [--large-size 2764800] [--large-window 16]`
+ * (`--large-count 0` or `--messages 0` skips a case).
  *
  * @module
  */
@@ -50,14 +62,23 @@ import { EmbeddedConnection } from "../src/runtime/embedded_rpc.ts";
 const FLOW = "bench";
 const RUN = "run";
 const BIG = 1 << 30;
-/** How many messages the sink acknowledges to the producer at a time. */
-const GRANT = 256;
+/** A 1280x720 RGB frame. */
+const FRAME_BYTES = 1280 * 720 * 3;
 
+/** One case's shape: how many messages of what size cross how many stages, with what flow control. */
 interface Settings {
   readonly messages: number;
+  readonly body: number;
+  /** 3: producer → relay → sink; 2: producer → sink. */
+  readonly stages: 2 | 3;
   readonly credit: number;
   readonly window: number;
-  readonly body: number;
+  /** How many messages the sink acknowledges to the producer at a time. */
+  readonly grant: number;
+  /** The producer writes each body into a SharedArrayBuffer of its own instead of an ArrayBuffer. */
+  readonly sharedBodies: boolean;
+  /** Bare mode moves each body's buffer (a transfer) instead of copying it. */
+  readonly transfer: boolean;
 }
 
 type Role = "producer" | "relay" | "sink";
@@ -82,7 +103,7 @@ interface Setup {
 
 const channelA = channelId(FLOW, RUN, "a");
 const channelB = channelId(FLOW, RUN, "b");
-const fromA = subscriptionId(channelA, "relay");
+const fromA = subscriptionId(channelA, "next");
 const fromB = subscriptionId(channelB, "sink");
 
 function now(): number {
@@ -100,8 +121,11 @@ function threadCpuMicros(): number | null {
   }
 }
 
-function stamped(size: number): Uint8Array {
-  const body = new Uint8Array(Math.max(8, size));
+/** A fresh body of the settings' size, written through (as a producer writes a frame), its first 8 bytes the send time. */
+function stamped(settings: Settings, index: number): Uint8Array {
+  const size = Math.max(8, settings.body);
+  const body = new Uint8Array(settings.sharedBodies ? new SharedArrayBuffer(size) : new ArrayBuffer(size));
+  if (size > 8) body.fill(index & 0xff, 8);
   new DataView(body.buffer).setFloat64(0, now());
   return body;
 }
@@ -155,23 +179,41 @@ async function produce(settings: Settings, port: MessagePort, send: (i: number) 
   }
 }
 
+/** The sink's side of the flow control: records each message's latency and grants credit back. */
+class SinkRecorder {
+  readonly latencies: Float64Array;
+  readonly #settings: Settings;
+  readonly #port: MessagePort;
+
+  constructor(settings: Settings, port: MessagePort) {
+    this.latencies = new Float64Array(settings.messages);
+    this.#settings = settings;
+    this.#port = port;
+  }
+
+  record(count: number, body: Uint8Array): void {
+    this.latencies[count] = now() - sentAt(body);
+    if ((count + 1) % this.#settings.grant === 0) this.#port.postMessage(this.#settings.grant);
+  }
+}
+
 async function brokerWorker(role: Role, settings: Settings, ports: Setup["ports"]): Promise<Float64Array> {
   const connection = await EmbeddedConnection.connect(ports.broker, { label: role });
   const backend = new EmbeddedMessagingBackend(connection);
   const deadline = () => systemClock.monotonic() + 5;
-  const latencies = new Float64Array(role === "sink" ? settings.messages : 0);
   const pending: Promise<unknown>[] = [];
   try {
     if (role === "producer") {
       await produce(settings, ports.credit, (i) => {
-        pending.push(backend.publish(message(channelA, `a${i}`, stamped(settings.body)), deadline()));
+        pending.push(backend.publish(message(channelA, `a${i}`, stamped(settings, i)), deadline()));
       });
       for (const outcome of await Promise.all(pending)) {
         if ((outcome as { kind: string }).kind !== "accepted") throw new Error(JSON.stringify(outcome));
       }
-      return latencies;
+      return new Float64Array(0);
     }
-    const from: SubscriptionId = role === "relay" ? fromA : fromB;
+    const from: SubscriptionId = role === "sink" && settings.stages === 3 ? fromB : fromA;
+    const sink = role === "sink" ? new SinkRecorder(settings, ports.credit) : null;
     let handled = 0;
     let next = backend.receive(from, settings.credit, BIG, deadline());
     while (handled < settings.messages) {
@@ -179,15 +221,14 @@ async function brokerWorker(role: Role, settings: Settings, ports: Setup["ports"
       next = backend.receive(from, settings.credit, BIG, deadline());
       for (const delivery of batch) {
         const token = delivery.token;
-        if (role === "relay") {
+        if (sink === null) {
           pending.push(
             backend.publish(message(channelB, `b${token.messageId}`, delivery.envelopeBytes), deadline())
               .then(() => backend.settle(token, completed(), `s${token.messageId}`)),
           );
         } else {
-          latencies[handled] = now() - sentAt(delivery.envelopeBytes);
+          sink.record(handled, delivery.envelopeBytes);
           pending.push(backend.settle(token, completed(), `s${token.messageId}`));
-          if ((handled + 1) % GRANT === 0) ports.credit.postMessage(GRANT);
         }
         handled++;
       }
@@ -196,31 +237,37 @@ async function brokerWorker(role: Role, settings: Settings, ports: Setup["ports"
     await Promise.all(pending);
     await backend.shutdown();
     await next;
-    return latencies;
+    return sink?.latencies ?? new Float64Array(0);
   } finally {
     ports.credit?.close();
     await connection.close();
   }
 }
 
+/** The transfer list of a bare hop: the body's buffer when the settings move bodies, else nothing. */
+function moving(settings: Settings, body: Uint8Array): ArrayBuffer[] {
+  return settings.transfer && body.buffer instanceof ArrayBuffer ? [body.buffer] : [];
+}
+
 async function bareWorker(role: Role, settings: Settings, ports: Setup["ports"]): Promise<Float64Array> {
-  const latencies = new Float64Array(role === "sink" ? settings.messages : 0);
+  let latencies: Float64Array = new Float64Array(0);
   if (role === "producer") {
-    await produce(settings, ports.credit, () => ports.out.postMessage(stamped(settings.body)));
+    await produce(settings, ports.credit, (i) => {
+      const body = stamped(settings, i);
+      ports.out.postMessage(body, moving(settings, body));
+    });
   } else {
+    const sink = role === "sink" ? new SinkRecorder(settings, ports.credit) : null;
     let count = 0;
     await new Promise<void>((resolve) => {
       ports.in.onmessage = (event) => {
         const body = event.data as Uint8Array;
-        if (role === "relay") {
-          ports.out.postMessage(body);
-        } else {
-          latencies[count] = now() - sentAt(body);
-          if ((count + 1) % GRANT === 0) ports.credit.postMessage(GRANT);
-        }
+        if (sink === null) ports.out.postMessage(body, moving(settings, body));
+        else sink.record(count, body);
         if (++count === settings.messages) resolve();
       };
     });
+    latencies = sink?.latencies ?? latencies;
   }
   for (const port of Object.values(ports)) port.close();
   return latencies;
@@ -267,7 +314,10 @@ function percentile(sorted: Float64Array, p: number): number {
 }
 
 async function provision(broker: EmbeddedBroker, settings: Settings): Promise<void> {
-  for (const [id, consumer] of [[channelA, fromA], [channelB, fromB]] as const) {
+  const hops: [ChannelId, SubscriptionId][] = settings.stages === 3
+    ? [[channelA, fromA], [channelB, fromB]]
+    : [[channelA, fromA]];
+  for (const [id, consumer] of hops) {
     await broker.messaging.ensureChannel(
       channelSpec({
         id,
@@ -299,22 +349,25 @@ async function provision(broker: EmbeddedBroker, settings: Settings): Promise<vo
 }
 
 /** The ports each role gets: the broker connection or the data hops, and the flow-control side port. */
-function wire(broker: EmbeddedBroker | null): Record<Role, Record<string, MessagePort>> {
+function wire(
+  broker: EmbeddedBroker | null,
+  roles: readonly Role[],
+): Record<string, Record<string, MessagePort>> {
   const credit = new MessageChannel();
-  if (broker !== null) {
-    return {
-      producer: { broker: broker.openPort("producer"), credit: credit.port1 },
-      relay: { broker: broker.openPort("relay") },
-      sink: { broker: broker.openPort("sink"), credit: credit.port2 },
-    };
+  const ports: Record<string, Record<string, MessagePort>> = {};
+  for (const role of roles) ports[role] = {};
+  ports.producer.credit = credit.port1;
+  ports.sink.credit = credit.port2;
+  for (let i = 0; i < roles.length; i++) {
+    if (broker !== null) {
+      ports[roles[i]].broker = broker.openPort(roles[i]);
+    } else if (i + 1 < roles.length) {
+      const hop = new MessageChannel();
+      ports[roles[i]].out = hop.port1;
+      ports[roles[i + 1]].in = hop.port2;
+    }
   }
-  const ab = new MessageChannel();
-  const bc = new MessageChannel();
-  return {
-    producer: { out: ab.port1, credit: credit.port1 },
-    relay: { in: ab.port2, out: bc.port1 },
-    sink: { in: bc.port2, credit: credit.port2 },
-  };
+  return ports;
 }
 
 function perMessage(micros: number | null, messages: number): number | null {
@@ -322,12 +375,12 @@ function perMessage(micros: number | null, messages: number): number | null {
 }
 
 async function round(mode: Mode, settings: Settings): Promise<RoundResult> {
-  const roles: Role[] = ["producer", "relay", "sink"];
+  const roles: Role[] = settings.stages === 3 ? ["producer", "relay", "sink"] : ["producer", "sink"];
   const broker = mode === "broker"
     ? new EmbeddedBroker({ messaging: new MemoryMessagingBackend({ clock: systemClock }) })
     : null;
   if (broker !== null) await provision(broker, settings);
-  const ports = wire(broker);
+  const ports = wire(broker, roles);
   const workers = roles.map((role) =>
     new Worker(import.meta.url, { type: "module", name: `embedded-bench-${mode}-${role}` })
   );
@@ -348,9 +401,8 @@ async function round(mode: Mode, settings: Settings): Promise<RoundResult> {
     const setup: Setup = { mode, role, settings, ports: ports[role] };
     workers[index].postMessage(setup, Object.values(ports[role]));
   };
-  start(1);
-  start(2);
-  await Promise.all([ready[1].promise, ready[2].promise]);
+  for (let index = 1; index < roles.length; index++) start(index);
+  await Promise.all(ready.slice(1).map((r) => r.promise));
   const mainBefore = threadCpuMicros();
   const processBefore = cpuUsage();
   const started = performance.now();
@@ -361,29 +413,80 @@ async function round(mode: Mode, settings: Settings): Promise<RoundResult> {
   const process = cpuUsage(processBefore);
   for (const worker of workers) worker.terminate();
   await broker?.close();
-  const sorted = reports[2].latencies.slice().sort();
+  const sorted = reports[roles.length - 1].latencies.slice().sort();
   const n = settings.messages;
+  const cpuOf = (role: Role) => {
+    const index = roles.indexOf(role);
+    return index < 0 ? null : perMessage(reports[index].cpuMicros, n);
+  };
   return {
     messagesPerSecond: n / (elapsed / 1000),
     p50Ms: percentile(sorted, 0.5),
     p99Ms: percentile(sorted, 0.99),
     cpu: {
       main: perMessage(mainBefore === null || mainAfter === null ? null : mainAfter - mainBefore, n),
-      producer: perMessage(reports[0].cpuMicros, n),
-      relay: perMessage(reports[1].cpuMicros, n),
-      sink: perMessage(reports[2].cpuMicros, n),
+      producer: cpuOf("producer"),
+      relay: cpuOf("relay"),
+      sink: cpuOf("sink"),
       process: (process.user + process.system) / n,
     },
   };
 }
 
-function describe(result: RoundResult): string {
+function describe(result: RoundResult, settings: Settings): string {
   const cpu = Object.entries(result.cpu)
+    .filter(([thread, micros]) => micros !== null || thread !== "relay")
     .map(([thread, micros]) => `${thread} ${micros === null ? "?" : micros.toFixed(1)}`)
     .join(" ");
-  return `${Math.round(result.messagesPerSecond).toLocaleString("en-US").padStart(9)} msgs/s   ` +
+  const rate = settings.body >= 1 << 20
+    ? ` ${(result.messagesPerSecond * settings.body / 2 ** 20).toFixed(0).padStart(6)} MB/s`
+    : "";
+  return `${Math.round(result.messagesPerSecond).toLocaleString("en-US").padStart(9)} msgs/s${rate}   ` +
     `p50 ${result.p50Ms.toFixed(2).padStart(6)} ms   p99 ${result.p99Ms.toFixed(2).padStart(6)} ms   ` +
     `CPU µs/msg: ${cpu}`;
+}
+
+/** One variant of a case: its label, its mode and its settings. */
+interface Variant {
+  readonly label: string;
+  readonly mode: Mode;
+  readonly settings: Settings;
+}
+
+/** Runs a warm-up of each variant, then `rounds` rounds of all; prints each round, the best and the ratios. */
+async function compare(title: string, variants: readonly Variant[], rounds: number): Promise<void> {
+  console.log(title);
+  for (const variant of variants) {
+    const warmup = Math.min(
+      variant.settings.messages,
+      Math.max(20, Math.floor(variant.settings.messages / 10)),
+    );
+    await round(variant.mode, { ...variant.settings, messages: warmup });
+  }
+  const width = Math.max(...variants.map((variant) => variant.label.length));
+  const best = new Map<string, RoundResult>();
+  for (let i = 0; i < rounds; i++) {
+    for (const variant of variants) {
+      const result = await round(variant.mode, variant.settings);
+      console.log(`round ${i + 1} ${variant.label.padEnd(width)} ${describe(result, variant.settings)}`);
+      if ((best.get(variant.label)?.messagesPerSecond ?? 0) < result.messagesPerSecond) {
+        best.set(variant.label, result);
+      }
+    }
+  }
+  for (const variant of variants) {
+    console.log(
+      `best    ${variant.label.padEnd(width)} ${
+        describe(best.get(variant.label) as RoundResult, variant.settings)
+      }`,
+    );
+  }
+  const floor = best.get("bare") as RoundResult;
+  for (const variant of variants) {
+    if (variant.label === "bare") continue;
+    const ratio = (best.get(variant.label) as RoundResult).messagesPerSecond / floor.messagesPerSecond;
+    console.log(`ratio ${variant.label}/bare: ${ratio.toFixed(2)}`);
+  }
 }
 
 if (import.meta.main && !inWorker) {
@@ -395,33 +498,54 @@ if (import.meta.main && !inWorker) {
       window: { type: "string", default: "1024" },
       body: { type: "string", default: "16" },
       rounds: { type: "string", default: "3" },
+      "large-count": { type: "string", default: "300" },
+      "large-size": { type: "string", default: String(FRAME_BYTES) },
+      "large-window": { type: "string", default: "16" },
     },
   });
-  const settings: Settings = {
+  const rounds = Number(values.rounds);
+  const small: Settings = {
     messages: Number(values.messages),
+    body: Number(values.body),
+    stages: 3,
     credit: Number(values.credit),
     window: Number(values.window),
-    body: Number(values.body),
+    grant: 256,
+    sharedBodies: false,
+    transfer: false,
   };
-  const rounds = Number(values.rounds);
-  console.log(
-    `3-stage pipeline, ${settings.messages} messages of ${settings.body} bytes, credit ${settings.credit}, ` +
-      `window ${settings.window}, ${navigator.hardwareConcurrency} CPUs`,
-  );
-  const warmup = { ...settings, messages: Math.min(20_000, settings.messages) };
-  await round("bare", warmup);
-  await round("broker", warmup);
-  const best: Partial<Record<Mode, RoundResult>> = {};
-  for (let i = 0; i < rounds; i++) {
-    for (const mode of ["bare", "broker"] as const) {
-      const result = await round(mode, settings);
-      console.log(`round ${i + 1} ${mode.padEnd(6)} ${describe(result)}`);
-      if ((best[mode]?.messagesPerSecond ?? 0) < result.messagesPerSecond) best[mode] = result;
-    }
+  const large: Settings = {
+    messages: Number(values["large-count"]),
+    body: Number(values["large-size"]),
+    stages: 2,
+    credit: 8,
+    window: Number(values["large-window"]),
+    grant: 4,
+    sharedBodies: false,
+    transfer: true,
+  };
+  console.log(`${navigator.hardwareConcurrency} CPUs`);
+  if (small.messages > 0) {
+    await compare(
+      `3-stage pipeline, ${small.messages} messages of ${small.body} bytes, credit ${small.credit}, ` +
+        `window ${small.window}`,
+      [{ label: "bare", mode: "bare", settings: small }, {
+        label: "broker",
+        mode: "broker",
+        settings: small,
+      }],
+      rounds,
+    );
   }
-  const bare = best.bare as RoundResult;
-  const brokered = best.broker as RoundResult;
-  console.log(`best    bare   ${describe(bare)}`);
-  console.log(`best    broker ${describe(brokered)}`);
-  console.log(`ratio broker/bare: ${(brokered.messagesPerSecond / bare.messagesPerSecond).toFixed(2)}`);
+  if (large.messages > 0) {
+    await compare(
+      `2-stage producer → sink, ${large.messages} frames of ${large.body} bytes, window ${large.window}`,
+      [
+        { label: "bare", mode: "bare", settings: large },
+        { label: "broker", mode: "broker", settings: large },
+        { label: "broker-shared-bodies", mode: "broker", settings: { ...large, sharedBodies: true } },
+      ],
+      rounds,
+    );
+  }
 }

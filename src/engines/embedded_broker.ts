@@ -16,8 +16,10 @@
  *   anyone, so its deliveries are handed back at once (settled Retry, which costs them an attempt exactly
  *   as a lapsed lease would).
  * - A payload read's bytes are a fresh copy the store made for this read, so a MessagePort moves them
- *   (transfer) instead of copying them again; a delivery's bytes are the broker's retained body (another
- *   subscriber or a redelivery needs them), so those are copied, as is everything over TCP.
+ *   (transfer) instead of copying them again. A large publication body from a port client arrives in a
+ *   SharedArrayBuffer the client filled, is kept as it is, and goes out shared with every delivery (each
+ *   receiving client copies it in its own thread), so this thread copies no large body; a small one is
+ *   copied into its frame's arena, and everything over TCP is copied by the socket.
  * - Closing the broker closes every connection (each client's waiting calls end as a lost connection
  *   decides: BrokerUnavailable, or the truthful unknown outcome where the contract has one),
  *   stops the listener and shuts the messaging model down; the payload store has nothing to release and

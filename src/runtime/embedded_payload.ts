@@ -4,12 +4,15 @@
  * generations, obligations, TTL, budget, barriers) is the hosted store's.
  *
  * Bytes. A read's bytes are a fresh copy the store made for it; over a MessagePort they are transferred
- * to this worker, not copied again. A put's bytes are copied into the frame unless the client was built
- * with `transferPuts`: then, over a MessagePort, a Uint8Array spanning its whole buffer is transferred and
- * the caller's array is detached once the frame leaves (at the end of the turn). A view into a larger
- * buffer is always copied (moving its buffer would take bytes that are not the payload), and so is
- * everything over TCP. A put given a detached array is a ConfigError, never an empty payload: keep a copy
- * of bytes you may put again (a put retried after PayloadBudgetExceeded).
+ * to this worker, not copied again. A put's bytes are copied when the call is made unless the client was
+ * built with `transferPuts`: then, over a MessagePort, a Uint8Array spanning its whole ArrayBuffer is
+ * transferred and the caller's array is detached once the frame leaves (at the end of the turn). A view
+ * into a larger buffer is always copied (moving its buffer would take bytes that are not the payload).
+ * Over a MessagePort that copy of more than `PACK_LIMIT` bytes is made here, into a SharedArrayBuffer the
+ * link shares, so the supervisor's thread does not copy them on the way (an array that already spans a
+ * SharedArrayBuffer exactly is shared as it is: leave it unmodified); over TCP the link copies. A put
+ * given a detached array is a ConfigError, never an empty payload: keep a copy of bytes you may put again
+ * (a put retried after PayloadBudgetExceeded).
  *
  * Reconcile. The ledger is this worker's object, so its two questions are asked here: the required
  * obligations are read first, then the store's obligation ids are fetched and judged with
@@ -62,9 +65,12 @@ import {
   exactBytes,
   FROZEN_REPLY,
   Op,
+  PACK_LIMIT,
   PLAIN_REPLY,
   raiseLost,
   type Reply,
+  sharedBytes,
+  spansBuffer,
 } from "./embedded_rpc.ts";
 
 function rebuildRef(value: unknown): ImmutablePayloadRef {
@@ -177,15 +183,15 @@ export class EmbeddedPayloadStore implements PayloadStore {
         ),
       );
     }
-    const bytes = exactBytes(data);
-    const move = this.#transferPuts && bytes === data && this.#connection.transport === "port" &&
-      bytes.buffer instanceof ArrayBuffer;
+    const port = this.#connection.transport === "port";
+    const move = this.#transferPuts && port && data.buffer instanceof ArrayBuffer && spansBuffer(data);
+    const bytes = move ? data : port && data.byteLength > PACK_LIMIT ? sharedBytes(data) : exactBytes(data);
     return this.#connection.call(
       Op.payloadPut,
       [bytes, contentId, contract],
       null,
       REF_REPLY,
-      move ? bytes.buffer as ArrayBuffer : undefined,
+      move ? data.buffer as ArrayBuffer : undefined,
     );
   }
 

@@ -39,6 +39,15 @@
  * the broker, or by a receiver holding a delivery) keeps its frame's arena alive: at most 64 KiB each.
  * Larger bytes travel as their own Uint8Array.
  *
+ * Large bytes. Over a MessagePort nobody copies a large body on the supervisor's main thread: the client
+ * puts a publication's body above {@link PACK_LIMIT} (and a payload put's bytes) into a SharedArrayBuffer
+ * of its own ({@link sharedBytes}: a copy made in the worker, or the caller's array itself when it
+ * already spans a SharedArrayBuffer exactly), so structured cloning shares it; the broker keeps that
+ * shared body, and a delivery hands it on shared; the receiving client gives its caller a copy made in
+ * its own thread ({@link ownBytes}), so a receiver that writes to its bytes changes neither the broker's
+ * retained body nor another subscriber's. Over TCP nothing can be shared: `node:v8` serializes a
+ * SharedArrayBuffer-backed view as a plain copy, and a TCP client never makes one.
+ *
  * Identities. A channel or subscription id is sent once per connection (`defineChannel`,
  * `defineSubscription`) and named by a small integer handle afterwards; the server keeps one id object
  * per handle, so the broker's identity caches hit.
@@ -556,17 +565,28 @@ export interface BytePacker {
  * caller that reuses its buffer afterwards changes nothing sent) and names them by a number.
  */
 export class FrameArena implements BytePacker {
+  readonly #share: boolean;
   #bytes: Uint8Array | null = null;
   #size = 0;
 
   /**
+   * With `share` (a client on a MessagePort), large bytes are put into a SharedArrayBuffer of their own
+   * ({@link sharedBytes}) so that the link shares them.
+   */
+  constructor(share = false) {
+    this.#share = share;
+  }
+
+  /**
    * A number naming a copy of `bytes` in this arena, or, for large ones (or once the arena is full), the
-   * bytes fit to travel alone, which the link copies (or moves) when the frame leaves a few microtask
-   * turns later: leave those unmodified until then.
+   * bytes fit to travel alone: shared bytes as they are (and, when this arena shares, a shared copy of
+   * large ones), else the array spanning its buffer, which the link copies (or moves) when the frame
+   * leaves a few microtask turns later: leave those unmodified until then.
    */
   pack(bytes: Uint8Array): number | Uint8Array {
     const length = bytes.byteLength;
-    if (length > PACK_LIMIT || this.#size + length > ARENA_LIMIT) return exactBytes(bytes);
+    if (length > PACK_LIMIT) return this.#share ? sharedBytes(bytes) : travelling(bytes);
+    if (this.#size + length > ARENA_LIMIT) return exactBytes(bytes);
     let arena = this.#bytes;
     if (arena === null || this.#size + length > arena.byteLength) {
       const grown = new Uint8Array(Math.max(ARENA_START, 2 ** Math.ceil(Math.log2(this.#size + length))));
@@ -610,12 +630,14 @@ export function unpack(field: unknown, arena: Uint8Array | null): Uint8Array {
 export class FrameBuilder implements BytePacker {
   readonly #kind: typeof Frame.calls | typeof Frame.results;
   #entries: unknown[];
-  #arena = new FrameArena();
+  readonly #arena: FrameArena;
   #transfer: ArrayBuffer[] = [];
 
-  constructor(kind: typeof Frame.calls | typeof Frame.results) {
+  /** `share`: see {@link FrameArena}'s constructor. */
+  constructor(kind: typeof Frame.calls | typeof Frame.results, share = false) {
     this.#kind = kind;
     this.#entries = [kind, null];
+    this.#arena = new FrameArena(share);
   }
 
   /** Whether the frame holds no entry yet. */
@@ -854,7 +876,7 @@ export class EmbeddedConnection implements BytePacker {
   readonly #subscriptionHandles = new WeakMap<SubscriptionId, number>();
   readonly #subscriptionKeys = new Map<string, number>();
   readonly #subscriptions: SubscriptionId[] = [];
-  readonly #outbox = new FrameBuilder(Frame.calls);
+  readonly #outbox: FrameBuilder;
   readonly #flusher = new DeferredFlush(() => this.#flushNow());
   #nextId = 1;
   /** Every call with an id at or below this one has left this end. */
@@ -865,6 +887,7 @@ export class EmbeddedConnection implements BytePacker {
   private constructor(link: FrameLink, label: string) {
     this.#link = link;
     this.label = label;
+    this.#outbox = new FrameBuilder(Frame.calls, link.kind === "port");
   }
 
   /**
@@ -966,8 +989,8 @@ export class EmbeddedConnection implements BytePacker {
   }
 
   /**
-   * Packs `bytes` into the frame being built (see {@link FrameArena.pack}); the number or array returned
-   * is valid in the arguments of a call made in this same turn.
+   * Packs `bytes` into the frame being built (see {@link FrameArena.pack}; over a MessagePort large bytes
+   * are shared); the number or array returned is valid in the arguments of a call made in this same turn.
    */
   pack(bytes: Uint8Array): number | Uint8Array {
     return this.#outbox.pack(bytes);
@@ -1164,7 +1187,41 @@ function hasKeys(record: Readonly<Record<string, unknown>>): boolean {
  * bytes (a view would otherwise take its entire underlying buffer along).
  */
 export function exactBytes(bytes: Uint8Array): Uint8Array {
-  return bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? bytes : bytes.slice();
+  return spansBuffer(bytes) ? bytes : bytes.slice();
+}
+
+/** Whether `bytes` span their whole underlying buffer. */
+export function spansBuffer(bytes: Uint8Array): boolean {
+  return bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength;
+}
+
+/** Whether `bytes` lie in a SharedArrayBuffer (a MessagePort then shares them instead of copying them). */
+export function isShared(bytes: Uint8Array): boolean {
+  return bytes.buffer instanceof SharedArrayBuffer;
+}
+
+/**
+ * `bytes` in a SharedArrayBuffer spanning exactly them: the array itself when it already is one (it is
+ * shared from then on: leave it unmodified), else a copy made here, in the caller's thread.
+ */
+export function sharedBytes(bytes: Uint8Array): Uint8Array {
+  if (isShared(bytes) && spansBuffer(bytes)) return bytes;
+  const shared = new Uint8Array(new SharedArrayBuffer(bytes.byteLength));
+  shared.set(bytes);
+  return shared;
+}
+
+/** `bytes` as the receiver's own: a copy (made in this thread) of shared bytes, other arrays as they are. */
+export function ownBytes(bytes: Uint8Array): Uint8Array {
+  if (!isShared(bytes)) return bytes;
+  const own = new Uint8Array(bytes.byteLength);
+  own.set(bytes);
+  return own;
+}
+
+/** Bytes that travel alone without packing: shared ones as they are (a port shares them), others exact. */
+function travelling(bytes: Uint8Array): Uint8Array {
+  return isShared(bytes) ? bytes : exactBytes(bytes);
 }
 
 /**
@@ -1426,7 +1483,8 @@ export type DeliveriesWire = unknown[];
 /**
  * Encodes deliveries; `tokenIdOf` registers each broker token and names it, `handleOf` names each one's
  * subscription handle on this connection. The bytes are the broker's retained body (another subscriber
- * or a redelivery needs them), so they are copied: packed into `arena`, or by the link when large.
+ * or a redelivery needs them): small ones are copied into `arena`, a shared one travels shared (the
+ * receiving client copies it, {@link decodeDeliveries}), and the link copies any other.
  */
 export function encodeDeliveries(
   deliveries: readonly Delivery[],
@@ -1468,7 +1526,10 @@ export type DeliveryFactory<D> = (
   headers: Readonly<Record<string, string>>,
 ) => D;
 
-/** Decodes a {@link DeliveriesWire} whose frame carried `arena`, building each delivery with `make`. */
+/**
+ * Decodes a {@link DeliveriesWire} whose frame carried `arena`, building each delivery with `make`; a
+ * shared body is copied here ({@link ownBytes}), so the receiver's bytes are its own.
+ */
 export function decodeDeliveries<D>(wire: unknown, arena: Uint8Array | null, make: DeliveryFactory<D>): D[] {
   const fields = wire as unknown[];
   const count = fields.length / DELIVERY_FIELDS;
@@ -1485,7 +1546,7 @@ export function decodeDeliveries<D>(wire: unknown, arena: Uint8Array | null, mak
       fields[at + 3] as number | null,
       fields[at + 4] as number,
       generation,
-      unpack(fields[at + 6], arena),
+      ownBytes(unpack(fields[at + 6], arena)),
       fields[at + 7] as number,
       receivedAt,
       (fields[at + 9] ?? EMPTY_HEADERS) as Readonly<Record<string, string>>,

@@ -27,6 +27,8 @@ import {
   channelId,
   completed,
   type Delivery,
+  type Envelope,
+  retry,
   subscriptionId,
   type SubscriptionSpec,
 } from "../../../src/backends/messaging.ts";
@@ -40,7 +42,9 @@ import {
   EMBEDDED_BROKER_SECRET_ENV,
   EmbeddedConnection,
   Frame,
+  isShared,
   Op,
+  PACK_LIMIT,
   portLink,
 } from "../../../src/runtime/embedded_rpc.ts";
 import { EmbeddedRuntimeStore } from "../../../src/runtime/embedded_runtime_store.ts";
@@ -53,6 +57,34 @@ const spec = makeChannel("flow-A", "run-1", "cam", "reliable_work", "interest", 
 });
 const detect: SubscriptionSpec = makeSubscription(spec.id, "det", { ackWaitSeconds: 10 });
 const CONTRACT = retentionContract({ ttlSeconds: 60, horizonSeconds: 60, durableRequired: false });
+/** A 1280x720 RGB frame's size. */
+const FRAME_BYTES = 1280 * 720 * 3;
+
+/** A frame-sized body whose bytes depend on `salt`. */
+function frameBytes(salt: number): Uint8Array<ArrayBuffer> {
+  const out = new Uint8Array(FRAME_BYTES);
+  for (let i = 0; i < out.length; i++) out[i] = (i * 31 + salt) & 0xff;
+  return out;
+}
+
+/** Whether two byte arrays hold the same bytes (a plain loop: deepEqual on megabytes is slow to fail). */
+function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  if (a.byteLength !== b.byteLength) return false;
+  for (let i = 0; i < a.byteLength; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/** Records, for every large body the hosted broker is asked to store, whether it lies in shared memory. */
+function watchLargeBodies(broker: EmbeddedBroker): boolean[] {
+  const seen: boolean[] = [];
+  const messaging = broker.messaging;
+  const publishNow = messaging.publishNow.bind(messaging);
+  messaging.publishNow = (envelope: Envelope, deadline: number) => {
+    if (envelope.body.byteLength > PACK_LIMIT) seen.push(isShared(envelope.body));
+    return publishNow(envelope, deadline);
+  };
+  return seen;
+}
 
 /** A broker on `clock` with the `cam` channel and its `det` subscription provisioned. */
 async function provisioned(clock = new FakeClock(), runtimeStore = new MemoryRuntimeStore(clock)) {
@@ -96,7 +128,7 @@ import { EmbeddedConnection } from ${at("src/runtime/embedded_rpc.ts")};
 import { EmbeddedMessagingBackend } from ${at("src/messaging/embedded_backend.ts")};
 import { EmbeddedPayloadStore } from ${at("src/runtime/embedded_payload.ts")};
 import { EmbeddedRuntimeStore } from ${at("src/runtime/embedded_runtime_store.ts")};
-import { channelId, completed, envelope, subscriptionId } from ${at("src/backends/messaging.ts")};
+import { channelId, completed, envelope, retry, subscriptionId } from ${at("src/backends/messaging.ts")};
 import { retentionContract } from ${at("src/backends/payload.ts")};
 import { systemClock } from ${at("src/backends/clock.ts")};
 
@@ -112,6 +144,19 @@ export async function exercise(connection) {
       body: new TextEncoder().encode("body-" + id) }), deadline)));
   const deliveries = await messaging.receive(det, 8, 1 << 30, deadline);
   const settled = await Promise.all(deliveries.map((d) => messaging.settle(d.token, completed(), "s-" + d.token.messageId)));
+  const big = new Uint8Array(${FRAME_BYTES});
+  for (let i = 0; i < big.length; i++) big[i] = (i * 31 + 5) & 0xff;
+  const same = (bytes) => bytes.length === big.length && bytes.every((b, i) => b === big[i]);
+  const bigPublished = await messaging.publish(envelope({ channel: cam, publicationId: "big", eventId: "big",
+    schemaVersion: 4, body: big }), deadline);
+  const [first] = await messaging.receive(det, 1, 1 << 30, deadline);
+  const firstIntact = same(first.envelopeBytes);
+  const firstShared = first.envelopeBytes.buffer instanceof SharedArrayBuffer;
+  first.envelopeBytes.fill(0);
+  await messaging.settle(first.token, retry(), "retry-big");
+  const [again] = await messaging.receive(det, 1, 1 << 30, deadline);
+  const redelivered = again.token.attempt === 2 && same(again.envelopeBytes);
+  await messaging.settle(again.token, completed(), "done-big");
   const frame = new Uint8Array(200_000).fill(7);
   const ref = await payload.put(frame, "cam:e1", retentionContract({ ttlSeconds: 60, horizonSeconds: 60, durableRequired: false }));
   const detached = frame.buffer.detached;
@@ -126,6 +171,7 @@ export async function exercise(connection) {
     published: published.map((o) => o.kind + ":" + o.sequence),
     received: deliveries.map((d) => new TextDecoder().decode(d.envelopeBytes)),
     settled: settled.map((o) => o.kind),
+    big: [bigPublished.kind, firstIntact, firstShared, redelivered, same(big)],
     detached,
     read: read.kind === "bytes" ? read.data.length + ":" + read.data[199_999] : read.kind,
     created,
@@ -139,6 +185,7 @@ const EXPECTED_REPORT = {
   published: ["accepted:1", "accepted:2", "accepted:3"],
   received: ["body-p1", "body-p2", "body-p3"],
   settled: ["settle_confirmed", "settle_confirmed", "settle_confirmed"],
+  big: ["accepted", true, false, true, true],
   read: "200000:7",
   created: true,
   entry: "v1",
@@ -146,6 +193,7 @@ const EXPECTED_REPORT = {
 
 Deno.test("a Deno Worker reaches the broker, payload store and ledger over a transferred MessagePort", async () => {
   const { broker } = await provisioned(undefined);
+  const largeBodies = watchLargeBodies(broker);
   const source = `${clientModule()}
 import { EmbeddedConnection as Connect } from ${
     JSON.stringify(new URL("src/runtime/embedded_rpc.ts", REPO).href)
@@ -170,6 +218,7 @@ self.onmessage = async (event) => {
     assert.equal(transport, "port");
     assert.equal(detached, true, "the frame moved to the store instead of being copied");
     assert.deepEqual(rest, EXPECTED_REPORT);
+    assert.deepEqual(largeBodies, [true], "the worker's large body reached the broker shared, not copied");
     assert.equal(broker.payload.objectCount(), 1);
   } finally {
     worker.terminate();
@@ -180,6 +229,7 @@ self.onmessage = async (event) => {
 
 Deno.test("a deno run subprocess with only the broker's env and loopback net reaches the services over TCP", async () => {
   const { broker } = await provisioned(undefined);
+  const largeBodies = watchLargeBodies(broker);
   await broker.listen();
   const env = broker.workerEnv();
   assert.match(env[EMBEDDED_BROKER_ENV], /^tcp:\/\/127\.0\.0\.1:\d+$/);
@@ -207,6 +257,7 @@ console.log(JSON.stringify(await exercise(await EmbeddedConnection.fromEnv(undef
     assert.equal(transport, "tcp");
     assert.equal(detached, false, "a socket copies: the caller keeps its bytes");
     assert.deepEqual(rest, EXPECTED_REPORT);
+    assert.deepEqual(largeBodies, [false], "nothing is shared over TCP");
   } finally {
     await broker.close();
   }
@@ -423,6 +474,86 @@ Deno.test("the flow-wide stop reaches a subscribed worker, and one that subscrib
   }
 });
 
+Deno.test("a large body published over a port stays shared in the broker, and each receiver gets its own copy: writing to it changes no redelivery and no other subscriber's bytes", async () => {
+  const { broker, clock } = await provisioned();
+  const recording = subscriptionId(CAM, "rec");
+  await broker.messaging.ensureSubscription(makeSubscription(spec.id, "rec"), "bind-rec");
+  const publisher = await client(broker, "publisher", clock);
+  const detector = await client(broker, "detector", clock);
+  const recorder = await client(broker, "recorder", clock);
+  try {
+    const frame = frameBytes(3);
+    const outcome = await publisher.messaging.publish(
+      makeEnvelope(spec.id, "frame-1", { body: frame }),
+      clock.monotonic() + 5,
+    );
+    assert.equal(outcome.kind, "accepted");
+    const [retained] = broker.messaging.stored(CAM);
+    assert.ok(isShared(retained.body), "the broker keeps the body the worker shared: no copy on its thread");
+    assert.ok(
+      retained.body !== frame && sameBytes(retained.body, frame),
+      "a shared copy of the caller's bytes",
+    );
+    const [first] = await detector.messaging.receive(detect.id, 1, BIG, clock.monotonic());
+    assert.ok(sameBytes(first.envelopeBytes, frame), "the delivered bytes are the published ones");
+    assert.ok(!isShared(first.envelopeBytes), "the receiver's bytes are its own copy");
+    first.envelopeBytes.fill(0);
+    assert.ok(
+      sameBytes(retained.body, frame),
+      "a receiver writing to its bytes leaves the broker's body alone",
+    );
+    const [other] = await recorder.messaging.receive(recording, 1, BIG, clock.monotonic());
+    assert.ok(sameBytes(other.envelopeBytes, frame), "another subscriber gets the published bytes");
+    assert.equal(
+      (await detector.messaging.settle(first.token, retry(), "again")).kind,
+      "settle_confirmed",
+    );
+    const [again] = await detector.messaging.receive(detect.id, 1, BIG, clock.monotonic());
+    assert.equal(again.token.attempt, 2);
+    assert.ok(sameBytes(again.envelopeBytes, frame), "the redelivery carries the published bytes");
+  } finally {
+    await Promise.all([publisher, detector, recorder].map(({ connection }) => connection.close()));
+    await broker.close();
+  }
+});
+
+Deno.test("over TCP large bodies cross as copies both ways, byte for byte, whether a port or a TCP client published them", async () => {
+  const { broker, clock } = await provisioned();
+  const address = await broker.listen();
+  const tcp = await EmbeddedConnection.connect(address, { secret: broker.secret, label: "tcp" });
+  const overTcp = new EmbeddedMessagingBackend(tcp, { clock });
+  const overPort = await client(broker, "port", clock);
+  try {
+    const fromPort = frameBytes(11);
+    const fromTcp = frameBytes(12);
+    await overPort.messaging.publish(
+      makeEnvelope(spec.id, "from-port", { body: fromPort }),
+      clock.monotonic() + 5,
+    );
+    await overTcp.publish(makeEnvelope(spec.id, "from-tcp", { body: fromTcp }), clock.monotonic() + 5);
+    assert.deepEqual(
+      broker.messaging.stored(CAM).map((stored) => isShared(stored.body)),
+      [true, false],
+      "shared from the port, a copy from the socket",
+    );
+    const received = await overTcp.receive(detect.id, 8, BIG, clock.monotonic());
+    assert.deepEqual(received.map((d) => d.token.messageId), ["from-port", "from-tcp"]);
+    assert.ok(
+      sameBytes(received[0].envelopeBytes, fromPort) && sameBytes(received[1].envelopeBytes, fromTcp),
+    );
+    assert.ok(received.every((d) => !isShared(d.envelopeBytes)), "a socket delivers plain copies");
+    for (const delivery of received) {
+      await overTcp.settle(delivery.token, retry(), `back-${delivery.token.messageId}`);
+    }
+    const again = await overPort.messaging.receive(detect.id, 8, BIG, clock.monotonic());
+    assert.ok(sameBytes(again[0].envelopeBytes, fromPort) && sameBytes(again[1].envelopeBytes, fromTcp));
+  } finally {
+    await tcp.close();
+    await overPort.connection.close();
+    await broker.close();
+  }
+});
+
 Deno.test("admission runs in the client: refused deliveries are acked and reported, kept ones returned", async () => {
   const { broker, clock } = await provisioned();
   const { connection, messaging } = await client(broker, "replica-1", clock);
@@ -496,6 +627,42 @@ Deno.test("closing the broker ends every connection: later calls fail, observati
     await side.connection.close();
   }
   assert.throws(() => broker.openPort("late"), ResourceUnavailable);
+});
+
+Deno.test("a large payload put over a port reaches the store shared, the caller keeping its bytes; a transferred one moves", async () => {
+  const { broker, clock } = await provisioned();
+  const arrived: boolean[] = [];
+  const put = broker.payload.put.bind(broker.payload);
+  broker.payload.put = (data, contentId, contract) => {
+    arrived.push(isShared(data));
+    return put(data, contentId, contract);
+  };
+  const { connection } = await client(broker, "w", clock);
+  try {
+    const frame = frameBytes(21);
+    const copied = new EmbeddedPayloadStore(connection);
+    const ref = await copied.put(frame, "cam:e1", CONTRACT);
+    assert.equal(frame.buffer.detached, false, "the caller keeps its bytes");
+    const moved = frameBytes(22);
+    const movedRef = await new EmbeddedPayloadStore(connection, { transferPuts: true }).put(
+      moved,
+      "cam:e2",
+      CONTRACT,
+    );
+    assert.equal(moved.buffer.detached, true, "a transferred put moves its buffer instead");
+    assert.deepEqual(
+      arrived,
+      [true, false],
+      "shared from the copying client, moved from the transferring one",
+    );
+    const read = await copied.read(ref);
+    assert.ok(read.kind === "bytes" && sameBytes(read.data, frame), "the stored bytes are the put ones");
+    const readMoved = await copied.read(movedRef);
+    assert.ok(readMoved.kind === "bytes" && sameBytes(readMoved.data, frameBytes(22)));
+  } finally {
+    await connection.close();
+    await broker.close();
+  }
 });
 
 Deno.test("a payload put refuses a detached array instead of storing an empty payload", async () => {

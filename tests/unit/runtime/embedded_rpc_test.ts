@@ -33,15 +33,19 @@ import {
   FrameArena,
   type FrameLink,
   IdTable,
+  isShared,
   Op,
+  ownBytes,
   PACK_LIMIT,
   parseBrokerAddress,
   PLAIN_REPLY,
   portLink,
   type Reply,
   secretMatches,
+  sharedBytes,
   SOCKET_DRAIN_SECONDS,
   socketLink,
+  spansBuffer,
   unpack,
 } from "../../../src/runtime/embedded_rpc.ts";
 import { SeededRandom, testSeed } from "../../support/random.ts";
@@ -314,6 +318,106 @@ Deno.test("packed bytes round-trip at random sizes; large ones travel alone and 
   }
   assert.throws(() => unpack(5, null), ConfigError);
   assert.throws(() => unpack(1 * 8192 + 4, new Uint8Array(2)), ConfigError, "a reference past the arena");
+});
+
+/** `bytes` copied into a SharedArrayBuffer `before + bytes.length + after` long, at offset `before`. */
+function inShared(bytes: Uint8Array, before = 0, after = 0): Uint8Array {
+  const view = new Uint8Array(
+    new SharedArrayBuffer(before + bytes.byteLength + after),
+    before,
+    bytes.byteLength,
+  );
+  view.set(bytes);
+  return view;
+}
+
+Deno.test("a sharing arena puts large bytes into a SharedArrayBuffer of their own, takes one spanning a SharedArrayBuffer as it is, and still packs small ones", () => {
+  const seed = testSeed();
+  const random = new SeededRandom(seed);
+  for (let round = 0; round < 20; round++) {
+    const sharing = new FrameArena(true);
+    const size = random.int(PACK_LIMIT + 1, PACK_LIMIT * 4);
+    const bytes = random.bytes(size);
+    const backing = new Uint8Array(size + 16);
+    const view = backing.subarray(8, 8 + size);
+    view.set(bytes);
+    const packed = sharing.pack(view) as Uint8Array;
+    assert.ok(
+      isShared(packed) && spansBuffer(packed),
+      `seed ${seed}: a large body gets a SharedArrayBuffer of its own`,
+    );
+    view.fill(0);
+    assert.deepEqual(packed, bytes, `seed ${seed}: the shared copy was taken at the call`);
+    const exact = inShared(bytes);
+    assert.equal(
+      sharing.pack(exact),
+      exact,
+      `seed ${seed}: bytes spanning a SharedArrayBuffer are taken as they are`,
+    );
+    const inner = inShared(bytes, 4, 4);
+    const copied = sharing.pack(inner) as Uint8Array;
+    assert.ok(
+      copied !== inner && isShared(copied) && spansBuffer(copied),
+      `seed ${seed}: a shared view of more is copied`,
+    );
+    assert.deepEqual(copied, bytes);
+    assert.equal(
+      typeof sharing.pack(random.bytes(random.int(0, PACK_LIMIT))),
+      "number",
+      "small bytes are packed",
+    );
+    const serving = new FrameArena();
+    assert.equal(serving.pack(inner), inner, `seed ${seed}: a server hands shared bytes on as they are`);
+    const plain = serving.pack(view) as Uint8Array;
+    assert.ok(!isShared(plain) && spansBuffer(plain), `seed ${seed}: a server never makes shared bytes`);
+  }
+  const shared = sharedBytes(new Uint8Array([1, 2, 3]));
+  const own = ownBytes(shared);
+  assert.ok(own !== shared && !isShared(own), "a shared array becomes the receiver's own copy");
+  own[0] = 9;
+  assert.deepEqual([...shared], [1, 2, 3], "writing to the own copy leaves the shared bytes alone");
+  const plain = new Uint8Array([4]);
+  assert.equal(ownBytes(plain), plain, "an array that is not shared is already the receiver's");
+});
+
+Deno.test("over a MessagePort a large packed body is shared with the peer, never the caller's own array", async () => {
+  const { peer, connection } = await pair();
+  const body = new Uint8Array(PACK_LIMIT * 2).fill(5);
+  const field = connection.pack(body) as Uint8Array;
+  const call = connection.call(Op.storeGet, [field], null, ECHO);
+  const [frame] = await peer.untilCalls(1);
+  const received = (frame[4] as unknown[])[0] as Uint8Array;
+  assert.ok(isShared(received), "the peer holds a view of the shared bytes");
+  received[0] = 77;
+  assert.equal(field[0], 77, "one memory on both ends: nothing was copied on the way");
+  assert.equal(body[0], 5, "the caller's array was never shared");
+  peer.link.send([Frame.results, null, 1, 1, "ok"], []);
+  assert.equal(await call, "ok");
+  await closeBoth(peer, connection);
+});
+
+Deno.test("over a socket link shared bytes cross as a plain copy of just their bytes", async () => {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0, transport: "tcp" });
+  const dialed = Deno.connect({ hostname: "127.0.0.1", port: (listener.addr as Deno.NetAddr).port });
+  const [accepted, conn] = await Promise.all([listener.accept(), dialed]);
+  listener.close();
+  const sender = socketLink(conn);
+  const receiver = socketLink(accepted);
+  const arrived = Promise.withResolvers<unknown[]>();
+  receiver.start((frame) => arrived.resolve(frame), () => {});
+  sender.start(() => {}, () => {});
+  const body = new Uint8Array(300_000).map((_, i) => i * 7);
+  sender.send(
+    [Frame.calls, null, Op.storeGet, 1, [inShared(body), inShared(body.subarray(0, 10), 3, 5)]],
+    [],
+  );
+  const frame = await arrived.promise;
+  const [whole, part] = (frame[4] as unknown[]) as Uint8Array[];
+  assert.ok(whole instanceof Uint8Array && !isShared(whole), "a plain array arrives");
+  assert.deepEqual(whole, body);
+  assert.ok(!isShared(part) && part.byteLength === 10, "a shared view arrives as its own bytes");
+  assert.deepEqual(part, body.subarray(0, 10));
+  await Promise.all([sender.close(), receiver.close()]);
 });
 
 Deno.test("an id table agrees with a map under random adds and removals, stragglers included", () => {
