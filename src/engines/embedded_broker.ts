@@ -15,11 +15,13 @@
  *   that completes after its connection ended (or after the client's messaging shut down) never reached
  *   anyone, so its deliveries are handed back at once (settled Retry, which costs them an attempt exactly
  *   as a lapsed lease would).
- * - A payload read's bytes are a fresh copy the store made for this read, so a MessagePort moves them
- *   (transfer) instead of copying them again. A large publication body from a port client arrives in a
- *   SharedArrayBuffer the client filled, is kept as it is, and goes out shared with every delivery (each
- *   receiving client copies it in its own thread), so this thread copies no large body; a small one is
- *   copied into its frame's arena, and everything over TCP is copied by the socket.
+ * - A large publication body from a port client arrives in a SharedArrayBuffer the client filled, is kept
+ *   as it is, and goes out shared with every delivery (each receiving client copies it in its own
+ *   thread), so this thread copies no large body; a small one is copied into its frame's arena, and
+ *   everything over TCP is copied by the socket. Payloads likewise: a put's bytes arrive in a frame of
+ *   their own (shared, moved or deserialized), so the store keeps them without a copy
+ *   (`MemoryPayloadStore.putOwned`); a read of shared bytes hands them on shared for the client to copy,
+ *   and a read of other bytes is a fresh copy the store made, which a MessagePort moves (transfer).
  * - Closing the broker closes every connection (each client's waiting calls end as a lost connection
  *   decides: BrokerUnavailable, or the truthful unknown outcome where the contract has one),
  *   stops the listener and shuts the messaging model down; the payload store has nothing to release and
@@ -443,13 +445,13 @@ export class BrokerConnection {
     type Ref = Parameters<MemoryPayloadStore["read"]>[0];
     switch (op) {
       case Op.payloadPut:
-        return payload.put(
+        return payload.putOwned(
           args[0] as Uint8Array,
           args[1] as string,
           args[2] as Parameters<MemoryPayloadStore["put"]>[2],
         );
       case Op.payloadRead:
-        return payload.read(args[0] as Ref);
+        return payload.readSharable(args[0] as Ref);
       case Op.payloadAcquire:
         return payload.acquireObligation(args[0] as Ref, args[1] as string, args[2] as number);
       case Op.payloadRenew:

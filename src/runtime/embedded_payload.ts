@@ -3,16 +3,19 @@
  * {@link EmbeddedConnection} to the memory store the supervisor hosts. Every decision (keys, digests,
  * generations, obligations, TTL, budget, barriers) is the hosted store's.
  *
- * Bytes. A read's bytes are a fresh copy the store made for it; over a MessagePort they are transferred
- * to this worker, not copied again. A put's bytes are copied when the call is made unless the client was
- * built with `transferPuts`: then, over a MessagePort, a Uint8Array spanning its whole ArrayBuffer is
- * transferred and the caller's array is detached once the frame leaves (at the end of the turn). A view
- * into a larger buffer is always copied (moving its buffer would take bytes that are not the payload).
- * Over a MessagePort that copy of more than `PACK_LIMIT` bytes is made here, into a SharedArrayBuffer the
- * link shares, so the supervisor's thread does not copy them on the way (an array that already spans a
- * SharedArrayBuffer exactly is shared as it is: leave it unmodified); over TCP the link copies. A put
- * given a detached array is a ConfigError, never an empty payload: keep a copy of bytes you may put again
- * (a put retried after PayloadBudgetExceeded).
+ * Bytes. A read's bytes are this caller's own: bytes the store keeps shared are copied here, in this
+ * thread; others are a fresh copy the store made for the read, which a MessagePort transfers to this
+ * worker instead of copying them again. A put's bytes are copied when the call is made unless the
+ * client was built with `transferPuts`: then, over a MessagePort, a Uint8Array spanning its whole
+ * ArrayBuffer is transferred and the caller's array is detached once the frame leaves (at the end of the
+ * turn). A view into a larger buffer is always copied (moving its buffer would take bytes that are not
+ * the payload). Over a MessagePort that copy of more than `PACK_LIMIT` bytes is made here, into a
+ * SharedArrayBuffer the link shares and the store keeps, so the supervisor's thread copies them neither
+ * on the way in nor on a read (an array that already spans a SharedArrayBuffer exactly is shared as it
+ * is: leave it unmodified); a transferred put's bytes are kept as they arrive, but each read of them is a
+ * copy made by the supervisor. Over TCP the link copies. A put given a detached array is a ConfigError,
+ * never an empty payload: keep a copy of bytes you may put again (a put retried after
+ * PayloadBudgetExceeded).
  *
  * Reconcile. The ledger is this worker's object, so its two questions are asked here: the required
  * obligations are read first, then the store's obligation ids are fetched and judged with
@@ -65,6 +68,7 @@ import {
   exactBytes,
   FROZEN_REPLY,
   Op,
+  ownBytes,
   PACK_LIMIT,
   PLAIN_REPLY,
   raiseLost,
@@ -88,7 +92,7 @@ const READ_REPLY: Reply<ImmutablePayloadRef, PayloadReadOutcome> = Object.freeze
     const outcome = value as PayloadReadOutcome;
     switch (outcome.kind) {
       case "bytes":
-        return payloadBytes(ref, outcome.data, outcome.digestVerified);
+        return payloadBytes(ref, ownBytes(outcome.data), outcome.digestVerified);
       case "transient":
         return transientRead(ref, outcome.reason);
       case "missing":

@@ -483,37 +483,43 @@ class ExpiringMap<V> {
     this.#head = head;
   }
 
-  /** Keeps only the live entries, in order, indexed in a table of at least four cells per entry. */
+  /**
+   * Keeps only the live entries, in order (moved down in place), indexed in a new table of at least four
+   * cells per entry.
+   */
   #rebuild(): void {
     const old = this.#table;
-    const keys: (string | undefined)[] = [];
-    const times: number[] = [];
-    const values: (V | undefined)[] = [];
-    const cells: number[] = [];
+    const keys = this.#keys;
+    const times = this.#times;
+    const values = this.#values;
+    const cells = this.#cells;
     let size = MIN_CELLS;
     while (size < (this.#live + 1) * 4) size *= 2;
     const table = new Int32Array(2 * size);
     const mask = size - 1;
-    for (let index = this.#head; index < this.#keys.length; index++) {
-      const from = this.#cells[index];
+    let to = 0;
+    for (let index = this.#head; index < keys.length; index++) {
+      const from = cells[index];
       if (old[2 * from] !== index + 1) continue;
       const hash = old[2 * from + 1];
       let cell = hash & mask;
       while (table[2 * cell] !== 0) cell = (cell + 1) & mask;
-      table[2 * cell] = keys.length + 1;
+      table[2 * cell] = to + 1;
       table[2 * cell + 1] = hash;
-      keys.push(this.#keys[index]);
-      times.push(this.#times[index]);
-      values.push(this.#values[index]);
-      cells.push(cell);
+      if (to !== index) {
+        keys[to] = keys[index];
+        times[to] = times[index];
+        values[to] = values[index];
+      }
+      cells[to++] = cell;
     }
-    this.#keys = keys;
-    this.#times = times;
-    this.#values = values;
-    this.#cells = cells;
+    keys.length = to;
+    times.length = to;
+    values.length = to;
+    cells.length = to;
     this.#head = 0;
     this.#table = table;
-    this.#used = keys.length;
+    this.#used = to;
   }
 }
 

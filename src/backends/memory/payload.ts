@@ -179,13 +179,31 @@ export class MemoryPayloadStore implements PayloadStore {
     return this.#tier;
   }
 
-  async put(data: Uint8Array, contentId: string, terms: RetentionContract): Promise<ImmutablePayloadRef> {
+  put(data: Uint8Array, contentId: string, terms: RetentionContract): Promise<ImmutablePayloadRef> {
+    return this.#put(data, contentId, terms, true);
+  }
+
+  /**
+   * {@link put}, keeping `data` itself as the stored bytes instead of a copy: for a host whose bytes nobody
+   * else writes to (the embedded broker's, which arrive in a frame of their own). Everything else is as
+   * `put` does it.
+   */
+  putOwned(data: Uint8Array, contentId: string, terms: RetentionContract): Promise<ImmutablePayloadRef> {
+    return this.#put(data, contentId, terms, false);
+  }
+
+  async #put(
+    data: Uint8Array,
+    contentId: string,
+    terms: RetentionContract,
+    copy: boolean,
+  ): Promise<ImmutablePayloadRef> {
     const contract = retentionContract(terms);
     if (!(data instanceof Uint8Array)) {
       throw new ConfigError("payload data must be a Uint8Array", "encode the payload to bytes first");
     }
     if (typeof contentId !== "string") throw new ConfigError("a content id must be a string");
-    const bytes = data.slice();
+    const bytes = copy ? data.slice() : data;
     const digest = payloadDigest(bytes);
     const key = contentId === ""
       ? `vf-blob-${crypto.randomUUID()}`
@@ -236,7 +254,20 @@ export class MemoryPayloadStore implements PayloadStore {
   }
 
   /** {@link PayloadStore.read}; `reader` only labels the observation log's event. */
-  async read(ref: ImmutablePayloadRef, reader: string | null = null): Promise<PayloadReadOutcome> {
+  read(ref: ImmutablePayloadRef, reader: string | null = null): Promise<PayloadReadOutcome> {
+    return this.#read(ref, reader, false);
+  }
+
+  /**
+   * {@link read}, except that bytes stored in a SharedArrayBuffer come back as they are, not copied: for a
+   * host that hands them to a reader who copies them before anything can write to them (the embedded
+   * broker). Bytes in an ordinary ArrayBuffer are copied as `read` copies them.
+   */
+  readSharable(ref: ImmutablePayloadRef, reader: string | null = null): Promise<PayloadReadOutcome> {
+    return this.#read(ref, reader, true);
+  }
+
+  async #read(ref: ImmutablePayloadRef, reader: string | null, share: boolean): Promise<PayloadReadOutcome> {
     this.#checkRef(ref);
     try {
       const hit = await barrier(Barrier.payloadReadBefore, { key: ref.key, consumer: reader });
@@ -259,7 +290,8 @@ export class MemoryPayloadStore implements PayloadStore {
     const status = actual === expected ? "ok" : "corrupt";
     this.#emit("payload.read", { key: ref.key, consumer: reader, payload_digest: actual, status });
     if (status === "corrupt") return corruptPayload(ref, expected, actual);
-    return payloadBytes(ref, object.data.slice(), true);
+    const shared = share && object.data.buffer instanceof SharedArrayBuffer;
+    return payloadBytes(ref, shared ? object.data : object.data.slice(), true);
   }
 
   async acquireObligation(

@@ -629,13 +629,13 @@ Deno.test("closing the broker ends every connection: later calls fail, observati
   assert.throws(() => broker.openPort("late"), ResourceUnavailable);
 });
 
-Deno.test("a large payload put over a port reaches the store shared, the caller keeping its bytes; a transferred one moves", async () => {
+Deno.test("a large payload put over a port reaches the store shared and is kept uncopied, the caller keeping its bytes; each read is the reader's own copy; a transferred put moves", async () => {
   const { broker, clock } = await provisioned();
   const arrived: boolean[] = [];
-  const put = broker.payload.put.bind(broker.payload);
-  broker.payload.put = (data, contentId, contract) => {
+  const putOwned = broker.payload.putOwned.bind(broker.payload);
+  broker.payload.putOwned = (data, contentId, contract) => {
     arrived.push(isShared(data));
-    return put(data, contentId, contract);
+    return putOwned(data, contentId, contract);
   };
   const { connection } = await client(broker, "w", clock);
   try {
@@ -644,21 +644,28 @@ Deno.test("a large payload put over a port reaches the store shared, the caller 
     const ref = await copied.put(frame, "cam:e1", CONTRACT);
     assert.equal(frame.buffer.detached, false, "the caller keeps its bytes");
     const moved = frameBytes(22);
-    const movedRef = await new EmbeddedPayloadStore(connection, { transferPuts: true }).put(
-      moved,
-      "cam:e2",
-      CONTRACT,
-    );
+    const mover = new EmbeddedPayloadStore(connection, { transferPuts: true });
+    const movedRef = await mover.put(moved, "cam:e2", CONTRACT);
     assert.equal(moved.buffer.detached, true, "a transferred put moves its buffer instead");
     assert.deepEqual(
       arrived,
       [true, false],
       "shared from the copying client, moved from the transferring one",
     );
+    const kept = await broker.payload.readSharable(ref);
+    assert.ok(kept.kind === "bytes" && isShared(kept.data), "the store keeps the shared bytes themselves");
     const read = await copied.read(ref);
     assert.ok(read.kind === "bytes" && sameBytes(read.data, frame), "the stored bytes are the put ones");
+    assert.ok(!isShared(read.data), "a read's bytes are the reader's own copy");
+    read.data.fill(0);
+    const again = await copied.read(ref);
+    assert.ok(
+      again.kind === "bytes" && sameBytes(again.data, frame),
+      "a reader's writes never reach the store",
+    );
     const readMoved = await copied.read(movedRef);
     assert.ok(readMoved.kind === "bytes" && sameBytes(readMoved.data, frameBytes(22)));
+    assert.ok(!isShared(readMoved.data));
   } finally {
     await connection.close();
     await broker.close();
