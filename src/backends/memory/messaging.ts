@@ -42,8 +42,11 @@
  * failed listing (nothing deleted). With no schedule installed no barrier is awaited at all.
  *
  * The no-fault path is built for throughput: queues are ring buffers, tokens carry a private link to their
- * lease so settling one is a field read, and a publish allocates one stored record plus one lease record
- * per subscription.
+ * lease so settling one is a field read, a subscription's outstanding messages are sequence-ordered arrays,
+ * the duplicate window is an open-addressing table of its own (no record per id), and a publish allocates
+ * one stored record plus one lease record per subscription. {@link MemoryMessagingBackend.publishNow} and
+ * {@link MemoryMessagingBackend.settleNow} decide on the spot what `publish` and `settle` would resolve
+ * with, for a host serving many calls per turn (the embedded broker).
  *
  * @example
  * ```ts
