@@ -99,6 +99,7 @@ import {
 import {
   type ChannelId,
   channelKey,
+  completed,
   type Delivery,
   type DeliveryToken,
   type Envelope,
@@ -1418,7 +1419,7 @@ export const SHORT_SETTLE_FIELDS = 4;
 export function decodeSettlement(code: unknown, argument: unknown): Settlement {
   switch (code) {
     case 0:
-      return { kind: "completed" };
+      return completed();
     case 1:
       return { kind: "retry", delaySeconds: argument as number | null };
     case 2:
