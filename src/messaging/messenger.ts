@@ -560,6 +560,8 @@ export class BrokerMessenger implements Messenger {
   #outputs: Promise<void>[] = [];
   /** The ledger flushes, one after another. */
   #flushing: Promise<void> = Promise.resolve();
+  /** A flush waiting for the one running: what it writes is taken when it starts, so one is enough. */
+  #flushQueued: Promise<void> | null = null;
   /** A replayable producer's offsets published and not yet final, in publication order. */
   readonly #offsetsOpen: number[] = [];
   readonly #offsetsFinal = new Set<number>();
@@ -2166,7 +2168,12 @@ export class BrokerMessenger implements Messenger {
    * after any flush still running (one at a time).
    */
   #flushLedger(): Promise<void> {
-    const flush = this.#flushing.then(() => this.#writeLedger());
+    if (this.#flushQueued !== null) return this.#flushQueued;
+    const flush = this.#flushing.then(() => {
+      this.#flushQueued = null;
+      return this.#writeLedger();
+    });
+    this.#flushQueued = flush;
     this.#flushing = flush.catch(() => {});
     return flush;
   }
