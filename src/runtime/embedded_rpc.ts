@@ -680,12 +680,13 @@ export class FrameBuilder implements BytePacker {
 // ---- coalescing -------------------------------------------------------------------------------------
 
 /**
- * Microtask turns a frame being built waits for more calls (or results) before it is sent: a broker call
- * settles within three, and a caller's short `await` chains between calls stay in one frame.
+ * Microtask turns a frame being built waits, after its latest call (or result), for another before it is
+ * sent: a node's loop that makes a call every few turns (publish, ack, publish ...) fills one frame until
+ * it waits on a reply, and a lone call leaves within a few microseconds.
  */
-export const FLUSH_HOPS = 3;
+export const FLUSH_HOPS = 16;
 
-/** Runs `send` once, {@link FLUSH_HOPS} microtask turns after the first {@link schedule} since it last ran. */
+/** Runs `send` once, {@link FLUSH_HOPS} microtask turns after the latest {@link schedule} since it last ran. */
 export class DeferredFlush {
   readonly #send: () => void;
   #hopsLeft = 0;
@@ -701,9 +702,9 @@ export class DeferredFlush {
 
   /** Arranges for `send` to run a few microtask turns from now, unless it is already arranged. */
   schedule(): void {
-    if (this.#hopsLeft !== 0) return;
+    const armed = this.#hopsLeft !== 0;
     this.#hopsLeft = FLUSH_HOPS;
-    queueMicrotask(this.#hop);
+    if (!armed) queueMicrotask(this.#hop);
   }
 
   /** Forgets an arranged run (the caller is sending now). */

@@ -29,6 +29,7 @@ import {
   EmbeddedConnection,
   errorFromWire,
   errorToWire,
+  FLUSH_HOPS,
   Frame,
   FrameArena,
   type FrameLink,
@@ -459,6 +460,22 @@ Deno.test("a deferred flush runs once per schedule burst, and a cancelled one no
   flush.schedule();
   await new Promise((resolve) => setTimeout(resolve, 0));
   assert.equal(runs, 2, "a cancel does not wedge later schedules");
+});
+
+Deno.test("a deferred flush waits FLUSH_HOPS quiet turns after the latest schedule, so a steady caller fills one frame", async () => {
+  let runs = 0;
+  const flush = new DeferredFlush(() => runs++);
+  const turns = async (n: number) => {
+    for (let i = 0; i < n; i++) await Promise.resolve();
+  };
+  flush.schedule();
+  for (let call = 0; call < 10; call++) {
+    await turns(FLUSH_HOPS - 2);
+    assert.equal(runs, 0, `call ${call}: a schedule within FLUSH_HOPS turns keeps the frame open`);
+    flush.schedule();
+  }
+  await turns(FLUSH_HOPS + 2);
+  assert.equal(runs, 1, "sent once the calls stopped");
 });
 
 /** A Deno.Conn stand-in that reads a byte stream in the chunk sizes a seeded random picks. */
