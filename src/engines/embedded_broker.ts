@@ -55,8 +55,8 @@
  * @module
  */
 
-import { randomBytes } from "node:crypto";
 import { BrokerUnavailable, ConfigError, ResourceUnavailable } from "../core/errors.ts";
+import { randomHex } from "../core/hex.ts";
 import { type Clock, systemClock } from "../backends/clock.ts";
 import { faultsInstalled } from "../backends/faults.ts";
 import { MemoryMessagingBackend } from "../backends/memory/messaging.ts";
@@ -688,7 +688,7 @@ export class EmbeddedBroker {
     this.messaging = options.messaging ?? new MemoryMessagingBackend({ clock });
     this.payload = options.payload ?? new MemoryPayloadStore({ clock });
     this.runtimeStore = options.runtimeStore ?? null;
-    this.secret = options.secret ?? randomBytes(32).toString("hex");
+    this.secret = options.secret ?? randomHex(32);
     if (this.secret === "") throw new ConfigError("the embedded broker's secret must not be empty");
     this.#helloTimeout = options.helloTimeoutSeconds ?? DEFAULT_HELLO_TIMEOUT_SECONDS;
     if (!(this.#helloTimeout > 0) || !Number.isFinite(this.#helloTimeout)) {

@@ -73,8 +73,6 @@
  * @module
  */
 
-import { timingSafeEqual } from "node:crypto";
-import { deserialize, serialize } from "node:v8";
 import * as taxonomy from "../core/errors.ts";
 import {
   BrokerUnavailable,
@@ -297,7 +295,7 @@ class SocketLink implements FrameLink {
 
   send(frame: unknown[]): void {
     if (this.#closed || this.#closing) return;
-    const body = serialize(frame);
+    const body = v8().serialize(frame);
     const out = new Uint8Array(4 + body.byteLength);
     new DataView(out.buffer).setUint32(0, body.byteLength);
     out.set(body, 4);
@@ -383,7 +381,7 @@ class SocketLink implements FrameLink {
           bodyFill += take;
           at += take;
           if (bodyFill < body.byteLength) continue;
-          const frame = deserialize(body);
+          const frame = v8().deserialize(body);
           body = null;
           if (!Array.isArray(frame)) throw new Error("a frame is not an array");
           onFrame(frame);
@@ -428,7 +426,15 @@ export function secretMatches(presented: unknown, expected: string): boolean {
   if (typeof presented !== "string") return false;
   const a = new TextEncoder().encode(presented);
   const b = new TextEncoder().encode(expected);
-  return a.byteLength === b.byteLength && timingSafeEqual(a, b);
+  if (a.byteLength !== b.byteLength) return false;
+  let difference = 0;
+  for (let i = 0; i < a.byteLength; i++) difference |= a[i] ^ b[i];
+  return difference === 0;
+}
+
+/** `node:v8`, which only the socket link needs, loaded when a socket link is first used. */
+function v8(): typeof import("node:v8") {
+  return process.getBuiltinModule("node:v8");
 }
 
 // ---- errors -----------------------------------------------------------------------------------------
