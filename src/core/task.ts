@@ -438,6 +438,17 @@ export abstract class NodeTask<N extends Node = Node> {
     };
   }
 
+  /**
+   * Ends the loop on a stop or the end of the stream: a quiet stop (after a quiesce, once the work in flight
+   * landed: a refused output then fails the task instead of vanishing), or a clean {@link finish}.
+   */
+  protected async end(): Promise<TaskFinished | TaskStopped> {
+    const stop = this.quietStop();
+    if (stop === null) return await this.finish();
+    if (stop.reason === StopReason.quiesce) await this.messenger.awaitInFlight();
+    return stop;
+  }
+
   /** Ends the stream cleanly: EOS downstream (when there is a downstream) once everything in flight landed. */
   protected async finish(): Promise<TaskFinished> {
     if (this.hasChildren) await this.messenger.publishStopSignal();
@@ -555,7 +566,7 @@ export class ProducerTask extends NodeTask<ProducerNode> {
     }
     for (;;) {
       await this.betweenMessages();
-      if (this.messenger.checkForTermination()) return this.quietStop() ?? await this.finish();
+      if (this.messenger.checkForTermination()) return await this.end();
       const started = this.clock.monotonic();
       if (faultsInstalled()) await barrier(Barrier.producerNextBefore, { node: producer.name });
       const item = await invokeNode((ctx) => producer.next(ctx), [], options);
@@ -602,8 +613,7 @@ export abstract class ReceiverTask<N extends ReceiverNode = ReceiverNode> extend
   protected async loop(): Promise<TaskFinished | TaskStopped> {
     for (;;) {
       await this.betweenMessages();
-      const stop = this.quietStop();
-      if (stop !== null) return stop;
+      if (this.quietStop() !== null) return await this.end();
       const group = await this.messenger.receiveMessage();
       const receivedAt = this.clock.monotonic();
       const present = this.parentNames.map((name) => group[name] ?? null);
@@ -617,9 +627,7 @@ export abstract class ReceiverTask<N extends ReceiverNode = ReceiverNode> extend
       );
       const stopped = present.some((entry) => entry?.isStopSignal === true) &&
         present.every((entry) => entry === null || entry.isStopSignal);
-      if (stopped) {
-        return this.quietStop() ?? await this.finish();
-      }
+      if (stopped) return await this.end();
       this.health?.recordOffered();
       await this.#handle(present, receivedAt);
     }

@@ -785,9 +785,18 @@ export class BrokerMessenger implements Messenger {
     await this.#work.admit();
   }
 
+  /**
+   * Settles a group's deliveries once its outputs were accepted. When an output failed, the deliveries go
+   * back to the broker at once (no attempt counted against a replacement's wait) and the failure stands.
+   */
   async #ackAfter(outputs: readonly Promise<void>[], handles: readonly Held[], persisted: string | null) {
-    if (outputs.length === 1) await outputs[0];
-    else if (outputs.length > 1) await Promise.all(outputs);
+    try {
+      if (outputs.length === 1) await outputs[0];
+      else if (outputs.length > 1) await Promise.all(outputs);
+    } catch (error) {
+      if (!this.#work.abandoned) await Promise.all(handles.map((h) => this.#settle(h, retry(null))));
+      throw error;
+    }
     if (this.#work.abandoned) return;
     if (handles.length === 1) await this.#settle(handles[0], completed());
     else await Promise.all(handles.map((h) => this.#settle(h, completed())));
@@ -850,8 +859,8 @@ export class BrokerMessenger implements Messenger {
    * A checkpoint under {@link CHECKPOINT_METADATA_KEY} is committed with this output in one ledger write
    * before the send and never reaches the wire. A live (best-effort) output the broker refuses is counted
    * as a drop; a reliable one is retried with backoff until the broker takes it. An inline output
-   * resolves once it was handed to the broker within the in-flight bound (outputs reach the broker in
-   * call order); its outcome is awaited by its input group's ack and by EOS, and a refusal is thrown by
+   * resolves once it was handed to the broker within the in-flight bound (first attempts reach the broker
+   * in call order; a retried one may land after later outputs); its outcome is awaited by its input group's ack and by EOS, and a refusal is thrown by
    * the next call that publishes, acks, receives or ends the stream.
    *
    * @throws ConfigError when a receiver publishes outside an input group, or a large payload has no store;
@@ -970,7 +979,8 @@ export class BrokerMessenger implements Messenger {
     outcome: PublicationOutcome,
     offset: number | null,
   ): Promise<void> {
-    if (offset !== null) this.#finalOffset(offset);
+    if (this.#work.abandoned) return;
+    if (offset !== null && (outcome.kind === "accepted" || !this.#reliableOutput)) this.#finalOffset(offset);
     if (outcome.kind === "accepted") {
       const noting = this.#noteAccepted(publicationId);
       if (noting !== null) await noting;
@@ -978,7 +988,8 @@ export class BrokerMessenger implements Messenger {
   }
 
   /**
-   * Marks a replayable source's offset final (accepted, or dropped as a live output may be); the last
+   * Marks a replayable source's offset final (accepted, or dropped as a live output may be; a reliable
+   * output refused for good stays open, so a resume replays it); the last
    * accepted offset advances only over offsets final with every one before them, so a resume never
    * skips an output still awaiting the broker.
    */
@@ -2113,6 +2124,7 @@ export class BrokerMessenger implements Messenger {
         retries++;
         if (!persistent && retries > 1) return outcome;
         await this.#clock.sleep(publishBackoffSeconds(retries));
+        if (this.#work.abandoned) return outcome;
         outcome = await this.#backend.observePublication(env);
       }
       if (outcome.kind === "accepted") return outcome;
@@ -2120,6 +2132,7 @@ export class BrokerMessenger implements Messenger {
       if (outcome.kind === "rejected" && !(persistent && outcome.retryable)) return outcome;
       retries++;
       await this.#clock.sleep(publishBackoffSeconds(retries));
+      if (this.#work.abandoned) return outcome;
     }
   }
 
@@ -2179,11 +2192,18 @@ export class BrokerMessenger implements Messenger {
   }
 
   async #writeLedger(): Promise<void> {
+    if (this.#work.abandoned) return;
     this.#lastFlush = this.#clock.monotonic();
     if (this.#publishedPending.length > 0) {
       const ids = this.#publishedPending;
       this.#publishedPending = [];
-      await this.#runtime.recordPublished(ids);
+      try {
+        await this.#runtime.recordPublished(ids);
+      } catch (error) {
+        // Kept for the next flush: an id the ledger never took must still count toward EOS's seq.
+        this.#publishedPending = [...ids, ...this.#publishedPending];
+        throw error;
+      }
     }
     if (this.#replayable && this.#durable && this.#lastAcceptedOffset > this.#flushedOffset) {
       await this.#commitCheckpoint(this.#state, {});

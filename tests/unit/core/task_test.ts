@@ -12,6 +12,7 @@ import {
 import { known, type Observation } from "../../../src/backends/outcomes.ts";
 import { CHECKPOINT_METADATA_KEY, type Logger, RuntimeContext } from "../../../src/core/context.ts";
 import {
+  BrokerUnavailable,
   ConfigError,
   DeviceError,
   type ErrorRecord,
@@ -61,6 +62,8 @@ interface Script {
   readonly stopAfter?: number;
   readonly drops?: Record<string, number>;
   readonly pending?: Observation<number>;
+  /** What `awaitInFlight` rejects with: a publication that failed in the background. */
+  readonly inFlightFailure?: Error;
 }
 
 class ScriptedMessenger implements Messenger {
@@ -70,6 +73,7 @@ class ScriptedMessenger implements Messenger {
   readonly #stopAfter: number;
   #drops: Record<string, number>;
   readonly #pending: Observation<number> | undefined;
+  readonly #inFlightFailure: Error | undefined;
   #received = 0;
   #last: InputGroup | null = null;
 
@@ -79,6 +83,7 @@ class ScriptedMessenger implements Messenger {
     this.#stopAfter = script.stopAfter ?? 0;
     this.#drops = { ...(script.drops ?? {}) };
     this.#pending = script.pending;
+    this.#inFlightFailure = script.inFlightFailure;
   }
 
   #record(...call: Call): Promise<void> {
@@ -117,7 +122,8 @@ class ScriptedMessenger implements Messenger {
     return this.#record("ackInputs");
   }
   awaitInFlight(): Promise<void> {
-    return this.#record("awaitInFlight");
+    this.calls.push(["awaitInFlight"]);
+    return this.#inFlightFailure === undefined ? Promise.resolve() : Promise.reject(this.#inFlightFailure);
   }
   failInputs(error: unknown): Promise<void> {
     return this.#record("failInputs", error);
@@ -706,14 +712,14 @@ Deno.test("a processor's undefined output is published as null", async () => {
   assert.deepEqual(messenger.named("publishMessage"), [["publishMessage", null]]);
 });
 
-Deno.test("a quiesced receiver stops without EOS, before receiving or on a terminating group", async () => {
+Deno.test("a quiesced receiver stops without EOS once its work in flight landed, before receiving or on a terminating group", async () => {
   const early = await runNode(new Square({ name: "sq" }), { groups: stream(1), stop: StopReason.quiesce });
   assert.deepEqual(early.outcome, {
     kind: TaskEnd.stopped,
     reason: StopReason.quiesce,
     exitCode: SIGTERM_EXIT_CODE,
   });
-  assert.deepEqual(early.messenger.names(), []);
+  assert.deepEqual(early.messenger.names(), ["awaitInFlight"]);
 
   const late = await runNode(new Square({ name: "sq" }), {
     groups: stream(1),
@@ -722,6 +728,23 @@ Deno.test("a quiesced receiver stops without EOS, before receiving or on a termi
   });
   assert.equal(late.outcome.kind, TaskEnd.stopped);
   assert.deepEqual(late.messenger.names(), ["receiveMessage", "publishMessage", "ackInputs"]);
+});
+
+Deno.test("a quiesce whose work in flight failed ends the task failed, not as a clean stop", async () => {
+  const refused = new BrokerUnavailable("the broker refused an output", "restart the worker");
+  const producer = await runNode(new Count({ name: "live", n: 1000, isFinite: false }), {
+    stop: StopReason.quiesce,
+    stopAfter: 2,
+    inFlightFailure: refused,
+  });
+  assert.equal(producer.outcome.kind, TaskEnd.failed);
+  const receiver = await runNode(new Square({ name: "sq" }), {
+    groups: stream(1),
+    stop: StopReason.quiesce,
+    inFlightFailure: refused,
+  });
+  assert.equal(receiver.outcome.kind, TaskEnd.failed);
+  assert.equal(receiver.outcome.kind === TaskEnd.failed && receiver.outcome.error, refused);
 });
 
 Deno.test("a control stop does not end a receiver: it drains until its parents' EOS", async () => {

@@ -3,11 +3,17 @@ import type { MemoryMessagingBackend } from "../../../src/backends/memory/messag
 import { CONTROL_STOP_KEY } from "../../../src/backends/memory/messaging.ts";
 import { Barrier, FaultSchedule, raiseTyped } from "../../../src/backends/faults.ts";
 import { channelId, type Envelope, envelope, MessageKind } from "../../../src/backends/messaging.ts";
-import { requireKnown } from "../../../src/backends/outcomes.ts";
+import { rejected, requireKnown } from "../../../src/backends/outcomes.ts";
 import { FlowRuntime } from "../../../src/backends/runtime.ts";
 import type { RuntimeStore } from "../../../src/backends/runtime_store.ts";
 import { CHECKPOINT_METADATA_KEY, PARTITION_KEY_METADATA_KEY } from "../../../src/core/context.ts";
-import { CapabilityError, ConfigError, PoisonMessage, TransientFailure } from "../../../src/core/errors.ts";
+import {
+  BrokerUnavailable,
+  CapabilityError,
+  ConfigError,
+  PoisonMessage,
+  TransientFailure,
+} from "../../../src/core/errors.ts";
 import { StopReason } from "../../../src/core/messenger.ts";
 import { DeadLetterHeader, MessengerDropReason } from "../../../src/messaging/messenger.ts";
 import { dataSubscriptionId } from "../../../src/messaging/topology.ts";
@@ -681,5 +687,91 @@ Deno.test("received batches that arrive while a received-set write runs are note
     assert.equal(store.receivedWrites, 2, "both later batches went into one write");
     const ids = await flow.runtime("det").receivedIds("cam", "det--from--cam");
     assert.equal(ids.size, 7);
+  });
+});
+
+/** `flow`'s backend with the first `count` data publications refused for good (a non-retryable rejection). */
+function refuseFirstData(flow: MessengerFlow, count: number): void {
+  const backend = broker(flow);
+  const original = backend.publish.bind(backend);
+  let refused = 0;
+  backend.publish = (env, deadline) => {
+    if (env.kind === MessageKind.data && refused < count) {
+      refused++;
+      return Promise.resolve(rejected(env.publicationId, "refused by the test", false));
+    }
+    return original(env, deadline);
+  };
+}
+
+Deno.test("a reliable replayable output refused for good never advances the resume offset past it", async () => {
+  await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
+    const first = await flow.open("cam", 0, { replayable: true });
+    assert.equal(await flow.drive(first.resumeOffset()), 0);
+    refuseFirstData(flow, 1);
+    await flow.drive(first.publishMessage("f1"));
+    await assert.rejects(flow.drive(first.awaitInFlight()), BrokerUnavailable);
+    await assert.rejects(flow.drive(first.publishMessage("f2")), BrokerUnavailable, "later calls report it");
+    await flow.drive(first.close());
+    await flow.reopenStore();
+    const second = await flow.open("cam", 0, { replayable: true });
+    assert.equal(await flow.drive(second.resumeOffset()), 0, "f1 never landed: a resume replays it");
+  });
+});
+
+Deno.test("an input whose output was refused goes back to the broker at once, and the failure stands", async () => {
+  await withFlow(PIPELINE, async (flow) => {
+    const cam = await flow.open("cam");
+    await produce(flow, cam, [1]);
+    const det = await flow.open("det");
+    const subscription = dataSubscriptionId(channelId(FLOW, RUN, "cam"), "det", null);
+    const observed = async () => requireKnown(await flow.backend.observeSubscription(subscription), "det");
+    assert.equal((await flow.drive(det.receiveMessage())).cam?.message, 1);
+    refuseFirstData(flow, 1);
+    await flow.drive(det.publishMessage(10));
+    // The refusal may already be known when the ack is asked for: then the ack reports it too.
+    await flow.drive(det.ackInputs()).catch((error) => assert.ok(error instanceof BrokerUnavailable));
+    await assert.rejects(flow.drive(det.awaitInFlight()), BrokerUnavailable);
+    const after = await observed();
+    assert.equal(after.leased, 0, "not held until the ack wait lapses");
+    assert.equal(after.available, 1, "the input waits for the next receiver");
+  });
+});
+
+Deno.test("a crashed messenger's publication that lands afterwards notes nothing in the ledger", async () => {
+  await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
+    const cam = await flow.open("cam");
+    const camChannel = channelId(FLOW, RUN, "cam");
+    broker(flow).pauseAcceptance(camChannel);
+    await flow.drive(cam.publishMessage("late"));
+    await cam.close({ handBack: false });
+    broker(flow).resumeAcceptance(camChannel);
+    await flow.drive(flow.clock.sleep(30));
+    await flow.drive(cam.awaitInFlight().catch(() => {}));
+    assert.equal(await flow.runtime("cam").publishedCount(), 0, "a dead process writes nothing");
+  });
+});
+
+Deno.test("published ids a failed ledger write did not take are written by the next flush", async () => {
+  await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
+    let failures = 1;
+    const store = new WatchedStore(flow.store);
+    const failing: RuntimeStore = Object.assign(Object.create(store), {
+      cas(key: string, expectedVersion: string | null, value: Uint8Array) {
+        if (key.includes("/published/") && failures > 0) {
+          failures--;
+          return Promise.reject(new TransientFailure("the ledger's disk hiccupped", "retry"));
+        }
+        return store.cas(key, expectedVersion, value);
+      },
+    });
+    const cam = await flow.open("cam", 0, { runtime: runtimeOver(flow, "cam", failing) });
+    await produce(flow, cam, [1, 2, 3], false);
+    await flow.drive(flow.clock.sleep(2));
+    await flow.drive(cam.publishMessage(4));
+    await assert.rejects(flow.drive(cam.awaitInFlight()), TransientFailure);
+    await flow.drive(cam.publishStopSignal().catch(() => {}));
+    await flow.drive(cam.close());
+    assert.equal(await flow.runtime("cam").publishedCount(), 4, "every accepted id reached the ledger");
   });
 });
