@@ -336,7 +336,8 @@ export class BrokerConnection {
   }
 
   #queueFlush(): void {
-    this.#flusher.schedule();
+    if (this.#results.full) this.#flush();
+    else this.#flusher.schedule();
   }
 
   #flush(): void {

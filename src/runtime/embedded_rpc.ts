@@ -639,6 +639,7 @@ export class FrameBuilder implements BytePacker {
   #entries: unknown[];
   readonly #arena: FrameArena;
   #transfer: ArrayBuffer[] = [];
+  #bytes = 0;
 
   /** `share`: see {@link FrameArena}'s constructor. */
   constructor(kind: typeof Frame.calls | typeof Frame.results, share = false) {
@@ -652,6 +653,16 @@ export class FrameBuilder implements BytePacker {
     return this.#entries.length === 2;
   }
 
+  /** The bytes packed into or moved with the frame so far. */
+  get bytes(): number {
+    return this.#bytes;
+  }
+
+  /** Whether the frame holds enough bytes ({@link FLUSH_BYTES}) to be sent now rather than grown. */
+  get full(): boolean {
+    return this.#bytes >= FLUSH_BYTES;
+  }
+
   /** Appends one entry (three elements: op, id, args or id, ok, value). */
   add(first: unknown, second: unknown, third: unknown): void {
     this.#entries.push(first, second, third);
@@ -659,12 +670,15 @@ export class FrameBuilder implements BytePacker {
 
   /** {@link FrameArena.pack} on this frame's arena. */
   pack(bytes: Uint8Array): number | Uint8Array {
+    this.#bytes += bytes.byteLength;
     return this.#arena.pack(bytes);
   }
 
   /** Moves `buffer` with this frame (once, however often it is named). */
   move(buffer: ArrayBuffer): void {
-    if (!this.#transfer.includes(buffer)) this.#transfer.push(buffer);
+    if (this.#transfer.includes(buffer)) return;
+    this.#transfer.push(buffer);
+    this.#bytes += buffer.byteLength;
   }
 
   /**
@@ -679,6 +693,7 @@ export class FrameBuilder implements BytePacker {
     if (arena !== null && link === "port") transfer.push(arena.buffer as ArrayBuffer);
     this.#entries = [this.#kind, null];
     this.#transfer = [];
+    this.#bytes = 0;
     return { frame, transfer };
   }
 }
@@ -691,11 +706,23 @@ export class FrameBuilder implements BytePacker {
  * it waits on a reply, and a lone call leaves within a few microseconds.
  */
 export const FLUSH_HOPS = 16;
+/**
+ * The longest a frame keeps growing, in milliseconds from its first entry: past it a later entry no longer
+ * holds the frame back, so a node whose work between calls is long (CPU-bound, with few microtask turns)
+ * still sends each output within about this long.
+ */
+export const FLUSH_MAX_DELAY_MS = 1;
+/** Bytes after which a frame is sent at once: a burst of frames never piles up in one message. */
+export const FLUSH_BYTES = 8 * 1024 * 1024;
 
-/** Runs `send` once, {@link FLUSH_HOPS} microtask turns after the latest {@link schedule} since it last ran. */
+/**
+ * Runs `send` once, {@link FLUSH_HOPS} microtask turns after the latest {@link schedule} since it last ran
+ * (a schedule more than {@link FLUSH_MAX_DELAY_MS} after the first one no longer postpones it).
+ */
 export class DeferredFlush {
   readonly #send: () => void;
   #hopsLeft = 0;
+  #armedAt = 0;
   readonly #hop = () => {
     if (this.#hopsLeft === 0) return;
     if (--this.#hopsLeft > 0) queueMicrotask(this.#hop);
@@ -706,11 +733,15 @@ export class DeferredFlush {
     this.#send = send;
   }
 
-  /** Arranges for `send` to run a few microtask turns from now, unless it is already arranged. */
+  /** Arranges for `send` to run a few microtask turns from now (later, if already arranged recently). */
   schedule(): void {
-    const armed = this.#hopsLeft !== 0;
-    this.#hopsLeft = FLUSH_HOPS;
-    if (!armed) queueMicrotask(this.#hop);
+    if (this.#hopsLeft === 0) {
+      this.#hopsLeft = FLUSH_HOPS;
+      this.#armedAt = performance.now();
+      queueMicrotask(this.#hop);
+    } else if (performance.now() - this.#armedAt < FLUSH_MAX_DELAY_MS) {
+      this.#hopsLeft = FLUSH_HOPS;
+    }
   }
 
   /** Forgets an arranged run (the caller is sending now). */
@@ -1074,7 +1105,8 @@ export class EmbeddedConnection implements BytePacker {
   }
 
   #queueFlush(): void {
-    this.#flusher.schedule();
+    if (this.#outbox.full) this.#flushNow();
+    else this.#flusher.schedule();
   }
 
   #flushNow(): void {

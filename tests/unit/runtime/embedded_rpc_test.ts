@@ -29,9 +29,12 @@ import {
   EmbeddedConnection,
   errorFromWire,
   errorToWire,
+  FLUSH_BYTES,
   FLUSH_HOPS,
+  FLUSH_MAX_DELAY_MS,
   Frame,
   FrameArena,
+  FrameBuilder,
   type FrameLink,
   IdTable,
   isShared,
@@ -476,6 +479,37 @@ Deno.test("a deferred flush waits FLUSH_HOPS quiet turns after the latest schedu
   }
   await turns(FLUSH_HOPS + 2);
   assert.equal(runs, 1, "sent once the calls stopped");
+});
+
+Deno.test("a frame stops growing FLUSH_MAX_DELAY_MS after its first entry, however steadily calls keep coming", async () => {
+  let runs = 0;
+  const flush = new DeferredFlush(() => runs++);
+  const turns = async (n: number) => {
+    for (let i = 0; i < n; i++) await Promise.resolve();
+  };
+  flush.schedule();
+  const started = performance.now();
+  while (performance.now() - started < FLUSH_MAX_DELAY_MS * 2) {
+    // a node's long synchronous work: no microtask turn passes
+  }
+  for (let call = 0; call < 3; call++) {
+    flush.schedule();
+    await turns(FLUSH_HOPS - 2);
+  }
+  assert.equal(runs, 1, "sent although a call came every few turns");
+});
+
+Deno.test("a frame counts the bytes packed into it and moved with it, and is full at FLUSH_BYTES", () => {
+  const frame = new FrameBuilder(Frame.calls);
+  assert.equal(frame.full, false);
+  frame.pack(new Uint8Array(100));
+  frame.move(new ArrayBuffer(FLUSH_BYTES / 2));
+  assert.equal(frame.bytes, FLUSH_BYTES / 2 + 100);
+  assert.equal(frame.full, false);
+  frame.pack(new Uint8Array(FLUSH_BYTES / 2));
+  assert.equal(frame.full, true);
+  frame.take("port");
+  assert.equal(frame.bytes, 0, "a taken frame starts empty");
 });
 
 /** A Deno.Conn stand-in that reads a byte stream in the chunk sizes a seeded random picks. */
