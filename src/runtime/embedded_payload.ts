@@ -11,8 +11,7 @@
  * turn). A view into a larger buffer is always copied (moving its buffer would take bytes that are not
  * the payload). Over a MessagePort that copy of more than `PACK_LIMIT` bytes is made here, into a
  * SharedArrayBuffer the link shares and the store keeps, so the supervisor's thread copies them neither
- * on the way in nor on a read (an array that already spans a SharedArrayBuffer exactly is shared as it
- * is: leave it unmodified); a transferred put's bytes are kept as they arrive, but each read of them is a
+ * on the way in nor on a read; a transferred put's bytes are kept as they arrive, but each read of them is a
  * copy made by the supervisor. Over TCP the link copies. A put given a detached array is a ConfigError,
  * never an empty payload: keep a copy of bytes you may put again (a put retried after
  * PayloadBudgetExceeded).
@@ -65,7 +64,6 @@ import {
 import {
   deepFreeze,
   type EmbeddedConnection,
-  exactBytes,
   FROZEN_REPLY,
   Op,
   ownBytes,
@@ -189,7 +187,7 @@ export class EmbeddedPayloadStore implements PayloadStore {
     }
     const port = this.#connection.transport === "port";
     const move = this.#transferPuts && port && data.buffer instanceof ArrayBuffer && spansBuffer(data);
-    const bytes = move ? data : port && data.byteLength > PACK_LIMIT ? sharedBytes(data) : exactBytes(data);
+    const bytes = move ? data : port && data.byteLength > PACK_LIMIT ? sharedBytes(data) : data.slice();
     return this.#connection.call(
       Op.payloadPut,
       [bytes, contentId, contract],

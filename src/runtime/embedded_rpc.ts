@@ -41,8 +41,8 @@
  *
  * Large bytes. Over a MessagePort nobody copies a large body on the supervisor's main thread: the client
  * puts a publication's body above {@link PACK_LIMIT} (and a payload put's bytes) into a SharedArrayBuffer
- * of its own ({@link sharedBytes}: a copy made in the worker, or the caller's array itself when it
- * already spans a SharedArrayBuffer exactly), so structured cloning shares it; the broker keeps that
+ * of its own ({@link sharedBytes}: a copy made in the worker, so the caller may reuse its array at once),
+ * so structured cloning shares it; the broker keeps that
  * shared body, and a delivery hands it on shared; the receiving client gives its caller a copy made in
  * its own thread ({@link ownBytes}), so a receiver that writes to its bytes changes neither the broker's
  * retained body nor another subscriber's. Over TCP nothing can be shared: `node:v8` serializes a
@@ -1241,11 +1241,10 @@ export function isShared(bytes: Uint8Array): boolean {
 }
 
 /**
- * `bytes` in a SharedArrayBuffer spanning exactly them: the array itself when it already is one (it is
- * shared from then on: leave it unmodified), else a copy made here, in the caller's thread.
+ * A copy of `bytes`, made here in the caller's thread, in a SharedArrayBuffer of its own that spans exactly
+ * them: the caller's array (even one already in shared memory, say a reused slot) is never kept.
  */
 export function sharedBytes(bytes: Uint8Array): Uint8Array {
-  if (isShared(bytes) && spansBuffer(bytes)) return bytes;
   const shared = new Uint8Array(new SharedArrayBuffer(bytes.byteLength));
   shared.set(bytes);
   return shared;

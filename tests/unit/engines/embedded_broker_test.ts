@@ -696,6 +696,27 @@ Deno.test("a payload put refuses a detached array instead of storing an empty pa
   }
 });
 
+Deno.test("a payload put takes its bytes when it is called: the caller reusing its array at once changes nothing stored", async () => {
+  const { broker, clock } = await provisioned();
+  const { connection } = await client(broker, "w", clock);
+  try {
+    const store = new EmbeddedPayloadStore(connection);
+    for (const [name, size] of [["small", 64], ["large", PACK_LIMIT * 4]] as const) {
+      const data = new Uint8Array(size).fill(7);
+      const putting = store.put(data, `cam:${name}`, CONTRACT);
+      data.fill(0);
+      const read = await store.read(await putting);
+      assert.ok(
+        read.kind === "bytes" && read.data.every((byte) => byte === 7),
+        `${name}: the bytes as they were`,
+      );
+    }
+  } finally {
+    await connection.close();
+    await broker.close();
+  }
+});
+
 Deno.test("a ledger handle's close ends only that handle; a broker without a ledger refuses ledger calls", async () => {
   const { broker } = await provisioned();
   const one = await EmbeddedConnection.connect(broker.openPort("one"));
