@@ -73,16 +73,37 @@ export async function readDeadLetters(runDir: string): Promise<DeadLetterRecord[
 /**
  * The run's dead letters, or null when the run directory has no dead-letter file (a run that never
  * started); any other read failure is thrown.
+ *
+ * @throws ConfigError naming the file and line when a line is not a JSON object (the file was edited or
+ * damaged outside videoflow).
  */
 export async function readDeadLettersIfAny(runDir: string): Promise<DeadLetterRecord[] | null> {
+  const path = `${runDir}/${DEAD_LETTER_FILE}`;
   let text: string;
   try {
-    text = await Deno.readTextFile(`${runDir}/${DEAD_LETTER_FILE}`);
+    text = await Deno.readTextFile(path);
   } catch (error) {
     if (error instanceof Deno.errors.NotFound) return null;
     throw error;
   }
-  return text.split("\n").filter((line) => line !== "").map((line) => JSON.parse(line) as DeadLetterRecord);
+  return text.split("\n").flatMap((line, index) => line === "" ? [] : [parsedLetter(line, path, index + 1)]);
+}
+
+function parsedLetter(line: string, path: string, lineNumber: number): DeadLetterRecord {
+  let record: unknown;
+  try {
+    record = JSON.parse(line);
+  } catch {
+    record = null;
+  }
+  if (typeof record !== "object" || record === null || Array.isArray(record)) {
+    throw new ConfigError(
+      `line ${lineNumber} of the dead-letter file ${path} is not a JSON object`,
+      "restore the file from the run's own output, or move it aside to start the run's dead letters afresh",
+      { path, line: lineNumber },
+    );
+  }
+  return record as DeadLetterRecord;
 }
 
 /**

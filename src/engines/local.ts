@@ -579,7 +579,6 @@ export class LocalEngine {
     }
   }
 
-  /** Every dead letter the broker holds for this run, node by node. */
   /** The run's dead letters: an earlier supervisor's (a re-run), then this broker's. */
   #deadLetters(): DeadLetterRecord[] {
     const { flowId, runId, specs } = this.#options;

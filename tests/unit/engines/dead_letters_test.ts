@@ -31,7 +31,9 @@ Deno.test("dead letters written whole read back; a run without the file reads as
     assert.deepEqual(await readDeadLetters(dir), records);
     assert.deepEqual(await readDeadLettersIfAny(dir), records);
     await Deno.writeTextFile(`${dir}/${DEAD_LETTER_FILE}`, "{ torn");
-    await assert.rejects(readDeadLettersIfAny(dir), SyntaxError, "a corrupt file is not taken for none");
+    await assert.rejects(readDeadLettersIfAny(dir), ConfigError, "a corrupt file is not taken for none");
+    await Deno.writeTextFile(`${dir}/${DEAD_LETTER_FILE}`, `${JSON.stringify(records[0])}\n[1, 2]\n`);
+    await assert.rejects(readDeadLettersIfAny(dir), /line 2 of the dead-letter file/);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
