@@ -468,12 +468,14 @@ Deno.test("a deferred flush runs once per schedule burst, and a cancelled one no
   assert.equal(runs, 2, "a cancel does not wedge later schedules");
 });
 
+/** Lets `n` microtask turns pass. */
+async function turns(n: number): Promise<void> {
+  for (let i = 0; i < n; i++) await Promise.resolve();
+}
+
 Deno.test("a deferred flush waits FLUSH_HOPS quiet turns after the latest schedule, so a steady caller fills one frame", async () => {
   let runs = 0;
   const flush = new DeferredFlush(() => runs++);
-  const turns = async (n: number) => {
-    for (let i = 0; i < n; i++) await Promise.resolve();
-  };
   flush.schedule();
   for (let call = 0; call < 10; call++) {
     await turns(FLUSH_HOPS - 2);
@@ -487,9 +489,6 @@ Deno.test("a deferred flush waits FLUSH_HOPS quiet turns after the latest schedu
 Deno.test("a frame stops growing FLUSH_MAX_DELAY_MS after its first entry, however steadily calls keep coming", async () => {
   let runs = 0;
   const flush = new DeferredFlush(() => runs++);
-  const turns = async (n: number) => {
-    for (let i = 0; i < n; i++) await Promise.resolve();
-  };
   flush.schedule();
   const started = performance.now();
   while (performance.now() - started < FLUSH_MAX_DELAY_MS * 2) {
