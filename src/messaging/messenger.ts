@@ -562,7 +562,7 @@ export class BrokerMessenger implements Messenger {
   #flushing: Promise<void> = Promise.resolve();
   /** A flush waiting for the one running: what it writes is taken when it starts, so one is enough. */
   #flushQueued: Promise<void> | null = null;
-  /** A replayable producer's offsets published and not yet final, in publication order. */
+  /** A replayable producer's offsets minted and not yet final, in order. */
   readonly #offsetsOpen: number[] = [];
   readonly #offsetsFinal = new Set<number>();
 
@@ -860,8 +860,9 @@ export class BrokerMessenger implements Messenger {
    * before the send and never reaches the wire. A live (best-effort) output the broker refuses is counted
    * as a drop; a reliable one is retried with backoff until the broker takes it. An inline output
    * resolves once it was handed to the broker within the in-flight bound (first attempts reach the broker
-   * in call order; a retried one may land after later outputs); its outcome is awaited by its input group's ack and by EOS, and a refusal is thrown by
-   * the next call that publishes, acks, receives or ends the stream.
+   * in call order; a retried one may land after later outputs); its outcome is awaited by its input
+   * group's ack and by EOS, and a refusal is thrown by the next call that publishes, acks, receives or
+   * ends the stream.
    *
    * @throws ConfigError when a receiver publishes outside an input group, or a large payload has no store;
    * SchemaError for a value the wire cannot carry; CapabilityError for a checkpoint on a ledger that dies
@@ -901,7 +902,6 @@ export class BrokerMessenger implements Messenger {
     if (checkpoint === null && payload.byteLength <= this.#maxInline) {
       const body = this.#dataBody(identity, eventTs, wireMetadata, payload);
       const env = this.#dataEnvelope(publicationId, body, eventTs, partitionKey, identity.offset);
-      if (identity.offset !== null) this.#offsetsOpen.push(identity.offset);
       const sending = this.#sendInline(env, identity.offset);
       this.#work.track(sending);
       if (this.#assembler !== null) this.#outputs.push(sending);
@@ -931,7 +931,6 @@ export class BrokerMessenger implements Messenger {
       });
     }
     const env = this.#dataEnvelope(publicationId, body, eventTs, partitionKey, identity.offset);
-    if (identity.offset !== null) this.#offsetsOpen.push(identity.offset);
     const outcome = await this.#publish(env, this.#reliableOutput);
     this.#countPublication(outcome);
     if (ref !== null) {
@@ -989,9 +988,9 @@ export class BrokerMessenger implements Messenger {
 
   /**
    * Marks a replayable source's offset final (accepted, or dropped as a live output may be; a reliable
-   * output refused for good stays open, so a resume replays it); the last
-   * accepted offset advances only over offsets final with every one before them, so a resume never
-   * skips an output still awaiting the broker.
+   * output refused for good stays open, so a resume replays it). The last accepted offset advances only
+   * over offsets final with every one before them, so a resume never skips an output still awaiting the
+   * broker.
    */
   #finalOffset(offset: number): void {
     this.#offsetsFinal.add(offset);
@@ -2075,6 +2074,7 @@ export class BrokerMessenger implements Messenger {
     }
     if (this.#replayable) {
       const offset = this.#nextOffset++;
+      this.#offsetsOpen.push(offset);
       return {
         traceId: replayableTraceId(this.#node, offset, this.#analysisVersion),
         seq: offset,
