@@ -25,8 +25,7 @@
  * Bytes: a publication's body is copied when the call is made, never transferred: a caller may publish
  * the same envelope again under its publication id, and the broker keeps its own copy. A small body is
  * packed into the frame; over a MessagePort a large one is copied, in this thread, into a
- * SharedArrayBuffer the broker keeps and hands on without copying (a body that already spans a
- * SharedArrayBuffer exactly is shared as it is: leave it unmodified once published). A delivery's bytes
+ * SharedArrayBuffer the broker keeps and hands on without copying. A delivery's bytes
  * are this caller's own: a large shared body is copied here, so writing to it changes neither the
  * broker's body nor another subscriber's; a small one is a view sharing its buffer with the other small
  * deliveries of its frame (at most 64 KiB), so slice it to keep it apart for long.

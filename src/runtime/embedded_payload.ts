@@ -11,8 +11,8 @@
  * turn). A view into a larger buffer is always copied (moving its buffer would take bytes that are not
  * the payload). Over a MessagePort that copy of more than `PACK_LIMIT` bytes is made here, into a
  * SharedArrayBuffer the link shares and the store keeps, so the supervisor's thread copies them neither
- * on the way in nor on a read; a transferred put's bytes are kept as they arrive, but each read of them is a
- * copy made by the supervisor. Over TCP the link copies. A put given a detached array is a ConfigError,
+ * on the way in nor on a read; a transferred put's bytes are kept as they arrive, but each read of them
+ * is a copy made by the supervisor. Over TCP the link copies. A put given a detached array is a ConfigError,
  * never an empty payload: keep a copy of bytes you may put again (a put retried after
  * PayloadBudgetExceeded).
  *

@@ -42,11 +42,11 @@
  * Large bytes. Over a MessagePort nobody copies a large body on the supervisor's main thread: the client
  * puts a publication's body above {@link PACK_LIMIT} (and a payload put's bytes) into a SharedArrayBuffer
  * of its own ({@link sharedBytes}: a copy made in the worker, so the caller may reuse its array at once),
- * so structured cloning shares it; the broker keeps that
- * shared body, and a delivery hands it on shared; the receiving client gives its caller a copy made in
- * its own thread ({@link ownBytes}), so a receiver that writes to its bytes changes neither the broker's
- * retained body nor another subscriber's. Over TCP nothing can be shared: `node:v8` serializes a
- * SharedArrayBuffer-backed view as a plain copy, and a TCP client never makes one.
+ * so structured cloning shares it; the broker keeps that shared body, and a delivery hands it on shared;
+ * the receiving client gives its caller a copy made in its own thread ({@link ownBytes}), so a receiver
+ * that writes to its bytes changes neither the broker's retained body nor another subscriber's. Over TCP
+ * nothing can be shared: `node:v8` serializes a SharedArrayBuffer-backed view as a plain copy, and a TCP
+ * client never makes one.
  *
  * Identities. A channel or subscription id is sent once per connection (`defineChannel`,
  * `defineSubscription`) and named by a small integer handle afterwards; the server keeps one id object
