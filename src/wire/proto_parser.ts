@@ -394,6 +394,15 @@ function resolveType(
   );
 }
 
+/**
+ * A field's camelCase name (protoc's JSON name for the names this subset reads: each `_` followed by a
+ * lower-case letter or digit dropped and that character upper-cased), the key under which the codec keeps
+ * the field. Two fields of one message with the same camelCase name are refused, as protoc refuses them.
+ */
+export function camelCaseName(name: string): string {
+  return name.replace(/_([a-z0-9])/g, (_, letter: string) => letter.toUpperCase());
+}
+
 function resolveMessage(
   tokens: Tokens,
   draft: DraftMessage,
@@ -407,6 +416,15 @@ function resolveMessage(
       throw tokens.error(
         field.token,
         `${draft.name}.${field.name} = ${field.number} repeats the name or number of ${clash.name} = ${clash.number}`,
+      );
+    }
+    const sameCamelCase = fields.find((known) => camelCaseName(known.name) === camelCaseName(field.name));
+    if (sameCamelCase !== undefined) {
+      throw tokens.error(
+        field.token,
+        `${draft.name}.${field.name} has the camelCase name ${
+          camelCaseName(field.name)
+        } of ${sameCamelCase.name}`,
       );
     }
     if (draft.oneofs.some((oneof) => oneof.name === field.name)) {

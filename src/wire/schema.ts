@@ -24,7 +24,7 @@
 
 import { DecodeError, SchemaError } from "../core/errors.ts";
 import envelopeProto from "./envelope.proto" with { type: "text" };
-import { parseProto, type ProtoFile, type ProtoScalar } from "./proto_parser.ts";
+import { camelCaseName, parseProto, type ProtoFile, type ProtoScalar } from "./proto_parser.ts";
 
 /** The protobuf package of every videoflow message type. */
 export const PROTO_PACKAGE = "videoflow.v1";
@@ -186,10 +186,6 @@ function isPackable(kind: Kind): boolean {
   return wireTypeOf(kind) !== LENGTH_DELIMITED;
 }
 
-function camelCase(name: string): string {
-  return name.replace(/_([a-z0-9])/g, (_, letter: string) => letter.toUpperCase());
-}
-
 function messagePlans(file: ProtoFile): ReadonlyMap<string, MessagePlan> {
   if (file.package !== PROTO_PACKAGE) {
     throw new SyntaxError(
@@ -208,12 +204,12 @@ function messagePlans(file: ProtoFile): ReadonlyMap<string, MessagePlan> {
       const label = field.label === "map" || field.label === "repeated" ? field.label : "single";
       const fieldPlan: FieldPlan = {
         id: field.number,
-        name: camelCase(field.name),
+        name: camelCaseName(field.name),
         fullName: `${plan.name}.${field.name}`,
         label,
         kind,
         presence: typeof kind !== "string" || oneof !== undefined || field.label === "optional",
-        siblings: oneof ? oneof.fields.filter((name) => name !== field.name).map(camelCase) : [],
+        siblings: oneof ? oneof.fields.filter((name) => name !== field.name).map(camelCaseName) : [],
         tag: (field.number << 3) | (label === "single" ? wireTypeOf(kind) : LENGTH_DELIMITED),
       };
       plan.fields.push(fieldPlan);
@@ -274,6 +270,23 @@ class Reader {
       if (this.pos >= this.len) throw malformed("the message ends inside a varint");
       const byte = this.buf[this.pos++];
       if (shift < 32) value |= (byte & 0x7f) << shift;
+      if (byte < 0x80) return value >>> 0;
+    }
+    throw malformed("a varint is longer than 10 bytes");
+  }
+
+  /**
+   * A varint that must fit in 32 bits unsigned, as a tag or a length must: one that carries a larger value
+   * (a length past any message, a field number past protobuf's range) is malformed, never truncated.
+   */
+  varintU32(what: string): number {
+    let value = 0;
+    for (let shift = 0; shift < 70; shift += 7) {
+      if (this.pos >= this.len) throw malformed("the message ends inside a varint");
+      const byte = this.buf[this.pos++];
+      const bits = byte & 0x7f;
+      if (shift < 28 || (shift === 28 && bits <= 0x0f)) value |= bits << shift;
+      else if (bits !== 0) throw malformed(`${what} is larger than 32 bits`);
       if (byte < 0x80) return value >>> 0;
     }
     throw malformed("a varint is longer than 10 bytes");
@@ -341,7 +354,7 @@ class Reader {
 
   /** Reads a length and returns where the bytes it announces end. */
   delimitedEnd(): number {
-    const length = this.varint32();
+    const length = this.varintU32("a length");
     const end = this.pos + length;
     if (end > this.len) throw malformed(`a length of ${length} bytes runs past the end of the message`);
     return end;
@@ -412,7 +425,7 @@ function readMapEntry(field: FieldPlan, r: Reader, depth: number): [string, unkn
   let key = "";
   let value: unknown = undefined;
   while (r.pos < end) {
-    const tag = r.varint32();
+    const tag = r.varintU32("a tag");
     const wireType = tag & 7;
     if (tag >>> 3 === 1) {
       expectWireType(field, wireType, LENGTH_DELIMITED);
@@ -484,7 +497,7 @@ function readMessage(plan: MessagePlan, r: Reader, end: number, depth: number): 
   if (depth > MAX_DEPTH) throw malformed(`messages nest deeper than ${MAX_DEPTH} levels`);
   const out: Fields = {};
   while (r.pos < end) {
-    const tag = r.varint32();
+    const tag = r.varintU32("a tag");
     const id = tag >>> 3;
     if (id === 0) throw malformed(`${plan.name} holds a field numbered 0, which protobuf forbids`);
     const field = plan.byId.get(id);

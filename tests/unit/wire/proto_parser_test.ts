@@ -129,6 +129,11 @@ Deno.test("what protoc refuses is refused: clashes, ranges, unknown types, enum 
   assertRefused("message M { string x = 1; bool y = 1; }", "M.y = 1 repeats the name or number of x = 1");
   assertRefused("message M { oneof o { string x = 1; } bool y = 1; }", "repeats the name or number");
   assertRefused("message M { oneof x { string y = 1; } bool x = 2; }", "M.x has the name of a oneof");
+  assertRefused(
+    "message M { string foo_bar = 1; bool fooBar = 2; }",
+    "M.fooBar has the camelCase name fooBar of foo_bar",
+  );
+  assertRefused("message M { string a_1 = 1; oneof o { bytes a1 = 2; } }", "camelCase name a1 of a_1");
   assertRefused("message M { oneof o { string x = 1; } oneof o { bool y = 2; } }", "declares oneof o twice");
   assertRefused("message M { oneof o { } }", "oneof o has no fields");
   assertRefused("message M { oneof o { repeated string x = 1; } }", "a oneof member cannot be repeated");

@@ -144,6 +144,13 @@ function randomString(rng: SeededRandom): string {
   return Array.from({ length: rng.int(0, 6) }, () => rng.pick(CHARS)).join("");
 }
 
+/** A uniformly random unsigned integer of exactly `bits` bits (1..64): every varint length gets sampled. */
+function randomBits(rng: SeededRandom, bits: number): bigint {
+  let value = 1n;
+  for (let i = 1; i < bits; i++) value = (value << 1n) | (rng.chance(0.5) ? 1n : 0n);
+  return value;
+}
+
 function randomScalar(type: string, rng: SeededRandom): unknown {
   switch (type) {
     case "uint32":
@@ -157,6 +164,7 @@ function randomScalar(type: string, rng: SeededRandom): unknown {
         2n ** 63n,
         2n ** 64n - 1n,
         BigInt(rng.int(0, 1e9)),
+        randomBits(rng, rng.int(1, 64)),
       ]);
     case "int64":
     case "sint64":
@@ -168,6 +176,7 @@ function randomScalar(type: string, rng: SeededRandom): unknown {
         2n ** 63n - 1n,
         -(2n ** 53n) - 3n,
         BigInt(rng.int(-1e9, 1e9)),
+        randomBits(rng, rng.int(1, 63)) * (rng.chance(0.5) ? -1n : 1n),
       ]);
     case "double":
       return rng.pick([0, -0, 1.5, NaN, Infinity, -Infinity, 5e-324, 1e308, (rng.next() - 0.5) * 1e12]);

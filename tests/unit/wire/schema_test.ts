@@ -177,6 +177,23 @@ Deno.test("malformed framing is refused with a DecodeError that says what is wro
   assertRefused("Tensor", [0x78, ...new Array(10).fill(0x80), 0x00], "longer than 10 bytes");
 });
 
+Deno.test("a length or a tag past 32 bits is refused, never truncated to its low bits", () => {
+  // Tensor.data (field 3, bytes) with a length of 2^32 + 1: truncated, it would read as 1 and take the byte.
+  assertRefused("Tensor", [0x1a, 0x81, 0x80, 0x80, 0x80, 0x10, 0x07], "a length is larger than 32 bits");
+  // Tensor.dtype's tag (0x12) with bit 35 set: truncated, it would read as a valid dtype.
+  assertRefused(
+    "Tensor",
+    [0x92, 0x80, 0x80, 0x80, 0x80, 0x01, 0x01, 0x61],
+    "a tag is larger than 32 bits",
+  );
+  // The largest 32-bit length still reads as a length (and so runs past the end).
+  assertRefused("Tensor", [0x1a, 0xff, 0xff, 0xff, 0xff, 0x0f], "a length of 4294967295 bytes runs past");
+  // Redundant zero continuation bytes are a valid encoding of a small length and tag.
+  assert.deepEqual(decodeMessage("Tensor", Uint8Array.from([0x92, 0x80, 0x00, 0x81, 0x80, 0x00, 0x61])), {
+    dtype: "a",
+  });
+});
+
 Deno.test("an encoded message owns its whole buffer, small or large, so it can be transferred", () => {
   for (const size of [3, 100_000]) {
     const bytes = encodeMessage("Tensor", { data: new Uint8Array(size) });
