@@ -32,6 +32,7 @@ commands:
   run-local FLOW.ts  run the flow on this machine, with a live view; options:
                      --isolation worker|process  --state DIR  --run-id ID
                      --flow-type realtime|batch  --no-restart
+                     --channel-max-mib N  (unsettled data the broker keeps per node; 256)
   dlq FLOW.ts        the dead letters of a run: --run-id ID [--state DIR] [--json]
   explain FLOW.ts    what the flow will do: graph, replicas, joins, delivery, permissions
                      (--dot: the graph for Graphviz)
@@ -49,6 +50,7 @@ const OPTIONS = {
   "run-id": { type: "string" },
   "flow-type": { type: "string" },
   "no-restart": { type: "boolean" },
+  "channel-max-mib": { type: "string" },
   json: { type: "boolean" },
 } as const;
 
@@ -76,7 +78,7 @@ const COMMANDS: Record<string, Command> = {
       dlqCommand(path, { runId: options["run-id"], state: options.state, json: options.json }, io),
   },
   "run-local": {
-    accepts: ["isolation", "state", "run-id", "flow-type", "no-restart"],
+    accepts: ["isolation", "state", "run-id", "flow-type", "no-restart", "channel-max-mib"],
     run: (path, options, io) =>
       runLocalCommand(path, {
         isolation: options.isolation,
@@ -84,6 +86,7 @@ const COMMANDS: Record<string, Command> = {
         runId: options["run-id"],
         flowType: options["flow-type"],
         noRestart: options["no-restart"],
+        channelMaxMib: options["channel-max-mib"],
       }, io),
   },
 };

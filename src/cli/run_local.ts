@@ -1,6 +1,6 @@
 /**
  * `vf run-local FLOW.ts [--isolation worker|process] [--state DIR] [--run-id ID] [--flow-type realtime|batch]
- * [--no-restart]`: runs the flow on this machine with the local engine, shows a live view while it runs, a
+ * [--no-restart] [--channel-max-mib N]`: runs the flow on this machine with the local engine, shows a live view while it runs, a
  * summary at the end, and exits with the run's status (0, 2, 3, 4, 5; 130 when forced). The run-wide
  * worker settings set in its own environment (`VF_PROGRESS_TIMEOUT_SECONDS`, `VF_ACK_WAIT_SECONDS`,
  * `VF_LOG_LEVEL`, a test's `VF_FAULT_SCHEDULE_JSON`, ...: `FORWARDED_SETTINGS` of the local engine) reach
@@ -14,7 +14,13 @@ import { ConfigError } from "../core/errors.ts";
 import { randomHex } from "../core/hex.ts";
 import { checkFlowType } from "../core/flow_type.ts";
 import { sanitize } from "../backends/names.ts";
-import { forwardedSettings, Isolation, LocalEngine } from "../engines/local.ts";
+import {
+  DEFAULT_CHANNEL_MAX_BYTES,
+  forwardedSettings,
+  Isolation,
+  LocalEngine,
+  MIB,
+} from "../engines/local.ts";
 import { loadFlow } from "./load_flow.ts";
 import type { CommandOutput } from "./main.ts";
 
@@ -25,6 +31,8 @@ export interface RunLocalOptions {
   readonly runId?: string;
   readonly flowType?: string;
   readonly noRestart?: boolean;
+  /** `--channel-max-mib`: the embedded broker's limit on one node's unsettled data, in MiB. */
+  readonly channelMaxMib?: string;
 }
 
 /** The state directory when `--state` is not given. */
@@ -58,6 +66,18 @@ function runIdOf(value: string | undefined): string {
   return value;
 }
 
+/** `--channel-max-mib` in bytes; the engine refuses a limit below its largest envelope. */
+function channelMaxBytesOf(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  if (!/^[0-9]{1,9}$/.test(value)) {
+    throw new ConfigError(
+      `--channel-max-mib ${JSON.stringify(value)} is not a whole number of MiB`,
+      `pass --channel-max-mib ${DEFAULT_CHANNEL_MAX_BYTES / MIB} (the default), or more for a larger backlog`,
+    );
+  }
+  return Number(value) * MIB;
+}
+
 /** Runs the flow file at `path` locally; resolves with the run's exit status. */
 export async function runLocalCommand(
   path: string,
@@ -65,6 +85,7 @@ export async function runLocalCommand(
   io: CommandOutput,
 ): Promise<number> {
   const isolation = isolationOf(options.isolation);
+  const channelMaxBytes = channelMaxBytesOf(options.channelMaxMib);
   const runId = runIdOf(options.runId);
   const { flow, modules } = await loadFlow(path);
   const flowType = options.flowType === undefined ? flow.flowType : checkFlowType(options.flowType);
@@ -82,6 +103,7 @@ export async function runLocalCommand(
     restart: !(options.noRestart ?? false),
     output: { isTerminal: Deno.stdout.isTerminal(), write: (text) => io.write(text) },
     extraEnv: forwardedSettings(Deno.env.toObject()),
+    channelMaxBytes,
   });
   return result.exitCode;
 }

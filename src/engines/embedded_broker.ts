@@ -15,13 +15,12 @@
  *   that completes after its connection ended (or after the client's messaging shut down) never reached
  *   anyone, so its deliveries are handed back at once (settled Retry, which costs them an attempt exactly
  *   as a lapsed lease would).
- * - A large publication body from a port client arrives in a SharedArrayBuffer the client filled, is kept
- *   as it is, and goes out shared with every delivery (each receiving client copies it in its own
- *   thread), so this thread copies no large body; a small one is copied into its frame's arena, and
+ * - A large publication body from a port client arrives as a copy the client moved here, and is kept as
+ *   it is; each delivery of it is a copy this thread makes and moves to the receiver, which then owns it
+ *   (the broker keeps its own for redelivery). A small body is copied into its frame's arena, and
  *   everything over TCP is copied by the socket. Payloads likewise: a put's bytes arrive in a frame of
- *   their own (shared, moved or deserialized), so the store keeps them without a copy
- *   (`MemoryPayloadStore.putOwned`); a read of shared bytes hands them on shared for the client to copy,
- *   and a read of other bytes is a fresh copy the store made, which a MessagePort moves (transfer).
+ *   their own (moved or deserialized), so the store keeps them without a copy
+ *   (`MemoryPayloadStore.putOwned`); a read is a fresh copy the store made, which a MessagePort moves.
  * - Closing the broker closes every connection (each client's waiting calls end as a lost connection
  *   decides: BrokerUnavailable, or the truthful unknown outcome where the contract has one),
  *   stops the listener and shuts the messaging model down; the payload store has nothing to release and
@@ -66,14 +65,16 @@ import {
   channelId,
   type Delivery,
   type DeliveryToken,
+  type Envelope,
   type LeaseObservation,
+  MessageKind,
   retry,
   type SettlementOutcome,
   type SubscriptionId,
   subscriptionId,
   subscriptionKey,
 } from "../backends/messaging.ts";
-import type { PublicationOutcome } from "../backends/outcomes.ts";
+import { type PublicationOutcome, rejected } from "../backends/outcomes.ts";
 import type { PayloadReadOutcome } from "../backends/payload.ts";
 import type { RuntimeStore } from "../backends/runtime_store.ts";
 import {
@@ -152,11 +153,17 @@ export class BrokerConnection {
   readonly #subs: (SubscriptionId | undefined)[] = [];
   readonly #subHandles = new WeakMap<SubscriptionId, number>();
   readonly #subKeys = new Map<string, number>();
-  readonly #results = new FrameBuilder(Frame.results);
+  readonly #results: FrameBuilder;
   readonly #flusher = new DeferredFlush(() => this.#flush());
   readonly #handleOf = (subscription: SubscriptionId) => this.#handleFor(subscription);
   /** Broker tokens of deliveries handed out on this connection, by id, until settled or released. */
   readonly #tokens = new IdTable<DeliveryToken>();
+  /**
+   * Per channel handle, the data publication of this connection the broker last refused as retryable and
+   * has not taken since: until it is, later data publications on that channel are refused too, so one
+   * publisher's outputs are taken in the order it made them (its messenger retries them in that order).
+   */
+  readonly #refusedHeads = new Map<number, string>();
   #tokenCount = 0;
   readonly #tokenIdOf = (token: DeliveryToken) => {
     const id = ++this.#tokenCount;
@@ -172,6 +179,7 @@ export class BrokerConnection {
     helloTimeoutSeconds: number | null,
   ) {
     this.#link = link;
+    this.#results = new FrameBuilder(Frame.results, link.kind);
     this.#services = services;
     this.#label = label;
     this.#secret = secret;
@@ -329,6 +337,23 @@ export class BrokerConnection {
     this.#queueFlush();
   }
 
+  /**
+   * Keeps a channel's data in publication order for this connection: a retryable refusal on a channel that
+   * refuses when full (whose publishers retry) makes its publication the channel's refused head, later data
+   * publications are refused behind it, and the head's next outcome that is not another retryable refusal
+   * clears it.
+   */
+  #noteOrder(handle: number, envelope: Envelope, outcome: PublicationOutcome): PublicationOutcome {
+    const refused = outcome.kind === "rejected" && outcome.retryable;
+    const head = this.#refusedHeads.get(handle);
+    if (head === undefined) {
+      if (refused && this.#services.messaging.refusesWhenFull(envelope.channel)) {
+        this.#refusedHeads.set(handle, envelope.publicationId);
+      }
+    } else if (head === envelope.publicationId && !refused) this.#refusedHeads.delete(handle);
+    return outcome;
+  }
+
   #fail(id: number, error: unknown): void {
     if (id === 0 || !this.#open) return;
     this.#results.add(id, 0, errorToWire(error));
@@ -372,7 +397,22 @@ export class BrokerConnection {
       case Op.publish: {
         const envelope = decodeEnvelope(args, this.#channel(args[0]), arena);
         const deadline = envelopeDeadline(args);
-        return messaging.publishNow(envelope, deadline) ?? messaging.publish(envelope, deadline);
+        if (envelope.kind !== MessageKind.data) {
+          return messaging.publishNow(envelope, deadline) ?? messaging.publish(envelope, deadline);
+        }
+        const handle = args[0] as number;
+        const head = this.#refusedHeads.get(handle);
+        if (head !== undefined && head !== envelope.publicationId) {
+          return rejected(
+            envelope.publicationId,
+            `publication ${head}, refused earlier on this channel, is not taken yet: outputs are taken in order`,
+            true,
+          );
+        }
+        const outcome = messaging.publishNow(envelope, deadline) ?? messaging.publish(envelope, deadline);
+        return outcome instanceof Promise
+          ? outcome.then((settled) => this.#noteOrder(handle, envelope, settled))
+          : this.#noteOrder(handle, envelope, outcome);
       }
       case Op.receive: {
         const sub = this.#sub(args[0]);
@@ -452,7 +492,7 @@ export class BrokerConnection {
           args[2] as Parameters<MemoryPayloadStore["put"]>[2],
         );
       case Op.payloadRead:
-        return payload.readSharable(args[0] as Ref);
+        return payload.read(args[0] as Ref);
       case Op.payloadAcquire:
         return payload.acquireObligation(args[0] as Ref, args[1] as string, args[2] as number);
       case Op.payloadRenew:

@@ -11,7 +11,7 @@
  */
 
 import type { NodeSpec } from "../core/compiler.ts";
-import { EXIT_FLOW_FAILED, EXIT_STALLED, EXIT_USER, UpstreamAborted } from "../core/errors.ts";
+import { ConfigError, EXIT_FLOW_FAILED, EXIT_STALLED, EXIT_USER, UpstreamAborted } from "../core/errors.ts";
 import type { FlowType } from "../core/flow.ts";
 import {
   type NodeExited,
@@ -84,6 +84,11 @@ export interface LocalRunOptions {
    * replica.
    */
   readonly extraEnv?: Readonly<Record<string, string>>;
+  /**
+   * The most bytes of unsettled data the embedded broker keeps for one node's output
+   * ({@link DEFAULT_CHANNEL_MAX_BYTES}); at least {@link EMBEDDED_MAX_ENVELOPE_BYTES}.
+   */
+  readonly channelMaxBytes?: number;
   /** How often the live view refreshes, seconds (1). */
   readonly refreshSeconds?: number;
   /** Seconds without any report after which a replica counts as dead (10). */
@@ -100,11 +105,32 @@ export interface LocalRunResult {
   readonly runDir: string;
 }
 
+/** Bytes in a mebibyte. */
+export const MIB = 1024 * 1024;
+
 /**
  * The largest envelope the embedded broker takes: it holds messages in the supervisor's memory, like its
  * payload store, so it needs no NATS-sized limit; this one only bounds what one message may pin.
  */
-export const EMBEDDED_MAX_ENVELOPE_BYTES = 64 * 1024 * 1024;
+export const EMBEDDED_MAX_ENVELOPE_BYTES = 64 * MIB;
+
+/**
+ * How many bytes of unsettled data the embedded broker keeps for one node's output unless told otherwise:
+ * its messages live in the supervisor's memory, so a producer faster than its consumers (a decoder ahead
+ * of slow inference) is held back here, by the broker refusing and the producer backing off, instead of
+ * filling the host's memory. 256 MiB is about 97 720p BGR frames, or 4 of the largest envelopes.
+ */
+export const DEFAULT_CHANNEL_MAX_BYTES = 256 * MIB;
+
+/** Refuses a channel byte limit that is not a whole number of bytes, or that one largest envelope would overflow. */
+function checkChannelMaxBytes(value: number | undefined): void {
+  if (value === undefined || (Number.isSafeInteger(value) && value >= EMBEDDED_MAX_ENVELOPE_BYTES)) return;
+  throw new ConfigError(
+    `a channel's byte limit must be a whole number of at least ${EMBEDDED_MAX_ENVELOPE_BYTES} bytes ` +
+      `(the largest envelope), got ${value}`,
+    `pass at least ${EMBEDDED_MAX_ENVELOPE_BYTES / MIB} MiB`,
+  );
+}
 
 /**
  * The inline payload threshold a local run's replicas get unless `VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES` is
@@ -112,7 +138,7 @@ export const EMBEDDED_MAX_ENVELOPE_BYTES = 64 * 1024 * 1024;
  * ledger writes), with room left for the envelope's own fields. Larger payloads still go to the
  * embedded payload store.
  */
-export const EMBEDDED_MAX_INLINE_PAYLOAD_BYTES = EMBEDDED_MAX_ENVELOPE_BYTES - 1024 * 1024;
+export const EMBEDDED_MAX_INLINE_PAYLOAD_BYTES = EMBEDDED_MAX_ENVELOPE_BYTES - MIB;
 
 /**
  * The run-wide worker settings `vf run-local` passes on from its own environment to every replica: the
@@ -263,6 +289,7 @@ export class LocalEngine {
 
   /** Runs the flow and resolves with how it ended. */
   static async run(options: LocalRunOptions): Promise<LocalRunResult> {
+    checkChannelMaxBytes(options.channelMaxBytes);
     const runDir = `${options.stateDir}/${options.flowId}/${options.runId}`;
     await Deno.mkdir(`${runDir}/termination`, { recursive: true });
     const ledger = await FileRuntimeStore.open(`${runDir}/ledger`);
@@ -295,7 +322,13 @@ export class LocalEngine {
     const { flowId, flowType, runId, specs } = this.#options;
     const ledger = this.#broker.runtimeStore;
     const ledgerBudget = ledger !== null && await storeSharedAndDurable(ledger);
-    const topology = flowTopology(topologyNodes(specs), { flowId, runId, flowType, ledgerBudget });
+    const topology = flowTopology(topologyNodes(specs), {
+      flowId,
+      runId,
+      flowType,
+      ledgerBudget,
+      channelMaxBytes: this.#options.channelMaxBytes ?? DEFAULT_CHANNEL_MAX_BYTES,
+    });
     await provisionFlow(this.#broker.messaging, topology, `run-local/${runId}`);
     if (this.#options.isolation === Isolation.process) await this.#broker.listen();
     const onSignal = () => this.stop();

@@ -22,13 +22,13 @@
  *   observation is Unknown('unreachable') and a teardown incomplete; every other call, and every call
  *   made after the loss, rejects with BrokerUnavailable.
  *
- * Bytes: a publication's body is copied when the call is made, never transferred: a caller may publish
- * the same envelope again under its publication id, and the broker keeps its own copy. A small body is
- * packed into the frame; over a MessagePort a large one is copied, in this thread, into a
- * SharedArrayBuffer the broker keeps and hands on without copying. A delivery's bytes
- * are this caller's own: a large shared body is copied here, so writing to it changes neither the
- * broker's body nor another subscriber's; a small one is a view sharing its buffer with the other small
- * deliveries of its frame (at most 64 KiB), so slice it to keep it apart for long.
+ * Bytes: a publication's body is copied when the call is made, and the caller's array is never
+ * transferred: a caller may publish the same envelope again under its publication id. A small body is
+ * packed into the frame; over a MessagePort a large one is copied, in this thread, and the copy is moved
+ * to the broker, which keeps it. A delivery's bytes are this caller's own: a large body is a copy the
+ * broker moved here, so writing to it changes neither the broker's body nor another subscriber's; a
+ * small one is a view sharing its buffer with the other small deliveries of its frame (at most 64 KiB),
+ * so slice it to keep it apart for long.
  *
  * Time: deadlines are passed through unchanged and read on the broker's clock, so the client's `clock`
  * must share its monotonic basis (the system clock in production, the broker's FakeClock in tests); the

@@ -75,7 +75,7 @@ import {
   terminal,
 } from "../backends/messaging.ts";
 import { MemoryRuntimeStore } from "../backends/memory/runtime_store.ts";
-import { known, type Observation, type PublicationOutcome } from "../backends/outcomes.ts";
+import { known, type Observation, type PublicationOutcome, rejected } from "../backends/outcomes.ts";
 import { intentObligationId, type PayloadStore } from "../backends/payload.ts";
 import {
   BATCH_BLOB_TTL_SECONDS,
@@ -498,6 +498,12 @@ const STOP_ENTRY: InputEntry = Object.freeze({
   isAbort: false,
 });
 
+/** Whether a publication's outcome calls for another attempt: a persistent one refused retryably, or unresolvable. */
+function retriesAfter(outcome: PublicationOutcome, persistent: boolean): boolean {
+  return persistent &&
+    (outcome.kind === "publication_unresolvable" || (outcome.kind === "rejected" && outcome.retryable));
+}
+
 /**
  * The {@link Messenger} over a {@link MessagingBackend}, a {@link PayloadStore} and a {@link FlowRuntime}.
  * Build it with {@link BrokerMessenger.open}; one instance serves one replica of one node.
@@ -556,6 +562,11 @@ export class BrokerMessenger implements Messenger {
   readonly #recovered = new Map<string, RecoveredGroup>();
   readonly #recoveredReady: ReadyGroup<Held>[] = [];
   readonly #work: InFlight;
+  /**
+   * Settles once the last refused persistent publication waiting its turn has its final outcome; null when
+   * none waits (see {@link #publish}).
+   */
+  #refusedTail: Promise<void> | null = null;
   /** The publications of the group in hand, which its settlement waits for. */
   #outputs: Promise<void>[] = [];
   /** The ledger flushes, one after another. */
@@ -2114,26 +2125,64 @@ export class BrokerMessenger implements Messenger {
   /**
    * Publishes until the outcome is known: a lost receipt is resolved by observation (an idempotent
    * re-publish inside the dedup window). `persistent`: a retryable refusal (a full reliable channel) is
-   * retried with backoff until taken; otherwise the first refusal stands.
+   * retried with backoff until taken; otherwise the first refusal stands. A refused persistent publication
+   * joins a queue, and a persistent publication made while the queue is not empty joins it without being
+   * sent: each is attempted only once every one before it has its final outcome, so the outputs a replica
+   * makes while its consumers hold it back are taken in the order it made them. One already sent when the
+   * first refusal arrives is kept behind it by the embedded broker, which refuses a connection's later data
+   * on a channel until its refused publication is taken; a backend that does not may take it first.
    */
   async #publish(env: BackendEnvelope, persistent: boolean): Promise<PublicationOutcome> {
-    let retries = 0;
-    for (;;) {
-      let outcome = await this.#backend.publish(env, this.#clock.monotonic() + this.#publishTimeout);
-      while (outcome.kind === "publication_unknown") {
-        retries++;
-        if (!persistent && retries > 1) return outcome;
-        await this.#clock.sleep(publishBackoffSeconds(retries));
-        if (this.#work.abandoned) return outcome;
-        outcome = await this.#backend.observePublication(env);
+    if (persistent && this.#refusedTail !== null) return await this.#publishInTurn(env, null);
+    const outcome = await this.#publishOnce(env, persistent);
+    if (!retriesAfter(outcome, persistent) || this.#work.abandoned) return outcome;
+    return await this.#publishInTurn(env, outcome);
+  }
+
+  /**
+   * A persistent publication in the queue (see {@link #publish}): attempted once the one before it has its
+   * final outcome (after a backoff when it heads the queue, having just been `refused`), then retried with
+   * backoff until taken.
+   */
+  async #publishInTurn(
+    env: BackendEnvelope,
+    refused: PublicationOutcome | null,
+  ): Promise<PublicationOutcome> {
+    const previous = this.#refusedTail;
+    const turn = Promise.withResolvers<void>();
+    this.#refusedTail = turn.promise;
+    try {
+      let retries = 0;
+      if (previous !== null) await previous;
+      else await this.#clock.sleep(publishBackoffSeconds(++retries));
+      let outcome = refused;
+      for (;;) {
+        if (this.#work.abandoned) {
+          return outcome ??
+            rejected(env.publicationId, "the replica stopped before this output's turn", false);
+        }
+        outcome = await this.#publishOnce(env, true);
+        if (!retriesAfter(outcome, true)) return outcome;
+        await this.#clock.sleep(publishBackoffSeconds(++retries));
       }
-      if (outcome.kind === "accepted") return outcome;
-      if (outcome.kind === "publication_unresolvable" && !persistent) return outcome;
-      if (outcome.kind === "rejected" && !(persistent && outcome.retryable)) return outcome;
-      retries++;
-      await this.#clock.sleep(publishBackoffSeconds(retries));
-      if (this.#work.abandoned) return outcome;
+    } finally {
+      if (this.#refusedTail === turn.promise) this.#refusedTail = null;
+      turn.resolve();
     }
+  }
+
+  /** One publication, then observations of it while its receipt is lost (a persistent one until known). */
+  async #publishOnce(env: BackendEnvelope, persistent: boolean): Promise<PublicationOutcome> {
+    let outcome = await this.#backend.publish(env, this.#clock.monotonic() + this.#publishTimeout);
+    let observations = 0;
+    while (outcome.kind === "publication_unknown") {
+      observations++;
+      if (!persistent && observations > 1) return outcome;
+      await this.#clock.sleep(publishBackoffSeconds(observations));
+      if (this.#work.abandoned) return outcome;
+      outcome = await this.#backend.observePublication(env);
+    }
+    return outcome;
   }
 
   #countPublication(outcome: PublicationOutcome): void {

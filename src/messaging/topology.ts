@@ -127,6 +127,12 @@ export interface TopologySettings {
   readonly realtimeBuffer?: number;
   /** A reliable_work channel's message limit ({@link DEFAULT_BATCH_MAX_MSGS}). */
   readonly batchMaxMsgs?: number;
+  /**
+   * The most bytes of data one node's channel keeps (`null`, the default: no byte limit, as a JetStream
+   * stream by default). A reliable_work channel at the limit refuses publications until its consumers
+   * settle (the publisher backs off); a live_latest one evicts its oldest.
+   */
+  readonly channelMaxBytes?: number | null;
   /** Deliveries a replica takes per receive beyond its processing credit ({@link defaultPrefetch}). */
   readonly prefetch?: number;
   /** Bytes one receive may hand out (`VF_PREFETCH_BYTES`; {@link DEFAULT_BYTE_CREDIT}). */
@@ -493,6 +499,7 @@ export function flowTopology(nodes: readonly TopologyNode[], settings: TopologyS
           required: [...data.map((spec) => spec.id), anchor.id],
           realtimeBuffer: Math.max(settings.realtimeBuffer ?? DEFAULT_REALTIME_BUFFER, node.nbTasks),
           batchMaxMsgs: settings.batchMaxMsgs,
+          maxBytes: settings.channelMaxBytes,
           replicas: settings.replicas,
           generation: settings.generation,
         },

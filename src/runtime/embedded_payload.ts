@@ -3,18 +3,15 @@
  * {@link EmbeddedConnection} to the memory store the supervisor hosts. Every decision (keys, digests,
  * generations, obligations, TTL, budget, barriers) is the hosted store's.
  *
- * Bytes. A read's bytes are this caller's own: bytes the store keeps shared are copied here, in this
- * thread; others are a fresh copy the store made for the read, which a MessagePort transfers to this
- * worker instead of copying them again. A put's bytes are copied when the call is made unless the
- * client was built with `transferPuts`: then, over a MessagePort, a Uint8Array spanning its whole
- * ArrayBuffer is transferred and the caller's array is detached once the frame leaves (at the end of the
- * turn). A view into a larger buffer is always copied (moving its buffer would take bytes that are not
- * the payload). Over a MessagePort that copy of more than `PACK_LIMIT` bytes is made here, into a
- * SharedArrayBuffer the link shares and the store keeps, so the supervisor's thread copies them neither
- * on the way in nor on a read; a transferred put's bytes are kept as they arrive, but each read of them
- * is a copy made by the supervisor. Over TCP the link copies. A put given a detached array is a ConfigError,
- * never an empty payload: keep a copy of bytes you may put again (a put retried after
- * PayloadBudgetExceeded).
+ * Bytes. A read's bytes are this caller's own: a fresh copy the store made for the read, which a
+ * MessagePort transfers to this worker instead of copying them again. A put's bytes are copied here, in
+ * this thread, when the call is made, and over a MessagePort that copy is transferred, so the store keeps
+ * it as it arrives; unless the client was built with `transferPuts`: then, over a MessagePort, a
+ * Uint8Array spanning its whole ArrayBuffer is transferred itself and the caller's array is detached once
+ * the frame leaves (at the end of the turn). A view into a larger buffer is always copied (moving its
+ * buffer would take bytes that are not the payload). Over TCP the link copies. A put given a detached
+ * array is a ConfigError, never an empty payload: keep a copy of bytes you may put again (a put retried
+ * after PayloadBudgetExceeded).
  *
  * Reconcile. The ledger is this worker's object, so its two questions are asked here: the required
  * obligations are read first, then the store's obligation ids are fetched and judged with
@@ -66,12 +63,9 @@ import {
   type EmbeddedConnection,
   FROZEN_REPLY,
   Op,
-  ownBytes,
-  PACK_LIMIT,
   PLAIN_REPLY,
   raiseLost,
   type Reply,
-  sharedBytes,
   spansBuffer,
 } from "./embedded_rpc.ts";
 
@@ -90,7 +84,7 @@ const READ_REPLY: Reply<ImmutablePayloadRef, PayloadReadOutcome> = Object.freeze
     const outcome = value as PayloadReadOutcome;
     switch (outcome.kind) {
       case "bytes":
-        return payloadBytes(ref, ownBytes(outcome.data), outcome.digestVerified);
+        return payloadBytes(ref, outcome.data, outcome.digestVerified);
       case "transient":
         return transientRead(ref, outcome.reason);
       case "missing":
@@ -187,13 +181,13 @@ export class EmbeddedPayloadStore implements PayloadStore {
     }
     const port = this.#connection.transport === "port";
     const move = this.#transferPuts && port && data.buffer instanceof ArrayBuffer && spansBuffer(data);
-    const bytes = move ? data : port && data.byteLength > PACK_LIMIT ? sharedBytes(data) : data.slice();
+    const bytes = move ? data : data.slice();
     return this.#connection.call(
       Op.payloadPut,
       [bytes, contentId, contract],
       null,
       REF_REPLY,
-      move ? data.buffer as ArrayBuffer : undefined,
+      port ? bytes.buffer as ArrayBuffer : undefined,
     );
   }
 

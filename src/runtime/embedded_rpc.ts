@@ -39,14 +39,14 @@
  * the broker, or by a receiver holding a delivery) keeps its frame's arena alive: at most 64 KiB each.
  * Larger bytes travel as their own Uint8Array.
  *
- * Large bytes. Over a MessagePort nobody copies a large body on the supervisor's main thread: the client
- * puts a publication's body above {@link PACK_LIMIT} (and a payload put's bytes) into a SharedArrayBuffer
- * of its own ({@link sharedBytes}: a copy made in the worker, so the caller may reuse its array at once),
- * so structured cloning shares it; the broker keeps that shared body, and a delivery hands it on shared;
- * the receiving client gives its caller a copy made in its own thread ({@link ownBytes}), so a receiver
- * that writes to its bytes changes neither the broker's retained body nor another subscriber's. Over TCP
- * nothing can be shared: `node:v8` serializes a SharedArrayBuffer-backed view as a plain copy, and a TCP
- * client never makes one.
+ * Large bytes. Over a MessagePort, bytes above {@link PACK_LIMIT} travel as a copy the sending thread
+ * makes into an ArrayBuffer of their own and moves with the frame (transfer): the receiver owns them
+ * outright, nothing aliases them, and the caller may reuse its array at once. So a publication's body is
+ * copied by the publishing worker and kept as it arrives; a delivery's body is copied by the broker for
+ * each receiver (it keeps its own for redelivery). Bytes are never put in a SharedArrayBuffer: one handed
+ * across threads is freed only once every thread that saw it has collected it, and a thread with little
+ * garbage of its own (the supervisor's) may not for a long time, so frames would pile up in memory. Over
+ * TCP the socket copies everything.
  *
  * Identities. A channel or subscription id is sent once per connection (`defineChannel`,
  * `defineSubscription`) and named by a small integer handle afterwards; the server keeps one id object
@@ -572,28 +572,17 @@ export interface BytePacker {
  * caller that reuses its buffer afterwards changes nothing sent) and names them by a number.
  */
 export class FrameArena implements BytePacker {
-  readonly #share: boolean;
   #bytes: Uint8Array | null = null;
   #size = 0;
 
   /**
-   * With `share` (a client on a MessagePort), large bytes are put into a SharedArrayBuffer of their own
-   * ({@link sharedBytes}) so that the link shares them.
-   */
-  constructor(share = false) {
-    this.#share = share;
-  }
-
-  /**
    * A number naming a copy of `bytes` in this arena, or, for large ones (or once the arena is full), the
-   * bytes fit to travel alone: shared bytes as they are (and, when this arena shares, a shared copy of
-   * large ones), else the array spanning its buffer, which the link copies (or moves) when the frame
-   * leaves a few microtask turns later: leave those unmodified until then.
+   * array spanning its buffer, which the link copies when the frame leaves a few microtask turns later:
+   * leave those unmodified until then.
    */
   pack(bytes: Uint8Array): number | Uint8Array {
     const length = bytes.byteLength;
-    if (length > PACK_LIMIT) return this.#share ? sharedBytes(bytes) : travelling(bytes);
-    if (this.#size + length > ARENA_LIMIT) return exactBytes(bytes);
+    if (length > PACK_LIMIT || this.#size + length > ARENA_LIMIT) return exactBytes(bytes);
     let arena = this.#bytes;
     if (arena === null || this.#size + length > arena.byteLength) {
       const grown = new Uint8Array(Math.max(ARENA_START, 2 ** Math.ceil(Math.log2(this.#size + length))));
@@ -637,15 +626,24 @@ export function unpack(field: unknown, arena: Uint8Array | null): Uint8Array {
 export class FrameBuilder implements BytePacker {
   readonly #kind: typeof Frame.calls | typeof Frame.results;
   #entries: unknown[];
-  readonly #arena: FrameArena;
+  readonly #arena = new FrameArena();
+  readonly #copy: boolean;
+  readonly #move: boolean;
   #transfer: ArrayBuffer[] = [];
   #bytes = 0;
 
-  /** `share`: see {@link FrameArena}'s constructor. */
-  constructor(kind: typeof Frame.calls | typeof Frame.results, share = false) {
+  /**
+   * A frame of `kind` for a link of kind `link`. Bytes not packed into the arena (large ones, or any once
+   * the arena is full): in a `calls` frame, a copy taken at call time, so a caller may reuse its array at
+   * once; over a port, in a `results` frame too, and that copy is moved with the frame, so the receiver
+   * owns it and nothing copies it again. In a `results` frame over TCP, the array itself, which the socket
+   * copies when the frame leaves.
+   */
+  constructor(kind: typeof Frame.calls | typeof Frame.results, link: FrameLink["kind"]) {
     this.#kind = kind;
     this.#entries = [kind, null];
-    this.#arena = new FrameArena(share);
+    this.#move = link === "port";
+    this.#copy = this.#move || kind === Frame.calls;
   }
 
   /** Whether the frame holds no entry yet. */
@@ -668,10 +666,14 @@ export class FrameBuilder implements BytePacker {
     this.#entries.push(first, second, third);
   }
 
-  /** {@link FrameArena.pack} on this frame's arena. */
+  /** {@link FrameArena.pack} on this frame's arena; what the arena does not take, as the constructor says. */
   pack(bytes: Uint8Array): number | Uint8Array {
     this.#bytes += bytes.byteLength;
-    return this.#arena.pack(bytes);
+    const packed = this.#arena.pack(bytes);
+    if (typeof packed === "number" || !this.#copy) return packed;
+    const own = packed === bytes ? bytes.slice() : packed;
+    if (this.#move) this.#transfer.push(own.buffer as ArrayBuffer);
+    return own;
   }
 
   /** Moves `buffer` with this frame (once, however often it is named). */
@@ -926,7 +928,7 @@ export class EmbeddedConnection implements BytePacker {
   private constructor(link: FrameLink, label: string) {
     this.#link = link;
     this.label = label;
-    this.#outbox = new FrameBuilder(Frame.calls, link.kind === "port");
+    this.#outbox = new FrameBuilder(Frame.calls, link.kind);
   }
 
   /**
@@ -1028,8 +1030,9 @@ export class EmbeddedConnection implements BytePacker {
   }
 
   /**
-   * Packs `bytes` into the frame being built (see {@link FrameArena.pack}; over a MessagePort large bytes
-   * are shared); the number or array returned is valid in the arguments of a call made in this same turn.
+   * Packs `bytes` into the frame being built (see {@link FrameBuilder.pack}; over a MessagePort large bytes
+   * are a moved copy); the number or array returned is valid in the arguments of a call made in this same
+   * turn.
    */
   pack(bytes: Uint8Array): number | Uint8Array {
     return this.#outbox.pack(bytes);
@@ -1235,34 +1238,6 @@ export function spansBuffer(bytes: Uint8Array): boolean {
   return bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength;
 }
 
-/** Whether `bytes` lie in a SharedArrayBuffer (a MessagePort then shares them instead of copying them). */
-export function isShared(bytes: Uint8Array): boolean {
-  return bytes.buffer instanceof SharedArrayBuffer;
-}
-
-/**
- * A copy of `bytes`, made here in the caller's thread, in a SharedArrayBuffer of its own that spans exactly
- * them: the caller's array (even one already in shared memory, say a reused slot) is never kept.
- */
-export function sharedBytes(bytes: Uint8Array): Uint8Array {
-  const shared = new Uint8Array(new SharedArrayBuffer(bytes.byteLength));
-  shared.set(bytes);
-  return shared;
-}
-
-/** `bytes` as the receiver's own: a copy (made in this thread) of shared bytes, other arrays as they are. */
-export function ownBytes(bytes: Uint8Array): Uint8Array {
-  if (!isShared(bytes)) return bytes;
-  const own = new Uint8Array(bytes.byteLength);
-  own.set(bytes);
-  return own;
-}
-
-/** Bytes that travel alone without packing: shared ones as they are (a port shares them), others exact. */
-function travelling(bytes: Uint8Array): Uint8Array {
-  return isShared(bytes) ? bytes : exactBytes(bytes);
-}
-
 /**
  * An envelope on the wire: `[channelHandle, publicationId, body (packed), size, schemaVersion, kindCode,
  * deadline (a publish's; null for an observation)]`, followed, only when any of them is set, by
@@ -1275,8 +1250,8 @@ export type EnvelopeWire = unknown[];
 const ENVELOPE_REQUIRED = 7;
 
 /**
- * Encodes `envelope` for the channel handle; the body is packed into `arena` (or copied by the link when
- * large), never transferred.
+ * Encodes `envelope` for the channel handle; the body goes through `arena` ({@link FrameBuilder.pack}:
+ * small ones packed, large ones a copy taken now), so the envelope's own array is never transferred.
  */
 export function encodeEnvelope(
   envelope: Envelope,
@@ -1522,8 +1497,8 @@ export type DeliveriesWire = unknown[];
 /**
  * Encodes deliveries; `tokenIdOf` registers each broker token and names it, `handleOf` names each one's
  * subscription handle on this connection. The bytes are the broker's retained body (another subscriber
- * or a redelivery needs them): small ones are copied into `arena`, a shared one travels shared (the
- * receiving client copies it, {@link decodeDeliveries}), and the link copies any other.
+ * or a redelivery needs them): small ones are copied into `arena`, large ones as `arena` packs them (a
+ * copy moved to the receiver over a MessagePort), so the receiver's bytes are its own.
  */
 export function encodeDeliveries(
   deliveries: readonly Delivery[],
@@ -1565,10 +1540,7 @@ export type DeliveryFactory<D> = (
   headers: Readonly<Record<string, string>>,
 ) => D;
 
-/**
- * Decodes a {@link DeliveriesWire} whose frame carried `arena`, building each delivery with `make`; a
- * shared body is copied here ({@link ownBytes}), so the receiver's bytes are its own.
- */
+/** Decodes a {@link DeliveriesWire} whose frame carried `arena`, building each delivery with `make`. */
 export function decodeDeliveries<D>(wire: unknown, arena: Uint8Array | null, make: DeliveryFactory<D>): D[] {
   const fields = wire as unknown[];
   const count = fields.length / DELIVERY_FIELDS;
@@ -1585,7 +1557,7 @@ export function decodeDeliveries<D>(wire: unknown, arena: Uint8Array | null, mak
       fields[at + 3] as number | null,
       fields[at + 4] as number,
       generation,
-      ownBytes(unpack(fields[at + 6], arena)),
+      unpack(fields[at + 6], arena),
       fields[at + 7] as number,
       receivedAt,
       (fields[at + 9] ?? EMPTY_HEADERS) as Readonly<Record<string, string>>,

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { decodeStoreName, FileRuntimeStore } from "../../src/runtime/file_store.ts";
 import { decodeEnvelope, decodePayload } from "../../src/wire/codec.ts";
 import { Barrier, crash, FaultSchedule, nth } from "../../src/backends/faults.ts";
+import { makeClip } from "../fixtures/video/clips.ts";
 
 const root = new URL("../../", import.meta.url);
 const configPath = new URL("deno.json", root).pathname;
@@ -323,6 +324,41 @@ Deno.test("the multi_camera example writes every frame of both cameras once, pai
       assert.ok(Math.abs(slot - Math.round(slot)) < 1e-3, `a pair at ${m.ts} is on the 0.2 s grid`);
     }
     assert.ok(both.length <= 20);
+  });
+});
+
+Deno.test("a decoder far ahead of a slow node is held back at the broker's channel limit: every frame reaches the sink once, in decode order", async () => {
+  await inTempDir(async (dir) => {
+    // 60 frames of 2.7 MB against a 64 MiB channel: the decoder fills it many times over before the slow
+    // node has taken a third of them, so its publications are refused and retried all along.
+    const clip = await makeClip(join(dir, "clip.mp4"), { size: "1280x720", frames: 60 });
+    const flow = await writeFlow(
+      dir,
+      ["SlowTrace"],
+      [
+        `import { VideoFileReader } from ${JSON.stringify(modUrl)};`,
+        pipeline(
+          "held-back",
+          `new VideoFileReader({ name: "decode", path: ${JSON.stringify(clip)} })`,
+          `new SlowTrace({ name: "slow", delayMs: 20 })`,
+          dir,
+        ),
+      ].join("\n"),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--channel-max-mib", "64"], {
+      cwd: dir,
+    });
+    assert.equal(run.code, 0, run.text);
+    const offsets = (await sinkLines(join(dir, "out.jsonl"))).map((line) =>
+      Number(String(line.value).split(":").at(-1))
+    );
+    assert.equal(new Set(offsets).size, 60, `60 distinct frames: ${offsets}`);
+    assert.deepEqual(offsets, offsets.toSorted((a, b) => a - b), "the frames in the order they were decoded");
+    const refused = await vf(["run-local", flow, "--state", join(dir, "state"), "--channel-max-mib", "8"], {
+      cwd: dir,
+    });
+    assert.equal(refused.code, 2, refused.text);
+    assert.match(refused.text, /at least 67108864 bytes \(the largest envelope\)/);
   });
 });
 

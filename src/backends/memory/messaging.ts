@@ -1311,6 +1311,11 @@ export class MemoryMessagingBackend implements MessagingBackend {
 
   // ---- model hooks (spec: the memory backend's extra methods) ---------------------------------------
 
+  /** Whether `channel` refuses publications at its limits (overflow `reject`) instead of evicting; false for an unknown one. */
+  refusesWhenFull(channel: ChannelId): boolean {
+    return this.#channelOf(channel)?.spec.overflow === Overflow.reject;
+  }
+
   /** Holds every later publication to `channel` until {@link resumeAcceptance} or {@link cancelPublication}. */
   pauseAcceptance(channel: ChannelId): void {
     this.#requireChannel(channel).paused = true;

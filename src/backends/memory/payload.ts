@@ -254,20 +254,7 @@ export class MemoryPayloadStore implements PayloadStore {
   }
 
   /** {@link PayloadStore.read}; `reader` only labels the observation log's event. */
-  read(ref: ImmutablePayloadRef, reader: string | null = null): Promise<PayloadReadOutcome> {
-    return this.#read(ref, reader, false);
-  }
-
-  /**
-   * {@link read}, except that bytes stored in a SharedArrayBuffer come back as they are, not copied: for a
-   * host that hands them to a reader who copies them before anything can write to them (the embedded
-   * broker). Bytes in an ordinary ArrayBuffer are copied as `read` copies them.
-   */
-  readSharable(ref: ImmutablePayloadRef, reader: string | null = null): Promise<PayloadReadOutcome> {
-    return this.#read(ref, reader, true);
-  }
-
-  async #read(ref: ImmutablePayloadRef, reader: string | null, share: boolean): Promise<PayloadReadOutcome> {
+  async read(ref: ImmutablePayloadRef, reader: string | null = null): Promise<PayloadReadOutcome> {
     this.#checkRef(ref);
     try {
       const hit = await barrier(Barrier.payloadReadBefore, { key: ref.key, consumer: reader });
@@ -290,8 +277,7 @@ export class MemoryPayloadStore implements PayloadStore {
     const status = actual === expected ? "ok" : "corrupt";
     this.#emit("payload.read", { key: ref.key, consumer: reader, payload_digest: actual, status });
     if (status === "corrupt") return corruptPayload(ref, expected, actual);
-    const shared = share && object.data.buffer instanceof SharedArrayBuffer;
-    return payloadBytes(ref, shared ? object.data : object.data.slice(), true);
+    return payloadBytes(ref, object.data.slice(), true);
   }
 
   async acquireObligation(

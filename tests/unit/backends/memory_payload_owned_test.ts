@@ -1,7 +1,8 @@
 /**
- * The memory payload store's two host-facing variants, `putOwned` and `readSharable`, beside `put` and
- * `read`: which bytes each keeps or hands out, and that the store's decisions (digests, corruption) are
- * the same either way.
+ * The memory payload store's host-facing `putOwned` beside `put`, and `read`: `putOwned` keeps the very
+ * array it is given (the embedded broker's bytes arrive in a frame of their own, moved or deserialized),
+ * `put` keeps a copy, and every read hands out a fresh copy of its own; the store's decisions (digests,
+ * corruption) are the same either way.
  *
  * @module
  */
@@ -9,60 +10,86 @@
 import assert from "node:assert/strict";
 import { FakeClock } from "../../../src/backends/memory/clock.ts";
 import { MemoryPayloadStore } from "../../../src/backends/memory/payload.ts";
-import { retentionContract } from "../../../src/backends/payload.ts";
+import { payloadDigest, retentionContract } from "../../../src/backends/payload.ts";
 import { SeededRandom, testSeed } from "../../support/random.ts";
 
 const CONTRACT = retentionContract({ ttlSeconds: 60, horizonSeconds: 60, durableRequired: false });
 
-function shared(bytes: Uint8Array): Uint8Array {
-  const out = new Uint8Array(new SharedArrayBuffer(bytes.byteLength));
-  out.set(bytes);
-  return out;
+/** Whether `bytes` are a plain array spanning an ArrayBuffer of their own. */
+function ownPlain(bytes: Uint8Array): boolean {
+  return bytes.buffer instanceof ArrayBuffer && bytes.byteOffset === 0 &&
+    bytes.byteLength === bytes.buffer.byteLength;
 }
 
-Deno.test("putOwned keeps the very bytes it is given where put keeps a copy; both store the same object", async () => {
+Deno.test("putOwned keeps the very array it is given where put keeps a copy: a later write to the owned array makes reads corrupt, one to put's array changes nothing", async () => {
   const seed = testSeed();
-  const bytes = new SeededRandom(seed).bytes(5000);
+  const random = new SeededRandom(seed);
+  const bytes = random.bytes(random.int(1, 20_000));
   const store = new MemoryPayloadStore({ clock: new FakeClock() });
-  const owned = shared(bytes);
+  const owned = bytes.slice();
   const ownedRef = await store.putOwned(owned, "cam:owned", CONTRACT);
-  const copied = shared(bytes);
+  const copied = bytes.slice();
   const copiedRef = await store.put(copied, "cam:copied", CONTRACT);
   assert.equal(ownedRef.digest, copiedRef.digest, `seed ${seed}: the same bytes, the same digest`);
-  const keptOwned = await store.readSharable(ownedRef);
-  assert.ok(keptOwned.kind === "bytes" && keptOwned.data === owned, "the owned bytes are the stored ones");
-  const keptCopy = await store.readSharable(copiedRef);
-  assert.ok(keptCopy.kind === "bytes" && keptCopy.data !== copied, "put stored a copy of its own");
-  copied.fill(0);
-  const unaffected = await store.read(copiedRef);
-  assert.ok(unaffected.kind === "bytes" && unaffected.data.every((b, i) => b === bytes[i]), `seed ${seed}`);
+  for (const ref of [ownedRef, copiedRef]) {
+    const read = await store.read(ref);
+    assert.ok(read.kind === "bytes" && read.digestVerified, `seed ${seed}: ${ref.key} reads as stored`);
+    assert.deepEqual(read.data, bytes, `seed ${seed}: the bytes as put`);
+  }
+
+  const at = random.int(0, bytes.byteLength - 1);
+  copied[at] ^= 0xff;
+  const intact = await store.read(copiedRef);
+  assert.ok(intact.kind === "bytes" && intact.digestVerified, `seed ${seed}: put stored a copy of its own`);
+  assert.deepEqual(intact.data, bytes, `seed ${seed}: the caller's write never reached the store`);
+
+  owned[at] ^= 0xff;
+  const rotten = await store.read(ownedRef);
+  assert.ok(rotten.kind === "corrupt", `seed ${seed}: the owned array is the stored one, so the write shows`);
+  assert.deepEqual(
+    [rotten.expectedDigest, rotten.actualDigest],
+    [ownedRef.digest, payloadDigest(owned)],
+    `seed ${seed}: the digest of the bytes as put against that of the array as it is now`,
+  );
 });
 
-Deno.test("readSharable hands out shared stored bytes as they are and copies bytes in an ordinary buffer; read always copies", async () => {
+Deno.test("read always hands out a fresh copy of its own, whether the object came from putOwned or put", async () => {
+  const seed = testSeed();
+  const random = new SeededRandom(seed);
   const store = new MemoryPayloadStore({ clock: new FakeClock() });
-  const inShared = shared(new Uint8Array([1, 2, 3, 4, 5]));
-  const plain = new Uint8Array([6, 7, 8]);
-  const sharedRef = await store.putOwned(inShared, "cam:shared", CONTRACT);
-  const plainRef = await store.putOwned(plain, "cam:plain", CONTRACT);
-  const fromShared = await store.readSharable(sharedRef);
-  assert.ok(fromShared.kind === "bytes" && fromShared.data === inShared && fromShared.digestVerified);
-  const fromPlain = await store.readSharable(plainRef);
-  assert.ok(
-    fromPlain.kind === "bytes" && fromPlain.data !== plain,
-    "ordinary bytes are copied for the reader",
-  );
-  assert.deepEqual([...fromPlain.data], [6, 7, 8]);
-  const read = await store.read(sharedRef);
-  assert.ok(
-    read.kind === "bytes" && read.data !== inShared && !(read.data.buffer instanceof SharedArrayBuffer),
-  );
-  assert.deepEqual([...read.data], [1, 2, 3, 4, 5]);
+  for (const how of ["putOwned", "put"] as const) {
+    const bytes = random.bytes(random.int(0, 20_000));
+    const given = bytes.slice();
+    const ref = await store[how](given, `cam:${how}`, CONTRACT);
+    const first = await store.read(ref);
+    const second = await store.read(ref);
+    assert.ok(first.kind === "bytes" && second.kind === "bytes", `seed ${seed}, ${how}`);
+    assert.ok(
+      first.data !== given && second.data !== given && first.data.buffer !== second.data.buffer,
+      `seed ${seed}, ${how}: each read is a distinct array, never the one the store keeps`,
+    );
+    assert.ok(
+      ownPlain(first.data) && ownPlain(second.data),
+      `seed ${seed}, ${how}: each spans its own buffer`,
+    );
+    assert.deepEqual(first.data, bytes, `seed ${seed}, ${how}`);
+    first.data.fill(0xa5);
+    assert.deepEqual(second.data, bytes, `seed ${seed}, ${how}: a reader's write reaches no other reader`);
+    const third = await store.read(ref);
+    assert.ok(
+      third.kind === "bytes" && third.digestVerified,
+      `seed ${seed}, ${how}: a reader's write never reaches the store`,
+    );
+    assert.deepEqual(third.data, bytes, `seed ${seed}, ${how}`);
+  }
 });
 
-Deno.test("a corrupted object reads as corrupt through readSharable too, never as bytes", async () => {
+Deno.test("a corrupted object reads as corrupt, never as bytes, whether it came from putOwned or put", async () => {
   const store = new MemoryPayloadStore({ clock: new FakeClock() });
-  const ref = await store.putOwned(shared(new Uint8Array(64).fill(9)), "cam:rot", CONTRACT);
-  store.corrupt(ref.key);
-  const outcome = await store.readSharable(ref);
-  assert.equal(outcome.kind, "corrupt");
+  for (const how of ["putOwned", "put"] as const) {
+    const ref = await store[how](new Uint8Array(64).fill(9), `cam:rot-${how}`, CONTRACT);
+    store.corrupt(ref.key);
+    const outcome = await store.read(ref);
+    assert.equal(outcome.kind, "corrupt", how);
+  }
 });

@@ -2,7 +2,9 @@
  * The embedded broker as the local engine uses it: a real Deno Worker over a transferred MessagePort, a
  * real `deno run` subprocess over TCP with the run's secret, and the server's guarantees (order, long-polls
  * that block nothing, typed errors, what a disconnect, a shutdown or a close leaves behind, control
- * events, client-side admission and supersede, payload transfer, the ledger proxy's own close).
+ * events, client-side admission and supersede, payload transfer, the ledger proxy's own close), and how
+ * large bytes travel: over a port each is a copy moved to the other side (never shared memory), which the
+ * broker and the payload store keep as it arrives; over TCP the socket copies.
  *
  * @module
  */
@@ -42,10 +44,10 @@ import {
   EMBEDDED_BROKER_SECRET_ENV,
   EmbeddedConnection,
   Frame,
-  isShared,
   Op,
   PACK_LIMIT,
   portLink,
+  spansBuffer,
 } from "../../../src/runtime/embedded_rpc.ts";
 import { EmbeddedRuntimeStore } from "../../../src/runtime/embedded_runtime_store.ts";
 
@@ -74,16 +76,40 @@ function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   return true;
 }
 
-/** Records, for every large body the hosted broker is asked to store, whether it lies in shared memory. */
-function watchLargeBodies(broker: EmbeddedBroker): boolean[] {
-  const seen: boolean[] = [];
+/** Whether `bytes` are an ordinary array spanning an ArrayBuffer of their own (not shared memory, no view). */
+function ownPlain(bytes: Uint8Array): boolean {
+  return bytes.buffer instanceof ArrayBuffer && spansBuffer(bytes);
+}
+
+/** A large body as the hosted broker was asked to store it. */
+interface LargeBody {
+  /** The body array the connection decoded and handed to the messaging model. */
+  readonly arrived: Uint8Array;
+  /** Whether the channel then retained that very array (no copy on the broker's thread). */
+  readonly kept: boolean;
+}
+
+/** Records every large body the hosted broker is asked to store, and whether it kept that very array. */
+function watchLargeBodies(broker: EmbeddedBroker): LargeBody[] {
+  const seen: LargeBody[] = [];
   const messaging = broker.messaging;
   const publishNow = messaging.publishNow.bind(messaging);
   messaging.publishNow = (envelope: Envelope, deadline: number) => {
-    if (envelope.body.byteLength > PACK_LIMIT) seen.push(isShared(envelope.body));
-    return publishNow(envelope, deadline);
+    const outcome = publishNow(envelope, deadline);
+    if (envelope.body.byteLength > PACK_LIMIT) {
+      const stored = messaging.stored(envelope.channel).find((kept) =>
+        kept.publicationId === envelope.publicationId
+      );
+      seen.push({ arrived: envelope.body, kept: stored?.body === envelope.body });
+    }
+    return outcome;
   };
   return seen;
+}
+
+/** What a test can say about recorded large bodies across threads: ordinary arrays of their own, kept. */
+function keptPlain(bodies: readonly LargeBody[]): { plain: boolean; kept: boolean }[] {
+  return bodies.map(({ arrived, kept }) => ({ plain: ownPlain(arrived), kept }));
 }
 
 /** A broker on `clock` with the `cam` channel and its `det` subscription provisioned. */
@@ -151,7 +177,9 @@ export async function exercise(connection) {
     schemaVersion: 4, body: big }), deadline);
   const [first] = await messaging.receive(det, 1, 1 << 30, deadline);
   const firstIntact = same(first.envelopeBytes);
-  const firstShared = first.envelopeBytes.buffer instanceof SharedArrayBuffer;
+  const firstBytes = first.envelopeBytes;
+  const firstOwn = firstBytes.buffer instanceof ArrayBuffer && firstBytes.byteOffset === 0 &&
+    firstBytes.byteLength === firstBytes.buffer.byteLength;
   first.envelopeBytes.fill(0);
   await messaging.settle(first.token, retry(), "retry-big");
   const [again] = await messaging.receive(det, 1, 1 << 30, deadline);
@@ -171,7 +199,7 @@ export async function exercise(connection) {
     published: published.map((o) => o.kind + ":" + o.sequence),
     received: deliveries.map((d) => new TextDecoder().decode(d.envelopeBytes)),
     settled: settled.map((o) => o.kind),
-    big: [bigPublished.kind, firstIntact, firstShared, redelivered, same(big)],
+    big: [bigPublished.kind, firstIntact, firstOwn, redelivered, same(big)],
     detached,
     read: read.kind === "bytes" ? read.data.length + ":" + read.data[199_999] : read.kind,
     created,
@@ -185,7 +213,7 @@ const EXPECTED_REPORT = {
   published: ["accepted:1", "accepted:2", "accepted:3"],
   received: ["body-p1", "body-p2", "body-p3"],
   settled: ["settle_confirmed", "settle_confirmed", "settle_confirmed"],
-  big: ["accepted", true, false, true, true],
+  big: ["accepted", true, true, true, true],
   read: "200000:7",
   created: true,
   entry: "v1",
@@ -218,7 +246,11 @@ self.onmessage = async (event) => {
     assert.equal(transport, "port");
     assert.equal(detached, true, "the frame moved to the store instead of being copied");
     assert.deepEqual(rest, EXPECTED_REPORT);
-    assert.deepEqual(largeBodies, [true], "the worker's large body reached the broker shared, not copied");
+    assert.deepEqual(
+      keptPlain(largeBodies),
+      [{ plain: true, kept: true }],
+      "the worker's large body reached the broker as an ordinary array of its own (moved, never shared), kept as it arrived",
+    );
     assert.equal(broker.payload.objectCount(), 1);
   } finally {
     worker.terminate();
@@ -257,7 +289,11 @@ console.log(JSON.stringify(await exercise(await EmbeddedConnection.fromEnv(undef
     assert.equal(transport, "tcp");
     assert.equal(detached, false, "a socket copies: the caller keeps its bytes");
     assert.deepEqual(rest, EXPECTED_REPORT);
-    assert.deepEqual(largeBodies, [false], "nothing is shared over TCP");
+    assert.deepEqual(
+      keptPlain(largeBodies),
+      [{ plain: true, kept: true }],
+      "the socket's copy is an ordinary array, kept as it arrived",
+    );
   } finally {
     await broker.close();
   }
@@ -474,43 +510,61 @@ Deno.test("the flow-wide stop reaches a subscribed worker, and one that subscrib
   }
 });
 
-Deno.test("a large body published over a port stays shared in the broker, and each receiver gets its own copy: writing to it changes no redelivery and no other subscriber's bytes", async () => {
+Deno.test("a large body published over a port is kept by the broker as the copy that arrived, and each receiver gets a copy of its own: writing to it changes neither the retained body, nor a redelivery, nor another subscriber's bytes", async () => {
   const { broker, clock } = await provisioned();
+  const largeBodies = watchLargeBodies(broker);
   const recording = subscriptionId(CAM, "rec");
   await broker.messaging.ensureSubscription(makeSubscription(spec.id, "rec"), "bind-rec");
   const publisher = await client(broker, "publisher", clock);
   const detector = await client(broker, "detector", clock);
   const recorder = await client(broker, "recorder", clock);
   try {
+    const expected = frameBytes(3);
     const frame = frameBytes(3);
     const outcome = await publisher.messaging.publish(
       makeEnvelope(spec.id, "frame-1", { body: frame }),
       clock.monotonic() + 5,
     );
     assert.equal(outcome.kind, "accepted");
+    assert.equal(frame.buffer.detached, false, "the caller's array is never moved");
     const [retained] = broker.messaging.stored(CAM);
-    assert.ok(isShared(retained.body), "the broker keeps the body the worker shared: no copy on its thread");
+    assert.equal(largeBodies.length, 1);
     assert.ok(
-      retained.body !== frame && sameBytes(retained.body, frame),
-      "a shared copy of the caller's bytes",
+      largeBodies[0].kept && retained.body === largeBodies[0].arrived,
+      "the broker keeps the copy that arrived: no copy on its thread",
     );
+    assert.ok(ownPlain(retained.body), "an ordinary array of its own, never shared memory");
+    assert.ok(
+      retained.body !== frame && retained.body.buffer !== frame.buffer && sameBytes(retained.body, expected),
+      "a copy of the caller's bytes",
+    );
+    frame.fill(1);
+    assert.ok(sameBytes(retained.body, expected), "the caller reusing its array changes nothing retained");
+
     const [first] = await detector.messaging.receive(detect.id, 1, BIG, clock.monotonic());
-    assert.ok(sameBytes(first.envelopeBytes, frame), "the delivered bytes are the published ones");
-    assert.ok(!isShared(first.envelopeBytes), "the receiver's bytes are its own copy");
+    assert.ok(sameBytes(first.envelopeBytes, expected), "the delivered bytes are the published ones");
+    assert.ok(
+      ownPlain(first.envelopeBytes) && first.envelopeBytes.buffer !== retained.body.buffer,
+      "the receiver's bytes are a copy of its own",
+    );
     first.envelopeBytes.fill(0);
     assert.ok(
-      sameBytes(retained.body, frame),
-      "a receiver writing to its bytes leaves the broker's body alone",
+      sameBytes(retained.body, expected),
+      "a receiver writing to its bytes leaves the broker's body alone (and it was not moved away)",
     );
     const [other] = await recorder.messaging.receive(recording, 1, BIG, clock.monotonic());
-    assert.ok(sameBytes(other.envelopeBytes, frame), "another subscriber gets the published bytes");
+    assert.ok(sameBytes(other.envelopeBytes, expected), "another subscriber gets the published bytes");
+    assert.ok(ownPlain(other.envelopeBytes) && other.envelopeBytes.buffer !== retained.body.buffer);
+    other.envelopeBytes.fill(2);
     assert.equal(
       (await detector.messaging.settle(first.token, retry(), "again")).kind,
       "settle_confirmed",
     );
     const [again] = await detector.messaging.receive(detect.id, 1, BIG, clock.monotonic());
     assert.equal(again.token.attempt, 2);
-    assert.ok(sameBytes(again.envelopeBytes, frame), "the redelivery carries the published bytes");
+    assert.ok(sameBytes(again.envelopeBytes, expected), "the redelivery carries the published bytes");
+    assert.ok(again.envelopeBytes.buffer !== first.envelopeBytes.buffer, "as a fresh copy");
+    assert.equal(broker.messaging.stored(CAM)[0].body, retained.body, "the broker still holds the same body");
   } finally {
     await Promise.all([publisher, detector, recorder].map(({ connection }) => connection.close()));
     await broker.close();
@@ -519,6 +573,7 @@ Deno.test("a large body published over a port stays shared in the broker, and ea
 
 Deno.test("over TCP large bodies cross as copies both ways, byte for byte, whether a port or a TCP client published them", async () => {
   const { broker, clock } = await provisioned();
+  const largeBodies = watchLargeBodies(broker);
   const address = await broker.listen();
   const tcp = await EmbeddedConnection.connect(address, { secret: broker.secret, label: "tcp" });
   const overTcp = new EmbeddedMessagingBackend(tcp, { clock });
@@ -531,22 +586,32 @@ Deno.test("over TCP large bodies cross as copies both ways, byte for byte, wheth
       clock.monotonic() + 5,
     );
     await overTcp.publish(makeEnvelope(spec.id, "from-tcp", { body: fromTcp }), clock.monotonic() + 5);
+    const stored = broker.messaging.stored(CAM);
     assert.deepEqual(
-      broker.messaging.stored(CAM).map((stored) => isShared(stored.body)),
-      [true, false],
-      "shared from the port, a copy from the socket",
+      keptPlain(largeBodies),
+      [{ plain: true, kept: true }, { plain: true, kept: true }],
+      "moved from the port, copied by the socket: either way an ordinary array, kept as it arrived",
     );
+    assert.ok(
+      stored[0].body !== fromPort && sameBytes(stored[0].body, fromPort),
+      "a copy of the port's body",
+    );
+    assert.ok(sameBytes(stored[1].body, fromTcp));
     const received = await overTcp.receive(detect.id, 8, BIG, clock.monotonic());
     assert.deepEqual(received.map((d) => d.token.messageId), ["from-port", "from-tcp"]);
     assert.ok(
       sameBytes(received[0].envelopeBytes, fromPort) && sameBytes(received[1].envelopeBytes, fromTcp),
     );
-    assert.ok(received.every((d) => !isShared(d.envelopeBytes)), "a socket delivers plain copies");
+    assert.ok(received.every((d) => ownPlain(d.envelopeBytes)), "a socket delivers plain copies");
     for (const delivery of received) {
+      delivery.envelopeBytes.fill(0);
       await overTcp.settle(delivery.token, retry(), `back-${delivery.token.messageId}`);
     }
     const again = await overPort.messaging.receive(detect.id, 8, BIG, clock.monotonic());
-    assert.ok(sameBytes(again[0].envelopeBytes, fromPort) && sameBytes(again[1].envelopeBytes, fromTcp));
+    assert.ok(
+      sameBytes(again[0].envelopeBytes, fromPort) && sameBytes(again[1].envelopeBytes, fromTcp),
+      "the TCP receiver's writes reached neither the broker nor the port receiver's redelivery",
+    );
   } finally {
     await tcp.close();
     await overPort.connection.close();
@@ -629,12 +694,12 @@ Deno.test("closing the broker ends every connection: later calls fail, observati
   assert.throws(() => broker.openPort("late"), ResourceUnavailable);
 });
 
-Deno.test("a large payload put over a port reaches the store shared and is kept uncopied, the caller keeping its bytes; each read is the reader's own copy; a transferred put moves", async () => {
+Deno.test("a large payload put over a port reaches the store as an ordinary array of its own, which it keeps uncopied, the caller keeping its bytes; a transferred put moves; each read is a distinct copy whose writes never reach the store", async () => {
   const { broker, clock } = await provisioned();
-  const arrived: boolean[] = [];
+  const arrived: Uint8Array[] = [];
   const putOwned = broker.payload.putOwned.bind(broker.payload);
   broker.payload.putOwned = (data, contentId, contract) => {
-    arrived.push(isShared(data));
+    arrived.push(data);
     return putOwned(data, contentId, contract);
   };
   const { connection } = await client(broker, "w", clock);
@@ -643,29 +708,51 @@ Deno.test("a large payload put over a port reaches the store shared and is kept 
     const copied = new EmbeddedPayloadStore(connection);
     const ref = await copied.put(frame, "cam:e1", CONTRACT);
     assert.equal(frame.buffer.detached, false, "the caller keeps its bytes");
+    assert.equal(arrived.length, 1, "one put reached the store");
+    assert.ok(
+      ownPlain(arrived[0]) && arrived[0].buffer !== frame.buffer,
+      "the store got a copy in an ordinary buffer of its own, never shared memory",
+    );
+    frame.fill(0);
+    assert.ok(sameBytes(arrived[0], frameBytes(21)), "the caller reusing its array changes nothing stored");
     const moved = frameBytes(22);
     const mover = new EmbeddedPayloadStore(connection, { transferPuts: true });
     const movedRef = await mover.put(moved, "cam:e2", CONTRACT);
     assert.equal(moved.buffer.detached, true, "a transferred put moves its buffer instead");
-    assert.deepEqual(
-      arrived,
-      [true, false],
-      "shared from the copying client, moved from the transferring one",
-    );
-    const kept = await broker.payload.readSharable(ref);
-    assert.ok(kept.kind === "bytes" && isShared(kept.data), "the store keeps the shared bytes themselves");
+    assert.equal(arrived.length, 2, "and the second");
+    assert.ok(ownPlain(arrived[1]) && sameBytes(arrived[1], frameBytes(22)), "as the bytes that were moved");
+
     const read = await copied.read(ref);
-    assert.ok(read.kind === "bytes" && sameBytes(read.data, frame), "the stored bytes are the put ones");
-    assert.ok(!isShared(read.data), "a read's bytes are the reader's own copy");
+    assert.ok(
+      read.kind === "bytes" && sameBytes(read.data, frameBytes(21)),
+      "the stored bytes are the put ones",
+    );
+    assert.ok(
+      ownPlain(read.data) && read.data.buffer !== arrived[0].buffer,
+      "a read's bytes are the reader's own copy",
+    );
+    const direct = await broker.payload.read(ref);
+    assert.ok(direct.kind === "bytes" && direct.data !== arrived[0], "the store itself hands out a copy");
     read.data.fill(0);
+    assert.ok(sameBytes(arrived[0], frameBytes(21)), "a reader's writes never reach the kept bytes");
     const again = await copied.read(ref);
     assert.ok(
-      again.kind === "bytes" && sameBytes(again.data, frame),
-      "a reader's writes never reach the store",
+      again.kind === "bytes" && sameBytes(again.data, frameBytes(21)) &&
+        again.data.buffer !== read.data.buffer,
+      "each read is a distinct copy of the stored bytes",
     );
     const readMoved = await copied.read(movedRef);
     assert.ok(readMoved.kind === "bytes" && sameBytes(readMoved.data, frameBytes(22)));
-    assert.ok(!isShared(readMoved.data));
+    assert.ok(ownPlain(readMoved.data) && readMoved.data.buffer !== arrived[1].buffer);
+
+    for (const [index, kept] of [ref, movedRef].entries()) {
+      arrived[index][0] ^= 0xff;
+      assert.equal(
+        (await copied.read(kept)).kind,
+        "corrupt",
+        `put ${index + 1}: the array that arrived is the stored one, uncopied (a write to it shows)`,
+      );
+    }
   } finally {
     await connection.close();
     await broker.close();

@@ -704,6 +704,38 @@ function refuseFirstData(flow: MessengerFlow, count: number): void {
   };
 }
 
+Deno.test("outputs refused by a full channel are retried in the order they were made, and later ones wait behind them", async () => {
+  await withFlow(PIPELINE, async (flow) => {
+    const cam = await flow.open("cam");
+    const backend = broker(flow);
+    const original = backend.publish.bind(backend);
+    const refusedOnce = new Set<string>();
+    const attempts: string[] = [];
+    backend.publish = (env, deadline) => {
+      if (env.kind !== MessageKind.data) return original(env, deadline);
+      attempts.push(env.publicationId);
+      // The first two outputs are refused at their first attempt, as a full reliable channel refuses.
+      if (refusedOnce.size < 2 && !refusedOnce.has(env.publicationId)) {
+        refusedOnce.add(env.publicationId);
+        return Promise.resolve(rejected(env.publicationId, "channel cam is full", true));
+      }
+      return original(env, deadline);
+    };
+    for (const value of ["f1", "f2", "f3"]) await flow.drive(cam.publishMessage(value));
+    await flow.drive(cam.awaitInFlight());
+    const values = stored(flow, "cam").map(({ envelope }) => {
+      const wire = decodeEnvelope(envelope.body);
+      return decodePayload(wire.payloadType, wire.payload);
+    });
+    assert.deepEqual(values, ["f1", "f2", "f3"], `taken in publication order (attempts: ${attempts})`);
+    const [f1, f2, f3] = [...new Set(attempts)];
+    assert.ok(
+      attempts.lastIndexOf(f1) < attempts.indexOf(f3) && attempts.lastIndexOf(f2) < attempts.indexOf(f3),
+      `f3 was not sent before the refused ones were taken: ${attempts}`,
+    );
+  });
+});
+
 Deno.test("a reliable replayable output refused for good never advances the resume offset past it", async () => {
   await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
     const first = await flow.open("cam", 0, { replayable: true });

@@ -167,6 +167,15 @@ Deno.test("a realtime channel keeps one message per replica of its node, so no r
   assert.equal(routing.partitioned, false);
 });
 
+Deno.test("a channel byte limit, when given, bounds every channel of the flow; by default none has one", () => {
+  for (const flowType of ["batch", "realtime"] as const) {
+    const bounded = flowTopology(FLOW_NODES, { flowId: "f", runId: "r", flowType, channelMaxBytes: 1 << 28 });
+    assert.ok(bounded.channels.every((c) => c.maxBytes === 1 << 28), flowType);
+    const unbounded = flowTopology(FLOW_NODES, { flowId: "f", runId: "r", flowType });
+    assert.ok(unbounded.channels.every((c) => c.maxBytes === null), flowType);
+  }
+});
+
 Deno.test("a planner's profile overrides the flow type's for its channel", () => {
   const topology = flowTopology(FLOW_NODES, {
     flowId: "f",

@@ -1,7 +1,8 @@
 /**
  * The embedded broker's RPC protocol, end to end against a scripted peer: frames, batching and order,
- * replies and errors, what a lost connection makes of waiting calls, transfers, packed bytes, id tables
- * and the socket link's length-prefixed framing.
+ * replies and errors, what a lost connection makes of waiting calls, transfers, packed bytes, large bytes
+ * moved to a MessagePort peer as a copy (never shared, never the caller's array), id tables and the socket
+ * link's length-prefixed framing.
  *
  * @module
  */
@@ -37,16 +38,13 @@ import {
   FrameBuilder,
   type FrameLink,
   IdTable,
-  isShared,
   Op,
-  ownBytes,
   PACK_LIMIT,
   parseBrokerAddress,
   PLAIN_REPLY,
   portLink,
   type Reply,
   secretMatches,
-  sharedBytes,
   SOCKET_DRAIN_SECONDS,
   socketLink,
   spansBuffer,
@@ -335,69 +333,160 @@ function inShared(bytes: Uint8Array, before = 0, after = 0): Uint8Array {
   return view;
 }
 
-Deno.test("a sharing arena puts large bytes into a SharedArrayBuffer of their own, takes one spanning a SharedArrayBuffer as it is, and still packs small ones", () => {
+/** Whether `bytes` lie in a SharedArrayBuffer. */
+function inSharedMemory(bytes: Uint8Array): boolean {
+  return bytes.buffer instanceof SharedArrayBuffer;
+}
+
+/** Whether `bytes` are a plain array spanning an ordinary ArrayBuffer of their own. */
+function ownPlain(bytes: Uint8Array): boolean {
+  return bytes.buffer instanceof ArrayBuffer && spansBuffer(bytes);
+}
+
+/** Whether `buffer` is, by identity, one of `buffers` (deepEqual would compare contents). */
+function listed(buffers: readonly ArrayBuffer[], buffer: ArrayBufferLike): boolean {
+  return buffers.some((candidate) => candidate === buffer);
+}
+
+Deno.test("a frame that moves large bytes packs each as a fresh copy taken at the call and moves that copy, never the caller's array; small bytes are still packed", () => {
   const seed = testSeed();
   const random = new SeededRandom(seed);
   for (let round = 0; round < 20; round++) {
-    const sharing = new FrameArena(true);
+    const moving = new FrameBuilder(Frame.calls, "port");
     const size = random.int(PACK_LIMIT + 1, PACK_LIMIT * 4);
     const bytes = random.bytes(size);
     const backing = new Uint8Array(size + 16);
     const view = backing.subarray(8, 8 + size);
     view.set(bytes);
-    const packed = sharing.pack(view) as Uint8Array;
+    const fromView = moving.pack(view) as Uint8Array;
     assert.ok(
-      isShared(packed) && spansBuffer(packed),
-      `seed ${seed}: a large body gets a SharedArrayBuffer of its own`,
+      fromView instanceof Uint8Array && fromView.buffer !== backing.buffer && ownPlain(fromView),
+      `seed ${seed}: a large view becomes a copy spanning an ordinary ArrayBuffer of its own`,
     );
+    assert.deepEqual(view, bytes, `seed ${seed}: the caller's view is untouched`);
     view.fill(0);
-    assert.deepEqual(packed, bytes, `seed ${seed}: the shared copy was taken at the call`);
-    const exact = inShared(bytes);
-    const taken = sharing.pack(exact) as Uint8Array;
-    exact.fill(0);
-    assert.ok(taken !== exact && isShared(taken), `seed ${seed}: a caller's shared array is copied too`);
-    assert.deepEqual(
-      taken,
-      bytes,
-      `seed ${seed}: the copy was taken at the call, before the caller reused its slot`,
-    );
-    const inner = inShared(bytes, 4, 4);
-    const copied = sharing.pack(inner) as Uint8Array;
+    assert.deepEqual(fromView, bytes, `seed ${seed}: the copy was taken at the call`);
+    const exact = bytes.slice();
+    const fromExact = moving.pack(exact) as Uint8Array;
     assert.ok(
-      copied !== inner && isShared(copied) && spansBuffer(copied),
-      `seed ${seed}: a shared view of more is copied`,
+      fromExact instanceof Uint8Array && fromExact !== exact && fromExact.buffer !== exact.buffer &&
+        ownPlain(fromExact),
+      `seed ${seed}: a caller's array spanning its buffer is copied too, not moved`,
     );
-    assert.deepEqual(copied, bytes);
-    assert.equal(
-      typeof sharing.pack(random.bytes(random.int(0, PACK_LIMIT))),
-      "number",
-      "small bytes are packed",
+    exact.fill(0);
+    assert.deepEqual(fromExact, bytes, `seed ${seed}: before the caller reused its array`);
+    const userShared = inShared(bytes, 4, 4);
+    const fromShared = moving.pack(userShared) as Uint8Array;
+    assert.ok(
+      fromShared instanceof Uint8Array && !inSharedMemory(fromShared) && ownPlain(fromShared),
+      `seed ${seed}: a caller's bytes in shared memory travel as an ordinary copy, never shared`,
     );
+    assert.deepEqual(fromShared, bytes);
+    const small = random.bytes(random.int(0, PACK_LIMIT));
+    assert.equal(typeof moving.pack(small), "number", `seed ${seed}: small bytes are packed`);
+
+    const { frame, transfer } = moving.take("port");
+    const arena = frame[1] as Uint8Array;
+    assert.equal(transfer.length, 4, `seed ${seed}: the three copies and the arena move`);
+    for (const copy of [fromView, fromExact, fromShared]) {
+      assert.ok(listed(transfer, copy.buffer), `seed ${seed}: each copy moves with its frame`);
+    }
+    assert.ok(listed(transfer, arena.buffer), `seed ${seed}: so does the arena over a port`);
+    for (const callers of [backing.buffer, exact.buffer, userShared.buffer]) {
+      assert.ok(!listed(transfer, callers), `seed ${seed}: a caller's buffer is never moved`);
+    }
+
+    const overTcp = new FrameBuilder(Frame.calls, "tcp");
+    const mine = bytes.slice();
+    const called = overTcp.pack(mine) as Uint8Array;
+    assert.ok(called !== mine && ownPlain(called), `seed ${seed}: a call over TCP copies at the call too`);
+    mine.fill(0);
+    assert.deepEqual(called, bytes, `seed ${seed}: so the caller may reuse its array at once`);
+    assert.deepEqual(overTcp.take("tcp").transfer, [], `seed ${seed}: nothing moves over TCP`);
+
+    const plain = new FrameBuilder(Frame.results, "tcp");
+    const spanning = bytes.slice();
+    assert.equal(plain.pack(spanning), spanning, `seed ${seed}: results over TCP hand a spanning array on`);
+    const copied = plain.pack(view) as Uint8Array;
+    assert.ok(
+      copied !== view && copied.buffer !== backing.buffer && ownPlain(copied),
+      `seed ${seed}: a view is copied`,
+    );
+    assert.deepEqual(plain.take("port").transfer, [], `seed ${seed}: nothing moves: the link copies`);
     const serving = new FrameArena();
-    assert.equal(serving.pack(inner), inner, `seed ${seed}: a server hands shared bytes on as they are`);
-    const plain = serving.pack(view) as Uint8Array;
-    assert.ok(!isShared(plain) && spansBuffer(plain), `seed ${seed}: a server never makes shared bytes`);
+    assert.equal(
+      serving.pack(spanning),
+      spanning,
+      `seed ${seed}: an arena hands a spanning array on as it is`,
+    );
+    const exactCopy = serving.pack(view) as Uint8Array;
+    assert.ok(exactCopy !== view && exactCopy.buffer !== backing.buffer && ownPlain(exactCopy));
+    assert.deepEqual(exactCopy, view, `seed ${seed}: an arena copies just a view's bytes`);
   }
-  const shared = sharedBytes(new Uint8Array([1, 2, 3]));
-  const own = ownBytes(shared);
-  assert.ok(own !== shared && !isShared(own), "a shared array becomes the receiver's own copy");
-  own[0] = 9;
-  assert.deepEqual([...shared], [1, 2, 3], "writing to the own copy leaves the shared bytes alone");
-  const plain = new Uint8Array([4]);
-  assert.equal(ownBytes(plain), plain, "an array that is not shared is already the receiver's");
+  const boundary = new FrameBuilder(Frame.calls, "port");
+  assert.equal(
+    typeof boundary.pack(new Uint8Array(PACK_LIMIT)),
+    "number",
+    "PACK_LIMIT bytes are still packed",
+  );
+  assert.equal(typeof boundary.pack(new Uint8Array(PACK_LIMIT + 1)), "object", "one byte more moves");
 });
 
-Deno.test("over a MessagePort a large packed body is shared with the peer, never the caller's own array", async () => {
+Deno.test("small bytes a full arena cannot take are copied at the call as well, and moved over a port", () => {
+  const seed = testSeed();
+  const random = new SeededRandom(seed);
+  for (const link of ["port", "tcp"] as const) {
+    const frame = new FrameBuilder(Frame.calls, link);
+    const bodies = Array.from({ length: 2 * ARENA_LIMIT / PACK_LIMIT }, () => random.bytes(PACK_LIMIT));
+    const originals = bodies.map((body) => body.slice());
+    const packed = bodies.map((body) => frame.pack(body));
+    assert.ok(packed.some((field) => typeof field !== "number"), `seed ${seed}: the arena filled up`);
+    for (const body of bodies) body.fill(0);
+    const { frame: sent, transfer } = frame.take(link);
+    const arena = sent[1] as Uint8Array;
+    packed.forEach((field, i) => {
+      assert.deepEqual(
+        unpack(field, arena),
+        originals[i],
+        `seed ${seed}, ${link}, body ${i}: as at the call`,
+      );
+      if (field instanceof Uint8Array) {
+        assert.equal(
+          listed(transfer, field.buffer),
+          link === "port",
+          `seed ${seed}, ${link}: moved on a port`,
+        );
+      }
+    });
+  }
+});
+
+Deno.test("over a MessagePort a large packed body moves to the peer as a copy: the peer owns its bytes, the sender's copy is gone, the caller's body is intact", async () => {
   const { peer, connection } = await pair();
-  const body = new Uint8Array(PACK_LIMIT * 2).fill(5);
+  const seed = testSeed();
+  const body = new SeededRandom(seed).bytes(PACK_LIMIT * 2 + 3);
+  const original = body.slice();
   const field = connection.pack(body) as Uint8Array;
+  assert.ok(field instanceof Uint8Array && field !== body && field.buffer !== body.buffer, `seed ${seed}`);
   const call = connection.call(Op.storeGet, [field], null, ECHO);
   const [frame] = await peer.untilCalls(1);
   const received = (frame[4] as unknown[])[0] as Uint8Array;
-  assert.ok(isShared(received), "the peer holds a view of the shared bytes");
-  received[0] = 77;
-  assert.equal(field[0], 77, "one memory on both ends: nothing was copied on the way");
-  assert.equal(body[0], 5, "the caller's array was never shared");
+  assert.ok(ownPlain(received) && !inSharedMemory(received), "the peer holds an ordinary array of its own");
+  assert.deepEqual(received, original, `seed ${seed}: the body's bytes`);
+  assert.equal(
+    unpack(received, frame[1] as Uint8Array | null),
+    received,
+    "the peer keeps the array that arrived: unpacking it copies nothing",
+  );
+  assert.equal(
+    (field.buffer as ArrayBuffer).detached,
+    true,
+    "the sender's copy moved with the frame: nothing stayed behind",
+  );
+  assert.equal((body.buffer as ArrayBuffer).detached, false, "the caller's array was never moved");
+  assert.deepEqual(body, original, `seed ${seed}: and is intact`);
+  received.fill(77);
+  assert.deepEqual(body, original, "the peer's writes never reach the caller");
   peer.link.send([Frame.results, null, 1, 1, "ok"], []);
   assert.equal(await call, "ok");
   await closeBoth(peer, connection);
@@ -420,9 +509,9 @@ Deno.test("over a socket link shared bytes cross as a plain copy of just their b
   );
   const frame = await arrived.promise;
   const [whole, part] = (frame[4] as unknown[]) as Uint8Array[];
-  assert.ok(whole instanceof Uint8Array && !isShared(whole), "a plain array arrives");
+  assert.ok(whole instanceof Uint8Array && !inSharedMemory(whole), "a plain array arrives");
   assert.deepEqual(whole, body);
-  assert.ok(!isShared(part) && part.byteLength === 10, "a shared view arrives as its own bytes");
+  assert.ok(!inSharedMemory(part) && part.byteLength === 10, "a shared view arrives as its own bytes");
   assert.deepEqual(part, body.subarray(0, 10));
   await Promise.all([sender.close(), receiver.close()]);
 });
@@ -502,7 +591,7 @@ Deno.test("a frame stops growing FLUSH_MAX_DELAY_MS after its first entry, howev
 });
 
 Deno.test("a frame counts the bytes packed into it and moved with it, and is full at FLUSH_BYTES", () => {
-  const frame = new FrameBuilder(Frame.calls);
+  const frame = new FrameBuilder(Frame.calls, "tcp");
   assert.equal(frame.full, false);
   frame.pack(new Uint8Array(100));
   frame.move(new ArrayBuffer(FLUSH_BYTES / 2));
