@@ -562,11 +562,10 @@ export class BrokerMessenger implements Messenger {
   readonly #recovered = new Map<string, RecoveredGroup>();
   readonly #recoveredReady: ReadyGroup<Held>[] = [];
   readonly #work: InFlight;
-  /**
-   * Settles once the last refused persistent publication waiting its turn has its final outcome; null when
-   * none waits (see {@link #publish}).
-   */
-  #refusedTail: Promise<void> | null = null;
+  /** Settles once every persistent publication made so far has its final outcome (see {@link #publish}). */
+  #lastTurn: Promise<void> = Promise.resolve();
+  /** Persistent publications waiting for their turn: refused ones, and those made while any was. */
+  #waitingTurns = 0;
   /** The publications of the group in hand, which its settlement waits for. */
   #outputs: Promise<void>[] = [];
   /** The ledger flushes, one after another. */
@@ -2125,49 +2124,54 @@ export class BrokerMessenger implements Messenger {
   /**
    * Publishes until the outcome is known: a lost receipt is resolved by observation (an idempotent
    * re-publish inside the dedup window). `persistent`: a retryable refusal (a full reliable channel) is
-   * retried with backoff until taken; otherwise the first refusal stands. A refused persistent publication
-   * joins a queue, and a persistent publication made while the queue is not empty joins it without being
-   * sent: each is attempted only once every one before it has its final outcome, so the outputs a replica
-   * makes while its consumers hold it back are taken in the order it made them. One already sent when the
-   * first refusal arrives is kept behind it by the embedded broker, which refuses a connection's later data
-   * on a channel until its refused publication is taken; a backend that does not may take it first.
+   * retried with backoff until taken; otherwise the first refusal stands. Persistent publications keep the
+   * order they were made in: a refused one retries only once every earlier one has its final outcome, and
+   * one made while any waits is not sent until its turn, so the outputs a replica makes while its consumers
+   * hold it back are taken in the order it made them. One already sent when an earlier one's refusal
+   * arrives is kept behind it by the embedded broker, which refuses a connection's later data on a channel
+   * until its refused publication is taken; a backend that does not may take it first.
    */
   async #publish(env: BackendEnvelope, persistent: boolean): Promise<PublicationOutcome> {
-    if (persistent && this.#refusedTail !== null) return await this.#publishInTurn(env, null);
-    const outcome = await this.#publishOnce(env, persistent);
-    if (!retriesAfter(outcome, persistent) || this.#work.abandoned) return outcome;
-    return await this.#publishInTurn(env, outcome);
+    if (!persistent) return await this.#publishOnce(env, false);
+    const previous = this.#lastTurn;
+    const turn = Promise.withResolvers<void>();
+    this.#lastTurn = turn.promise;
+    try {
+      let refused: PublicationOutcome | null = null;
+      if (this.#waitingTurns === 0) {
+        refused = await this.#publishOnce(env, true);
+        if (!retriesAfter(refused, true) || this.#work.abandoned) return refused;
+      }
+      this.#waitingTurns++;
+      try {
+        return await this.#publishInTurn(env, refused, previous);
+      } finally {
+        this.#waitingTurns--;
+      }
+    } finally {
+      // A turn ends once this publication and every earlier one have their final outcomes.
+      previous.then(() => turn.resolve());
+    }
   }
 
   /**
-   * A persistent publication in the queue (see {@link #publish}): attempted once the one before it has its
-   * final outcome (after a backoff when it heads the queue, having just been `refused`), then retried with
-   * backoff until taken.
+   * A persistent publication waiting its turn (see {@link #publish}): attempted once every earlier one has
+   * its final outcome, then retried with backoff until taken.
    */
   async #publishInTurn(
     env: BackendEnvelope,
     refused: PublicationOutcome | null,
+    previous: Promise<void>,
   ): Promise<PublicationOutcome> {
-    const previous = this.#refusedTail;
-    const turn = Promise.withResolvers<void>();
-    this.#refusedTail = turn.promise;
-    try {
-      let retries = 0;
-      if (previous !== null) await previous;
-      else await this.#clock.sleep(publishBackoffSeconds(++retries));
-      let outcome = refused;
-      for (;;) {
-        if (this.#work.abandoned) {
-          return outcome ??
-            rejected(env.publicationId, "the replica stopped before this output's turn", false);
-        }
-        outcome = await this.#publishOnce(env, true);
-        if (!retriesAfter(outcome, true)) return outcome;
-        await this.#clock.sleep(publishBackoffSeconds(++retries));
+    await previous;
+    let outcome = refused;
+    for (let retries = 0;;) {
+      if (this.#work.abandoned) {
+        return outcome ?? rejected(env.publicationId, "the replica stopped before this output's turn", false);
       }
-    } finally {
-      if (this.#refusedTail === turn.promise) this.#refusedTail = null;
-      turn.resolve();
+      outcome = await this.#publishOnce(env, true);
+      if (!retriesAfter(outcome, true)) return outcome;
+      await this.#clock.sleep(publishBackoffSeconds(++retries));
     }
   }
 

@@ -352,8 +352,12 @@ Deno.test("a decoder far ahead of a slow node is held back at the broker's chann
     const offsets = (await sinkLines(join(dir, "out.jsonl"))).map((line) =>
       Number(String(line.value).split(":").at(-1))
     );
-    assert.equal(new Set(offsets).size, 60, `60 distinct frames: ${offsets}`);
-    assert.deepEqual(offsets, offsets.toSorted((a, b) => a - b), "the frames in the order they were decoded");
+    assert.equal(new Set(offsets).size, 60, `60 distinct frames: ${offsets}\n${run.text}`);
+    assert.deepEqual(
+      offsets,
+      offsets.toSorted((a, b) => a - b),
+      `the frames in the order they were decoded\n${run.text}`,
+    );
     const refused = await vf(["run-local", flow, "--state", join(dir, "state"), "--channel-max-mib", "8"], {
       cwd: dir,
     });

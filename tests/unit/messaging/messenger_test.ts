@@ -3,7 +3,7 @@ import type { MemoryMessagingBackend } from "../../../src/backends/memory/messag
 import { CONTROL_STOP_KEY } from "../../../src/backends/memory/messaging.ts";
 import { Barrier, FaultSchedule, raiseTyped } from "../../../src/backends/faults.ts";
 import { channelId, type Envelope, envelope, MessageKind } from "../../../src/backends/messaging.ts";
-import { rejected, requireKnown } from "../../../src/backends/outcomes.ts";
+import { type PublicationOutcome, rejected, requireKnown } from "../../../src/backends/outcomes.ts";
 import { FlowRuntime } from "../../../src/backends/runtime.ts";
 import type { RuntimeStore } from "../../../src/backends/runtime_store.ts";
 import { CHECKPOINT_METADATA_KEY, PARTITION_KEY_METADATA_KEY } from "../../../src/core/context.ts";
@@ -733,6 +733,48 @@ Deno.test("outputs refused by a full channel are retried in the order they were 
       attempts.lastIndexOf(f1) < attempts.indexOf(f3) && attempts.lastIndexOf(f2) < attempts.indexOf(f3),
       `f3 was not sent before the refused ones were taken: ${attempts}`,
     );
+  });
+});
+
+Deno.test("an output whose refusal arrives late still goes before one made after it", async () => {
+  await withFlow(PIPELINE, async (flow) => {
+    const cam = await flow.open("cam");
+    const backend = broker(flow);
+    const original = backend.publish.bind(backend);
+    let full = true;
+    const firstAttempts: PromiseWithResolvers<PublicationOutcome>[] = [];
+    const tried = new Set<string>();
+    backend.publish = (env, deadline) => {
+      if (env.kind !== MessageKind.data) return original(env, deadline);
+      if (!tried.has(env.publicationId) && firstAttempts.length < 2) {
+        // The first two outputs' answers are held back, as answers still on their way are.
+        tried.add(env.publicationId);
+        const answer = Promise.withResolvers<PublicationOutcome>();
+        firstAttempts.push(answer);
+        return answer.promise;
+      }
+      tried.add(env.publicationId);
+      return full
+        ? Promise.resolve(rejected(env.publicationId, "channel cam is full", true))
+        : original(env, deadline);
+    };
+    const refuse = (answer: PromiseWithResolvers<PublicationOutcome>) =>
+      answer.resolve(rejected("held", "channel cam is full", true));
+    await flow.drive(cam.publishMessage("f1"));
+    await flow.drive(cam.publishMessage("f2"));
+    assert.equal(firstAttempts.length, 2, "both were sent before either answer came back");
+    refuse(firstAttempts[0]);
+    await flow.drive(flow.clock.sleep(0.2));
+    await flow.drive(cam.publishMessage("f3"));
+    refuse(firstAttempts[1]);
+    await flow.drive(flow.clock.sleep(0.2));
+    full = false;
+    await flow.drive(cam.awaitInFlight());
+    const values = stored(flow, "cam").map(({ envelope }) => {
+      const wire = decodeEnvelope(envelope.body);
+      return decodePayload(wire.payloadType, wire.payload);
+    });
+    assert.deepEqual(values, ["f1", "f2", "f3"], "f2 was made before f3, so it is taken before f3");
   });
 });
 
