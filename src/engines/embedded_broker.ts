@@ -9,6 +9,9 @@
  * What the server guarantees:
  * - A connection's calls start in the order they were made; a long-poll receive waits in the broker and
  *   holds back nothing else. Results are coalesced per turn.
+ * - A connection's data on a channel that refuses when full is taken in the order it was published: once
+ *   one publication was refused, the connection's later data publications on that channel are refused
+ *   behind it until it is taken (its messenger retries them in order), whatever room opens meanwhile.
  * - A server-side exception is its call's error, rebuilt client-side as the same class.
  * - The hosted models hit their fault barriers as they do in-process; the transport adds none.
  * - A worker's death never acks what it held: its leases lapse through the broker's ack wait. A receive
