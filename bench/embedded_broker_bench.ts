@@ -13,12 +13,9 @@
  *    (b) bare: the same three workers joined by MessagePorts, one postMessage (a copy) per message per hop.
  * 2. Large bodies (`--large-count` frames of `--large-size` bytes, a 1280x720 RGB frame by default): a
  *    2-stage producer → sink, the producer writing each frame into a fresh buffer.
- *    (a) broker: as above, over channel `a`; the client copies each body into a SharedArrayBuffer, the
- *        broker keeps it shared and hands it on shared, and the sink's client copies it for its caller:
- *        the main thread copies nothing.
- *    (b) broker, shared bodies: the producer writes each frame into a SharedArrayBuffer of its own (as a
- *        codec encoding straight into one would), which crosses without the producer-side copy.
- *    (c) bare: the two workers joined by a MessagePort, each frame's buffer transferred (no copy at all).
+ *    (a) broker: as above, over channel `a`; the producer's client copies each body and moves the copy to
+ *        the broker, which keeps it and moves a copy it makes (in the main thread) to the sink.
+ *    (b) bare: the two workers joined by a MessagePort, each frame's buffer transferred (no copy at all).
  *
  * Every mode shares the harness's flow control: the sink grants the producer credit back every `grant`
  * messages (256 small, 4 large) over a side port, so at most `--window` messages (`--large-window`
@@ -75,8 +72,6 @@ interface Settings {
   readonly window: number;
   /** How many messages the sink acknowledges to the producer at a time. */
   readonly grant: number;
-  /** The producer writes each body into a SharedArrayBuffer of its own instead of an ArrayBuffer. */
-  readonly sharedBodies: boolean;
   /** Bare mode moves each body's buffer (a transfer) instead of copying it. */
   readonly transfer: boolean;
 }
@@ -124,7 +119,7 @@ function threadCpuMicros(): number | null {
 /** A fresh body of the settings' size, written through (as a producer writes a frame), its first 8 bytes the send time. */
 function stamped(settings: Settings, index: number): Uint8Array {
   const size = Math.max(8, settings.body);
-  const body = new Uint8Array(settings.sharedBodies ? new SharedArrayBuffer(size) : new ArrayBuffer(size));
+  const body = new Uint8Array(size);
   if (size > 8) body.fill(index & 0xff, 8);
   new DataView(body.buffer).setFloat64(0, now());
   return body;
@@ -511,7 +506,6 @@ if (import.meta.main && !inWorker) {
     credit: Number(values.credit),
     window: Number(values.window),
     grant: 256,
-    sharedBodies: false,
     transfer: false,
   };
   const large: Settings = {
@@ -521,7 +515,6 @@ if (import.meta.main && !inWorker) {
     credit: 8,
     window: Number(values["large-window"]),
     grant: 4,
-    sharedBodies: false,
     transfer: true,
   };
   console.log(`${navigator.hardwareConcurrency} CPUs`);
@@ -543,7 +536,6 @@ if (import.meta.main && !inWorker) {
       [
         { label: "bare", mode: "bare", settings: large },
         { label: "broker", mode: "broker", settings: large },
-        { label: "broker-shared-bodies", mode: "broker", settings: { ...large, sharedBodies: true } },
       ],
       rounds,
     );

@@ -162,11 +162,14 @@ export class BrokerConnection {
   /** Broker tokens of deliveries handed out on this connection, by id, until settled or released. */
   readonly #tokens = new IdTable<DeliveryToken>();
   /**
-   * Per channel handle, the data publication of this connection the broker last refused as retryable and
-   * has not taken since: until it is, later data publications on that channel are refused too, so one
-   * publisher's outputs are taken in the order it made them (its messenger retries them in that order).
+   * Per channel handle, the earliest-arrived data publication of this connection the broker refused as
+   * retryable and has not taken since: until it is, later data publications on that channel are refused
+   * too, so one publisher's outputs are taken in the order it made them (its messenger retries them in
+   * that order).
    */
-  readonly #refusedHeads = new Map<number, string>();
+  readonly #refusedHeads = new Map<number, { readonly publicationId: string; readonly arrival: number }>();
+  /** Data publications this connection sent, counted as they arrive: their order. */
+  #dataArrivals = 0;
   #tokenCount = 0;
   readonly #tokenIdOf = (token: DeliveryToken) => {
     const id = ++this.#tokenCount;
@@ -342,18 +345,27 @@ export class BrokerConnection {
 
   /**
    * Keeps a channel's data in publication order for this connection: a retryable refusal on a channel that
-   * refuses when full (whose publishers retry) makes its publication the channel's refused head, later data
-   * publications are refused behind it, and the head's next outcome that is not another retryable refusal
-   * clears it.
+   * refuses when full (whose publishers retry) makes its publication the channel's refused head unless an
+   * earlier-arrived one is (an outcome decided late, with faults installed, may come back out of order),
+   * later data publications are refused behind it, and the head's next outcome that is not another
+   * retryable refusal clears it.
    */
-  #noteOrder(handle: number, envelope: Envelope, outcome: PublicationOutcome): PublicationOutcome {
+  #noteOrder(
+    handle: number,
+    envelope: Envelope,
+    arrival: number,
+    outcome: PublicationOutcome,
+  ): PublicationOutcome {
     const refused = outcome.kind === "rejected" && outcome.retryable;
     const head = this.#refusedHeads.get(handle);
-    if (head === undefined) {
-      if (refused && this.#services.messaging.refusesWhenFull(envelope.channel)) {
-        this.#refusedHeads.set(handle, envelope.publicationId);
-      }
-    } else if (head === envelope.publicationId && !refused) this.#refusedHeads.delete(handle);
+    if (head !== undefined && head.publicationId === envelope.publicationId) {
+      if (!refused) this.#refusedHeads.delete(handle);
+    } else if (
+      refused && (head === undefined || arrival < head.arrival) &&
+      this.#services.messaging.refusesWhenFull(envelope.channel)
+    ) {
+      this.#refusedHeads.set(handle, { publicationId: envelope.publicationId, arrival });
+    }
     return outcome;
   }
 
@@ -405,17 +417,19 @@ export class BrokerConnection {
         }
         const handle = args[0] as number;
         const head = this.#refusedHeads.get(handle);
-        if (head !== undefined && head !== envelope.publicationId) {
+        if (head !== undefined && head.publicationId !== envelope.publicationId) {
           return rejected(
             envelope.publicationId,
-            `publication ${head}, refused earlier on this channel, is not taken yet: outputs are taken in order`,
+            `publication ${head.publicationId}, refused earlier on this channel, is not taken yet: ` +
+              "outputs are taken in order",
             true,
           );
         }
+        const arrival = ++this.#dataArrivals;
         const outcome = messaging.publishNow(envelope, deadline) ?? messaging.publish(envelope, deadline);
         return outcome instanceof Promise
-          ? outcome.then((settled) => this.#noteOrder(handle, envelope, settled))
-          : this.#noteOrder(handle, envelope, outcome);
+          ? outcome.then((settled) => this.#noteOrder(handle, envelope, arrival, settled))
+          : this.#noteOrder(handle, envelope, arrival, outcome);
       }
       case Op.receive: {
         const sub = this.#sub(args[0]);

@@ -868,11 +868,10 @@ export class BrokerMessenger implements Messenger {
    * Publishes one output. A producer mints its identity; a receiver carries its input group's forward.
    * A checkpoint under {@link CHECKPOINT_METADATA_KEY} is committed with this output in one ledger write
    * before the send and never reaches the wire. A live (best-effort) output the broker refuses is counted
-   * as a drop; a reliable one is retried with backoff until the broker takes it. An inline output
-   * resolves once it was handed to the broker within the in-flight bound (first attempts reach the broker
-   * in call order; a retried one may land after later outputs); its outcome is awaited by its input
-   * group's ack and by EOS, and a refusal is thrown by the next call that publishes, acks, receives or
-   * ends the stream.
+   * as a drop; a reliable one is retried with backoff until the broker takes it, in the order outputs were
+   * made (see {@link #publish}). An inline output resolves once it is under way within the in-flight bound
+   * (sent, or waiting its turn behind a refused one); its outcome is awaited by its input group's ack and
+   * by EOS, and a refusal is thrown by the next call that publishes, acks, receives or ends the stream.
    *
    * @throws ConfigError when a receiver publishes outside an input group, or a large payload has no store;
    * SchemaError for a value the wire cannot carry; CapabilityError for a checkpoint on a ledger that dies
@@ -2136,6 +2135,8 @@ export class BrokerMessenger implements Messenger {
     const previous = this.#lastTurn;
     const turn = Promise.withResolvers<void>();
     this.#lastTurn = turn.promise;
+    let earlierDone = false;
+    previous.then(() => earlierDone = true);
     try {
       let refused: PublicationOutcome | null = null;
       if (this.#waitingTurns === 0) {
@@ -2144,6 +2145,8 @@ export class BrokerMessenger implements Messenger {
       }
       this.#waitingTurns++;
       try {
+        // Refused with nothing earlier outstanding, it heads the queue: it backs off before its retry.
+        if (refused !== null && earlierDone) await this.#clock.sleep(publishBackoffSeconds(1));
         return await this.#publishInTurn(env, refused, previous);
       } finally {
         this.#waitingTurns--;
@@ -2165,7 +2168,7 @@ export class BrokerMessenger implements Messenger {
   ): Promise<PublicationOutcome> {
     await previous;
     let outcome = refused;
-    for (let retries = 0;;) {
+    for (let retries = refused === null ? 0 : 1;;) {
       if (this.#work.abandoned) {
         return outcome ?? rejected(env.publicationId, "the replica stopped before this output's turn", false);
       }

@@ -59,6 +59,7 @@ import {
   transientRead,
 } from "../backends/payload.ts";
 import {
+  copyBytes,
   deepFreeze,
   type EmbeddedConnection,
   FROZEN_REPLY,
@@ -181,7 +182,7 @@ export class EmbeddedPayloadStore implements PayloadStore {
     }
     const port = this.#connection.transport === "port";
     const move = this.#transferPuts && port && data.buffer instanceof ArrayBuffer && spansBuffer(data);
-    const bytes = move ? data : data.slice();
+    const bytes = move ? data : copyBytes(data);
     return this.#connection.call(
       Op.payloadPut,
       [bytes, contentId, contract],

@@ -671,7 +671,7 @@ export class FrameBuilder implements BytePacker {
     this.#bytes += bytes.byteLength;
     const packed = this.#arena.pack(bytes);
     if (typeof packed === "number" || !this.#copy) return packed;
-    const own = packed === bytes ? bytes.slice() : packed;
+    const own = packed === bytes ? copyBytes(bytes) : packed;
     if (this.#move) this.#transfer.push(own.buffer as ArrayBuffer);
     return own;
   }
@@ -1230,7 +1230,17 @@ function hasKeys(record: Readonly<Record<string, unknown>>): boolean {
  * bytes (a view would otherwise take its entire underlying buffer along).
  */
 export function exactBytes(bytes: Uint8Array): Uint8Array {
-  return spansBuffer(bytes) ? bytes : bytes.slice();
+  return spansBuffer(bytes) ? bytes : copyBytes(bytes);
+}
+
+/**
+ * A copy of `bytes` in a plain Uint8Array spanning an ArrayBuffer of its own, whatever `bytes` is (a Node
+ * Buffer's `slice` is a view, not a copy, and a pooled one shares its buffer with others).
+ */
+export function copyBytes(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
+  const copy = new Uint8Array(bytes.byteLength);
+  copy.set(bytes);
+  return copy;
 }
 
 /** Whether `bytes` span their whole underlying buffer. */

@@ -1592,10 +1592,10 @@ export class MemoryMessagingBackend implements MessagingBackend {
     }
     if (!this.#full(ch, kind, size)) return null;
     if (spec.overflow === Overflow.reject) {
-      return {
-        reason: `channel ${describeChannel(spec.id)} is full (${spec.maxMsgs} messages)`,
-        retryable: true,
-      };
+      const held = this.#slotCount(ch, kind) >= spec.maxMsgs
+        ? `${spec.maxMsgs} messages`
+        : `${this.#slotBytes(ch, kind)} of ${spec.maxBytes} bytes held, ${size} more asked`;
+      return { reason: `channel ${describeChannel(spec.id)} is full (${held})`, retryable: true };
     }
     while (this.#full(ch, kind, size)) {
       this.#removeMessage(ch, ch.oldestInSlot(kind) as StoredMessage, DropReason.evicted);

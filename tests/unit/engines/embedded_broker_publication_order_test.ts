@@ -9,6 +9,8 @@
  */
 
 import assert from "node:assert/strict";
+import { systemClock } from "../../../src/backends/clock.ts";
+import { Barrier, delay, FaultSchedule, nth } from "../../../src/backends/faults.ts";
 import { FakeClock } from "../../../src/backends/memory/clock.ts";
 import {
   makeChannel,
@@ -146,6 +148,88 @@ Deno.test("a channel that evicts its oldest instead of refusing never holds a pu
       ["f3"],
       "the freshest wins",
     );
+  } finally {
+    await connection.close();
+    await broker.close();
+  }
+});
+
+Deno.test("when refusals come back out of order (a fault delays one), the earlier publication still heads and is taken first", async () => {
+  const clock = systemClock;
+  const broker = new EmbeddedBroker({ clock, messaging: new MemoryMessagingBackend({ clock }) });
+  await broker.messaging.ensureChannel(
+    makeChannel("flow-A", "run-1", "cam", "reliable_work", "interest", {
+      required: [subscriptionId(CAM, "det")],
+      maxMsgs: 1,
+      overflow: Overflow.reject,
+      perSubjectLimits: true,
+    }),
+    "ensure-cam",
+  );
+  await broker.messaging.ensureSubscription(makeSubscription(CAM, "det"), "bind-cam");
+  const publisherLink = await EmbeddedConnection.connect(broker.openPort("decode"), { label: "decode" });
+  const consumerLink = await EmbeddedConnection.connect(broker.openPort("detect"), { label: "detect" });
+  const publisher = new EmbeddedMessagingBackend(publisherLink, { clock });
+  const consumer = new EmbeddedMessagingBackend(consumerLink, { clock });
+  const deadline = () => clock.monotonic() + 5;
+  try {
+    assert.equal(
+      (await publisher.publish(data(CAM, "f0"), deadline())).kind,
+      "accepted",
+      "the channel fills",
+    );
+    const schedule = new FaultSchedule({ [Barrier.messagePublishBefore]: nth(1, delay(0.05)) });
+    const [a, b] = await (async () => {
+      using _installed = schedule.install();
+      return await Promise.all([
+        publisher.publish(data(CAM, "A"), deadline()),
+        publisher.publish(data(CAM, "B"), deadline()),
+      ]);
+    })();
+    schedule.assertAllFired();
+    assert.deepEqual([describe(a), describe(b)], ["rejected(retryable)", "rejected(retryable)"]);
+    const [first] = await consumer.receive(subscriptionId(CAM, "det"), 1, 1 << 30, deadline());
+    await consumer.settle(first.token, completed(), "done-f0");
+    assert.equal(describe(await publisher.publish(data(CAM, "B"), deadline())), "rejected(retryable)");
+    assert.equal(
+      (await publisher.publish(data(CAM, "A"), deadline())).kind,
+      "accepted",
+      "A arrived first, so A heads although B's refusal came back first",
+    );
+    assert.deepEqual(broker.messaging.stored(CAM).map((env) => env.publicationId), ["A"]);
+  } finally {
+    await publisherLink.close();
+    await consumerLink.close();
+    await broker.close();
+  }
+});
+
+Deno.test("a channel refusing for its byte limit says so, with the bytes held and asked", async () => {
+  const clock = new FakeClock();
+  const broker = new EmbeddedBroker({ clock, messaging: new MemoryMessagingBackend({ clock }) });
+  await broker.messaging.ensureChannel(
+    makeChannel("flow-A", "run-1", "cam", "reliable_work", "interest", {
+      required: [subscriptionId(CAM, "det")],
+      maxBytes: 10,
+      overflow: Overflow.reject,
+      perSubjectLimits: true,
+    }),
+    "ensure-cam",
+  );
+  const connection = await EmbeddedConnection.connect(broker.openPort("decode"), { label: "decode" });
+  try {
+    const publisher = new EmbeddedMessagingBackend(connection, { clock });
+    const body = (n: number) => new Uint8Array(n);
+    assert.equal(
+      (await publisher.publish(makeEnvelope(CAM, "f1", { body: body(8) }), clock.monotonic() + 5)).kind,
+      "accepted",
+    );
+    const refused = await publisher.publish(
+      makeEnvelope(CAM, "f2", { body: body(4) }),
+      clock.monotonic() + 5,
+    );
+    assert.ok(refused.kind === "rejected" && refused.retryable);
+    assert.match(refused.reason, /is full \(8 of 10 bytes held, 4 more asked\)/);
   } finally {
     await connection.close();
     await broker.close();

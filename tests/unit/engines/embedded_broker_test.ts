@@ -10,6 +10,7 @@
  */
 
 import assert from "node:assert/strict";
+import { Buffer } from "node:buffer";
 import {
   BrokerUnavailable,
   ConfigError,
@@ -777,6 +778,34 @@ Deno.test("a payload put refuses a detached array instead of storing an empty pa
     assert.deepEqual([...kept], [4, 5, 6], "without transferPuts the caller keeps its bytes");
     const read = await copying.read(ref);
     assert.ok(read.kind === "bytes" && read.data.join() === "1,2,3" && read.ref === ref);
+  } finally {
+    await connection.close();
+    await broker.close();
+  }
+});
+
+Deno.test("a Node Buffer, pooled or large, is put as a copy: the caller keeps its bytes and the frame's other calls go through", async () => {
+  const { broker, clock } = await provisioned();
+  const { connection, messaging } = await client(broker, "w", clock);
+  try {
+    const store = new EmbeddedPayloadStore(connection);
+    const pooled = Buffer.from("a small buffer from the shared pool");
+    const large = Buffer.alloc(PACK_LIMIT * 4, 7);
+    const [published, pooledRef, largeRef] = await Promise.all([
+      messaging.publish(makeEnvelope(spec.id, "f1"), clock.monotonic() + 5),
+      store.put(pooled, "cam:pooled", CONTRACT),
+      store.put(large, "cam:large", CONTRACT),
+    ]);
+    assert.equal(published.kind, "accepted", "a publish in the same frame is unaffected");
+    assert.equal(pooled.toString(), "a small buffer from the shared pool", "the pooled buffer is intact");
+    assert.equal(large.byteLength, PACK_LIMIT * 4, "the large buffer was not moved away");
+    const [pooledRead, largeRead] = await Promise.all([store.read(pooledRef), store.read(largeRef)]);
+    assert.ok(pooledRead.kind === "bytes" && sameBytes(pooledRead.data, pooled));
+    assert.ok(largeRead.kind === "bytes" && sameBytes(largeRead.data, large));
+    const body = Buffer.alloc(PACK_LIMIT * 2, 3);
+    const outcome = await messaging.publish(makeEnvelope(spec.id, "f2", { body }), clock.monotonic() + 5);
+    assert.equal(outcome.kind, "accepted");
+    assert.equal(body.byteLength, PACK_LIMIT * 2, "a published Buffer stays the caller's");
   } finally {
     await connection.close();
     await broker.close();

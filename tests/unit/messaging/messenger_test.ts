@@ -736,6 +736,26 @@ Deno.test("outputs refused by a full channel are retried in the order they were 
   });
 });
 
+Deno.test("a refused output waits the backoff ladder before each retry, its first included", async () => {
+  await withFlow(PIPELINE, async (flow) => {
+    const cam = await flow.open("cam");
+    const backend = broker(flow);
+    const original = backend.publish.bind(backend);
+    const attempts: number[] = [];
+    backend.publish = (env, deadline) => {
+      if (env.kind !== MessageKind.data) return original(env, deadline);
+      attempts.push(flow.clock.monotonic());
+      return attempts.length <= 3
+        ? Promise.resolve(rejected(env.publicationId, "channel cam is full", true))
+        : original(env, deadline);
+    };
+    await flow.drive(cam.publishMessage("f1"));
+    await flow.drive(cam.awaitInFlight());
+    const gaps = attempts.slice(1).map((at, i) => Math.round((at - attempts[i]) * 1000) / 1000);
+    assert.deepEqual(gaps, [0.05, 0.1, 0.2], "WIRE.md's ladder: 0.05, 0.1, 0.2 s ...");
+  });
+});
+
 Deno.test("an output whose refusal arrives late still goes before one made after it", async () => {
   await withFlow(PIPELINE, async (flow) => {
     const cam = await flow.open("cam");
