@@ -3,24 +3,30 @@
  * pod's entry takes): its `VF_*` environment says everything (the engine starts it with a cleared
  * environment holding only that and what Deno itself needs, and lets it read that environment), the embedded broker is reached on the
  * loopback address the environment names, reports are printed to stdout as lines starting with
- * {@link REPORT_LINE_PREFIX}, SIGTERM quiesces the replica, SIGINT is left to the engine (a terminal's
- * Ctrl-C reaches the whole process group, and the engine answers it with the flow-wide stop, which this
- * replica must live through to drain), and the process exits with the replica's status.
+ * {@link REPORT_LINE_PREFIX}, and the process exits with the replica's status. Signals: SIGINT is left to
+ * the engine (a terminal's Ctrl-C reaches the whole process group, and the engine answers it with the
+ * flow-wide stop, which this replica must live through to drain), and so is SIGTERM under the local engine
+ * (its environment names the embedded broker), since a service manager's SIGTERM to the group is the same
+ * request; elsewhere (a pod) SIGTERM quiesces the replica.
  *
  * @module
  */
 
+import { EMBEDDED_BROKER_ENV } from "../src/runtime/embedded_rpc.ts";
 import { REPORT_LINE_PREFIX, runWorker } from "../src/runtime/worker.ts";
 
 /** Runs the replica this process's environment describes, then exits with its status. */
 export async function serveNodeProcess(): Promise<never> {
   const encoder = new TextEncoder();
+  const env = Deno.env.toObject();
+  const underLocalEngine = env[EMBEDDED_BROKER_ENV] !== undefined;
   Deno.addSignalListener("SIGINT", () => {});
+  if (underLocalEngine) Deno.addSignalListener("SIGTERM", () => {});
   const code = await runWorker({
-    env: Deno.env.toObject(),
+    env,
     report: (report) =>
       Deno.stdout.writeSync(encoder.encode(`${REPORT_LINE_PREFIX}${JSON.stringify(report)}\n`)),
-    onQuiesce: (quiesce) => Deno.addSignalListener("SIGTERM", quiesce),
+    onQuiesce: underLocalEngine ? undefined : (quiesce) => Deno.addSignalListener("SIGTERM", quiesce),
   });
   Deno.exit(code);
 }

@@ -205,7 +205,6 @@ interface Replica {
   stats: Counters | null;
   /** The counters of its earlier launches, so a restart does not reset what the view shows. */
   earlier: Counters;
-  stop: (() => void) | null;
   kill: (() => void) | null;
 }
 
@@ -349,7 +348,6 @@ export class LocalEngine {
             lastReportAt: performance.now() / 1000,
             stats: null,
             earlier: NO_COUNTS,
-            stop: null,
             kill: null,
           };
           this.#replicas.push(replica);
@@ -469,7 +467,6 @@ export class LocalEngine {
       end(EXIT_FLOW_FAILED);
     };
     worker.postMessage({ env: this.#envFor(replica), port: port2 }, [port2]);
-    replica.stop = () => worker.postMessage({ type: "quiesce" });
     replica.kill = () => end(EXIT_FLOW_FAILED);
   }
 
@@ -500,13 +497,6 @@ export class LocalEngine {
       stdout: "piped",
       stderr: "inherit",
     }).spawn();
-    replica.stop = () => {
-      try {
-        child.kill("SIGTERM");
-      } catch {
-        // already gone
-      }
-    };
     replica.kill = () => {
       try {
         child.kill("SIGKILL");
@@ -541,7 +531,6 @@ export class LocalEngine {
   #exited(replica: Replica, code: number): void {
     if (replica.exitCode !== null) return;
     replica.exitCode = code;
-    replica.stop = null;
     replica.kill = null;
     const exited = nodeExited(replica.spec.name, replica.index, code, replica.reason);
     this.#event(exited);

@@ -634,6 +634,19 @@ Deno.test("Ctrl-C (SIGINT to the whole process group) stops a subprocess run wit
   });
 });
 
+Deno.test("SIGTERM to the whole process group (a service manager's stop) stops a subprocess run without losing an item", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await slowFlow(dir, "group-term-story");
+    const child = startVf(
+      ["run-local", flow, "--state", join(dir, "state"), "--run-id", "r1", "--isolation", "process"],
+      { cwd: dir, ownSession: true },
+    );
+    await waitForLines(join(dir, "out.jsonl"), 10, child);
+    Deno.kill(-child.pid, "SIGTERM");
+    await assertStoppedWithoutLoss(await finished(child), dir, "group-term-story", "r1");
+  });
+});
+
 Deno.test("a second SIGTERM forces a stop that cannot drain (a node hangs): exit 130", async () => {
   await inTempDir(async (dir) => {
     const flow = await hangingFlow(dir, "forced-story");
