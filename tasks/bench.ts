@@ -14,12 +14,17 @@
  * 3. Start-up: a 10-node chain (producer → 8 relays → sink), from the start of `vf run-local` (a fresh
  *    `deno run -A mod.ts run-local` process) and from {@link LocalEngine.run} in this process to the first
  *    item at the sink, against ten bare workers chained the same way, spawn to first item.
+ * 4. Backlog: the video flow with a consumer far slower than its decoder (`--backlog-delay-ms` per frame),
+ *    so the embedded broker holds the decoder back at its channel limit: the peak growth of this process's
+ *    resident memory during the run, against the decoded size of the whole clip (what a broker that never
+ *    held the decoder back would come to hold).
  *
  * Rounds of a flow and its baseline alternate, and each figure is the median of its rounds. The table is
  * printed to stdout and, with `--json PATH`, written as JSON.
  *
  * Run: `deno task bench [--items 10000] [--item-rounds 3] [--frames 300] [--video-rounds 3]
- * [--startup-rounds 5] [--window 1024] [--sections items,video,video-offload,startup] [--state DIR]
+ * [--startup-rounds 5] [--backlog-frames 900] [--backlog-delay-ms 10] [--window 1024]
+ * [--sections items,video,video-offload,startup,backlog] [--state DIR]
  * [--run-timeout 120] [--json PATH]`. `--state` puts the runs' ledgers somewhere else than the scratch directory (a tmpfs, to
  * see what the disk costs); the runs stay there, in a fresh subdirectory.
  *
@@ -68,6 +73,8 @@ interface Settings {
   readonly frames: number;
   readonly videoRounds: number;
   readonly startupRounds: number;
+  readonly backlogFrames: number;
+  readonly backlogDelayMs: number;
   readonly window: number;
   readonly sections: readonly SectionKey[];
   /** Seconds a flow run may take before it is stopped (and its section fails). */
@@ -152,6 +159,8 @@ function settingsFrom(
       frames: { type: "string", default: "300" },
       "video-rounds": { type: "string", default: "3" },
       "startup-rounds": { type: "string", default: "5" },
+      "backlog-frames": { type: "string", default: "900" },
+      "backlog-delay-ms": { type: "string", default: "10" },
       window: { type: "string", default: "1024" },
       "run-timeout": { type: "string", default: "120" },
       sections: { type: "string", default: SECTION_KEYS.join(",") },
@@ -172,6 +181,8 @@ function settingsFrom(
     frames: count("frames", 2),
     videoRounds: count("video-rounds", 1),
     startupRounds: count("startup-rounds", 1),
+    backlogFrames: count("backlog-frames", 2),
+    backlogDelayMs: count("backlog-delay-ms", 1),
     window: count("window", GRANT),
     runTimeout: count("run-timeout", 1),
     sections: sectionsFrom(values.sections ?? ""),
@@ -322,7 +333,7 @@ interface Section {
   readonly measure: (context: SectionContext, title: string) => Promise<Figure[]>;
 }
 
-const SECTION_KEYS = ["items", "video", "video-offload", "startup"] as const;
+const SECTION_KEYS = ["items", "video", "video-offload", "startup", "backlog"] as const;
 type SectionKey = typeof SECTION_KEYS[number];
 
 async function smallItems(
@@ -471,7 +482,7 @@ async function readerAlone(clip: string): Promise<DecodeRun> {
 
 /** The clip of `frames` frames in `dir`, made on first use. */
 async function clipIn(dir: string, frames: number): Promise<string> {
-  const clip = `${dir}/clip_720p.mp4`;
+  const clip = `${dir}/clip_720p_${frames}.mp4`;
   const exists = await Deno.stat(clip).then(() => true, () => false);
   if (!exists) await makeClip(clip, frames);
   return clip;
@@ -549,6 +560,57 @@ function videoSection(offloaded: boolean): Section["measure"] {
       }),
     ];
   };
+}
+
+/** This process's resident set size, in MiB (the flow's workers are threads of it). */
+function residentMib(): number {
+  return Deno.memoryUsage().rss / (1024 * 1024);
+}
+
+/**
+ * The backlog section: a decoder far ahead of a consumer that takes `backlogDelayMs` per frame, so the
+ * embedded broker holds the decoder back at its channel limit. The figure is how much this process's
+ * resident memory grew at its peak during the run, beside the decoded size of the whole clip, which is what
+ * a broker that never held the decoder back would come to hold.
+ */
+async function backlog(
+  { settings, dir, stateDir, progress }: SectionContext,
+  section: string,
+): Promise<Figure[]> {
+  const frames = settings.backlogFrames;
+  const clip = await clipIn(dir, frames);
+  const summaryPath = `${dir}/backlog.json`;
+  const decode = new VideoFileReader({ name: "decode", path: clip });
+  const slow = new channelMean.ChannelMean({ name: "slow", delayMs: settings.backlogDelayMs }).from(decode);
+  const sink = new arrivalSink.ArrivalSink({ name: "sink", summaryPath }).from(slow);
+  const flow = new Flow([sink], { flowType: "batch", flowId: "bench-backlog" });
+  const before = residentMib();
+  let peak = before;
+  const sampler = setInterval(() => peak = Math.max(peak, residentMib()), 50);
+  try {
+    await runFlow(flow, {
+      stateDir,
+      runId: "backlog",
+      summaryPath,
+      expected: frames,
+      timeoutSeconds: settings.runTimeout,
+    });
+  } finally {
+    clearInterval(sampler);
+  }
+  peak = Math.max(peak, residentMib());
+  progress(`backlog: ${frames} frames, resident ${fmt(before)} → peak ${fmt(peak)} MiB`);
+  return [
+    figure({
+      section,
+      name: "peak growth of resident memory",
+      unit: "MiB",
+      better: "lower",
+      rounds: [peak - before],
+      baselineName: "the clip's decoded frames, all of them",
+      baselineRounds: [frames * FRAME_BYTES / (1024 * 1024)],
+    }),
+  ];
 }
 
 /** The flow file `vf run-local` loads for the start-up figure: the chain with its params written in. */
@@ -681,6 +743,13 @@ const SECTIONS: readonly Section[] = [
     key: "startup",
     title: () => `Start-up: ${CHAIN_NODES}-node chain (producer → ${CHAIN_NODES - 2} relays → sink)`,
     measure: startup,
+  },
+  {
+    key: "backlog",
+    title: (s) =>
+      `Backlog: ${s.backlogFrames} frames ${WIDTH}x${HEIGHT} decoded far faster than a consumer taking ` +
+      `${s.backlogDelayMs} ms each`,
+    measure: backlog,
   },
 ];
 

@@ -7,10 +7,24 @@
 
 import { type Frame, ProcessorNode } from "../../mod.ts";
 
-/** The mean of channel `channel` (0 by default) of each frame, as `{ mean }`. */
-export class ChannelMean extends ProcessorNode<{ readonly channel?: number }> {
+/** Params of {@link ChannelMean}. */
+export interface ChannelMeanParams {
+  /** The channel averaged (0 by default). */
+  readonly channel?: number;
+  /** Waits this long per frame first (a consumer slower than its decoder); none by default. */
+  readonly delayMs?: number;
+}
+
+/** The mean of channel `channel` (0 by default) of each frame, as `{ mean }`, after `delayMs` if given. */
+export class ChannelMean extends ProcessorNode<ChannelMeanParams> {
   /** `{ mean }` over every pixel's chosen channel. */
-  process(frame: Frame): { readonly mean: number } {
+  process(frame: Frame): { readonly mean: number } | Promise<{ readonly mean: number }> {
+    const delayMs = this.params.delayMs ?? 0;
+    if (delayMs <= 0) return this.#mean(frame);
+    return new Promise((resolve) => setTimeout(() => resolve(this.#mean(frame)), delayMs));
+  }
+
+  #mean(frame: Frame): { readonly mean: number } {
     const [, , channels] = frame.pixels.shape;
     const data = frame.pixels.data;
     const stride = channels ?? 1;
