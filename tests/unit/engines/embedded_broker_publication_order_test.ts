@@ -9,7 +9,7 @@
  */
 
 import assert from "node:assert/strict";
-import { systemClock } from "../../../src/backends/clock.ts";
+import { type Clock, systemClock } from "../../../src/backends/clock.ts";
 import { Barrier, delay, FaultSchedule, nth } from "../../../src/backends/faults.ts";
 import { FakeClock } from "../../../src/backends/memory/clock.ts";
 import {
@@ -35,15 +35,20 @@ import { EmbeddedConnection } from "../../../src/runtime/embedded_rpc.ts";
 const CAM = channelId("flow-A", "run-1", "cam");
 const MIC = channelId("flow-A", "run-1", "mic");
 
-/** A broker whose `cam` and `mic` channels refuse past two messages, each with one `det` subscription. */
-async function fullAtTwo() {
-  const clock = new FakeClock();
+/**
+ * A broker on `clock` whose `cam` and `mic` channels refuse past `limits` (two messages by default), each
+ * with one `det` subscription, and a way to connect clients to it and close it all.
+ */
+async function refusingBroker(
+  limits: { readonly maxMsgs?: number; readonly maxBytes?: number } = { maxMsgs: 2 },
+  clock: Clock = new FakeClock(),
+) {
   const broker = new EmbeddedBroker({ clock, messaging: new MemoryMessagingBackend({ clock }) });
   for (const channel of [CAM, MIC]) {
     await broker.messaging.ensureChannel(
       makeChannel(channel.flowId, channel.runId, channel.node, "reliable_work", "interest", {
         required: [subscriptionId(channel, "det")],
-        maxMsgs: 2,
+        ...limits,
         overflow: Overflow.reject,
         perSubjectLimits: true,
       }),
@@ -75,7 +80,7 @@ function describe(outcome: PublicationOutcome): string {
 }
 
 Deno.test("after a refusal, a connection's later data on that channel waits behind it, even once room opens", async () => {
-  const { broker, clock, client, close } = await fullAtTwo();
+  const { broker, clock, client, close } = await refusingBroker();
   try {
     const publisher = await client("decode");
     const consumer = await client("detect");
@@ -107,7 +112,7 @@ Deno.test("after a refusal, a connection's later data on that channel waits behi
 });
 
 Deno.test("one connection's refused publication does not hold back another connection's", async () => {
-  const { broker, clock, client, close } = await fullAtTwo();
+  const { broker, clock, client, close } = await refusingBroker();
   try {
     const first = await client("decode-0");
     const second = await client("decode-1");
@@ -155,24 +160,11 @@ Deno.test("a channel that evicts its oldest instead of refusing never holds a pu
 });
 
 Deno.test("when refusals come back out of order (a fault delays one), the earlier publication still heads and is taken first", async () => {
-  const clock = systemClock;
-  const broker = new EmbeddedBroker({ clock, messaging: new MemoryMessagingBackend({ clock }) });
-  await broker.messaging.ensureChannel(
-    makeChannel("flow-A", "run-1", "cam", "reliable_work", "interest", {
-      required: [subscriptionId(CAM, "det")],
-      maxMsgs: 1,
-      overflow: Overflow.reject,
-      perSubjectLimits: true,
-    }),
-    "ensure-cam",
-  );
-  await broker.messaging.ensureSubscription(makeSubscription(CAM, "det"), "bind-cam");
-  const publisherLink = await EmbeddedConnection.connect(broker.openPort("decode"), { label: "decode" });
-  const consumerLink = await EmbeddedConnection.connect(broker.openPort("detect"), { label: "detect" });
-  const publisher = new EmbeddedMessagingBackend(publisherLink, { clock });
-  const consumer = new EmbeddedMessagingBackend(consumerLink, { clock });
-  const deadline = () => clock.monotonic() + 5;
+  const { broker, clock, client, close } = await refusingBroker({ maxMsgs: 1 }, systemClock);
   try {
+    const publisher = await client("decode");
+    const consumer = await client("detect");
+    const deadline = () => clock.monotonic() + 5;
     assert.equal(
       (await publisher.publish(data(CAM, "f0"), deadline())).kind,
       "accepted",
@@ -198,40 +190,21 @@ Deno.test("when refusals come back out of order (a fault delays one), the earlie
     );
     assert.deepEqual(broker.messaging.stored(CAM).map((env) => env.publicationId), ["A"]);
   } finally {
-    await publisherLink.close();
-    await consumerLink.close();
-    await broker.close();
+    await close();
   }
 });
 
 Deno.test("a channel refusing for its byte limit says so, with the bytes held and asked", async () => {
-  const clock = new FakeClock();
-  const broker = new EmbeddedBroker({ clock, messaging: new MemoryMessagingBackend({ clock }) });
-  await broker.messaging.ensureChannel(
-    makeChannel("flow-A", "run-1", "cam", "reliable_work", "interest", {
-      required: [subscriptionId(CAM, "det")],
-      maxBytes: 10,
-      overflow: Overflow.reject,
-      perSubjectLimits: true,
-    }),
-    "ensure-cam",
-  );
-  const connection = await EmbeddedConnection.connect(broker.openPort("decode"), { label: "decode" });
+  const { clock, client, close } = await refusingBroker({ maxBytes: 10 });
   try {
-    const publisher = new EmbeddedMessagingBackend(connection, { clock });
-    const body = (n: number) => new Uint8Array(n);
-    assert.equal(
-      (await publisher.publish(makeEnvelope(CAM, "f1", { body: body(8) }), clock.monotonic() + 5)).kind,
-      "accepted",
-    );
-    const refused = await publisher.publish(
-      makeEnvelope(CAM, "f2", { body: body(4) }),
-      clock.monotonic() + 5,
-    );
+    const publisher = await client("decode");
+    const publish = (id: string, size: number) =>
+      publisher.publish(makeEnvelope(CAM, id, { body: new Uint8Array(size) }), clock.monotonic() + 5);
+    assert.equal((await publish("f1", 8)).kind, "accepted");
+    const refused = await publish("f2", 4);
     assert.ok(refused.kind === "rejected" && refused.retryable);
     assert.match(refused.reason, /is full \(8 of 10 bytes held, 4 more asked\)/);
   } finally {
-    await connection.close();
-    await broker.close();
+    await close();
   }
 });
