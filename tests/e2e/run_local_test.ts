@@ -621,31 +621,25 @@ for (const isolation of ["worker", "process"]) {
   });
 }
 
-Deno.test("Ctrl-C (SIGINT to the whole process group) stops a subprocess run without losing an item", async () => {
-  await inTempDir(async (dir) => {
-    const flow = await slowFlow(dir, "interrupt-story");
-    const child = startVf(
-      ["run-local", flow, "--state", join(dir, "state"), "--run-id", "r1", "--isolation", "process"],
-      { cwd: dir, ownSession: true },
-    );
-    await waitForLines(join(dir, "out.jsonl"), 10, child);
-    Deno.kill(-child.pid, "SIGINT");
-    await assertStoppedWithoutLoss(await finished(child), dir, "interrupt-story", "r1");
-  });
-});
+const GROUP_SIGNALS = [
+  { signal: "SIGINT", who: "Ctrl-C", flowId: "interrupt-story" },
+  { signal: "SIGTERM", who: "a service manager's stop", flowId: "group-term-story" },
+] as const;
 
-Deno.test("SIGTERM to the whole process group (a service manager's stop) stops a subprocess run without losing an item", async () => {
-  await inTempDir(async (dir) => {
-    const flow = await slowFlow(dir, "group-term-story");
-    const child = startVf(
-      ["run-local", flow, "--state", join(dir, "state"), "--run-id", "r1", "--isolation", "process"],
-      { cwd: dir, ownSession: true },
-    );
-    await waitForLines(join(dir, "out.jsonl"), 10, child);
-    Deno.kill(-child.pid, "SIGTERM");
-    await assertStoppedWithoutLoss(await finished(child), dir, "group-term-story", "r1");
+for (const { signal, who, flowId } of GROUP_SIGNALS) {
+  Deno.test(`${signal} to the whole process group (${who}) stops a subprocess run without losing an item`, async () => {
+    await inTempDir(async (dir) => {
+      const flow = await slowFlow(dir, flowId);
+      const child = startVf(
+        ["run-local", flow, "--state", join(dir, "state"), "--run-id", "r1", "--isolation", "process"],
+        { cwd: dir, ownSession: true },
+      );
+      await waitForLines(join(dir, "out.jsonl"), 10, child);
+      Deno.kill(-child.pid, signal);
+      await assertStoppedWithoutLoss(await finished(child), dir, flowId, "r1");
+    });
   });
-});
+}
 
 Deno.test("a second SIGTERM forces a stop that cannot drain (a node hangs): exit 130", async () => {
   await inTempDir(async (dir) => {
