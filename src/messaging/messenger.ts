@@ -939,6 +939,8 @@ export class BrokerMessenger implements Messenger {
     const env = this.#dataEnvelope(publicationId, body, eventTs, partitionKey, identity.offset);
     const outcome = await this.#publish(env, this.#reliableOutput);
     this.#countPublication(outcome);
+    // After a crash nothing more reaches the ledger: the intent stays open for the replacement to resolve.
+    if (this.#work.abandoned) return;
     if (ref !== null) {
       await this.#runtime.resolvePublication(publicationId, outcome);
       if (outcome.kind === "accepted" || outcome.kind === "rejected") {

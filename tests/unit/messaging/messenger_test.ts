@@ -4,7 +4,7 @@ import { MemoryPayloadStore } from "../../../src/backends/memory/payload.ts";
 import { Barrier, FaultSchedule, raiseTyped } from "../../../src/backends/faults.ts";
 import { channelId, type Envelope, envelope, MessageKind } from "../../../src/backends/messaging.ts";
 import { type PublicationOutcome, rejected, requireKnown } from "../../../src/backends/outcomes.ts";
-import { FlowRuntime } from "../../../src/backends/runtime.ts";
+import { FlowRuntime, OutboxOutcome } from "../../../src/backends/runtime.ts";
 import type { RuntimeStore } from "../../../src/backends/runtime_store.ts";
 import { CHECKPOINT_METADATA_KEY, PARTITION_KEY_METADATA_KEY } from "../../../src/core/context.ts";
 import {
@@ -892,6 +892,24 @@ Deno.test("a crashed messenger's publication that lands afterwards notes nothing
     await flow.drive(flow.clock.sleep(30));
     await flow.drive(cam.awaitInFlight().catch(() => {}));
     assert.equal(await flow.runtime("cam").publishedCount(), 0, "a dead process writes nothing");
+  });
+});
+
+Deno.test("a crashed messenger's offloaded output that lands afterwards leaves its outbox intent to the replacement", async () => {
+  await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
+    const cam = await flow.open("cam", 0, { maxInlinePayloadBytes: 256 });
+    const camChannel = channelId(FLOW, RUN, "cam");
+    broker(flow).pauseAcceptance(camChannel);
+    const publishing = cam.publishMessage(new Uint8Array(4096).fill(1)).catch(() => {});
+    await flow.drive(flow.clock.sleep(1));
+    const [intended] = await flow.runtime("cam").outboxOf("cam");
+    assert.equal(intended?.outcome, OutboxOutcome.intent, "the intent is written before the send");
+    await cam.close({ handBack: false });
+    broker(flow).resumeAcceptance(camChannel);
+    await flow.drive(publishing);
+    await flow.drive(flow.clock.sleep(30));
+    const [after] = await flow.runtime("cam").outboxOf("cam");
+    assert.equal(after.outcome, OutboxOutcome.intent, "a dead process resolves nothing in the ledger");
   });
 });
 
