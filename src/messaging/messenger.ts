@@ -380,7 +380,12 @@ interface ParentState {
   quietSince: number | null;
   nextCheck: number;
   /** Received ids waiting for the write running now to finish, and the write that will note them. */
-  recordingNext: { readonly ids: string[]; readonly written: Promise<void> } | null;
+  recordingNext: {
+    readonly ids: string[];
+    readonly written: Promise<void>;
+    /** Lets the write go before its linger is over (the batch is big enough). */
+    readonly ready: () => void;
+  } | null;
   /** The latest received-id write begun or queued. */
   recordingLast: Promise<void>;
 }
@@ -497,6 +502,18 @@ const STOP_ENTRY: InputEntry = Object.freeze({
   isStopSignal: true,
   isAbort: false,
 });
+
+/**
+ * How long a received-set write waits, from its batch's first id, for more ids to note in the same write
+ * (unless {@link RECEIVED_BATCH_IDS} arrive first): a node taking a few items a second writes a few
+ * records a second instead of one per item, and its acks wait at most this much longer.
+ */
+export const RECEIVED_LINGER_SECONDS = 0.1;
+/**
+ * Ids after which a received-set write stops waiting for more: half the default in-flight depth, so the
+ * acks waiting for it never hold the node back.
+ */
+export const RECEIVED_BATCH_IDS = DEFAULT_IN_FLIGHT / 2;
 
 /** Whether a publication's outcome calls for another attempt: a persistent one refused retryably, or unresolvable. */
 function retriesAfter(outcome: PublicationOutcome, persistent: boolean): boolean {
@@ -1402,11 +1419,14 @@ export class BrokerMessenger implements Messenger {
     let next = parent.recordingNext;
     if (next === null) {
       const ids: string[] = [];
-      const written = parent.recordingLast.then(() => {
+      const ready = Promise.withResolvers<void>();
+      const linger = this.#clock.setTimer(RECEIVED_LINGER_SECONDS, ready.resolve);
+      const written = Promise.all([parent.recordingLast, ready.promise]).then(() => {
+        linger.cancel();
         parent.recordingNext = null;
         return this.#runtime.recordReceivedMany(parent.name, parent.durable, ids);
       }).then(() => {});
-      next = { ids, written };
+      next = { ids, written, ready: ready.resolve };
       parent.recordingNext = next;
       // The next write follows this one whether or not it failed; a failure is reported by the settles.
       parent.recordingLast = written.catch(() => {});
@@ -1418,6 +1438,7 @@ export class BrokerMessenger implements Messenger {
       next.ids.push(delivery.token.messageId);
       this.#recordingOf.set(delivery, next.written);
     }
+    if (next.ids.length >= RECEIVED_BATCH_IDS) next.ready();
   }
 
   /**

@@ -15,7 +15,12 @@ import {
   TransientFailure,
 } from "../../../src/core/errors.ts";
 import { StopReason } from "../../../src/core/messenger.ts";
-import { DeadLetterHeader, MessengerDropReason } from "../../../src/messaging/messenger.ts";
+import {
+  DeadLetterHeader,
+  MessengerDropReason,
+  RECEIVED_BATCH_IDS,
+  RECEIVED_LINGER_SECONDS,
+} from "../../../src/messaging/messenger.ts";
 import { dataSubscriptionId } from "../../../src/messaging/topology.ts";
 import { decodeEnvelope, decodePayload, ENVELOPE_VERSION } from "../../../src/wire/codec.ts";
 import { messageId, partitionOwner } from "../../../src/wire/identities.ts";
@@ -457,7 +462,8 @@ Deno.test("a received batch's ledger write runs while the node works and is done
     store.hold();
     const group = await flow.drive(det.receiveMessage());
     assert.equal(group.cam?.message, 1, "the node has its input while the write is held");
-    assert.equal(store.receivedWrites, 1);
+    await flow.drive(flow.clock.sleep(RECEIVED_LINGER_SECONDS));
+    assert.equal(store.receivedWrites, 1, "the write began once its linger was over");
     let acked = false;
     const ack = det.ackInputs().then(() => det.awaitInFlight()).then(() => {
       acked = true;
@@ -674,6 +680,7 @@ Deno.test("received batches that arrive while a received-set write runs are note
       await flow.drive(det.publishMessage(expected * 10));
       await flow.drive(det.ackInputs());
     }
+    await flow.drive(flow.clock.sleep(RECEIVED_LINGER_SECONDS));
     for (const batch of [[4, 5], [6, 7]]) {
       await produce(flow, cam, batch, false);
       for (const expected of batch) {
@@ -688,6 +695,40 @@ Deno.test("received batches that arrive while a received-set write runs are note
     assert.equal(store.receivedWrites, 2, "both later batches went into one write");
     const ids = await flow.runtime("det").receivedIds("cam", "det--from--cam");
     assert.equal(ids.size, 7);
+  });
+});
+
+Deno.test("a trickle of received ids waits up to the linger to share one write; a full batch is written at once", async () => {
+  await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
+    const cam = await flow.open("cam");
+    const store = new WatchedStore(flow.store);
+    const writtenAt: number[] = [];
+    const cas = store.cas.bind(store);
+    store.cas = (key, expectedVersion, value) => {
+      if (key.includes("/received/")) writtenAt.push(flow.clock.monotonic());
+      return cas(key, expectedVersion, value);
+    };
+    const det = await flow.open("det", 0, { runtime: runtimeOver(flow, "det", store) });
+    const startedAt = flow.clock.monotonic();
+    for (const item of [1, 2, 3]) {
+      await produce(flow, cam, [item], false);
+      assert.equal((await flow.drive(det.receiveMessage())).cam?.message, item);
+      await flow.drive(det.ackInputs());
+    }
+    await flow.drive(det.awaitInFlight());
+    assert.equal(store.receivedWrites, 1, "three items received one by one share one write");
+    assert.ok(writtenAt[0] - startedAt >= RECEIVED_LINGER_SECONDS - 1e-9, "which waited out the linger");
+    const many = Array.from({ length: RECEIVED_BATCH_IDS }, (_, i) => 100 + i);
+    await produce(flow, cam, many, false);
+    const receivedAt = flow.clock.monotonic();
+    for (const item of many) {
+      assert.equal((await flow.drive(det.receiveMessage())).cam?.message, item);
+      await flow.drive(det.ackInputs());
+    }
+    await flow.drive(det.awaitInFlight());
+    assert.equal(store.receivedWrites, 2, `${RECEIVED_BATCH_IDS} ids received together: one more write`);
+    assert.ok(writtenAt[1] - receivedAt < RECEIVED_LINGER_SECONDS, "written without waiting out the linger");
+    assert.equal((await flow.runtime("det").receivedIds("cam", "det--from--cam")).size, 3 + many.length);
   });
 });
 
