@@ -1421,11 +1421,12 @@ export class BrokerMessenger implements Messenger {
       const ids: string[] = [];
       const ready = Promise.withResolvers<void>();
       const linger = this.#clock.setTimer(RECEIVED_LINGER_SECONDS, ready.resolve);
-      const written = Promise.all([parent.recordingLast, ready.promise]).then(() => {
+      const written = Promise.all([parent.recordingLast, ready.promise]).then(async () => {
         linger.cancel();
         parent.recordingNext = null;
-        return this.#runtime.recordReceivedMany(parent.name, parent.durable, ids);
-      }).then(() => {});
+        // A write not begun before a crash never begins: its deliveries, unacked, go to the replacement.
+        if (!this.#work.abandoned) await this.#runtime.recordReceivedMany(parent.name, parent.durable, ids);
+      });
       next = { ids, written, ready: ready.resolve };
       parent.recordingNext = next;
       // The next write follows this one whether or not it failed; a failure is reported by the settles.

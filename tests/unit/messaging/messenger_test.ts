@@ -936,6 +936,26 @@ Deno.test("a crashed messenger's publication that lands afterwards notes nothing
   });
 });
 
+Deno.test("a crashed messenger's received ids still waiting out their linger are never written", async () => {
+  await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
+    const cam = await flow.open("cam");
+    await produce(flow, cam, [1], false);
+    const store = new WatchedStore(flow.store);
+    const det = await flow.open("det", 0, { runtime: runtimeOver(flow, "det", store) });
+    assert.equal((await flow.drive(det.receiveMessage())).cam?.message, 1);
+    await det.close({ handBack: false });
+    await flow.drive(flow.clock.sleep(RECEIVED_LINGER_SECONDS * 10));
+    assert.equal(store.receivedWrites, 0, "a dead process writes nothing");
+    const replacement = await flow.open("det");
+    await flow.drive(flow.clock.sleep(60));
+    assert.equal(
+      (await flow.drive(replacement.receiveMessage())).cam?.message,
+      1,
+      "the input goes to the replacement",
+    );
+  });
+});
+
 Deno.test("a crashed messenger's offloaded output that lands afterwards leaves its outbox intent to the replacement", async () => {
   await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
     const cam = await flow.open("cam", 0, { maxInlinePayloadBytes: 256 });
