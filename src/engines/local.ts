@@ -49,7 +49,6 @@ import {
 } from "./dead_letters.ts";
 import { EmbeddedBroker } from "./embedded_broker.ts";
 import { MemoryMessagingBackend } from "../backends/memory/messaging.ts";
-import { MemoryPayloadStore } from "../backends/memory/payload.ts";
 import { MAX_INLINE_PAYLOAD_ENV } from "../backends/payload_bridge.ts";
 import { LiveView, type NodeSnapshot, NodeState, renderSummary, type ViewOutput } from "./live_view.ts";
 import {
@@ -122,14 +121,6 @@ export const EMBEDDED_MAX_ENVELOPE_BYTES = 64 * MIB;
  * filling the host's memory. 256 MiB is about 97 720p BGR frames, or 4 of the largest envelopes.
  */
 export const DEFAULT_CHANNEL_MAX_BYTES = 256 * MIB;
-
-/**
- * The embedded payload store's budget, in channel limits: it holds at most this many times
- * `channelMaxBytes` of payloads moved out of their envelopes (over the inline threshold). A put beyond it
- * waits, with backoff, for readers to release what they hold, so a producer ahead of its consumers is
- * held back there too.
- */
-export const PAYLOAD_STORE_CHANNELS = 4;
 
 /** Refuses a channel byte limit that is not a whole number of bytes, or that one largest envelope would overflow. */
 function checkChannelMaxBytes(value: number | undefined): void {
@@ -290,9 +281,6 @@ export class LocalEngine {
     this.#broker = new EmbeddedBroker({
       runtimeStore: ledger,
       messaging: new MemoryMessagingBackend({ maxPayloadBytes: EMBEDDED_MAX_ENVELOPE_BYTES }),
-      payload: new MemoryPayloadStore({
-        maxBytes: PAYLOAD_STORE_CHANNELS * (options.channelMaxBytes ?? DEFAULT_CHANNEL_MAX_BYTES),
-      }),
     });
     this.#view = new LiveView(options.output, this.#started);
     this.#policy = options.restart ? SupervisionPolicy.local() : SupervisionPolicy.disabled();

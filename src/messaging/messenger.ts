@@ -76,7 +76,7 @@ import {
 } from "../backends/messaging.ts";
 import { MemoryRuntimeStore } from "../backends/memory/runtime_store.ts";
 import { known, type Observation, type PublicationOutcome, rejected } from "../backends/outcomes.ts";
-import { intentObligationId, PayloadBudgetExceeded, type PayloadStore } from "../backends/payload.ts";
+import { intentObligationId, type PayloadStore } from "../backends/payload.ts";
 import {
   BATCH_BLOB_TTL_SECONDS,
   DEFAULT_MAX_INLINE_PAYLOAD_BYTES,
@@ -938,7 +938,10 @@ export class BrokerMessenger implements Messenger {
     let ref = null;
     if (payload.byteLength > this.#maxInline) {
       this.#publicationInFlight = publicationId;
-      const blobRef = await this.#offload(payload);
+      const blobRef = await offloadPayload(payload.payloadType, payload.bytes(), this.#bridge, {
+        maxInlineBytes: this.#maxInline,
+        ttlSeconds: this.#blobTtl,
+      });
       ref = this.#bridge?.lastRef ?? null;
       payload = preparePayload(blobRef as BlobRef);
     }
@@ -965,28 +968,6 @@ export class BrokerMessenger implements Messenger {
       }
     }
     await this.#concludePublication(env.publicationId, outcome, identity.offset);
-  }
-
-  /**
-   * Moves a payload above the inline threshold to the payload store. A store whose budget is full refuses
-   * it (PayloadBudgetExceeded) until readers release what they hold: the put is retried with backoff, so the
-   * node is held back as a full channel holds it back, with one warning per wait.
-   */
-  async #offload(payload: PreparedPayload): Promise<BlobRef | null> {
-    const options = { maxInlineBytes: this.#maxInline, ttlSeconds: this.#blobTtl };
-    for (let retries = 0;;) {
-      try {
-        return await offloadPayload(payload.payloadType, payload.bytes(), this.#bridge, options);
-      } catch (error) {
-        if (!(error instanceof PayloadBudgetExceeded) || this.#work.abandoned) throw error;
-        if (retries === 0) {
-          this.#logger.warn("the payload store is full: waiting for readers to release payloads", {
-            error: error.message,
-          });
-        }
-        await this.#clock.sleep(publishBackoffSeconds(++retries));
-      }
-    }
   }
 
   /** A data envelope's bytes, written in one pass: the payload's tensor data copied once, into the envelope. */

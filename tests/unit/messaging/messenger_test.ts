@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { CONTROL_STOP_KEY, MemoryMessagingBackend } from "../../../src/backends/memory/messaging.ts";
-import { MemoryPayloadStore } from "../../../src/backends/memory/payload.ts";
+import type { MemoryMessagingBackend } from "../../../src/backends/memory/messaging.ts";
+import { CONTROL_STOP_KEY } from "../../../src/backends/memory/messaging.ts";
 import { Barrier, FaultSchedule, raiseTyped } from "../../../src/backends/faults.ts";
 import { channelId, type Envelope, envelope, MessageKind } from "../../../src/backends/messaging.ts";
 import { type PublicationOutcome, rejected, requireKnown } from "../../../src/backends/outcomes.ts";
@@ -30,7 +30,6 @@ import {
   type FlowOptions,
   memoryProvider,
   MessengerFlow,
-  type MessengerProvider,
   produce,
   RUN,
 } from "../../conformance/messenger/support.ts";
@@ -838,54 +837,6 @@ Deno.test("an output whose refusal arrives late still goes before one made after
     });
     assert.deepEqual(values, ["f1", "f2", "f3"], "f2 was made before f3, so it is taken before f3");
   });
-});
-
-/** The memory broker with a payload store of `maxBytes`, which refuses puts past it (the durable tier). */
-function budgetedPayloads(maxBytes: number): MessengerProvider {
-  return {
-    name: "memory, budgeted payload store",
-    create(clock) {
-      const backend = new MemoryMessagingBackend({ clock });
-      return Promise.resolve({
-        backend,
-        payloads: new MemoryPayloadStore({ clock, maxBytes }),
-        stored: (channel) => backend.stored(channel),
-        dispose: () => backend.shutdown(),
-      });
-    },
-  };
-}
-
-Deno.test("a payload store at its budget holds the producer back until a reader releases a payload, losing nothing", async () => {
-  const frameBytes = 4096;
-  const flow = await MessengerFlow.create(budgetedPayloads(frameBytes * 2 + 512), {
-    flowType: "batch",
-    nodes: [{ name: "cam" }, { name: "det", parents: ["cam"] }],
-  });
-  try {
-    const offloading = { maxInlinePayloadBytes: 256 };
-    const det = await flow.open("det", 0, offloading);
-    const cam = await flow.open("cam", 0, offloading);
-    const frame = (fill: number) => new Uint8Array(frameBytes).fill(fill);
-    await flow.drive(cam.publishMessage(frame(1)));
-    await flow.drive(cam.publishMessage(frame(2)));
-    let thirdDone = false;
-    const third = cam.publishMessage(frame(3)).then(() => thirdDone = true);
-    await flow.drive(flow.clock.sleep(5));
-    assert.equal(thirdDone, false, "the third frame waits: the store holds two and its budget is full");
-    const first = await flow.drive(det.receiveMessage());
-    assert.deepEqual(first.cam?.message, frame(1));
-    await flow.drive(det.ackInputs());
-    await flow.drive(third);
-    const rest = [];
-    for (let i = 0; i < 2; i++) {
-      rest.push((await flow.drive(det.receiveMessage())).cam?.message);
-      await flow.drive(det.ackInputs());
-    }
-    assert.deepEqual(rest, [frame(2), frame(3)], "once a reader released one, the third went out, in order");
-  } finally {
-    await flow.dispose();
-  }
 });
 
 Deno.test("a reliable replayable output refused for good never advances the resume offset past it", async () => {
