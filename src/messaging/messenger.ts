@@ -504,17 +504,12 @@ const STOP_ENTRY: InputEntry = Object.freeze({
 });
 
 /**
- * How long a received-set write waits, from its batch's first id, for more ids to note in the same write
- * (unless {@link RECEIVED_BATCH_IDS} arrive first): a node taking a few items a second writes a few
- * records a second instead of one per item, and its acks wait at most this much longer.
+ * How long a received-set write waits, from its batch's first id, for more ids to note in the same write,
+ * unless half the messenger's in-flight depth arrive first (so the acks waiting for it never hold the node
+ * back): a node taking a few items a second writes a few records a second instead of one per item. A
+ * settlement of a delivery waits at most this much longer for the write that notes it.
  */
 export const RECEIVED_LINGER_SECONDS = 0.1;
-/**
- * Ids after which a received-set write stops waiting for more: half the default in-flight depth, so the
- * acks waiting for it never hold the node back.
- */
-export const RECEIVED_BATCH_IDS = DEFAULT_IN_FLIGHT / 2;
-
 /** Whether a publication's outcome calls for another attempt: a persistent one refused retryably, or unresolvable. */
 function retriesAfter(outcome: PublicationOutcome, persistent: boolean): boolean {
   return persistent &&
@@ -579,6 +574,8 @@ export class BrokerMessenger implements Messenger {
   readonly #recovered = new Map<string, RecoveredGroup>();
   readonly #recoveredReady: ReadyGroup<Held>[] = [];
   readonly #work: InFlight;
+  /** Ids that send a lingering received-set write at once: half the in-flight depth. */
+  readonly #receivedBatchIds: number;
   /** Settles once every persistent publication made so far has its final outcome (see {@link #publish}). */
   #lastTurn: Promise<void> = Promise.resolve();
   /** Persistent publications waiting for their turn: refused ones, and those made while any was. */
@@ -664,7 +661,9 @@ export class BrokerMessenger implements Messenger {
       1000;
     this.#prefetch = requireCount(options.prefetch ?? defaultPrefetch(this.#flowType), "the prefetch", 0);
     this.#byteCredit = requireCount(options.prefetchBytes ?? DEFAULT_BYTE_CREDIT, "the prefetch bytes", 1);
-    this.#work = new InFlight(options.inFlight ?? DEFAULT_IN_FLIGHT);
+    const inFlight = options.inFlight ?? DEFAULT_IN_FLIGHT;
+    this.#work = new InFlight(inFlight);
+    this.#receivedBatchIds = Math.max(1, Math.floor(inFlight / 2));
     this.#publishTimeout = requireSeconds(
       options.publishTimeoutSeconds ?? DEFAULT_PUBLISH_TIMEOUT_SECONDS,
       "the publish timeout",
@@ -1201,8 +1200,8 @@ export class BrokerMessenger implements Messenger {
    * Stops the keepalive and the lease renewal, hands back what is held, flushes the ledger's batches and
    * releases a held partition lease so a replacement takes over at once. The backend stays open (its
    * owner shuts it down). Idempotent. `handBack: false` stops the timers and does nothing else: what a
-   * crashed process looks like to the broker and the ledger (its leases lapse on their own). Tests
-   * simulating a crash pass it; a worker never does.
+   * crashed process looks like to the broker and the ledger (its leases lapse on their own; no write or
+   * settlement not yet begun begins). Tests simulating a crash pass it; a worker never does.
    */
   async close(options: { readonly handBack?: boolean } = {}): Promise<void> {
     if (this.#closed) return;
@@ -1212,6 +1211,7 @@ export class BrokerMessenger implements Messenger {
     await this.#leaseKeeper?.stop();
     if (options.handBack === false) {
       this.#work.abandon();
+      for (const parent of this.#parents) parent.recordingNext?.ready();
       return;
     }
     if (this.#started) {
@@ -1420,7 +1420,7 @@ export class BrokerMessenger implements Messenger {
       next.ids.push(delivery.token.messageId);
       this.#recordingOf.set(delivery, next.written);
     }
-    if (next.ids.length >= RECEIVED_BATCH_IDS) next.ready();
+    if (next.ids.length >= this.#receivedBatchIds) next.ready();
   }
 
   /**
@@ -1913,6 +1913,9 @@ export class BrokerMessenger implements Messenger {
     this.#held.delete(held);
     const recording = this.#recordingOf.get(held.delivery);
     if (recording !== undefined && outcome.kind !== "retry") await recording;
+    // A settle that waited for its ledger write across a crash never reaches the broker: the write did not
+    // happen, and the delivery goes to the replacement when its lease lapses.
+    if (this.#work.abandoned) return null;
     const token = held.delivery.token;
     const result = await this.#backend.settle(
       token,
