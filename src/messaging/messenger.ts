@@ -380,12 +380,7 @@ interface ParentState {
   quietSince: number | null;
   nextCheck: number;
   /** Received ids waiting for the write running now to finish, and the write that will note them. */
-  recordingNext: {
-    readonly ids: string[];
-    readonly written: Promise<void>;
-    /** Lets the write go before its linger is over (the batch is big enough). */
-    readonly ready: () => void;
-  } | null;
+  recordingNext: ReceivedWrite | null;
   /** The latest received-id write begun or queued. */
   recordingLast: Promise<void>;
 }
@@ -510,6 +505,13 @@ const STOP_ENTRY: InputEntry = Object.freeze({
  * settlement of a delivery waits at most this much longer for the write that notes it.
  */
 export const RECEIVED_LINGER_SECONDS = 0.1;
+/** A received-set write: the ids it notes, its completion, and a way to send it before its linger is over. */
+interface ReceivedWrite {
+  readonly ids: string[];
+  readonly written: Promise<void>;
+  readonly ready: () => void;
+}
+
 /** Whether a publication's outcome calls for another attempt: a persistent one refused retryably, or unresolvable. */
 function retriesAfter(outcome: PublicationOutcome, persistent: boolean): boolean {
   return persistent &&
@@ -558,7 +560,7 @@ export class BrokerMessenger implements Messenger {
   readonly #held = new Set<Held>();
   readonly #decoded = new WeakMap<Delivery, WireEnvelope | DecodeError>();
   /** The ledger write noting a delivery as received (EOS-7), which must be done before it is settled. */
-  readonly #recordingOf = new WeakMap<Delivery, Promise<void>>();
+  readonly #recordingOf = new WeakMap<Delivery, ReceivedWrite>();
   /** Received-id writes still running. */
   readonly #recordings = new Set<Promise<void>>();
   readonly #relayOrigins = new WeakMap<object, string>();
@@ -824,8 +826,8 @@ export class BrokerMessenger implements Messenger {
       throw error;
     }
     if (this.#work.abandoned) return;
-    if (handles.length === 1) await this.#settle(handles[0], completed());
-    else await Promise.all(handles.map((h) => this.#settle(h, completed())));
+    if (handles.length === 1) await this.#settle(handles[0], completed(), true);
+    else await Promise.all(handles.map((h) => this.#settle(h, completed(), true)));
     if (persisted !== null) await this.#runtime.settleGroup(persisted);
   }
 
@@ -1418,7 +1420,7 @@ export class BrokerMessenger implements Messenger {
     }
     for (const delivery of batch) {
       next.ids.push(delivery.token.messageId);
-      this.#recordingOf.set(delivery, next.written);
+      this.#recordingOf.set(delivery, next);
     }
     if (next.ids.length >= this.#receivedBatchIds) next.ready();
   }
@@ -1905,14 +1907,23 @@ export class BrokerMessenger implements Messenger {
 
   /**
    * Settles one held delivery once; a reader's payload obligation is released only after a confirmed
-   * Completed or Terminal settlement (never on SettleUnknown, PAY-004).
+   * Completed or Terminal settlement (never on SettleUnknown, PAY-004). A settlement other than a retry
+   * first waits for the ledger write noting the delivery; `lingering` (an ack the node does not wait for)
+   * lets that write wait out its linger, anything else sends it at once.
    */
-  async #settle(held: Held, outcome: BackendSettlement): Promise<SettlementOutcome | null> {
+  async #settle(
+    held: Held,
+    outcome: BackendSettlement,
+    lingering = false,
+  ): Promise<SettlementOutcome | null> {
     if (held.settled) return null;
     held.settled = true;
     this.#held.delete(held);
     const recording = this.#recordingOf.get(held.delivery);
-    if (recording !== undefined && outcome.kind !== "retry") await recording;
+    if (recording !== undefined && outcome.kind !== "retry") {
+      if (!lingering) recording.ready();
+      await recording.written;
+    }
     // A settle that waited for its ledger write across a crash never reaches the broker: the write did not
     // happen, and the delivery goes to the replacement when its lease lapses.
     if (this.#work.abandoned) return null;

@@ -1,11 +1,17 @@
 import assert from "node:assert/strict";
+import { systemClock } from "../../../src/backends/clock.ts";
+import { MemoryRuntimeStore } from "../../../src/backends/memory/runtime_store.ts";
 import type { MemoryMessagingBackend } from "../../../src/backends/memory/messaging.ts";
 import { CONTROL_STOP_KEY } from "../../../src/backends/memory/messaging.ts";
 import { Barrier, FaultSchedule, raiseTyped } from "../../../src/backends/faults.ts";
 import { channelId, type Envelope, envelope, MessageKind } from "../../../src/backends/messaging.ts";
-import { type PublicationOutcome, rejected, requireKnown } from "../../../src/backends/outcomes.ts";
+import { known, type PublicationOutcome, rejected, requireKnown } from "../../../src/backends/outcomes.ts";
 import { FlowRuntime, OutboxOutcome } from "../../../src/backends/runtime.ts";
-import type { RuntimeStore } from "../../../src/backends/runtime_store.ts";
+import {
+  type RuntimeCapabilities,
+  runtimeCapabilities,
+  type RuntimeStore,
+} from "../../../src/backends/runtime_store.ts";
 import { CHECKPOINT_METADATA_KEY, PARTITION_KEY_METADATA_KEY } from "../../../src/core/context.ts";
 import {
   BrokerUnavailable,
@@ -894,6 +900,47 @@ Deno.test("a crashed messenger's publication that lands afterwards notes nothing
     await flow.drive(flow.clock.sleep(30));
     await flow.drive(cam.awaitInFlight().catch(() => {}));
     assert.equal(await flow.runtime("cam").publishedCount(), 0, "a dead process writes nothing");
+  });
+});
+
+/** A memory store that reports itself durable and shared, so a messenger keeps EOS-7 received sets in it. */
+class DurableMemoryStore extends WatchedStore {
+  override capabilities(): Promise<RuntimeCapabilities> {
+    return Promise.resolve(
+      runtimeCapabilities("memory, reported durable", known(true, systemClock), true, false, false),
+    );
+  }
+}
+
+Deno.test("a delivery the messenger settles itself (an undecodable one) does not wait out the linger", async () => {
+  await withFlow(PIPELINE, async (flow) => {
+    const store = new DurableMemoryStore(new MemoryRuntimeStore(flow.clock));
+    const det = await flow.open("det", 0, { runtime: runtimeOver(flow, "det", store) });
+    const published = await flow.drive(flow.backend.publish(
+      envelope({
+        channel: channelId(FLOW, RUN, "cam"),
+        publicationId: "garbage-1",
+        body: new TextEncoder().encode("not a protobuf envelope"),
+        eventId: "garbage-1",
+        schemaVersion: ENVELOPE_VERSION,
+      }),
+      flow.clock.monotonic() + 5,
+    ));
+    assert.equal(published.kind, "accepted");
+    const cam = await flow.open("cam");
+    await produce(flow, cam, [1], false);
+    const startedAt = flow.clock.monotonic();
+    assert.equal(
+      (await flow.drive(det.receiveMessage())).cam?.message,
+      1,
+      "the good item, after the bad one",
+    );
+    assert.deepEqual(det.takeDrops(), { [MessengerDropReason.undecodable]: 1 });
+    assert.ok(store.receivedWrites >= 1, "the received ids were noted");
+    assert.ok(
+      flow.clock.monotonic() - startedAt < RECEIVED_LINGER_SECONDS,
+      "dead-lettering the bad one sent the write noting it at once",
+    );
   });
 });
 
