@@ -36,6 +36,7 @@
  * @module
  */
 
+import { copyBytes } from "../core/bytes.ts";
 import { type BrokerUnavailable, ConfigError } from "../core/errors.ts";
 import type { PayloadCapabilities } from "../backends/capabilities.ts";
 import { type Clock, systemClock } from "../backends/clock.ts";
@@ -59,7 +60,6 @@ import {
   transientRead,
 } from "../backends/payload.ts";
 import {
-  copyBytes,
   deepFreeze,
   type EmbeddedConnection,
   FROZEN_REPLY,

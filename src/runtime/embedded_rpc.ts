@@ -73,6 +73,7 @@
  * @module
  */
 
+import { copyBytes } from "../core/bytes.ts";
 import * as taxonomy from "../core/errors.ts";
 import {
   BrokerUnavailable,
@@ -1231,16 +1232,6 @@ function hasKeys(record: Readonly<Record<string, unknown>>): boolean {
  */
 export function exactBytes(bytes: Uint8Array): Uint8Array {
   return spansBuffer(bytes) ? bytes : copyBytes(bytes);
-}
-
-/**
- * A copy of `bytes` in a plain Uint8Array spanning an ArrayBuffer of its own, whatever `bytes` is (a Node
- * Buffer's `slice` is a view, not a copy, and a pooled one shares its buffer with others).
- */
-export function copyBytes(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
-  const copy = new Uint8Array(bytes.byteLength);
-  copy.set(bytes);
-  return copy;
 }
 
 /** Whether `bytes` span their whole underlying buffer. */

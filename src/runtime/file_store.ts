@@ -48,6 +48,7 @@
  */
 
 import { join } from "node:path";
+import { copyBytes } from "../core/bytes.ts";
 import { randomHex } from "../core/hex.ts";
 import { sha256, sha256Hex } from "../wire/sha256.ts";
 import {
@@ -425,7 +426,7 @@ export class FileRuntimeStore implements RuntimeStore {
   cas(key: string, expectedVersion: string | null, value: Uint8Array): Promise<boolean> {
     return this.#operation("cas", { key }, async () => {
       checkStoreName("key", key);
-      const bytes = value.slice();
+      const bytes = copyBytes(value);
       await beforeLedgerWrite("file", "cas", key);
       const wrote = await this.#locked(stripeOf("key", key), async () => {
         const current = await this.#readKey(key);
@@ -510,7 +511,7 @@ export class FileRuntimeStore implements RuntimeStore {
   append(log: string, record: Uint8Array): Promise<number> {
     return this.#operation("append", { log }, async () => {
       checkStoreName("log", log);
-      const bytes = record.slice();
+      const bytes = copyBytes(record);
       const dir = join(this.#logsDir, encodeStoreName(log));
       await beforeLedgerWrite("file", "append", log);
       const length = await this.#locked(stripeOf("log", log), async () => {

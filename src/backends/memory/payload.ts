@@ -45,6 +45,7 @@
  * @module
  */
 
+import { copyBytes } from "../../core/bytes.ts";
 import { ConfigError, ResourceUnavailable, TransientFailure, UnobservableState } from "../../core/errors.ts";
 import { type PayloadCapabilities, payloadCapabilities } from "../capabilities.ts";
 import { type Clock, systemClock } from "../clock.ts";
@@ -203,7 +204,7 @@ export class MemoryPayloadStore implements PayloadStore {
       throw new ConfigError("payload data must be a Uint8Array", "encode the payload to bytes first");
     }
     if (typeof contentId !== "string") throw new ConfigError("a content id must be a string");
-    const bytes = copy ? data.slice() : data;
+    const bytes = copy ? copyBytes(data) : data;
     const digest = payloadDigest(bytes);
     const key = contentId === ""
       ? `vf-blob-${crypto.randomUUID()}`

@@ -16,6 +16,7 @@
  * @module
  */
 
+import { copyBytes } from "../../core/bytes.ts";
 import { type Clock, systemClock } from "../clock.ts";
 import { known } from "../outcomes.ts";
 import {
@@ -70,7 +71,7 @@ export class MemoryRuntimeStore implements RuntimeStore {
     await beforeLedgerWrite("memory", "cas", key);
     const current = this.#keys.get(key)?.version ?? null;
     if (current !== expectedVersion) return false;
-    this.#keys.set(key, { value: value.slice(), version: String(++this.#lastVersion) });
+    this.#keys.set(key, { value: copyBytes(value), version: String(++this.#lastVersion) });
     await afterLedgerWrite("memory", "cas", key);
     return true;
   }
@@ -107,7 +108,7 @@ export class MemoryRuntimeStore implements RuntimeStore {
       records = [];
       this.#logs.set(log, records);
     }
-    const length = records.push(record.slice());
+    const length = records.push(copyBytes(record));
     await afterLedgerWrite("memory", "append", log);
     return length;
   }

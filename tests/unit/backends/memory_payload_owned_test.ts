@@ -8,6 +8,7 @@
  */
 
 import assert from "node:assert/strict";
+import { Buffer } from "node:buffer";
 import { FakeClock } from "../../../src/backends/memory/clock.ts";
 import { MemoryPayloadStore } from "../../../src/backends/memory/payload.ts";
 import { payloadDigest, retentionContract } from "../../../src/backends/payload.ts";
@@ -92,4 +93,14 @@ Deno.test("a corrupted object reads as corrupt, never as bytes, whether it came 
     const outcome = await store.read(ref);
     assert.equal(outcome.kind, "corrupt", how);
   }
+});
+
+Deno.test("put keeps a copy of a pooled Node Buffer: the caller reusing the pool changes nothing stored", async () => {
+  const store = new MemoryPayloadStore({ clock: new FakeClock() });
+  const pooled = Buffer.from("a small frame from the shared pool");
+  const ref = await store.put(pooled, "cam:pooled", CONTRACT);
+  pooled.fill(0x21);
+  const read = await store.read(ref);
+  assert.ok(read.kind === "bytes", `read ${read.kind}`);
+  assert.equal(new TextDecoder().decode(read.data), "a small frame from the shared pool");
 });

@@ -3,6 +3,7 @@
  * and file://), plus the registry's own behaviour.
  */
 import assert from "node:assert/strict";
+import { Buffer } from "node:buffer";
 import { ConfigError, ResourceUnavailable, UnobservableState } from "../../../src/core/errors.ts";
 import { Barrier, dropResponse, FaultSchedule, nth, pause } from "../../../src/backends/faults.ts";
 import { MemoryRuntimeStore } from "../../../src/backends/memory/runtime_store.ts";
@@ -63,6 +64,19 @@ const SCENARIOS: readonly Scenario[] = [
   ["get of a key never written is absent", async (store) => {
     assert.deepEqual(await store.get("vf/f/r/n/nothing"), { kind: "absent" });
   }],
+  [
+    "a value or record given as a pooled Node Buffer is kept as a copy: the caller reusing the pool changes nothing",
+    async (store) => {
+      const value = Buffer.from("kept value");
+      const record = Buffer.from("kept record");
+      assert.equal(await store.cas("k", null, value), true);
+      assert.equal(await store.append("l", record), 1);
+      value.fill(0x21);
+      record.fill(0x21);
+      assert.equal((await present(store, "k")).value, "kept value");
+      assert.deepEqual((await store.logEntries("l")).map(text), ["kept record"]);
+    },
+  ],
   ["cas with null creates a key once; a second create loses", async (store) => {
     assert.equal(await store.cas("k", null, bytes("first")), true);
     assert.equal(await store.cas("k", null, bytes("second")), false);
