@@ -512,10 +512,9 @@ interface ReceivedWrite {
   readonly ready: () => void;
 }
 
-/** Whether a publication's outcome calls for another attempt: a persistent one refused retryably, or unresolvable. */
-function retriesAfter(outcome: PublicationOutcome, persistent: boolean): boolean {
-  return persistent &&
-    (outcome.kind === "publication_unresolvable" || (outcome.kind === "rejected" && outcome.retryable));
+/** Whether a persistent publication's outcome calls for another attempt: refused retryably, or unresolvable. */
+function retriesAfter(outcome: PublicationOutcome): boolean {
+  return outcome.kind === "publication_unresolvable" || (outcome.kind === "rejected" && outcome.retryable);
 }
 
 /**
@@ -2179,7 +2178,7 @@ export class BrokerMessenger implements Messenger {
       let refused: PublicationOutcome | null = null;
       if (this.#waitingTurns === 0) {
         refused = await this.#publishOnce(env, true);
-        if (!retriesAfter(refused, true) || this.#work.abandoned) return refused;
+        if (!retriesAfter(refused) || this.#work.abandoned) return refused;
       }
       this.#waitingTurns++;
       try {
@@ -2211,7 +2210,7 @@ export class BrokerMessenger implements Messenger {
         return outcome ?? rejected(env.publicationId, "the replica stopped before this output's turn", false);
       }
       outcome = await this.#publishOnce(env, true);
-      if (!retriesAfter(outcome, true)) return outcome;
+      if (!retriesAfter(outcome)) return outcome;
       await this.#clock.sleep(publishBackoffSeconds(++retries));
     }
   }
