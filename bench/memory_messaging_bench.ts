@@ -50,6 +50,7 @@ function envelopes(channel: ChannelId): Envelope[] {
       schemaVersion: 4,
       payloadRefs: [],
       kind: MessageKind.data,
+      bodyTransferable: false,
     };
   }
   return out;

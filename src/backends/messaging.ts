@@ -363,6 +363,12 @@ export interface Envelope {
   readonly schemaVersion: number;
   readonly payloadRefs: readonly ImmutablePayloadRef[];
   readonly kind: MessageKind;
+  /**
+   * The publisher made `body` for this envelope alone, keeps no other view of it and never changes it: a
+   * backend that crosses threads may move its buffer to the broker instead of copying it (the array is
+   * then detached), and answers a retry of this same envelope with the bytes the broker hands back.
+   */
+  readonly bodyTransferable: boolean;
 }
 
 /** The fields of an {@link Envelope}: channel, ids, body and schema version are required. */
@@ -372,7 +378,8 @@ export type EnvelopeInit =
 
 /**
  * Constructs an {@link Envelope}. Defaults: no headers, `size` = the body's length, no partition key,
- * event time, source epoch or offset, no payload refs, kind data. The body is not copied.
+ * event time, source epoch or offset, no payload refs, kind data, a body not transferable. The body is not
+ * copied.
  */
 export function envelope(init: EnvelopeInit): Envelope {
   const size = init.size ?? init.body.byteLength;
@@ -392,6 +399,7 @@ export function envelope(init: EnvelopeInit): Envelope {
     schemaVersion: requireInteger(init.schemaVersion, 1, "an envelope's schema version"),
     payloadRefs: Object.freeze([...(init.payloadRefs ?? [])]),
     kind: oneOf(init.kind ?? MessageKind.data, MessageKind, "an envelope's kind"),
+    bodyTransferable: init.bodyTransferable ?? false,
   });
 }
 

@@ -91,6 +91,7 @@ import {
   EmbeddedEvent,
   encodeDeliveries,
   encodeLease,
+  encodeMovedPublication,
   encodePublication,
   encodeSettleOutcome,
   envelopeDeadline,
@@ -321,6 +322,10 @@ export class BrokerConnection {
       case Op.observePublication:
         wire = encodePublication(value as PublicationOutcome);
         break;
+      case Op.publishMoved:
+        if (id === 0 || !this.#open) return;
+        wire = encodeMovedPublication(value as PublicationOutcome, args[2] as Uint8Array, this.#results);
+        break;
       case Op.receive:
         wire = this.#handOut(value as readonly Delivery[], () => args[0] as number);
         break;
@@ -409,7 +414,14 @@ export class BrokerConnection {
   #invoke(op: Op, args: unknown[], arena: Uint8Array | null): unknown {
     const messaging = this.#services.messaging;
     switch (op) {
-      case Op.publish: {
+      case Op.publish:
+      case Op.publishMoved: {
+        if (op === Op.publishMoved && !(args[2] instanceof Uint8Array)) {
+          throw new ConfigError(
+            "a moved publication reached the embedded broker without its body",
+            "use the embedded client of the same videoflow version",
+          );
+        }
         const envelope = decodeEnvelope(args, this.#channel(args[0]), arena);
         const deadline = envelopeDeadline(args);
         if (envelope.kind !== MessageKind.data) {

@@ -82,6 +82,7 @@ import {
 import {
   decodeDeliveries,
   decodeLease,
+  decodeMovedPublication,
   decodePublication,
   decodeSettleOutcome,
   deepFreeze,
@@ -175,6 +176,22 @@ const PUBLICATION_REPLY: Reply<string, PublicationOutcome> = Object.freeze({
   },
 });
 
+/** A publish whose body went to the broker, and where the body the broker hands back is kept for its retry. */
+interface MovedPublish {
+  readonly envelope: Envelope;
+  readonly returned: WeakMap<Envelope, Uint8Array>;
+}
+
+const MOVED_PUBLICATION_REPLY: Reply<MovedPublish, PublicationOutcome> = Object.freeze({
+  decode: (value: unknown, call: MovedPublish, arena: Uint8Array | null) => {
+    const { outcome, body } = decodeMovedPublication(value, call.envelope.publicationId, arena);
+    if (body !== null) call.returned.set(call.envelope, body);
+    return outcome;
+  },
+  lost: (call: MovedPublish, sent: boolean, error: BrokerUnavailable) =>
+    PUBLICATION_REPLY.lost(call.envelope.publicationId, sent, error),
+});
+
 const SETTLE_REPLY: Reply<SettleCall, SettlementOutcome> = Object.freeze({
   decode: (value: unknown, call: SettleCall) => {
     const outcome = decodeSettleOutcome(value, call.token, call.settlementId);
@@ -230,6 +247,8 @@ export class EmbeddedMessagingBackend implements MessagingBackend {
   #controlSubscribed = false;
   #stopSeen = false;
   #shutDown = false;
+  /** Bodies the broker handed back for envelopes whose own body went to it, kept while the envelope lives. */
+  readonly #returned = new WeakMap<Envelope, Uint8Array>();
 
   static readonly #DELIVERIES: Reply<EmbeddedMessagingBackend, readonly Delivery[]> = Object.freeze({
     decode: (value: unknown, self: EmbeddedMessagingBackend, arena: Uint8Array | null) =>
@@ -275,24 +294,59 @@ export class EmbeddedMessagingBackend implements MessagingBackend {
     );
   }
 
-  /** {@link MessagingBackend.publish}; a publish whose connection is lost after sending is PublicationUnknown. */
+  /**
+   * {@link MessagingBackend.publish}; a publish whose connection is lost after sending is PublicationUnknown.
+   * A transferable body too large to pack goes to the broker over a MessagePort without a copy; unless the
+   * publication is accepted the broker hands a copy back, which a retry of the same envelope sends.
+   */
   publish(envelope: Envelope, deadline: number): Promise<PublicationOutcome> {
     if (this.#shutDown) return this.#refused("publish");
     const connection = this.#connection;
-    const wire = encodeEnvelope(envelope, connection.channelHandle(envelope.channel), connection, deadline);
-    return connection.call(Op.publish, wire, envelope.publicationId, PUBLICATION_REPLY);
+    const body = this.#bodyOf(envelope);
+    if (body === null) return this.#bodyGone(envelope);
+    const handle = connection.channelHandle(envelope.channel);
+    if (!envelope.bodyTransferable) {
+      const wire = encodeEnvelope(envelope, handle, connection, deadline, body);
+      return connection.call(Op.publish, wire, envelope.publicationId, PUBLICATION_REPLY);
+    }
+    const wire = encodeEnvelope(envelope, handle, connection.giver, deadline, body);
+    if (!connection.movesGiven(body)) {
+      return connection.call(Op.publish, wire, envelope.publicationId, PUBLICATION_REPLY);
+    }
+    this.#returned.delete(envelope);
+    const call: MovedPublish = { envelope, returned: this.#returned };
+    return connection.call(Op.publishMoved, wire, call, MOVED_PUBLICATION_REPLY);
   }
 
   /** {@link MessagingBackend.observePublication}, answered by the hosted broker's ledger. */
   observePublication(envelope: Envelope): Promise<PublicationOutcome> {
     if (this.#shutDown) return this.#refused("observePublication");
-    const wire = encodeEnvelope(
-      envelope,
-      this.#connection.channelHandle(envelope.channel),
-      this.#connection,
-      null,
+    const body = this.#bodyOf(envelope);
+    if (body === null) return this.#bodyGone(envelope);
+    const connection = this.#connection;
+    const wire = encodeEnvelope(envelope, connection.channelHandle(envelope.channel), connection, null, body);
+    return connection.call(Op.observePublication, wire, envelope.publicationId, PUBLICATION_REPLY);
+  }
+
+  /** The bytes to send for `envelope`: its body, or the copy the broker handed back; null when neither is left. */
+  #bodyOf(envelope: Envelope): Uint8Array | null {
+    const body = this.#returned.get(envelope) ?? envelope.body;
+    return body.buffer instanceof ArrayBuffer && body.buffer.detached ? null : body;
+  }
+
+  /**
+   * Sending again an envelope whose body went to the broker and did not come back: after a lost connection
+   * its BrokerUnavailable, as for any call made then; else a ConfigError, since its publish is still
+   * waiting for the broker's answer.
+   */
+  #bodyGone(envelope: Envelope): Promise<never> {
+    return Promise.reject(
+      this.#connection.lostReason ?? new ConfigError(
+        `publication ${envelope.publicationId} was sent again while its moved body is with the broker`,
+        "send a transferable envelope again only after its previous publish has its outcome",
+        { publication_id: envelope.publicationId },
+      ),
     );
-    return this.#connection.call(Op.observePublication, wire, envelope.publicationId, PUBLICATION_REPLY);
   }
 
   /** {@link MessagingBackend.receive}: a long-poll the broker answers; admission filters here. */

@@ -2154,6 +2154,7 @@ export class BrokerMessenger implements Messenger {
       sourceEpoch: this.#epoch,
       schemaVersion: ENVELOPE_VERSION,
       kind: MessageKind.data,
+      bodyTransferable: true,
     });
   }
 

@@ -173,6 +173,12 @@ export const Op = {
   publish: 13,
   /** {@link EnvelopeWire} without a deadline; result {@link PublicationWire}. */
   observePublication: 14,
+  /**
+   * A publish whose body the caller moved to the broker (see {@link EmbeddedConnection.movesGiven}):
+   * {@link EnvelopeWire} with its deadline; result `[PublicationWire, body | null]`, the body a copy of
+   * the one that came, handed back unless the publication was accepted (the caller's own is gone).
+   */
+  publishMoved: 27,
   /** `[handle, itemCredit, byteCredit, deadline]`; result {@link DeliveriesWire}. */
   receive: 15,
   /** `[handles, itemCredit, byteCredit, deadline]`; result {@link DeliveriesWire}. */
@@ -677,6 +683,21 @@ export class FrameBuilder implements BytePacker {
     return own;
   }
 
+  /**
+   * As {@link pack}, for bytes the caller gives up (it keeps no other view of them and never changes them):
+   * large ones go as they are, never copied; over a port they are moved, so the caller's array is detached
+   * once the frame leaves.
+   */
+  packGiven(bytes: Uint8Array): number | Uint8Array {
+    if (bytes.byteLength <= PACK_LIMIT) return this.pack(bytes);
+    this.#bytes += bytes.byteLength;
+    const own = exactBytes(bytes);
+    if (this.#move && !this.#transfer.includes(own.buffer as ArrayBuffer)) {
+      this.#transfer.push(own.buffer as ArrayBuffer);
+    }
+    return own;
+  }
+
   /** Moves `buffer` with this frame (once, however often it is named). */
   move(buffer: ArrayBuffer): void {
     if (this.#transfer.includes(buffer)) return;
@@ -1039,6 +1060,14 @@ export class EmbeddedConnection implements BytePacker {
     return this.#outbox.pack(bytes);
   }
 
+  /** Packs bytes the caller gives up into the frame being built, as {@link FrameBuilder.packGiven}. */
+  readonly giver: BytePacker = { pack: (bytes) => this.#outbox.packGiven(bytes) };
+
+  /** Whether {@link giver} moves `bytes` away from the caller (over a port, those too large to pack). */
+  movesGiven(bytes: Uint8Array): boolean {
+    return this.#link.kind === "port" && bytes.byteLength > PACK_LIMIT;
+  }
+
   /** Sends `op` with `args` expecting no reply (identity definitions, supersede); dropped once closed. */
   send(op: Op, args: unknown[]): void {
     if (this.#lost !== null) return;
@@ -1251,19 +1280,21 @@ export type EnvelopeWire = unknown[];
 const ENVELOPE_REQUIRED = 7;
 
 /**
- * Encodes `envelope` for the channel handle; the body goes through `arena` ({@link FrameBuilder.pack}:
- * small ones packed, large ones a copy taken now), so the envelope's own array is never transferred.
+ * Encodes `envelope` with `body` (its own by default) for the channel handle; the body goes through
+ * `arena`: {@link FrameBuilder.pack} packs small ones and copies large ones now, so the envelope's own
+ * array is never transferred; a connection's {@link EmbeddedConnection.giver} moves large ones.
  */
 export function encodeEnvelope(
   envelope: Envelope,
   channelHandle: number,
   arena: BytePacker,
   deadline: number | null,
+  body: Uint8Array = envelope.body,
 ): EnvelopeWire {
   const wire: unknown[] = [
     channelHandle,
     envelope.publicationId,
-    arena.pack(envelope.body),
+    arena.pack(body),
     envelope.size,
     envelope.schemaVersion,
     kindCode(envelope.kind),
@@ -1322,6 +1353,7 @@ export function decodeEnvelope(wire: EnvelopeWire, channel: ChannelId, arena: Ui
     schemaVersion: wire[4] as number,
     payloadRefs: (full ? wire[13] ?? NO_REFS : NO_REFS) as Envelope["payloadRefs"],
     kind,
+    bodyTransferable: false,
   };
 }
 
@@ -1365,6 +1397,34 @@ export function decodePublication(wire: unknown, publicationId: string): Publica
     default:
       throw malformed("publication outcome");
   }
+}
+
+/**
+ * A {@link Op.publishMoved} result: the outcome, and with any outcome but accepted the publication's body
+ * (packed) for the caller's retry, since its own went to the broker.
+ */
+export type MovedPublicationWire = readonly [outcome: PublicationWire, body: number | Uint8Array | null];
+
+/** Encodes a moved publish's outcome; `body` (what came, which the broker may keep) is packed as a copy. */
+export function encodeMovedPublication(
+  outcome: PublicationOutcome,
+  body: Uint8Array,
+  arena: BytePacker,
+): MovedPublicationWire {
+  return [encodePublication(outcome), outcome.kind === "accepted" ? null : arena.pack(body)];
+}
+
+/** Decodes a {@link MovedPublicationWire} for `publicationId` whose frame carried `arena`. */
+export function decodeMovedPublication(
+  wire: unknown,
+  publicationId: string,
+  arena: Uint8Array | null,
+): { readonly outcome: PublicationOutcome; readonly body: Uint8Array | null } {
+  if (!Array.isArray(wire) || wire.length !== 2) throw malformed("moved publication outcome");
+  const outcome = decodePublication(wire[0], publicationId);
+  const body = wire[1] === null ? null : unpack(wire[1], arena);
+  if ((body === null) !== (outcome.kind === "accepted")) throw malformed("moved publication outcome");
+  return { outcome, body };
 }
 
 /**

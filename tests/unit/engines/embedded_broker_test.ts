@@ -31,6 +31,7 @@ import {
   completed,
   type Delivery,
   type Envelope,
+  Overflow,
   retry,
   subscriptionId,
   type SubscriptionSpec,
@@ -80,6 +81,11 @@ function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
 /** Whether `bytes` are an ordinary array spanning an ArrayBuffer of their own (not shared memory, no view). */
 function ownPlain(bytes: Uint8Array): boolean {
   return bytes.buffer instanceof ArrayBuffer && spansBuffer(bytes);
+}
+
+/** Whether the buffer under `bytes` was moved away (transferred to another thread). */
+function detached(bytes: Uint8Array): boolean {
+  return (bytes.buffer as ArrayBuffer).detached;
 }
 
 /** A large body as the hosted broker was asked to store it. */
@@ -616,6 +622,90 @@ Deno.test("over TCP large bodies cross as copies both ways, byte for byte, wheth
   } finally {
     await tcp.close();
     await overPort.connection.close();
+    await broker.close();
+  }
+});
+
+Deno.test("a transferable body too large to pack moves to the broker uncopied; a refused one comes back as a copy that the retry of the same envelope sends; after a lost connection it is never sent empty; over TCP it stays the caller's", async () => {
+  const clock = new FakeClock();
+  const broker = new EmbeddedBroker({ clock, messaging: new MemoryMessagingBackend({ clock }) });
+  const oneAtATime = makeChannel("flow-A", "run-1", "cam", "reliable_work", "interest", {
+    required: [subscriptionId(CAM, "det")],
+    maxMsgs: 1,
+    overflow: Overflow.reject,
+  });
+  await broker.messaging.ensureChannel(oneAtATime, "ensure-cam");
+  await broker.messaging.ensureSubscription(detect, "bind-det");
+  const largeBodies = watchLargeBodies(broker);
+  const publisher = await client(broker, "publisher", clock);
+  const detector = await client(broker, "detector", clock);
+  const address = await broker.listen();
+  const tcp = await EmbeddedConnection.connect(address, { secret: broker.secret, label: "tcp" });
+  const overTcp = new EmbeddedMessagingBackend(tcp, { clock });
+  const transferable = (id: string, body: Uint8Array) =>
+    makeEnvelope(CAM, id, { body, bodyTransferable: true });
+  try {
+    const first = transferable("frame-1", frameBytes(21));
+    const firstBuffer = first.body.buffer as ArrayBuffer;
+    assert.equal((await publisher.messaging.publish(first, clock.monotonic() + 5)).kind, "accepted");
+    assert.equal(detached(first.body), true, "the body's buffer was moved to the broker");
+    assert.ok(firstBuffer.detached);
+    assert.deepEqual(keptPlain(largeBodies), [{ plain: true, kept: true }], "kept as it arrived");
+    assert.ok(sameBytes(broker.messaging.stored(CAM)[0].body, frameBytes(21)));
+
+    const second = transferable("frame-2", frameBytes(22));
+    const refused = await publisher.messaging.publish(second, clock.monotonic() + 5);
+    assert.equal(refused.kind, "rejected", "the channel holds one message");
+    assert.ok(refused.kind === "rejected" && refused.retryable);
+    assert.equal(detached(second.body), true, "the refused body went to the broker too");
+    const [delivered] = await detector.messaging.receive(detect.id, 1, BIG, clock.monotonic());
+    assert.ok(sameBytes(delivered.envelopeBytes, frameBytes(21)));
+    assert.equal(
+      (await detector.messaging.settle(delivered.token, completed(), "done-1")).kind,
+      "settle_confirmed",
+    );
+    assert.equal(
+      (await publisher.messaging.publish(second, clock.monotonic() + 5)).kind,
+      "accepted",
+      "the retry sends the copy the broker handed back",
+    );
+    const [retried] = await detector.messaging.receive(detect.id, 1, BIG, clock.monotonic());
+    assert.equal(retried.token.messageId, "frame-2");
+    assert.ok(sameBytes(retried.envelopeBytes, frameBytes(22)), "byte for byte the refused body");
+    await assert.rejects(
+      publisher.messaging.observePublication(second),
+      ConfigError,
+      "once taken, its body is the broker's: sending it again is refused, never sent empty",
+    );
+
+    const plain = makeEnvelope(CAM, "frame-plain", { body: frameBytes(23) });
+    await publisher.messaging.publish(plain, clock.monotonic() + 5);
+    assert.equal(detached(plain.body), false, "a body not marked transferable is copied, as before");
+    assert.ok(sameBytes(plain.body, frameBytes(23)));
+
+    const overSocket = transferable("frame-tcp", frameBytes(24));
+    await overTcp.publish(overSocket, clock.monotonic() + 5);
+    assert.equal(detached(overSocket.body), false, "a socket writes the body; it stays the caller's");
+    assert.ok(sameBytes(overSocket.body, frameBytes(24)));
+
+    const lost = transferable("frame-lost", frameBytes(25));
+    const sending = publisher.messaging.publish(lost, clock.monotonic() + 5);
+    await publisher.connection.close();
+    assert.equal(
+      (await sending).kind,
+      "publication_unknown",
+      "closing flushed the publish; its answer was lost with the connection",
+    );
+    assert.equal(detached(lost.body), true);
+    await assert.rejects(
+      publisher.messaging.publish(lost, clock.monotonic() + 5),
+      BrokerUnavailable,
+      "its body went with the connection: the retry fails as the connection does, never sends nothing",
+    );
+  } finally {
+    await Promise.all(
+      [publisher.connection, detector.connection, tcp].map((connection) => connection.close()),
+    );
     await broker.close();
   }
 });
