@@ -533,6 +533,15 @@ export interface MessagingBackend {
    */
   ensureSubscription(spec: SubscriptionSpec, operationId: string): Promise<VerifiedSubscription>;
 
+  /**
+   * True when, once the backend refused one of a publisher's data publications on a channel as retryable,
+   * it refuses that publisher's later data publications on the channel until the refused one is taken: a
+   * publisher may then send while earlier publications are still at the broker and keep their order.
+   * Absent (false) otherwise; a publisher then sends a publication made after a refused one only once
+   * every earlier one has its final outcome.
+   */
+  readonly ordersRefusedPublications?: boolean;
+
   /** Publishes with a monotonic deadline; past it the outcome is PublicationUnknown, never a guess. */
   publish(envelope: Envelope, deadline: number): Promise<PublicationOutcome>;
 

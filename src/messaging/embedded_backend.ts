@@ -247,6 +247,11 @@ export class EmbeddedMessagingBackend implements MessagingBackend {
   #controlSubscribed = false;
   #stopSeen = false;
   #shutDown = false;
+  /**
+   * The hosted broker refuses a connection's later data on a channel behind its refused publication until
+   * that one is taken (and frames reach it in the order sent), so order holds across refusals.
+   */
+  readonly ordersRefusedPublications = true;
   /** Bodies the broker handed back for envelopes whose own body went to it, kept while the envelope lives. */
   readonly #returned = new WeakMap<Envelope, Uint8Array>();
 

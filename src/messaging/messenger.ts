@@ -179,6 +179,7 @@ import {
   Settlement,
 } from "./grouping.ts";
 import { InFlight } from "./in_flight.ts";
+import { PublicationOrder } from "./publication_order.ts";
 import {
   dataSubscriptionId,
   dataSubscriptionSpec,
@@ -581,6 +582,8 @@ export class BrokerMessenger implements Messenger {
   #lastTurn: Promise<void> = Promise.resolve();
   /** Persistent publications waiting for their turn: refused ones, and those made while any was. */
   #waitingTurns = 0;
+  /** Persistent publications in the order made, over a backend that keeps that order across refusals. */
+  readonly #order = new PublicationOrder();
   /** The publications of the group in hand, which its settlement waits for. */
   #outputs: Promise<void>[] = [];
   /** The ledger flushes, one after another. */
@@ -2170,6 +2173,7 @@ export class BrokerMessenger implements Messenger {
    */
   async #publish(env: BackendEnvelope, persistent: boolean): Promise<PublicationOutcome> {
     if (!persistent) return await this.#publishOnce(env, false);
+    if (this.#backend.ordersRefusedPublications === true) return await this.#publishOrdered(env);
     const previous = this.#lastTurn;
     const turn = Promise.withResolvers<void>();
     this.#lastTurn = turn.promise;
@@ -2213,6 +2217,32 @@ export class BrokerMessenger implements Messenger {
       outcome = await this.#publishOnce(env, true);
       if (!retriesAfter(outcome)) return outcome;
       await this.#clock.sleep(publishBackoffSeconds(++retries));
+    }
+  }
+
+  /**
+   * A persistent publication over a backend that keeps order across refusals: sent once every earlier one
+   * is at the broker, and after a retryable refusal sent again right behind the earlier one that held it
+   * back, or, when none is outstanding, after a backoff (see {@link PublicationOrder}).
+   */
+  async #publishOrdered(env: BackendEnvelope): Promise<PublicationOutcome> {
+    const place = this.#order.enter();
+    try {
+      await place.turn();
+      let outcome: PublicationOutcome | null = null;
+      for (let retries = 0;;) {
+        if (this.#work.abandoned) {
+          return outcome ??
+            rejected(env.publicationId, "the replica stopped before this output's turn", false);
+        }
+        const attempt = this.#publishOnce(env, true);
+        place.sending();
+        outcome = await attempt;
+        if (!retriesAfter(outcome) || this.#work.abandoned) return outcome;
+        if (await place.refused()) await this.#clock.sleep(publishBackoffSeconds(++retries));
+      }
+    } finally {
+      place.finished();
     }
   }
 

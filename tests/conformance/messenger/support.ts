@@ -25,8 +25,12 @@ import type { FlowType } from "../../../src/core/flow_type.ts";
 import { JoinPolicy } from "../../../src/core/join_policy.ts";
 import type { InputGroup } from "../../../src/core/messenger.ts";
 import type { JsonObject } from "../../../src/core/node.ts";
+import { EmbeddedBroker } from "../../../src/engines/embedded_broker.ts";
+import { EmbeddedMessagingBackend } from "../../../src/messaging/embedded_backend.ts";
 import { BrokerMessenger, type MessengerOptions } from "../../../src/messaging/messenger.ts";
 import { flowTopology, provisionFlow, type TopologyNode } from "../../../src/messaging/topology.ts";
+import { EmbeddedPayloadStore } from "../../../src/runtime/embedded_payload.ts";
+import { EmbeddedConnection } from "../../../src/runtime/embedded_rpc.ts";
 import { FileRuntimeStore } from "../../../src/runtime/file_store.ts";
 
 export const FLOW = "flow-A";
@@ -62,6 +66,36 @@ export const memoryProvider: MessengerProvider = {
     });
   },
 };
+
+/**
+ * The memory broker and payload store hosted by an {@link EmbeddedBroker} on the story's clock, reached
+ * through the embedded clients over a MessagePort, as a node worker of the local engine reaches them.
+ * `hosted` sees the hosted broker first (a test may wrap its calls).
+ */
+export function embeddedProvider(
+  hosted: (messaging: MemoryMessagingBackend) => void = () => {},
+): MessengerProvider {
+  return {
+    name: "embedded",
+    async create(clock) {
+      const messaging = new MemoryMessagingBackend({ clock });
+      hosted(messaging);
+      const broker = new EmbeddedBroker({ clock, messaging, payload: new MemoryPayloadStore({ clock }) });
+      const connection = await EmbeddedConnection.connect(broker.openPort("messenger-conformance"));
+      const backend = new EmbeddedMessagingBackend(connection, { clock });
+      return {
+        backend,
+        payloads: new EmbeddedPayloadStore(connection, { clock }),
+        stored: (channel) => broker.messaging.stored(channel),
+        async dispose() {
+          await backend.shutdown();
+          await connection.close();
+          await broker.close();
+        },
+      };
+    },
+  };
+}
 
 /** A node of a story's flow: a TopologyNode whose fields default to a single-replica, default-policy node. */
 export interface StoryNode {

@@ -1,0 +1,148 @@
+/**
+ * A publisher's order across refusals over a backend that keeps it: {@link PublicationOrder} alone (who
+ * waits for what), then a messenger over the embedded broker whose channel refuses while full, as a
+ * producer far ahead of its consumer meets it: every output is taken in the order made, and publications
+ * keep going to the broker while earlier ones are still there instead of one round trip at a time.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import type { MemoryMessagingBackend } from "../../../src/backends/memory/messaging.ts";
+import { channelId, MessageKind } from "../../../src/backends/messaging.ts";
+import { rejected } from "../../../src/backends/outcomes.ts";
+import { PublicationOrder } from "../../../src/messaging/publication_order.ts";
+import {
+  embeddedProvider,
+  FLOW,
+  type FlowOptions,
+  MessengerFlow,
+  RUN,
+} from "../../conformance/messenger/support.ts";
+
+/** Whether `promise` has settled once pending callbacks have run. */
+async function settled(promise: Promise<unknown>): Promise<boolean> {
+  let done = false;
+  promise.then(() => done = true, () => done = true);
+  for (let i = 0; i < 10; i++) await Promise.resolve();
+  return done;
+}
+
+Deno.test("a publication is sent once every earlier one is at the broker, never while one waits after a refusal", async () => {
+  const order = new PublicationOrder();
+  const first = order.enter();
+  assert.ok(await settled(first.turn()), "nothing before the first");
+  first.sending();
+  const second = order.enter();
+  assert.ok(await settled(second.turn()), "the first is at the broker: the second goes right behind it");
+  second.sending();
+  const leads = first.refused();
+  assert.equal(await leads, true, "refused with nothing earlier outstanding, it leads: it backs off");
+  const third = order.enter();
+  const thirdTurn = third.turn();
+  assert.equal(await settled(thirdTurn), false, "the first waits after its refusal: the third is held");
+  first.sending();
+  assert.ok(await settled(thirdTurn), "the first went again: the third may follow");
+});
+
+Deno.test("one refused behind an earlier one follows that one's next attempt, or leads once it is taken", async () => {
+  const order = new PublicationOrder();
+  const head = order.enter();
+  head.sending();
+  const follower = order.enter();
+  follower.sending();
+  const behind = follower.refused();
+  assert.equal(
+    await settled(behind),
+    false,
+    "the head's attempt went before the follower's: retrying now would be refused again",
+  );
+  const headLeads = head.refused();
+  assert.equal(await headLeads, true);
+  assert.equal(await settled(behind), false, "the head backs off; the follower waits for it");
+  head.sending();
+  assert.equal(await behind, false, "the head went again: the follower goes right behind it, no backoff");
+  follower.sending();
+  const again = follower.refused();
+  head.finished();
+  assert.equal(await again, true, "refused again with the head taken: the follower now leads and backs off");
+});
+
+Deno.test("a publication that has its outcome keeps no reference to those before it that have theirs", async () => {
+  const order = new PublicationOrder();
+  const places = Array.from({ length: 4 }, () => order.enter());
+  for (const place of places) place.sending();
+  places[1].finished();
+  places[0].finished();
+  const [a, b] = [places[2].refused(), places[3].refused()];
+  assert.equal(await a, true, "every earlier one is final: the third leads");
+  assert.equal(await settled(b), false, "the fourth waits for the third");
+  places[2].finished();
+  assert.equal(await b, true);
+});
+
+const PIPELINE: FlowOptions = {
+  flowType: "batch",
+  nodes: [{ name: "cam" }, { name: "det", parents: ["cam"] }],
+};
+/** Data messages the channel holds before it refuses, in this story. */
+const ROOM = 3;
+
+Deno.test("over the embedded broker a channel that refuses while full takes a producer's outputs in order, with publications still in flight behind a refused one", async () => {
+  const cam = channelId(FLOW, RUN, "cam");
+  let refusals = 0;
+  const provider = embeddedProvider((messaging: MemoryMessagingBackend) => {
+    const publishNow = messaging.publishNow.bind(messaging);
+    messaging.publishNow = (envelope, deadline) => {
+      const held = messaging.stored(cam).filter((e) => e.kind === MessageKind.data).length;
+      if (envelope.kind === MessageKind.data && held >= ROOM) {
+        refusals++;
+        return rejected(envelope.publicationId, `channel cam is full (${held} of ${ROOM})`, true);
+      }
+      return publishNow(envelope, deadline);
+    };
+  });
+  const flow = await MessengerFlow.create(provider, PIPELINE);
+  try {
+    const backend = flow.backend;
+    assert.equal(backend.ordersRefusedPublications, true);
+    const publish = backend.publish.bind(backend);
+    let outstanding = 0;
+    let refusedSeen = false;
+    let overlappedAfterRefusal = 0;
+    backend.publish = async (envelope, deadline) => {
+      if (envelope.kind !== MessageKind.data) return await publish(envelope, deadline);
+      if (refusedSeen && outstanding > 0) overlappedAfterRefusal++;
+      outstanding++;
+      try {
+        const outcome = await publish(envelope, deadline);
+        if (outcome.kind === "rejected") refusedSeen = true;
+        return outcome;
+      } finally {
+        outstanding--;
+      }
+    };
+    const producer = await flow.open("cam");
+    const consumer = await flow.open("det");
+    const values = Array.from({ length: 40 }, (_, i) => `item-${i}`);
+    const producing = (async () => {
+      for (const value of values) await producer.publishMessage(value);
+      await producer.awaitInFlight();
+    })();
+    const received: unknown[] = [];
+    while (received.length < values.length) {
+      const group = await flow.drive(consumer.receiveMessage());
+      if (group.cam) received.push(group.cam.message);
+      await flow.drive(consumer.ackInputs());
+    }
+    await flow.drive(producing);
+    assert.deepEqual(received, values, "every output, once, in the order it was made");
+    assert.ok(refusals > 0, "the channel refused while full");
+    assert.ok(
+      overlappedAfterRefusal > 0,
+      "after refusals, publications went to the broker while earlier ones were still there",
+    );
+  } finally {
+    await flow.dispose();
+  }
+});
