@@ -1802,7 +1802,8 @@ export class BrokerMessenger implements Messenger {
     if (output === null || body === null) return;
     const coverage = await this.#runtime.checkpointCoverage(this.#coveredKey as string);
     if (coverage.kind !== "covered_unconfirmed") return;
-    const outcome = await this.#publish(this.#dataEnvelope(output, body, null, null, null), true);
+    // The committed body stays this messenger's for a later confirmation: it is sent as a copy.
+    const outcome = await this.#publish(this.#dataEnvelope(output, body, null, null, null, false), true);
     this.#countPublication(outcome);
     if (outcome.kind !== "accepted") this.#refused(outcome);
   }
@@ -2144,6 +2145,7 @@ export class BrokerMessenger implements Messenger {
     eventTs: number | null,
     partitionKey: string | null,
     offset: number | null,
+    transferable = true,
   ): BackendEnvelope {
     return backendEnvelope({
       channel: this.#channel,
@@ -2157,7 +2159,7 @@ export class BrokerMessenger implements Messenger {
       sourceEpoch: this.#epoch,
       schemaVersion: ENVELOPE_VERSION,
       kind: MessageKind.data,
-      bodyTransferable: true,
+      bodyTransferable: transferable,
     });
   }
 

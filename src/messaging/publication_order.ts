@@ -26,6 +26,11 @@
 export class PublicationOrder {
   #last: OrderedPublication | null = null;
   #attempts = 0;
+  /**
+   * The latest attempt handed out when a refusal last came back: attempts up to it may still be refused
+   * behind that one, so a new publication goes only behind a later attempt.
+   */
+  #refusedThrough = 0;
   /** Publications refused and not yet sent again (nor finished). */
   #waiting = 0;
   #cleared: PromiseWithResolvers<void> | null = null;
@@ -40,6 +45,16 @@ export class PublicationOrder {
   /** The number of the next attempt handed to the backend, in this publisher's order. */
   nextAttempt(): number {
     return ++this.#attempts;
+  }
+
+  /** The latest attempt handed out when a refusal last came back. */
+  get refusedThrough(): number {
+    return this.#refusedThrough;
+  }
+
+  /** Notes that a refusal came back: every attempt handed out so far may be refused behind it. */
+  noteRefusal(): void {
+    this.#refusedThrough = this.#attempts;
   }
 
   /** Whether any publication waits after a refusal. */
@@ -81,9 +96,10 @@ export class OrderedPublication {
   }
 
   /**
-   * Resolves once this publication may be sent the first time: no publication waits after a refusal and
-   * every earlier one is at the broker or has its final outcome, so a new one never goes out only to be
-   * held back.
+   * Resolves once this publication may be sent the first time: no publication waits after a refusal, and
+   * every earlier one has its final outcome or is at the broker on an attempt made after the latest
+   * refusal came back (one sent before it may yet be refused behind the refused one, and a new publication
+   * sent then could be taken first once the refused one is).
    */
   async turn(): Promise<void> {
     for (;;) {
@@ -92,7 +108,7 @@ export class OrderedPublication {
         continue;
       }
       const earlier = this.#outstanding();
-      if (earlier === null || earlier.#sending) return;
+      if (earlier === null || (earlier.#sending && earlier.#attempt > this.#order.refusedThrough)) return;
       await earlier.#change();
     }
   }
@@ -111,6 +127,7 @@ export class OrderedPublication {
    * outstanding earlier one was sent again after this one's refused attempt (it follows right behind).
    */
   async refused(): Promise<boolean> {
+    this.#order.noteRefusal();
     this.#sending = false;
     if (!this.#waiting) {
       this.#waiting = true;

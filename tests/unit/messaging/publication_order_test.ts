@@ -42,7 +42,27 @@ Deno.test("a publication is sent once every earlier one is at the broker, never 
   const thirdTurn = third.turn();
   assert.equal(await settled(thirdTurn), false, "the first waits after its refusal: the third is held");
   first.sending();
-  assert.ok(await settled(thirdTurn), "the first went again: the third may follow");
+  assert.equal(
+    await settled(thirdTurn),
+    false,
+    "the second went before the first's refusal came back, so it may be refused behind it: still held",
+  );
+  assert.equal(await second.refused(), false, "it was: it follows the first's new attempt at once");
+  assert.equal(await settled(thirdTurn), false);
+  second.sending();
+  assert.ok(await settled(thirdTurn), "both went again after the last refusal: the third may follow");
+});
+
+Deno.test("a publication made while earlier ones are at the broker and none was refused goes at once", async () => {
+  const order = new PublicationOrder();
+  const places = Array.from({ length: 3 }, () => order.enter());
+  for (const place of places) {
+    assert.ok(await settled(place.turn()));
+    place.sending();
+  }
+  places[0].finished();
+  const fourth = order.enter();
+  assert.ok(await settled(fourth.turn()), "no refusal: nothing holds a new one back");
 });
 
 Deno.test("one refused behind an earlier one follows that one's next attempt, or leads once it is taken", async () => {
@@ -79,6 +99,89 @@ Deno.test("a publication that has its outcome keeps no reference to those before
   assert.equal(await settled(b), false, "the fourth waits for the third");
   places[2].finished();
   assert.equal(await b, true);
+});
+
+/** A deterministic pseudo-random source in [0, 1) for `seed`. */
+function seeded(seed: number): () => number {
+  let state = seed;
+  return () => (state = (state * 1103515245 + 12345) % 2147483648) / 2147483648;
+}
+
+/**
+ * A model of the embedded broker as one publisher sees it: calls reach it in the order sent and their
+ * answers come back in that order after random delays; the channel holds `room` messages, a consumer
+ * frees them at random, and after a refusal it refuses the publisher's later publications until the
+ * refused one (the earliest-arrived one it refused) is taken. Publications are made at random moments and
+ * each goes through the messenger's loop (turn, attempt, refusal, backoff when leading). Returns the ids
+ * in the order the broker took them.
+ */
+async function modelRun(seed: number, count: number, room: number): Promise<number[]> {
+  const random = seeded(seed);
+  const pause = () => new Promise<void>((resolve) => setTimeout(resolve, 0));
+  /** A timer turn half the time, else up to 20 microtask turns: answers and publications interleave. */
+  const later = async (draw: number): Promise<void> => {
+    if (draw < 0.5) {
+      await pause();
+      return;
+    }
+    for (let turn = 0; turn < draw * 40 - 20; turn++) await Promise.resolve();
+  };
+  const taken: number[] = [];
+  let held = 0;
+  let head: number | null = null;
+  let link = Promise.resolve();
+  const send = (id: number): Promise<boolean> => {
+    const answer = link.then(async () => {
+      await later(random());
+      if (head !== null && head !== id) return false;
+      if (held >= room) {
+        head ??= id;
+        return false;
+      }
+      if (head === id) head = null;
+      held++;
+      taken.push(id);
+      return true;
+    });
+    link = answer.then(() => {});
+    return answer;
+  };
+  const consumer = setInterval(() => {
+    if (held > 0 && random() < 0.5) held--;
+  }, 0);
+  const order = new PublicationOrder();
+  const publish = async (id: number) => {
+    const place = order.enter();
+    try {
+      await place.turn();
+      for (;;) {
+        const attempt = send(id);
+        place.sending();
+        if (await attempt) return;
+        if (await place.refused()) await pause();
+      }
+    } finally {
+      place.finished();
+    }
+  };
+  try {
+    const all: Promise<void>[] = [];
+    for (let id = 0; id < count; id++) {
+      all.push(publish(id));
+      await later(random());
+    }
+    await Promise.all(all);
+  } finally {
+    clearInterval(consumer);
+  }
+  return taken;
+}
+
+Deno.test("randomized: with answers arriving late and a channel refusing while full, the broker takes every publication in the order made", async () => {
+  for (let seed = 1; seed <= 6; seed++) {
+    const taken = await modelRun(seed, 100, 3);
+    assert.deepEqual(taken, Array.from({ length: 100 }, (_, i) => i), `seed ${seed}`);
+  }
 });
 
 const PIPELINE: FlowOptions = {
