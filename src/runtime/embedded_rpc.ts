@@ -176,7 +176,8 @@ export const Op = {
   /**
    * A publish whose body the caller moved to the broker (see {@link EmbeddedConnection.movesGiven}):
    * {@link EnvelopeWire} with its deadline; result `[PublicationWire, body | null]`, the body a copy of
-   * the one that came, handed back unless the publication was accepted (the caller's own is gone).
+   * the one that came, handed back unless the publication was accepted (the caller's own is gone). A
+   * call that fails with an error hands nothing back: its caller does not send that envelope again.
    */
   publishMoved: 27,
   /** `[handle, itemCredit, byteCredit, deadline]`; result {@link DeliveriesWire}. */
