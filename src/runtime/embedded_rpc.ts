@@ -176,8 +176,9 @@ export const Op = {
   /**
    * A publish whose body the caller moved to the broker (see {@link EmbeddedConnection.movesGiven}):
    * {@link EnvelopeWire} with its deadline; result `[PublicationWire, body | null]`, the body a copy of
-   * the one that came, handed back unless the publication was accepted (the caller's own is gone). A
-   * call that fails with an error hands nothing back: its caller does not send that envelope again.
+   * the one that came (that very body when it was rejected), handed back unless the publication was
+   * accepted (the caller's own is gone). A call that fails with an error hands nothing back: its caller
+   * does not send that envelope again.
    */
   publishMoved: 27,
   /** `[handle, itemCredit, byteCredit, deadline]`; result {@link DeliveriesWire}. */
@@ -1406,13 +1407,24 @@ export function decodePublication(wire: unknown, publicationId: string): Publica
  */
 export type MovedPublicationWire = readonly [outcome: PublicationWire, body: number | Uint8Array | null];
 
-/** Encodes a moved publish's outcome; `body` (what came, which the broker may keep) is packed as a copy. */
+/**
+ * Encodes a moved publish's outcome into `results`, with `body` (what came) for any outcome but accepted:
+ * a rejected publication was not stored, so its body goes back as it came (moved, never copied); after
+ * an unknown or unresolvable outcome the broker may hold it, so a copy goes back.
+ */
 export function encodeMovedPublication(
   outcome: PublicationOutcome,
   body: Uint8Array,
-  arena: BytePacker,
+  results: FrameBuilder,
 ): MovedPublicationWire {
-  return [encodePublication(outcome), outcome.kind === "accepted" ? null : arena.pack(body)];
+  switch (outcome.kind) {
+    case "accepted":
+      return [encodePublication(outcome), null];
+    case "rejected":
+      return [encodePublication(outcome), results.packGiven(body)];
+    default:
+      return [encodePublication(outcome), results.pack(body)];
+  }
 }
 
 /** Decodes a {@link MovedPublicationWire} for `publicationId` whose frame carried `arena`. */

@@ -626,7 +626,7 @@ Deno.test("over TCP large bodies cross as copies both ways, byte for byte, wheth
   }
 });
 
-Deno.test("a transferable body too large to pack moves to the broker uncopied; a refused one comes back as a copy that the retry of the same envelope sends; after a lost connection it is never sent empty; over TCP it stays the caller's", async () => {
+Deno.test("a transferable body too large to pack moves to the broker uncopied; a refused one comes back, moved, and the retry of the same envelope sends it; after a lost connection it is never sent empty; over TCP it stays the caller's", async () => {
   const clock = new FakeClock();
   const broker = new EmbeddedBroker({ clock, messaging: new MemoryMessagingBackend({ clock }) });
   const oneAtATime = makeChannel("flow-A", "run-1", "cam", "reliable_work", "interest", {
@@ -658,6 +658,12 @@ Deno.test("a transferable body too large to pack moves to the broker uncopied; a
     assert.equal(refused.kind, "rejected", "the channel holds one message");
     assert.ok(refused.kind === "rejected" && refused.retryable);
     assert.equal(detached(second.body), true, "the refused body went to the broker too");
+    assert.equal(largeBodies.length, 2);
+    assert.equal(
+      detached(largeBodies[1].arrived),
+      true,
+      "a rejected publication was not stored: the body that came went back as it was, not copied",
+    );
     const [delivered] = await detector.messaging.receive(detect.id, 1, BIG, clock.monotonic());
     assert.ok(sameBytes(delivered.envelopeBytes, frameBytes(21)));
     assert.equal(
@@ -706,6 +712,33 @@ Deno.test("a transferable body too large to pack moves to the broker uncopied; a
     await Promise.all(
       [publisher.connection, detector.connection, tcp].map((connection) => connection.close()),
     );
+    await broker.close();
+  }
+});
+
+Deno.test("a moved body whose publication the broker may still store comes back as a copy: the broker's own stays whole and is stored later", async () => {
+  const { broker, clock } = await provisioned();
+  const largeBodies = watchLargeBodies(broker);
+  const publisher = await client(broker, "publisher", clock);
+  try {
+    broker.messaging.pauseAcceptance(spec.id);
+    const held = makeEnvelope(spec.id, "frame-held", { body: frameBytes(31), bodyTransferable: true });
+    const publishing = publisher.messaging.publish(held, clock.monotonic() + 1);
+    await eventually(() => Promise.resolve(largeBodies.length > 0), "the broker holding the publication");
+    await clock.advanceAsync(2);
+    const outcome = await publishing;
+    assert.equal(outcome.kind, "publication_unknown", "its deadline passed while acceptance was paused");
+    assert.equal(detached(largeBodies[0].arrived), false, "the broker keeps the body it may yet store");
+    broker.messaging.resumeAcceptance(spec.id);
+    const [stored] = broker.messaging.stored(CAM);
+    assert.ok(stored.body === largeBodies[0].arrived && sameBytes(stored.body, frameBytes(31)));
+    const observed = await publisher.messaging.observePublication(held);
+    assert.ok(
+      observed.kind === "accepted" && observed.duplicate,
+      "the caller observes it with the copy handed back",
+    );
+  } finally {
+    await publisher.connection.close();
     await broker.close();
   }
 });
