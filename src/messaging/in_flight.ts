@@ -6,9 +6,9 @@
  *
  * @example
  * ```ts
- * const work = new InFlight(2);
- * work.track(Promise.resolve());
- * await work.admit(); // resolves once fewer than 2 operations run
+ * const work = new InFlight(2, 1024);
+ * work.track(Promise.resolve(), 512);
+ * await work.admit(); // resolves once fewer than 2 operations, holding under 1024 bytes, run
  * await work.drain(); // resolves once none runs; throws the first failure, if any
  * ```
  *
@@ -17,28 +17,38 @@
 
 import { ConfigError } from "../core/errors.ts";
 
-/** A bounded set of running operations and the first failure among them. */
+/** A bounded set of running operations (by count and by the bytes they hold) and the first failure among them. */
 export class InFlight {
   readonly #depth: number;
+  readonly #maxBytes: number;
   #running = 0;
+  #bytes = 0;
   #failure: { readonly error: unknown } | null = null;
   #waiter: PromiseWithResolvers<void> | null = null;
   #abandoned = false;
 
   /**
    * `depth`: how many operations may run before {@link admit} waits (1 makes every caller wait for its
-   * own operation).
+   * own operation); `maxBytes`: how many bytes the running operations may hold before it waits (none by
+   * default; one operation, however large, may always run).
    *
-   * @throws ConfigError when `depth` is not a positive integer.
+   * @throws ConfigError when `depth` is not a positive integer or `maxBytes` not a positive number.
    */
-  constructor(depth: number) {
+  constructor(depth: number, maxBytes = Infinity) {
     if (!Number.isSafeInteger(depth) || depth < 1) {
       throw new ConfigError(
         `the in-flight depth must be a positive integer, got ${depth}`,
         "pass 1 to wait for every publication and settlement, or more to overlap them",
       );
     }
+    if (!(maxBytes > 0)) {
+      throw new ConfigError(
+        `the in-flight bytes must be a positive number, got ${maxBytes}`,
+        "pass the most bytes the publications in flight may hold, or leave it unbounded",
+      );
+    }
     this.#depth = depth;
+    this.#maxBytes = maxBytes;
   }
 
   /** Operations still running. */
@@ -51,14 +61,18 @@ export class InFlight {
     return this.#abandoned;
   }
 
-  /** Lets `operation` run on; its rejection becomes this set's failure (the first one is kept). */
-  track(operation: Promise<unknown>): void {
+  /**
+   * Lets `operation`, holding `bytes` until it ends, run on; its rejection becomes this set's failure (the
+   * first one is kept).
+   */
+  track(operation: Promise<unknown>, bytes = 0): void {
     this.#running++;
+    this.#bytes += bytes;
     operation.then(
-      () => this.#finished(),
+      () => this.#finished(bytes),
       (error) => {
         this.#failure ??= { error };
-        this.#finished();
+        this.#finished(bytes);
       },
     );
   }
@@ -68,9 +82,11 @@ export class InFlight {
     if (this.#failure !== null) throw this.#failure.error;
   }
 
-  /** Resolves once fewer than the depth run, then {@link check}s. */
+  /** Resolves once fewer than the depth run and they hold fewer than the bytes, then {@link check}s. */
   async admit(): Promise<void> {
-    while (this.#running >= this.#depth) await this.#next();
+    while (this.#running >= this.#depth || (this.#running > 0 && this.#bytes >= this.#maxBytes)) {
+      await this.#next();
+    }
     this.check();
   }
 
@@ -95,8 +111,9 @@ export class InFlight {
     return this.#waiter.promise;
   }
 
-  #finished(): void {
+  #finished(bytes: number): void {
     this.#running--;
+    this.#bytes -= bytes;
     const waiter = this.#waiter;
     if (waiter === null) return;
     this.#waiter = null;

@@ -213,7 +213,12 @@ export const LEDGER_FLUSH_BATCH = 256;
  * Publications and settlements that may await the broker at once while the node goes on: an input is
  * still acked only after its outputs were accepted, and EOS only after all of them.
  */
-export const DEFAULT_IN_FLIGHT = 64;
+export const DEFAULT_IN_FLIGHT = 256;
+/**
+ * The bytes the inline publications awaiting the broker may hold at once (64 MiB): many small items
+ * overlap, a few large frames do.
+ */
+export const DEFAULT_IN_FLIGHT_BYTES = 64 * 1024 * 1024;
 /** The longest accepted publications wait before they are noted in the ledger, in seconds. */
 export const LEDGER_FLUSH_SECONDS = 1;
 /**
@@ -324,6 +329,8 @@ export interface MessengerOptions {
    * ({@link DEFAULT_IN_FLIGHT}); 1 waits for each.
    */
   readonly inFlight?: number;
+  /** The bytes the inline publications in flight may hold at once ({@link DEFAULT_IN_FLIGHT_BYTES}). */
+  readonly inFlightBytes?: number;
   /** A producer that mints ids from its source offset (MSGID-6). */
   readonly replayable?: boolean;
   /** A replayable source's analysis namespace (`{node}:{analysis_version}:{offset}`). */
@@ -666,7 +673,7 @@ export class BrokerMessenger implements Messenger {
     this.#prefetch = requireCount(options.prefetch ?? defaultPrefetch(this.#flowType), "the prefetch", 0);
     this.#byteCredit = requireCount(options.prefetchBytes ?? DEFAULT_BYTE_CREDIT, "the prefetch bytes", 1);
     const inFlight = options.inFlight ?? DEFAULT_IN_FLIGHT;
-    this.#work = new InFlight(inFlight);
+    this.#work = new InFlight(inFlight, options.inFlightBytes ?? DEFAULT_IN_FLIGHT_BYTES);
     this.#receivedBatchIds = Math.max(1, Math.floor(inFlight / 2));
     this.#publishTimeout = requireSeconds(
       options.publishTimeoutSeconds ?? DEFAULT_PUBLISH_TIMEOUT_SECONDS,
@@ -932,7 +939,7 @@ export class BrokerMessenger implements Messenger {
       const body = this.#dataBody(identity, eventTs, wireMetadata, payload);
       const env = this.#dataEnvelope(publicationId, body, eventTs, partitionKey, identity.offset);
       const sending = this.#sendInline(env, identity.offset);
-      this.#work.track(sending);
+      this.#work.track(sending, body.byteLength);
       if (this.#assembler !== null) this.#outputs.push(sending);
       await this.#work.admit();
       return;

@@ -21,6 +21,33 @@ Deno.test("admit waits while the depth is reached and goes on as soon as one ope
   assert.equal(work.running, 0);
 });
 
+Deno.test("admit also waits while the running operations hold the byte bound, but one alone always runs", async () => {
+  const work = new InFlight(100, 1000);
+  const large = Promise.withResolvers<void>();
+  work.track(large.promise, 5000);
+  let admitted = false;
+  const admission = work.admit().then(() => admitted = true);
+  await Promise.resolve();
+  await Promise.resolve();
+  assert.equal(admitted, false, "one operation holds more than the bound: the next waits");
+  large.resolve();
+  await admission;
+  const halves = [Promise.withResolvers<void>(), Promise.withResolvers<void>()];
+  work.track(halves[0].promise, 600);
+  await work.admit();
+  work.track(halves[1].promise, 600);
+  let second = false;
+  const waiting = work.admit().then(() => second = true);
+  await Promise.resolve();
+  await Promise.resolve();
+  assert.equal(second, false, "1200 bytes held, over 1000, with only 2 of 100 running");
+  halves[0].resolve();
+  await waiting;
+  halves[1].resolve();
+  await work.drain();
+  assert.equal(work.running, 0);
+});
+
 Deno.test("the first failure is kept and thrown by every later check, admit and drain", async () => {
   const work = new InFlight(8);
   work.track(Promise.reject(new Error("first")));
@@ -47,6 +74,7 @@ Deno.test("idle waits for every operation without throwing; abandon is reported 
   assert.throws(() => work.check(), /late/);
 });
 
-Deno.test("a depth that is not a positive integer is a ConfigError", () => {
+Deno.test("a depth that is not a positive integer, or a byte bound that is not positive, is a ConfigError", () => {
   for (const depth of [0, -1, 1.5, Number.NaN]) assert.throws(() => new InFlight(depth), ConfigError);
+  for (const bytes of [0, -1, Number.NaN]) assert.throws(() => new InFlight(4, bytes), ConfigError);
 });
