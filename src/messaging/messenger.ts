@@ -2235,7 +2235,7 @@ export class BrokerMessenger implements Messenger {
    * back, or, when none is outstanding, after a backoff (see {@link PublicationOrder}).
    */
   async #publishOrdered(env: BackendEnvelope): Promise<PublicationOutcome> {
-    const place = this.#order.enter();
+    const place = this.#order.enter(env.body.byteLength);
     try {
       await place.turn();
       let outcome: PublicationOutcome | null = null;

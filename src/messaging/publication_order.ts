@@ -5,12 +5,15 @@
  * such a backend a publication need not wait for the outcomes of the earlier ones, only for them to be at
  * the broker: a refused one goes again right behind the earlier one it was held back by, and the earliest
  * one still outstanding, refused, backs off first. Outputs keep their order and a publisher under
- * backpressure keeps many publications in flight instead of one round trip at a time.
+ * backpressure keeps many publications in flight instead of one round trip at a time. A large one (over
+ * {@link FOLLOW_CLOSELY_BYTES}), whose every attempt costs its bytes again, is sent, and sent again after
+ * a refusal, only once the earlier ones have their outcomes, so a full channel is not sent a burst of
+ * frames to refuse.
  *
  * @example
  * ```ts
  * const order = new PublicationOrder();
- * const place = order.enter();
+ * const place = order.enter(1024);
  * await place.turn();
  * place.sending();
  * // ... the publish; if it was refused:
@@ -21,6 +24,12 @@
  *
  * @module
  */
+
+/**
+ * The largest publication (64 KiB) that goes right behind an earlier one whose outcome is still unknown;
+ * a larger one waits for that outcome.
+ */
+export const FOLLOW_CLOSELY_BYTES = 64 * 1024;
 
 /** The publications of one publisher, in the order they were made. */
 export class PublicationOrder {
@@ -35,9 +44,9 @@ export class PublicationOrder {
   #waiting = 0;
   #cleared: PromiseWithResolvers<void> | null = null;
 
-  /** A place for the next publication, behind every one made before. */
-  enter(): OrderedPublication {
-    const place = new OrderedPublication(this.#last, this);
+  /** A place for the next publication, of `bytes`, behind every one made before. */
+  enter(bytes: number): OrderedPublication {
+    const place = new OrderedPublication(this.#last, this, bytes <= FOLLOW_CLOSELY_BYTES);
     this.#last = place;
     return place;
   }
@@ -83,6 +92,8 @@ export class PublicationOrder {
 export class OrderedPublication {
   #previous: OrderedPublication | null;
   readonly #order: PublicationOrder;
+  /** Whether it may go right behind an earlier one whose outcome is unknown (small enough to resend). */
+  readonly #followsClosely: boolean;
   /** The number of this publication's latest attempt (0 before the first), in its publisher's order. */
   #attempt = 0;
   #sending = false;
@@ -90,16 +101,17 @@ export class OrderedPublication {
   #final = false;
   #changed: PromiseWithResolvers<void> | null = null;
 
-  constructor(previous: OrderedPublication | null, order: PublicationOrder) {
+  constructor(previous: OrderedPublication | null, order: PublicationOrder, followsClosely: boolean) {
     this.#previous = previous;
     this.#order = order;
+    this.#followsClosely = followsClosely;
   }
 
   /**
    * Resolves once this publication may be sent the first time: no publication waits after a refusal, and
-   * every earlier one has its final outcome or is at the broker on an attempt made after the latest
-   * refusal came back (one sent before it may yet be refused behind the refused one, and a new publication
-   * sent then could be taken first once the refused one is).
+   * every earlier one has its final outcome or, for a small one, is at the broker on an attempt made
+   * after the latest refusal came back (one sent before it may yet be refused behind the refused one, and
+   * a new publication sent then could be taken first once the refused one is).
    */
   async turn(): Promise<void> {
     for (;;) {
@@ -108,7 +120,8 @@ export class OrderedPublication {
         continue;
       }
       const earlier = this.#outstanding();
-      if (earlier === null || (earlier.#sending && earlier.#attempt > this.#order.refusedThrough)) return;
+      if (earlier === null) return;
+      if (this.#followsClosely && earlier.#sending && earlier.#attempt > this.#order.refusedThrough) return;
       await earlier.#change();
     }
   }
@@ -125,6 +138,7 @@ export class OrderedPublication {
    * Notes a retryable refusal and resolves when the publication should go again: true at once or later
    * when no earlier one is outstanding (it leads: it backs off first), false as soon as the nearest
    * outstanding earlier one was sent again after this one's refused attempt (it follows right behind).
+   * A large one was sent with none outstanding before it, so it always leads.
    */
   async refused(): Promise<boolean> {
     this.#order.noteRefusal();

@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import type { MemoryMessagingBackend } from "../../../src/backends/memory/messaging.ts";
 import { channelId, MessageKind } from "../../../src/backends/messaging.ts";
 import { rejected } from "../../../src/backends/outcomes.ts";
-import { PublicationOrder } from "../../../src/messaging/publication_order.ts";
+import { FOLLOW_CLOSELY_BYTES, PublicationOrder } from "../../../src/messaging/publication_order.ts";
 import {
   embeddedProvider,
   FLOW,
@@ -19,6 +19,9 @@ import {
   MessengerFlow,
   RUN,
 } from "../../conformance/messenger/support.ts";
+
+/** A publication small enough to follow closely. */
+const SMALL = 100;
 
 /** Whether `promise` has settled once pending callbacks have run. */
 async function settled(promise: Promise<unknown>): Promise<boolean> {
@@ -30,15 +33,15 @@ async function settled(promise: Promise<unknown>): Promise<boolean> {
 
 Deno.test("a publication is sent once every earlier one is at the broker, never while one waits after a refusal", async () => {
   const order = new PublicationOrder();
-  const first = order.enter();
+  const first = order.enter(SMALL);
   assert.ok(await settled(first.turn()), "nothing before the first");
   first.sending();
-  const second = order.enter();
+  const second = order.enter(SMALL);
   assert.ok(await settled(second.turn()), "the first is at the broker: the second goes right behind it");
   second.sending();
   const leads = first.refused();
   assert.equal(await leads, true, "refused with nothing earlier outstanding, it leads: it backs off");
-  const third = order.enter();
+  const third = order.enter(SMALL);
   const thirdTurn = third.turn();
   assert.equal(await settled(thirdTurn), false, "the first waits after its refusal: the third is held");
   first.sending();
@@ -55,21 +58,21 @@ Deno.test("a publication is sent once every earlier one is at the broker, never 
 
 Deno.test("a publication made while earlier ones are at the broker and none was refused goes at once", async () => {
   const order = new PublicationOrder();
-  const places = Array.from({ length: 3 }, () => order.enter());
+  const places = Array.from({ length: 3 }, () => order.enter(SMALL));
   for (const place of places) {
     assert.ok(await settled(place.turn()));
     place.sending();
   }
   places[0].finished();
-  const fourth = order.enter();
+  const fourth = order.enter(SMALL);
   assert.ok(await settled(fourth.turn()), "no refusal: nothing holds a new one back");
 });
 
 Deno.test("one refused behind an earlier one follows that one's next attempt, or leads once it is taken", async () => {
   const order = new PublicationOrder();
-  const head = order.enter();
+  const head = order.enter(SMALL);
   head.sending();
-  const follower = order.enter();
+  const follower = order.enter(SMALL);
   follower.sending();
   const behind = follower.refused();
   assert.equal(
@@ -88,9 +91,33 @@ Deno.test("one refused behind an earlier one follows that one's next attempt, or
   assert.equal(await again, true, "refused again with the head taken: the follower now leads and backs off");
 });
 
+Deno.test("a large one is sent only once every earlier one has its outcome, a small one may go right behind it, and refused it leads", async () => {
+  const order = new PublicationOrder();
+  const head = order.enter(SMALL);
+  head.sending();
+  const frame = order.enter(FOLLOW_CLOSELY_BYTES + 1);
+  const frameTurn = frame.turn();
+  assert.equal(
+    await settled(frameTurn),
+    false,
+    "the head is at the broker, its outcome unknown: the frame waits",
+  );
+  head.finished();
+  assert.ok(await settled(frameTurn), "the head has its outcome: the frame goes");
+  frame.sending();
+  const small = order.enter(SMALL);
+  assert.ok(await settled(small.turn()), "a small one goes right behind the frame");
+  small.sending();
+  assert.equal(await frame.refused(), true, "refused with nothing before it: the frame leads and backs off");
+  const behind = small.refused();
+  assert.equal(await settled(behind), false, "the small one waits for the frame to go again");
+  frame.sending();
+  assert.equal(await behind, false, "and follows it at once");
+});
+
 Deno.test("a publication that has its outcome keeps no reference to those before it that have theirs", async () => {
   const order = new PublicationOrder();
-  const places = Array.from({ length: 4 }, () => order.enter());
+  const places = Array.from({ length: 4 }, () => order.enter(SMALL));
   for (const place of places) place.sending();
   places[1].finished();
   places[0].finished();
@@ -112,7 +139,7 @@ function seeded(seed: number): () => number {
  * answers come back in that order after random delays; the channel holds `room` messages, a consumer
  * frees them at random, and after a refusal it refuses the publisher's later publications until the
  * refused one (the earliest-arrived one it refused) is taken. Publications are made at random moments and
- * each goes through the messenger's loop (turn, attempt, refusal, backoff when leading). Returns the ids
+ * each (small or large) goes through the messenger's loop (turn, attempt, refusal, backoff when leading). Returns the ids
  * in the order the broker took them.
  */
 async function modelRun(seed: number, count: number, room: number): Promise<number[]> {
@@ -151,7 +178,7 @@ async function modelRun(seed: number, count: number, room: number): Promise<numb
   }, 0);
   const order = new PublicationOrder();
   const publish = async (id: number) => {
-    const place = order.enter();
+    const place = order.enter(random() < 0.3 ? FOLLOW_CLOSELY_BYTES + 1 : SMALL);
     try {
       await place.turn();
       for (;;) {
@@ -177,7 +204,7 @@ async function modelRun(seed: number, count: number, room: number): Promise<numb
   return taken;
 }
 
-Deno.test("randomized: with answers arriving late and a channel refusing while full, the broker takes every publication in the order made", async () => {
+Deno.test("randomized: with answers arriving late, a channel refusing while full and small and large publications mixed, the broker takes every publication in the order made", async () => {
   for (let seed = 1; seed <= 6; seed++) {
     const taken = await modelRun(seed, 100, 3);
     assert.deepEqual(taken, Array.from({ length: 100 }, (_, i) => i), `seed ${seed}`);
