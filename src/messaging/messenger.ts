@@ -938,8 +938,10 @@ export class BrokerMessenger implements Messenger {
     if (checkpoint === null && payload.byteLength <= this.#maxInline) {
       const body = this.#dataBody(identity, eventTs, wireMetadata, payload);
       const env = this.#dataEnvelope(publicationId, body, eventTs, partitionKey, identity.offset);
+      // Read before the send: a body moved to the broker is detached by then.
+      const bytes = body.byteLength;
       const sending = this.#sendInline(env, identity.offset);
-      this.#work.track(sending, body.byteLength);
+      this.#work.track(sending, bytes);
       if (this.#assembler !== null) this.#outputs.push(sending);
       await this.#work.admit();
       return;

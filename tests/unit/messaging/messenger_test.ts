@@ -32,6 +32,7 @@ import { decodeEnvelope, decodePayload, ENVELOPE_VERSION } from "../../../src/wi
 import { messageId, partitionOwner } from "../../../src/wire/identities.ts";
 import {
   consume,
+  embeddedProvider,
   FLOW,
   type FlowOptions,
   memoryProvider,
@@ -745,6 +746,36 @@ Deno.test("a trickle of received ids waits up to the linger to share one write; 
     assert.ok(writesAt[0] - receivedAt < RECEIVED_LINGER_SECONDS, "written without waiting out the linger");
     assert.equal((await flow.runtime("det").receivedIds("cam", "det--from--cam")).size, 3 + many.length);
   });
+});
+
+Deno.test("a large output moved to the embedded broker counts its bytes in flight: past the byte bound the node waits for its outcome", async () => {
+  let hosted: MemoryMessagingBackend | null = null;
+  const flow = await MessengerFlow.create(
+    embeddedProvider((messaging) => hosted = messaging),
+    { flowType: "realtime", nodes: [{ name: "cam" }, { name: "det", parents: ["cam"] }] },
+  );
+  try {
+    const cam = await flow.open("cam", 0, {
+      inFlightBytes: 1024 * 1024,
+      maxInlinePayloadBytes: 64 * 1024 * 1024,
+    });
+    (hosted as unknown as MemoryMessagingBackend).pauseAcceptance(channelId(FLOW, RUN, "cam"));
+    // Over 8 MiB, so the frame carrying it is sent (and its body moved) within the publish call itself.
+    const frame = new Uint8Array(9 * 1024 * 1024).fill(5);
+    let returned = false;
+    const publishing = cam.publishMessage(frame).then(() => returned = true);
+    await flow.drive(flow.clock.sleep(0.05));
+    assert.equal(
+      returned,
+      false,
+      "9 MiB in flight, over the 1 MiB bound: publishMessage waits for the outcome",
+    );
+    (hosted as unknown as MemoryMessagingBackend).resumeAcceptance(channelId(FLOW, RUN, "cam"));
+    await flow.drive(publishing);
+    await flow.drive(cam.awaitInFlight());
+  } finally {
+    await flow.dispose();
+  }
 });
 
 /** `flow`'s backend with the first `count` data publications refused for good (a non-retryable rejection). */
