@@ -309,13 +309,10 @@ export class EmbeddedMessagingBackend implements MessagingBackend {
     const connection = this.#connection;
     const body = this.#bodyOf(envelope);
     if (body === null) return this.#bodyGone(envelope);
+    const given = envelope.bodyTransferable;
     const handle = connection.channelHandle(envelope.channel);
-    if (!envelope.bodyTransferable) {
-      const wire = encodeEnvelope(envelope, handle, connection, deadline, body);
-      return connection.call(Op.publish, wire, envelope.publicationId, PUBLICATION_REPLY);
-    }
-    const wire = encodeEnvelope(envelope, handle, connection.giver, deadline, body);
-    if (!connection.movesGiven(body)) {
+    const wire = encodeEnvelope(envelope, handle, given ? connection.giver : connection, deadline, body);
+    if (!given || !connection.movesGiven(body)) {
       return connection.call(Op.publish, wire, envelope.publicationId, PUBLICATION_REPLY);
     }
     this.#returned.delete(envelope);

@@ -520,6 +520,11 @@ interface ReceivedWrite {
   readonly ready: () => void;
 }
 
+/** The outcome of a persistent publication whose replica stopped (crashed) before it could be sent. */
+function stoppedBeforeTurn(env: BackendEnvelope): PublicationOutcome {
+  return rejected(env.publicationId, "the replica stopped before this output's turn", false);
+}
+
 /** Whether a persistent publication's outcome calls for another attempt: refused retryably, or unresolvable. */
 function retriesAfter(outcome: PublicationOutcome): boolean {
   return outcome.kind === "publication_unresolvable" || (outcome.kind === "rejected" && outcome.retryable);
@@ -2180,7 +2185,9 @@ export class BrokerMessenger implements Messenger {
    * one made while any waits is not sent until its turn, so the outputs a replica makes while its consumers
    * hold it back are taken in the order it made them. One already sent when an earlier one's refusal
    * arrives is kept behind it by the embedded broker, which refuses a connection's later data on a channel
-   * until its refused publication is taken; a backend that does not may take it first.
+   * until its refused publication is taken; a backend that does not may take it first. Over a backend that
+   * does (`ordersRefusedPublications`), {@link #publishOrdered} keeps the order without waiting for each
+   * outcome.
    */
   async #publish(env: BackendEnvelope, persistent: boolean): Promise<PublicationOutcome> {
     if (!persistent) return await this.#publishOnce(env, false);
@@ -2222,9 +2229,7 @@ export class BrokerMessenger implements Messenger {
     await previous;
     let outcome = refused;
     for (let retries = refused === null ? 0 : 1;;) {
-      if (this.#work.abandoned) {
-        return outcome ?? rejected(env.publicationId, "the replica stopped before this output's turn", false);
-      }
+      if (this.#work.abandoned) return outcome ?? stoppedBeforeTurn(env);
       outcome = await this.#publishOnce(env, true);
       if (!retriesAfter(outcome)) return outcome;
       await this.#clock.sleep(publishBackoffSeconds(++retries));
@@ -2242,10 +2247,7 @@ export class BrokerMessenger implements Messenger {
       await place.turn();
       let outcome: PublicationOutcome | null = null;
       for (let retries = 0;;) {
-        if (this.#work.abandoned) {
-          return outcome ??
-            rejected(env.publicationId, "the replica stopped before this output's turn", false);
-        }
+        if (this.#work.abandoned) return outcome ?? stoppedBeforeTurn(env);
         const attempt = this.#publishOnce(env, true);
         place.sending();
         outcome = await attempt;

@@ -692,12 +692,15 @@ export class FrameBuilder implements BytePacker {
    */
   packGiven(bytes: Uint8Array): number | Uint8Array {
     if (bytes.byteLength <= PACK_LIMIT) return this.pack(bytes);
-    this.#bytes += bytes.byteLength;
     const own = exactBytes(bytes);
-    if (this.#move && !this.#transfer.includes(own.buffer as ArrayBuffer)) {
-      this.#transfer.push(own.buffer as ArrayBuffer);
-    }
+    if (this.movesGiven(own)) this.move(own.buffer as ArrayBuffer);
+    else this.#bytes += own.byteLength;
     return own;
+  }
+
+  /** Whether {@link packGiven} moves `bytes` away from the caller (over a port, those too large to pack). */
+  movesGiven(bytes: Uint8Array): boolean {
+    return this.#move && bytes.byteLength > PACK_LIMIT;
   }
 
   /** Moves `buffer` with this frame (once, however often it is named). */
@@ -1065,9 +1068,9 @@ export class EmbeddedConnection implements BytePacker {
   /** Packs bytes the caller gives up into the frame being built, as {@link FrameBuilder.packGiven}. */
   readonly giver: BytePacker = { pack: (bytes) => this.#outbox.packGiven(bytes) };
 
-  /** Whether {@link giver} moves `bytes` away from the caller (over a port, those too large to pack). */
+  /** Whether {@link giver} moves `bytes` away from the caller, as {@link FrameBuilder.movesGiven}. */
   movesGiven(bytes: Uint8Array): boolean {
-    return this.#link.kind === "port" && bytes.byteLength > PACK_LIMIT;
+    return this.#outbox.movesGiven(bytes);
   }
 
   /** Sends `op` with `args` expecting no reply (identity definitions, supersede); dropped once closed. */
