@@ -610,6 +610,12 @@ export class BrokerMessenger implements Messenger {
   #closed = false;
   #durable = false;
   #durableShared = false;
+  /**
+   * Whether the EOS-7 completion barrier is in force: a batch flow over a durable shared ledger. Only then
+   * are accepted ids noted for the terminator's seq. A realtime flow drops by design, so no barrier reads
+   * them, and noting them would grow its ledger for as long as a live source runs.
+   */
+  #barrierFlow = false;
   #ledgerBudget = false;
   #control = false;
   #quiesced = false;
@@ -745,6 +751,7 @@ export class BrokerMessenger implements Messenger {
     const capabilities = await this.#runtime.capabilities();
     this.#durable = capabilities.durable.kind === "known" && capabilities.durable.value;
     this.#durableShared = this.#durable && capabilities.sharedAcrossProcesses;
+    this.#barrierFlow = this.#durableShared && this.#flowType === FlowType.batch;
     this.#ledgerBudget = this.#durableShared && this.#delivery.delivery === AT_LEAST_ONCE;
     const routing: NodeRouting = {
       name: this.#node,
@@ -1271,8 +1278,7 @@ export class BrokerMessenger implements Messenger {
 
   /** Decides, once the ledger's capabilities are known, how each parent drains and where admission runs. */
   #installAdmission(parent: ParentState): void {
-    parent.barrier = this.#durableShared && this.#flowType === FlowType.batch &&
-      Object.hasOwn(this.#parentReplicas, parent.name);
+    parent.barrier = this.#barrierFlow && Object.hasOwn(this.#parentReplicas, parent.name);
     if (this.#partitionBy === null) return;
     if (parent.barrier) {
       parent.admission = "receiver";
@@ -2305,7 +2311,7 @@ export class BrokerMessenger implements Messenger {
   /** Counts an accepted output and notes it (and a replayable source's offset) for the ledger's batch. */
   #noteAccepted(publicationId: string): Promise<void> | null {
     this.#acceptedData++;
-    if (this.#durableShared) this.#publishedPending.push(publicationId);
+    if (this.#barrierFlow) this.#publishedPending.push(publicationId);
     const offsets = this.#replayable && this.#durable ? this.#lastAcceptedOffset - this.#flushedOffset : 0;
     if (this.#publishedPending.length === 0 && offsets === 0) return null;
     const due = this.#publishedPending.length >= LEDGER_FLUSH_BATCH || offsets >= LEDGER_FLUSH_BATCH ||
@@ -2375,7 +2381,7 @@ export class BrokerMessenger implements Messenger {
     if (type === MsgType.abort) await this.#work.idle();
     else await this.#work.drain();
     await this.#flushLedger();
-    const seq = this.#durableShared ? await this.#runtime.publishedCount() : this.#acceptedData;
+    const seq = this.#barrierFlow ? await this.#runtime.publishedCount() : this.#acceptedData;
     if (faultsInstalled()) await barrier(Barrier.terminatorPublishBefore, { node: this.#node, status: type });
     const publicationId = messageId(this.#flowId, this.#runId, this.#node, traceId, seq, type);
     const body = encodeEnvelope(createEnvelope({

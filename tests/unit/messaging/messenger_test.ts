@@ -361,6 +361,20 @@ Deno.test("a memory ledger keeps no received sets; a durable one notes each rece
   }
 });
 
+Deno.test("only a batch flow notes its published ids in a durable ledger; a realtime EOS counts them itself", async () => {
+  for (const flowType of ["batch", "realtime"] as const) {
+    await withFlow({ ...PIPELINE, flowType, durableLedger: true }, async (flow) => {
+      const cam = await flow.open("cam");
+      await produce(flow, cam, [1, 2, 3, 4, 5]);
+      const records = await flow.store.scan(flow.runtime("cam").key("published") + "/");
+      assert.equal(records.length > 0, flowType === "batch", `${flowType}: ${records.length} records`);
+      const eos = broker(flow).stored(channelId(FLOW, RUN, "cam")).filter((e) => e.kind === MessageKind.eos);
+      assert.equal(eos.length, 1);
+      assert.equal(decodeEnvelope(eos[0].body).seq, 5, `${flowType}: the EOS announces every accepted id`);
+    });
+  }
+});
+
 /**
  * A ledger store that delegates to `inner`, and lets a test see when the received ids are read and hold
  * back the writes that note them.
