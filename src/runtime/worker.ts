@@ -13,7 +13,7 @@ import { RuntimeContext } from "../core/context.ts";
 import { DeliveryPolicy } from "../core/delivery_policy.ts";
 import { asRuntimeError, ConfigError, exitCodeOf, VideoflowError } from "../core/errors.ts";
 import { pendingObservationOf } from "../core/messenger.ts";
-import { type Node, ProducerNode, ReceiverNode } from "../core/node.ts";
+import { ConsumerNode, type Node, ProducerNode, ReceiverNode } from "../core/node.ts";
 import { rebuildNode } from "../core/node_class.ts";
 import { PartitionKeyPolicy } from "../core/partition_key_policy.ts";
 import { ConsecutiveFailureBreaker, ProgressDeadline } from "../core/supervision.ts";
@@ -30,6 +30,7 @@ import { EmbeddedConnection } from "./embedded_rpc.ts";
 import { EmbeddedPayloadStore } from "./embedded_payload.ts";
 import { EmbeddedRuntimeStore } from "./embedded_runtime_store.ts";
 import { HealthServer, HealthState, Metric } from "./health.ts";
+import { LedgerIdempotencyStore } from "./idempotency.ts";
 import { configureLogging, type LogSink, type NodeLogger } from "./logging.ts";
 import { openRuntimeStore } from "./runtime_stores.ts";
 import { undeclaredPermission } from "../core/undeclared_permission.ts";
@@ -284,6 +285,10 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
         messenger,
       );
       const task = createTask(node, {
+        resumeOffset: node instanceof ProducerNode ? await messenger.resumeOffset() : 0,
+        effectMarkers: node instanceof ConsumerNode && node.idempotent
+          ? new LedgerIdempotencyStore(services.runtimeStore)
+          : null,
         messenger,
         ctx,
         hasChildren: config.hasChildren,

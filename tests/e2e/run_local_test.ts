@@ -665,15 +665,23 @@ for (const isolation of ["worker", "process"]) {
     await inTempDir(async (dir) => {
       const markers = join(dir, "poisoned");
       await Deno.mkdir(markers);
+      const appended = join(dir, "appended.txt");
       const flow = await writeFlow(
         dir,
-        ["ReplayableCount", "PoisonOnce"],
-        pipeline(
-          "resume-story",
-          `new ReplayableCount({ name: "count", n: 300, delayMs: 5 })`,
-          `new PoisonOnce({ name: "middle", poison: [5, 290], dir: ${JSON.stringify(markers)} })`,
-          dir,
-        ),
+        ["ReplayableCount", "PoisonOnce", "AppendingSink"],
+        [
+          `const count = new ReplayableCount({ name: "count", n: 300, delayMs: 5 });`,
+          `const middle = new PoisonOnce({ name: "middle", poison: [5, 290], dir: ${
+            JSON.stringify(markers)
+          } }).from(count);`,
+          `const sink = new JsonlSink({ name: "sink", path: ${
+            JSON.stringify(join(dir, "out.jsonl"))
+          } }).from(middle);`,
+          `const appended = new AppendingSink({ name: "appended", path: ${
+            JSON.stringify(appended)
+          }, idempotent: true }).from(middle);`,
+          `export default new Flow([sink, appended], { flowType: "batch", flowId: "resume-story" });`,
+        ].join("\n"),
       );
       const args = [
         "run-local",
@@ -687,6 +695,7 @@ for (const isolation of ["worker", "process"]) {
       ];
       const crashed = startVf(args, { cwd: dir });
       await waitForLines(join(dir, "out.jsonl"), 30, crashed);
+      await waitForLines(appended, 30, crashed);
       await waitForFile(join(dir, "state", "resume-story", "r1", "dead_letters.jsonl"), crashed);
       crashed.kill("SIGKILL");
       const killed = await finished(crashed);
@@ -695,10 +704,21 @@ for (const isolation of ["worker", "process"]) {
       assert.ok(before.length >= 30 && before.length < 298, `killed mid-run after ${before.length} items`);
       const rerun = await vf(args, { cwd: dir });
       assert.equal(rerun.code, 0, rerun.text);
+      const expected = range(1, 300).filter((n) => n !== 290);
       assert.deepEqual(
         await sinkNumbers(join(dir, "out.jsonl")),
-        range(1, 300).filter((n) => n !== 290),
+        expected,
         "item 5, poison only once, passed on the re-run's replay",
+      );
+      const effects = (await Deno.readTextFile(appended)).split("\n").filter((line) => line !== "").map(
+        Number,
+      );
+      assert.deepEqual([...new Set(effects)].sort((a, b) => a - b), expected);
+      // The replay redelivers every item the first run consumed; only the one, if any, whose effect was
+      // applied but not yet marked when vf was killed may be applied twice.
+      assert.ok(
+        effects.length - expected.length <= 1,
+        `${effects.length - expected.length} effects repeated`,
       );
       const letters = await deadLetters(flow, "r1", join(dir, "state"), dir);
       assert.deepEqual(
@@ -709,3 +729,40 @@ for (const isolation of ["worker", "process"]) {
     });
   });
 }
+
+Deno.test("a restarted replayable producer resumes after its last accepted item instead of making every item again (process)", async () => {
+  await inTempDir(async (dir) => {
+    const log = join(dir, "made.log");
+    const pidFile = join(dir, "producer.pid");
+    const flow = await writeFlow(
+      dir,
+      ["LoggedReplayableCount", "Poison"],
+      pipeline(
+        "producer-restart-story",
+        `new LoggedReplayableCount({ name: "count", n: 250, delayMs: 10, log: ${JSON.stringify(log)}, ` +
+          `killAt: 200, pidFile: ${JSON.stringify(pidFile)} })`,
+        `new Poison({ name: "middle", poison: [] })`,
+        dir,
+      ),
+    );
+    const child = startVf(["run-local", flow, "--state", join(dir, "state"), "--isolation", "process"], {
+      cwd: dir,
+    });
+    const pid = Number(await waitForFile(pidFile, child));
+    Deno.kill(pid, "SIGKILL");
+    const run = await finished(child);
+    assert.equal(run.code, 0, run.text);
+    assert.match(run.text, /count\[0\] started \(restart 1\)/);
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 250));
+    const made = (await Deno.readTextFile(log)).split("\n").filter((line) => line !== "").map((line) =>
+      line.split(" ").map(Number)
+    );
+    const restarted = made.filter(([maker]) => maker !== pid).map(([, item]) => item);
+    assert.equal(made.filter(([maker]) => maker === pid).length, 199, "the first launch made 1..199");
+    assert.ok(
+      restarted[0] > 1 && restarted[0] < 200,
+      `the replacement resumed after an item the ledger noted, not from 1: it began at ${restarted[0]}`,
+    );
+    assert.deepEqual(restarted, range(restarted[0], 250));
+  });
+});
