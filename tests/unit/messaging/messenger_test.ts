@@ -928,7 +928,12 @@ Deno.test("a replayable producer resumes after its last accepted offset only whi
     try {
       await provisionFlow(
         restarted,
-        flowTopology([...flow.nodes.values()], { flowId: FLOW, runId: RUN, flowType: "batch", ledgerBudget: true }),
+        flowTopology([...flow.nodes.values()], {
+          flowId: FLOW,
+          runId: RUN,
+          flowType: "batch",
+          ledgerBudget: true,
+        }),
         "provision-again",
       );
       const replay = await flow.open("cam", 0, { replayable: true, backend: restarted });
@@ -937,7 +942,11 @@ Deno.test("a replayable producer resumes after its last accepted offset only whi
       assert.deepEqual(replay.publicationStats.accepted, 4);
       await flow.drive(replay.close());
       const again = await flow.open("cam", 0, { replayable: true, backend: restarted });
-      assert.equal(await flow.drive(again.resumeOffset()), 4, "the replay's own offsets are the ledger's now");
+      assert.equal(
+        await flow.drive(again.resumeOffset()),
+        4,
+        "the replay's own offsets are the ledger's now",
+      );
       await flow.drive(again.close());
     } finally {
       await restarted.shutdown();
