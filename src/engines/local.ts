@@ -11,9 +11,17 @@
  */
 
 import type { NodeSpec } from "../core/compiler.ts";
-import { ConfigError, EXIT_FLOW_FAILED, EXIT_STALLED, EXIT_USER, UpstreamAborted } from "../core/errors.ts";
+import {
+  ConfigError,
+  EXIT_FLOW_FAILED,
+  EXIT_STALLED,
+  EXIT_USER,
+  ProgressStalled,
+  UpstreamAborted,
+} from "../core/errors.ts";
 import type { FlowType } from "../core/flow.ts";
 import {
+  DEFAULT_PROGRESS_TIMEOUT_SECONDS,
   type NodeExited,
   nodeExited,
   nodeGaveUp,
@@ -91,7 +99,11 @@ export interface LocalRunOptions {
   readonly channelMaxBytes?: number;
   /** How often the live view refreshes, seconds (1). */
   readonly refreshSeconds?: number;
-  /** Seconds without any report after which a replica counts as dead (10). */
+  /**
+   * Seconds without any report after which a replica counts as stalled: by default the progress timeout
+   * its workers get (`VF_PROGRESS_TIMEOUT_SECONDS` in {@link extraEnv}, else 300), at least
+   * {@link MIN_SILENCE_SECONDS}; none when that timeout is 0 (the watchdog disabled).
+   */
   readonly silenceSeconds?: number;
 }
 
@@ -161,6 +173,24 @@ export const FORWARDED_SETTINGS: readonly string[] = Object.freeze([
   FAULT_SCHEDULE_ENV,
   FAULT_MARKER_DIR_ENV,
 ]);
+
+/**
+ * The fewest seconds of silence that count a replica as stalled, whatever its progress timeout: a
+ * subprocess replica's start-up (a `deno run` and its module graph) sends no report either.
+ */
+export const MIN_SILENCE_SECONDS = 10;
+
+/**
+ * How long a replica may send no report before it counts as stalled (see
+ * {@link LocalRunOptions.silenceSeconds}); null for never. A report stops only when the replica's event
+ * loop is blocked (a synchronous call that never returns), where its own watchdog cannot run either.
+ */
+function silenceLimit(options: LocalRunOptions): number | null {
+  if (options.silenceSeconds !== undefined) return options.silenceSeconds;
+  const given = Number(options.extraEnv?.[WorkerEnvVar.progressTimeoutSeconds] ?? NaN);
+  const timeout = Number.isFinite(given) && given >= 0 ? given : DEFAULT_PROGRESS_TIMEOUT_SECONDS;
+  return timeout === 0 ? null : Math.max(MIN_SILENCE_SECONDS, timeout);
+}
 
 /**
  * The {@link FORWARDED_SETTINGS} that `env` sets, for {@link LocalRunOptions.extraEnv}: e.g. a test runs
@@ -647,7 +677,7 @@ export class LocalEngine {
 
   async #supervise(): Promise<void> {
     const refresh = (this.#options.refreshSeconds ?? 1) * 1000;
-    const silence = this.#options.silenceSeconds ?? 10;
+    const silence = silenceLimit(this.#options);
     let shownAt = -Infinity;
     let deadLettersWritten = 0;
     while (!this.#replicas.every((r) => r.state === NodeState.done || r.state === NodeState.failed)) {
@@ -663,14 +693,20 @@ export class LocalEngine {
       const now = performance.now() / 1000;
       for (const replica of this.#replicas) {
         if (
-          replica.exitCode === null && replica.state !== NodeState.restarting &&
+          silence !== null && replica.exitCode === null && replica.state !== NodeState.restarting &&
           now - replica.lastReportAt > silence
         ) {
-          this.#view.event(
-            `${replica.spec.name}[${replica.index}] went silent for ${silence}s: counted as dead`,
+          const stalled = new ProgressStalled(
+            `node ${replica.spec.name} replica ${replica.index} went silent for ${silence} s: its event loop ` +
+              "is blocked (a synchronous call that never returns), where its own watchdog cannot run",
+            "find the node's call that never yields; the replica is stopped and its inputs are redelivered. " +
+              "If one call is legitimately this long, raise VF_PROGRESS_TIMEOUT_SECONDS",
+            { node: replica.spec.name, replica: replica.index, silent_for_seconds: silence },
           );
-          replica.kill?.();
-          this.#exited(replica, EXIT_FLOW_FAILED);
+          replica.reason = { ...stalled.toDict() };
+          const kill = replica.kill;
+          this.#exited(replica, EXIT_STALLED);
+          kill?.();
         }
       }
       if (now - shownAt >= refresh / 1000) {

@@ -540,6 +540,32 @@ for (const isolation of ["worker", "process"]) {
   });
 }
 
+for (const isolation of ["worker", "process"]) {
+  Deno.test(`a node that blocks its event loop in process is stopped as stalled when it goes silent, exit 5 (${isolation} isolation)`, async () => {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
+        dir,
+        ["Count", "SpinAt"],
+        pipeline(
+          "spin-story",
+          `new Count({ name: "count", n: 10 })`,
+          `new SpinAt({ name: "spin", at: 4 })`,
+          dir,
+        ),
+      );
+      const run = await vf(
+        ["run-local", flow, "--state", join(dir, "state"), "--isolation", isolation, "--no-restart"],
+        { cwd: dir, env: { VF_PROGRESS_TIMEOUT_SECONDS: "1" } },
+      );
+      assert.equal(run.code, 5, run.text);
+      assert.match(
+        run.text,
+        /spin\[0\] exited with code 5 \(VF_PROGRESS_STALLED: node spin replica 0 went silent for 10 s/,
+      );
+    });
+  });
+}
+
 Deno.test("a node reading a file it did not declare fails with a permission error naming both, exit 2", async () => {
   await inTempDir(async (dir) => {
     const secret = join(dir, "secret.txt");
