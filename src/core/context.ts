@@ -14,6 +14,16 @@ import type { InputInfo, Messenger } from "./messenger.ts";
  */
 export const CHECKPOINT_METADATA_KEY = "_checkpoint";
 
+/**
+ * Metadata key of the seconds from the start of the work that made an output to its publication: for a
+ * receiver, from its input group's receipt; for a producer, from the start of its `next()` (as the
+ * reference stamps it).
+ */
+export const PROCTIME_METADATA_KEY = "proctime";
+
+/** Metadata key of the seconds the node's own call (`next` or `process`) took to make an output. */
+export const ACTUAL_PROCTIME_METADATA_KEY = "actual_proctime";
+
 /** Reserved metadata key carrying the business partition key set by `setPartitionKey`. */
 export const PARTITION_KEY_METADATA_KEY = "_partition_key";
 

@@ -47,7 +47,13 @@ import {
   SimulatedCrash,
 } from "../backends/faults.ts";
 import { sinkIdempotencyKey } from "../wire/identities.ts";
-import { CHECKPOINT_METADATA_KEY, type RuntimeContext } from "./context.ts";
+import { WireDouble } from "../wire/value.ts";
+import {
+  ACTUAL_PROCTIME_METADATA_KEY,
+  CHECKPOINT_METADATA_KEY,
+  PROCTIME_METADATA_KEY,
+  type RuntimeContext,
+} from "./context.ts";
 import { BEST_EFFORT, type DeliveryMode } from "./delivery_policy.ts";
 import {
   asRuntimeError,
@@ -456,23 +462,33 @@ export abstract class NodeTask<N extends Node = Node> {
     return { kind: TaskEnd.finished, exitCode: 0 };
   }
 
-  /** Publishes one output (when there is a downstream) with the node's deferred checkpoint, if any. */
-  protected async publish(output: unknown): Promise<void> {
+  /**
+   * Publishes one output (when there is a downstream) stamped with its timing (`proctime` from `startedAt`
+   * to now, `actual_proctime` the node's call), with the node's deferred checkpoint, if any.
+   */
+  protected async publish(output: unknown, startedAt: number, callbackSeconds: number): Promise<void> {
     const checkpoint = this.ctx.takePendingCheckpoint();
     if (!this.hasChildren) return;
     const value = output === undefined ? null : output;
-    if (checkpoint === null) await this.messenger.publishMessage(value);
-    else await this.messenger.publishMessage(value, { [CHECKPOINT_METADATA_KEY]: checkpoint });
+    const metadata: Record<string, unknown> = {
+      [PROCTIME_METADATA_KEY]: new WireDouble(elapsedSince(this.clock, startedAt)),
+      [ACTUAL_PROCTIME_METADATA_KEY]: new WireDouble(callbackSeconds),
+    };
+    if (checkpoint !== null) metadata[CHECKPOINT_METADATA_KEY] = checkpoint;
+    await this.messenger.publishMessage(value, metadata);
     this.health?.incr(TaskMetric.published);
   }
 
-  /** Records one unit of work done: resets the breaker and the deadline's silence, and times it. */
+  /**
+   * Records one unit of work done: resets the breaker and the deadline's silence, and times it (`proctime`
+   * the whole iteration, receipt to ack; `actual_proctime` the node's call).
+   */
   protected recordSuccess(callbackSeconds: number, iterationSeconds: number): void {
     this.#breaker?.recordSuccess();
     this.#deadline?.recordProgress();
     this.health?.incr(TaskMetric.processed);
-    this.health?.observe(TaskMetric.proctime, callbackSeconds);
-    this.health?.observe(TaskMetric.actualProctime, iterationSeconds);
+    this.health?.observe(TaskMetric.proctime, iterationSeconds);
+    this.health?.observe(TaskMetric.actualProctime, callbackSeconds);
   }
 
   /**
@@ -572,7 +588,7 @@ export class ProducerTask extends NodeTask<ProducerNode> {
       const item = await invokeNode((ctx) => producer.next(ctx), [], options);
       const callbackSeconds = elapsedSince(this.clock, started);
       if (item === END) return await this.finish();
-      await this.publish(item);
+      await this.publish(item, started, callbackSeconds);
       this.recordSuccess(callbackSeconds, elapsedSince(this.clock, started));
     }
   }
@@ -605,8 +621,11 @@ export abstract class ReceiverTask<N extends ReceiverNode = ReceiverNode> extend
   /** Calls the node on one input; resolves with the node's result. */
   protected abstract apply(input: unknown, options: InvokeOptions): Promise<unknown>;
 
-  /** What follows a successful call, before the ack: a processor publishes its result; a sink nothing. */
-  protected deliver(_result: unknown): Promise<void> {
+  /**
+   * What follows a successful call, before the ack: a processor publishes its result (timed from
+   * `receivedAt`, its call `callbackSeconds` long); a sink nothing.
+   */
+  protected deliver(_result: unknown, _receivedAt: number, _callbackSeconds: number): Promise<void> {
     return Promise.resolve();
   }
 
@@ -654,7 +673,7 @@ export abstract class ReceiverTask<N extends ReceiverNode = ReceiverNode> extend
       await this.failInputs(nodeFailure(error, identity));
       return;
     }
-    await this.deliver(result);
+    await this.deliver(result, receivedAt, callbackSeconds);
     await this.messenger.ackInputs();
     this.recordSuccess(callbackSeconds, elapsedSince(this.clock, receivedAt));
   }
@@ -675,8 +694,8 @@ export class ProcessorTask extends ReceiverTask<ProcessorNode> {
     return invokeNode((value, ctx) => processor.process(value, ctx), [input], options);
   }
 
-  protected override deliver(result: unknown): Promise<void> {
-    return this.publish(result);
+  protected override deliver(result: unknown, receivedAt: number, callbackSeconds: number): Promise<void> {
+    return this.publish(result, receivedAt, callbackSeconds);
   }
 }
 

@@ -10,7 +10,13 @@ import {
   throwSimulatedCrash,
 } from "../../../src/backends/faults.ts";
 import { known, type Observation } from "../../../src/backends/outcomes.ts";
-import { CHECKPOINT_METADATA_KEY, type Logger, RuntimeContext } from "../../../src/core/context.ts";
+import {
+  ACTUAL_PROCTIME_METADATA_KEY,
+  CHECKPOINT_METADATA_KEY,
+  type Logger,
+  PROCTIME_METADATA_KEY,
+  RuntimeContext,
+} from "../../../src/core/context.ts";
 import {
   BrokerUnavailable,
   ConfigError,
@@ -48,6 +54,7 @@ import {
 } from "../../../src/core/task.ts";
 import { DropReason, HealthState, Metric } from "../../../src/runtime/health.ts";
 import { idempotencyKey, LedgerIdempotencyStore } from "../../../src/runtime/idempotency.ts";
+import { WireDouble } from "../../../src/wire/value.ts";
 import { SeededRandom, testSeed } from "../../support/random.ts";
 
 // ---------------------------------------------------------------------------------------------------------
@@ -68,6 +75,8 @@ interface Script {
 
 class ScriptedMessenger implements Messenger {
   readonly calls: Call[] = [];
+  /** The `proctime` and `actual_proctime` metadata of each published output, in order. */
+  readonly timings: (readonly [unknown, unknown])[] = [];
   readonly #groups: InputGroup[];
   readonly #stop: StopReason | null;
   readonly #stopAfter: number;
@@ -107,10 +116,13 @@ class ScriptedMessenger implements Messenger {
     this.calls.push(["receiveMessage"]);
     return Promise.resolve(group);
   }
-  publishMessage(message: unknown, metadata?: Record<string, unknown>): Promise<void> {
-    return metadata === undefined
+  /** Records the output, and its metadata when it carries more than the timing every output carries. */
+  publishMessage(message: unknown, metadata: Record<string, unknown> = {}): Promise<void> {
+    const { [PROCTIME_METADATA_KEY]: proctime, [ACTUAL_PROCTIME_METADATA_KEY]: actual, ...rest } = metadata;
+    this.timings.push([proctime, actual]);
+    return Object.keys(rest).length === 0
       ? this.#record("publishMessage", message)
-      : this.#record("publishMessage", message, metadata);
+      : this.#record("publishMessage", message, rest);
   }
   publishStopSignal(): Promise<void> {
     return this.#record("publishStopSignal");
@@ -506,6 +518,42 @@ Deno.test("a processor without children publishes nothing, not even EOS, acks, a
   });
   assert.equal(outcome.kind, TaskEnd.finished);
   assert.deepEqual(messenger.names(), ["receiveMessage", "ackInputs", "receiveMessage", "awaitInFlight"]);
+});
+
+/** Takes `0.25 × x` seconds of the given clock per input. */
+class Slow extends ProcessorNode<{ readonly clock: FakeClock }> {
+  process(x: number): number {
+    this.params.clock.advance(0.25 * x);
+    return x;
+  }
+}
+
+Deno.test("every output carries its proctime and actual_proctime as doubles, the reference's metadata", async () => {
+  const clock = new FakeClock();
+  const slow = new Slow({ name: "slow", clock });
+  const { messenger } = await runNode(slow, { groups: stream(1, 2, 4) }, { clock });
+  const seconds = messenger.timings.map((timing) =>
+    timing.map((value) => {
+      assert.ok(value instanceof WireDouble, `a double on the wire, not an integer: ${value}`);
+      return value.value;
+    })
+  );
+  assert.deepEqual(seconds, [[0.25, 0.25], [0.5, 0.5], [1, 1]]);
+  let at = 0;
+  const count = new (class extends ProducerNode {
+    next(): number | typeof END {
+      clock.advance(0.5);
+      return ++at <= 2 ? at : END;
+    }
+  })({ name: "count" });
+  const produced = await runNode(count, {}, { clock });
+  assert.deepEqual(
+    produced.messenger.timings.map(([p, a]) => [(p as WireDouble).value, (a as WireDouble).value]),
+    [
+      [0.5, 0.5],
+      [0.5, 0.5],
+    ],
+  );
 });
 
 Deno.test("a poison input goes to failInputs as poison, counts as a drop, and the loop goes on", async () => {
