@@ -642,6 +642,37 @@ export class LocalEngine {
     return mergeDeadLetters(this.#earlierDeadLetters, current);
   }
 
+  /**
+   * What the broker dropped from `spec`'s inputs before the node settled it (a realtime channel evicting
+   * its oldest for a newer output, an aged-out message), by reason: drops the node's replicas never see.
+   */
+  #brokerDrops(spec: NodeSpec): Record<string, number> {
+    const { flowId, runId } = this.#options;
+    const messaging = this.#broker.messaging;
+    const drops: Record<string, number> = {};
+    for (const parent of spec.parents) {
+      for (const subscription of messaging.subscriptionIds(channelId(flowId, runId, parent))) {
+        if (subscription.consumerNode !== spec.name || subscription.kind !== MessageKind.data) continue;
+        for (const [reason, n] of Object.entries(messaging.drops(subscription))) {
+          drops[reason] = (drops[reason] ?? 0) + n;
+        }
+      }
+    }
+    return drops;
+  }
+
+  /** The most outputs of `spec` some child has not settled yet: on any one of its data subscriptions. */
+  #unsettledOutputs(spec: NodeSpec): number {
+    const { flowId, runId } = this.#options;
+    const messaging = this.#broker.messaging;
+    return Math.max(
+      0,
+      ...messaging.subscriptionIds(channelId(flowId, runId, spec.name))
+        .filter((subscription) => subscription.kind === MessageKind.data)
+        .map((subscription) => messaging.unsettled(subscription)),
+    );
+  }
+
   #snapshots(): NodeSnapshot[] {
     const { flowId, runId, specs } = this.#options;
     return specs.map((spec) => {
@@ -656,7 +687,10 @@ export class LocalEngine {
         : states.includes(NodeState.running)
         ? NodeState.running
         : NodeState.starting;
-      const counts = replicas.reduce((sum, r) => addCounts(addCounts(sum, r.earlier), r.stats), NO_COUNTS);
+      const counts = replicas.reduce(
+        (sum, r) => addCounts(addCounts(sum, r.earlier), r.stats),
+        { ...NO_COUNTS, drops: this.#brokerDrops(spec) },
+      );
       const stored = this.#broker.messaging.stored(channelId(flowId, runId, spec.name));
       return {
         node: spec.name,
@@ -667,7 +701,7 @@ export class LocalEngine {
         replicas: replicas.length,
         processed: counts.processed,
         failed: counts.failed,
-        inFlight: stored.filter((e) => e.kind === MessageKind.data).length,
+        inFlight: this.#unsettledOutputs(spec),
         drops: counts.drops,
         deadLetters: stored.filter((e) => e.kind === MessageKind.dlq).length,
         restarts: replicas.reduce((sum, r) => sum + r.restarts, 0),

@@ -166,12 +166,18 @@ function deadLetterValue(record: DeadLetter): unknown {
   return decodePayload(envelope.payloadType, envelope.payload);
 }
 
-/** The summary table's row of `node`: state, processed, dead letters and restarts. */
+/** The summary table's row of `node`: state, processed, drops (as shown), dead letters and restarts. */
 function summaryRow(run: Run, node: string) {
   const row = run.stdout.split("\n").reverse().find((line) => line.startsWith(`${node} `));
   assert.ok(row !== undefined, `a summary row for ${node} in\n${run.stdout}`);
   const cells = row.trim().split(/\s+/);
-  return { state: cells[1], processed: Number(cells[3]), dlq: Number(cells[7]), restarts: Number(cells[8]) };
+  return {
+    state: cells[1],
+    processed: Number(cells[3]),
+    drops: cells.slice(6, -2).join(" "),
+    dlq: Number(cells.at(-2)),
+    restarts: Number(cells.at(-1)),
+  };
 }
 
 /** The names in directory `dir`; none when it does not exist. */
@@ -565,6 +571,32 @@ for (const isolation of ["worker", "process"]) {
     });
   });
 }
+
+Deno.test("--flow-type realtime runs a flow freshest-wins, and the summary counts what the broker evicted", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "SlowTrace"],
+      pipeline(
+        "evict-story",
+        `new Count({ name: "count", n: 20 })`,
+        `new SlowTrace({ name: "slow", delayMs: 100 })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--flow-type", "realtime"], {
+      cwd: dir,
+    });
+    assert.equal(run.code, 0, run.text);
+    assert.match(run.text, /running flow evict-story \(realtime\)/);
+    const slow = summaryRow(run, "slow");
+    const evicted = Number(/evicted (\d+)/.exec(slow.drops)?.[1] ?? 0);
+    assert.ok(evicted > 0, `a slow node behind a one-message channel loses outputs: drops "${slow.drops}"`);
+    const arrived = (await sinkLines(join(dir, "out.jsonl"))).length;
+    assert.ok(arrived < 20, `${arrived} of 20 reached the sink`);
+    assert.equal(summaryRow(run, "count").processed, 20);
+  });
+});
 
 Deno.test("a node reading a file it did not declare fails with a permission error naming both, exit 2", async () => {
   await inTempDir(async (dir) => {

@@ -157,6 +157,12 @@ export const DropReason = {
 /** One of {@link DropReason}. */
 export type DropReason = typeof DropReason[keyof typeof DropReason];
 
+/** Counts one message `state` lost for `reason`. */
+function countDrop(state: SubState, reason: DropReason): void {
+  state.dropped++;
+  state.droppedBy.set(reason, (state.droppedBy.get(reason) ?? 0) + 1);
+}
+
 /** How the model is configured (spec MemoryMessagingBackend's arguments, camelCase). */
 export interface MemoryMessagingOptions {
   /** The clock every deadline, lease and window reads (the system clock by default; FakeClock in tests). */
@@ -650,6 +656,8 @@ class SubState {
   leased = 0;
   unresolved = 0;
   dropped = 0;
+  /** {@link dropped}, by reason. */
+  readonly droppedBy = new Map<DropReason, number>();
   skipped = 0;
   failing: UnknownReason | null = null;
   waiters: Waiter[] = [];
@@ -1415,6 +1423,23 @@ export class MemoryMessagingBackend implements MessagingBackend {
     return this.#budgetWaits;
   }
 
+  /**
+   * Messages the subscription lost before it settled them (evicted, aged out, superseded, slow consumer),
+   * by reason: {@link observeSubscription}'s `dropped`, broken down, read without an observation's barrier.
+   */
+  drops(subscription: SubscriptionId): Readonly<Record<string, number>> {
+    return Object.fromEntries(this.#boundSub(subscription).droppedBy);
+  }
+
+  /**
+   * Messages the subscription has not settled yet (available, leased or unresolved): {@link
+   * observeSubscription}'s counts summed, read without an observation's barrier.
+   */
+  unsettled(subscription: SubscriptionId): number {
+    const state = this.#boundSub(subscription);
+    return state.available + state.leased + state.unresolved;
+  }
+
   /** Deliveries the admission filter refused and the model settled on the consumer's behalf. */
   skipped(subscription: SubscriptionId): number {
     return this.#boundSub(subscription).skipped;
@@ -1660,7 +1685,6 @@ export class MemoryMessagingBackend implements MessagingBackend {
     message.removed = true;
     for (const state of ch.fanout[kind]) {
       if (state.available >= this.#clientQueueLimit) {
-        state.dropped++;
         this.#logDrop(state, message, DropReason.slowConsumer);
         continue;
       }
@@ -1693,7 +1717,6 @@ export class MemoryMessagingBackend implements MessagingBackend {
       if (entry === undefined) continue;
       const wasLeased = entry.state === LEASED;
       this.#retire(state, entry);
-      state.dropped++;
       this.#logDrop(state, message, reason);
       if (wasLeased && state.waiters.length > 0) this.#serve(state);
     }
@@ -1894,7 +1917,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
 
   /** Core NATS cannot redeliver: a Retry of a core delivery is a recorded drop. */
   #dropUndeliverable(state: SubState, token: DeliveryToken): void {
-    state.dropped++;
+    countDrop(state, DropReason.noRedelivery);
     this.#log?.emit("drop", {
       op_id: token.messageId,
       consumer: state.id.consumerNode,
@@ -2010,7 +2033,9 @@ export class MemoryMessagingBackend implements MessagingBackend {
     });
   }
 
+  /** Counts a message the subscription lost for `reason` and logs it. */
   #logDrop(state: SubState, message: StoredMessage, reason: DropReason): void {
+    countDrop(state, reason);
     this.#log?.emit("drop", {
       op_id: message.envelope.publicationId,
       event_id: message.envelope.eventId,

@@ -780,6 +780,13 @@ Deno.test("randomized: on an evicting channel each accepted message ends settled
       const observed = await counts(r, subs[c]);
       assert.equal(observed.dropped, [...drops.values()].reduce((a, b) => a + b, 0), `seed ${seed + round}`);
       const owed = observed.available + observed.leased + observed.unresolved;
+      const byReason: Record<string, number> = {};
+      for (const event of log.events("drop", { consumer })) {
+        const reason = String(event.fields.reason);
+        byReason[reason] = (byReason[reason] ?? 0) + 1;
+      }
+      assert.deepEqual(r.broker.drops(subs[c]), byReason, `seed ${seed + round}: drops by reason`);
+      assert.equal(r.broker.unsettled(subs[c]), owed, `seed ${seed + round}: unsettled, read directly`);
       for (const [id, times] of drops) {
         assert.equal(times, 1, `seed ${seed + round}: ${id} dropped twice for ${consumer}`);
         assert.ok(
