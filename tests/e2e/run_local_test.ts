@@ -400,6 +400,14 @@ Deno.test("a batch flow dead-letters exactly the poison items (VF_POISON, 1 deli
       poison.map(() => ["poison", "VF_POISON", 1]),
     );
     assert.deepEqual(letters.map(deadLetterValue).sort((a, b) => Number(a) - Number(b)), poison);
+    for (const letter of letters) {
+      const { metadata } = decodeEnvelope(Uint8Array.fromBase64(letter.envelope_b64));
+      assert.deepEqual(
+        Object.keys(metadata).sort(),
+        ["actual_proctime", "proctime"],
+        "the producer's timing",
+      );
+    }
     assert.equal(summaryRow(run, "poison").dlq, 4);
   });
 });
