@@ -26,7 +26,7 @@
  * [--startup-rounds 5] [--backlog-frames 900] [--backlog-delay-ms 10] [--window 1024]
  * [--sections items,video,video-offload,startup,backlog] [--state DIR]
  * [--run-timeout 120] [--json PATH]`. `--state` puts the runs' ledgers somewhere else than the scratch directory (a tmpfs, to
- * see what the disk costs); the runs stay there, in a fresh subdirectory.
+ * see what the disk costs; created if missing); the runs stay there, in a fresh subdirectory.
  *
  * @module
  */
@@ -802,6 +802,7 @@ function table(titles: readonly string[], figures: readonly Figure[], failures: 
 async function main(): Promise<number> {
   const { json, state, ...settings } = settingsFrom(Deno.args);
   const dir = await Deno.makeTempDir({ prefix: "vf_bench_" });
+  if (state !== null) await Deno.mkdir(state, { recursive: true });
   const stateDir = state === null
     ? `${dir}/state`
     : await Deno.makeTempDir({ dir: state, prefix: "vf_bench_" });
