@@ -409,6 +409,14 @@ Deno.test("a batch flow dead-letters exactly the poison items (VF_POISON, 1 deli
       );
     }
     assert.equal(summaryRow(run, "poison").dlq, 4);
+    const text = await vf(["dlq", flow, "--run-id", "r1", "--state", state], { cwd: dir });
+    assert.equal(text.code, 0, text.text);
+    assert.match(text.stderr, /^4 dead letters in run r1 of /);
+    const rows = text.stdout.split("\n").filter((line) => line !== "");
+    assert.equal(rows.length, 4);
+    for (const row of rows) {
+      assert.match(row, /^poison {2}VF_POISON {2}deliveries=1 {2}size=\d+B {2}item (3|7|11|20) is poison$/);
+    }
   });
 });
 
@@ -498,6 +506,35 @@ for (const isolation of ["worker", "process"]) {
     });
   });
 }
+
+Deno.test("a replica that dies on every launch is restarted with backoff until its budget is spent, then the run exits 4", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "ExitAt"],
+      pipeline(
+        "doomed-story",
+        `new Count({ name: "count", n: 5 })`,
+        `new ExitAt({ name: "doomed", at: 2, code: 9 })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], {
+      cwd: dir,
+      env: { VF_ACK_WAIT_SECONDS: "1" },
+    });
+    assert.equal(run.code, 4, run.text);
+    for (const restart of [1, 2, 3]) {
+      assert.match(run.text, new RegExp(`doomed\\[0\\] started \\(restart ${restart}\\)`));
+    }
+    assert.match(run.text, /doomed\[0\] exited with code 9/);
+    assert.match(run.text, /doomed\[0\] gave up after 3 restart\(s\)/);
+    assert.doesNotMatch(run.text, /started \(restart 4\)/);
+    const doomed = summaryRow(run, "doomed");
+    assert.equal(doomed.state, "failed");
+    assert.equal(doomed.restarts, 3);
+  });
+});
 
 // ---- 5, 6, 7. failures that end the run -------------------------------------------------------------------
 
