@@ -536,6 +536,43 @@ Deno.test("a replica that dies on every launch is restarted with backoff until i
   });
 });
 
+Deno.test("a partitioned stateful node killed mid-run restores its checkpoint: every replica's totals stay exact (process)", async () => {
+  await inTempDir(async (dir) => {
+    const pidFile = join(dir, "victim.pid");
+    const flow = await writeFlow(
+      dir,
+      ["Count", "RunningTotal"],
+      pipeline(
+        "checkpoint-story",
+        `new Count({ name: "count", n: 40, delayMs: 5 })`,
+        `new RunningTotal({ name: "total", nbTasks: 2, partitionBy: "trace_id", killAt: 25, ` +
+          `pidFile: ${JSON.stringify(pidFile)} })`,
+        dir,
+      ),
+    );
+    const child = startVf(["run-local", flow, "--state", join(dir, "state"), "--isolation", "process"], {
+      cwd: dir,
+      env: { VF_ACK_WAIT_SECONDS: "2" },
+    });
+    const pid = Number(await waitForFile(pidFile, child));
+    Deno.kill(pid, "SIGKILL");
+    const run = await finished(child);
+    assert.equal(run.code, 0, run.text);
+    assert.match(run.text, /total\[\d\] started \(restart 1\)/);
+    const outputs = (await sinkLines(join(dir, "out.jsonl"))).map((line) => line.value as number[]);
+    assert.deepEqual(outputs.map(([, item]) => item).sort((a, b) => a - b), range(1, 40));
+    const replicas = new Set(outputs.map(([replica]) => replica));
+    assert.deepEqual([...replicas].sort(), [0, 1], "both partitions took items");
+    for (const replica of replicas) {
+      let sum = 0;
+      for (const [, item, total] of outputs.filter(([r]) => r === replica).sort((a, b) => a[1] - b[1])) {
+        sum += item;
+        assert.equal(total, sum, `replica ${replica}'s total after item ${item}`);
+      }
+    }
+  });
+});
+
 // ---- 5, 6, 7. failures that end the run -------------------------------------------------------------------
 
 Deno.test("a producer that throws ends every downstream node with ABORT and the run exits 4", async () => {
