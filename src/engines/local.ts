@@ -240,6 +240,11 @@ interface Replica {
 
 const DENO_ENV_PASSTHROUGH = ["PATH", "HOME", "DENO_DIR", "TMPDIR", "NO_COLOR", "XDG_CACHE_HOME", "LANG"];
 
+/** Whether env permission `declared` (a name, or a prefix ending in `*`, as Deno reads it) covers `name`. */
+function envNameMatches(declared: string, name: string): boolean {
+  return declared.endsWith("*") ? name.startsWith(declared.slice(0, -1)) : declared === name;
+}
+
 const configPath = new URL("../../deno.json", import.meta.url);
 const nodeWorkerUrl = new URL("../../workers/node_worker.ts", import.meta.url).href;
 const nodeProcessUrl = new URL("../../workers/node_process.ts", import.meta.url).href;
@@ -500,17 +505,22 @@ export class LocalEngine {
     replica.kill = () => end(EXIT_FLOW_FAILED);
   }
 
+  /**
+   * Launches a replica as a `deno run` subprocess. Its environment is cleared and holds only what Deno
+   * needs, the variables its node declared env permission for (as a Worker replica reads them from this
+   * process) and its `VF_*` settings, so it may read all of it: the replica reads its settings whole.
+   */
   #launchProcess(replica: Replica): void {
     const { spec } = replica;
-    const granted = mergePermissions(this.#granted(spec), {
+    const { env: declaredEnv = [], ...granted } = mergePermissions(this.#granted(spec), {
       net: [(this.#broker.address ?? "").replace("tcp://", "")],
       write: [`${this.#runDir}/termination`],
     });
-    const passthrough = Object.fromEntries(
-      DENO_ENV_PASSTHROUGH.flatMap((name) => {
-        const value = Deno.env.get(name);
-        return value === undefined ? [] : [[name, value]];
-      }),
+    const hostEnv = Deno.env.toObject();
+    const inherited = Object.fromEntries(
+      Object.entries(hostEnv).filter(([name]) =>
+        DENO_ENV_PASSTHROUGH.includes(name) || declaredEnv.some((declared) => envNameMatches(declared, name))
+      ),
     );
     const child = new Deno.Command(Deno.execPath(), {
       args: [
@@ -522,7 +532,7 @@ export class LocalEngine {
         bootstrapUrl(spec, Isolation.process),
       ],
       clearEnv: true,
-      env: { ...passthrough, ...this.#envFor(replica) },
+      env: { ...inherited, ...this.#envFor(replica) },
       stdin: "null",
       stdout: "piped",
       stderr: "inherit",

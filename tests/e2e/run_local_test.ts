@@ -680,6 +680,30 @@ Deno.test("--flow-type realtime runs a flow freshest-wins, and the summary count
   });
 });
 
+for (const isolation of ["worker", "process"]) {
+  Deno.test(`a node reads the environment variable it declared from vf's environment (${isolation} isolation)`, async () => {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
+        dir,
+        ["Count", "ReadsEnv"],
+        pipeline(
+          "env-story",
+          `new Count({ name: "count", n: 2 })`,
+          `new ReadsEnv({ name: "token", variable: "STORY_TOKEN" })`,
+          dir,
+        ),
+      );
+      const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--isolation", isolation], {
+        cwd: dir,
+        env: { STORY_TOKEN: "s3cret" },
+      });
+      assert.equal(run.code, 0, run.text);
+      const values = (await sinkLines(join(dir, "out.jsonl"))).map((line) => line.value).sort();
+      assert.deepEqual(values, ["1=s3cret", "2=s3cret"]);
+    });
+  });
+}
+
 Deno.test("a node reading a file it did not declare fails with a permission error naming both, exit 2", async () => {
   await inTempDir(async (dir) => {
     const secret = join(dir, "secret.txt");
