@@ -358,6 +358,44 @@ export async function storeSharedAndDurable(store: RuntimeStore): Promise<boolea
     capabilities.durable.value;
 }
 
+/** The ledger key of `node`'s record named by `parts` in a run: `vf/{flow}/{run}/{node}/{parts...}`, escaped. */
+function ledgerKey(flowId: string, runId: string, node: string, parts: readonly string[]): string {
+  return ["vf", flowId, runId, node, ...parts].map(keyPart).join("/");
+}
+
+/** The ledger records that count what passed through the broker: EOS-7's terminators and id sets. */
+const BROKER_COUNT_KINDS = ["terminator", "received", "published"] as const;
+
+/** Deletes {@link forgetBrokerCounts} has outstanding at once (each waits on its own fsync). */
+const FORGET_CONCURRENCY = 64;
+
+/**
+ * Deletes the EOS-7 counts (terminators, received and published ids) of `nodes` in a run's ledger, for a
+ * run that goes on over a broker that restarted empty (the embedded one dies with its supervisor): the
+ * messages those records count died with the old broker, so a barrier over them would wait forever for
+ * ids nobody will deliver again. Every other record (checkpoints, attempts, dead letters, effect markers)
+ * stays. Resolves with how many records were deleted; a record rewritten meanwhile is left as it is.
+ */
+export async function forgetBrokerCounts(
+  store: RuntimeStore,
+  flowId: string,
+  runId: string,
+  nodes: readonly string[],
+): Promise<number> {
+  let deleted = 0;
+  for (const node of nodes) {
+    for (const kind of BROKER_COUNT_KINDS) {
+      const records = await store.scan(ledgerKey(flowId, runId, node, [kind]) + "/");
+      for (let at = 0; at < records.length; at += FORGET_CONCURRENCY) {
+        const batch = records.slice(at, at + FORGET_CONCURRENCY);
+        const done = await Promise.all(batch.map((record) => store.delete(record.key, record.version)));
+        deleted += done.filter(Boolean).length;
+      }
+    }
+  }
+  return deleted;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Record encoding
 
@@ -1680,7 +1718,7 @@ export class FlowRuntime {
   // ---- internals ---------------------------------------------------------------------------------------
 
   #keyOf(node: string, parts: readonly string[]): string {
-    return ["vf", this.#flowId, this.#runId, node, ...parts].map(keyPart).join("/");
+    return ledgerKey(this.#flowId, this.#runId, node, parts);
   }
 
   #groupKey(groupId: string): string {

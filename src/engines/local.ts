@@ -34,7 +34,7 @@ import {
 } from "../core/supervision.ts";
 import { channelId, MessageKind } from "../backends/messaging.ts";
 import { flowTopology, provisionFlow, type TopologyNode } from "../messaging/topology.ts";
-import { storeSharedAndDurable } from "../backends/runtime.ts";
+import { forgetBrokerCounts, storeSharedAndDurable } from "../backends/runtime.ts";
 import { FileRuntimeStore } from "../runtime/file_store.ts";
 import {
   EMBEDDED_RUNTIME_STORE_URL,
@@ -327,6 +327,8 @@ export class LocalEngine {
     const runDir = `${options.stateDir}/${options.flowId}/${options.runId}`;
     await Deno.mkdir(`${runDir}/termination`, { recursive: true });
     const ledger = await FileRuntimeStore.open(`${runDir}/ledger`);
+    // A re-run's broker starts empty: what the ledger counted through the old one restarts with it.
+    await forgetBrokerCounts(ledger, options.flowId, options.runId, options.specs.map((spec) => spec.name));
     const engine = new LocalEngine(options, ledger, runDir, await readDeadLettersIfAny(runDir) ?? []);
     try {
       return await engine.#run();

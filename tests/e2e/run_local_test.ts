@@ -894,6 +894,34 @@ for (const isolation of ["worker", "process"]) {
   });
 }
 
+Deno.test("a re-run after vf was killed with a live source finishes: the old broker's counts do not hold its barrier", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "SlowTrace"],
+      pipeline(
+        "live-rerun-story",
+        `new Count({ name: "count", n: 400 })`,
+        `new SlowTrace({ name: "slow", delayMs: 10 })`,
+        dir,
+      ),
+    );
+    const args = ["run-local", flow, "--state", join(dir, "state"), "--run-id", "r1"];
+    const crashed = startVf(args, { cwd: dir });
+    // The source has published all 400 by now; the ledger noted them, and the dying broker held most.
+    await waitForLines(join(dir, "out.jsonl"), 40, crashed);
+    crashed.kill("SIGKILL");
+    assert.equal((await finished(crashed)).code, 137);
+    const before = (await sinkLines(join(dir, "out.jsonl"))).length;
+    const rerun = startVf(args, { cwd: dir });
+    const stuck = setTimeout(() => rerun.kill("SIGKILL"), 60_000);
+    const run = await finished(rerun).finally(() => clearTimeout(stuck));
+    assert.equal(run.code, 0, run.text);
+    // A live source mints new ids in each run (MSGID-5): the re-run's 400 items are all new ones.
+    assert.equal((await sinkLines(join(dir, "out.jsonl"))).length - before, 400);
+  });
+});
+
 Deno.test("a restarted replayable producer resumes after its last accepted item instead of making every item again (process)", async () => {
   await inTempDir(async (dir) => {
     const log = join(dir, "made.log");
