@@ -62,6 +62,7 @@ import {
   type Disposition,
   errorToDict,
   POISON,
+  SchemaError,
   TRANSIENT,
   UpstreamAborted,
   VideoflowError,
@@ -673,7 +674,14 @@ export abstract class ReceiverTask<N extends ReceiverNode = ReceiverNode> extend
       await this.failInputs(nodeFailure(error, identity));
       return;
     }
-    await this.deliver(result, receivedAt, callbackSeconds);
+    try {
+      await this.deliver(result, receivedAt, callbackSeconds);
+    } catch (error) {
+      // An output the wire cannot carry is the input's poison, like a throw from the node: nothing was sent.
+      if (!(error instanceof SchemaError)) throw error;
+      await this.failInputs(nodeFailure(error, identity));
+      return;
+    }
     await this.messenger.ackInputs();
     this.recordSuccess(callbackSeconds, elapsedSince(this.clock, receivedAt));
   }

@@ -24,6 +24,7 @@ import {
   type ErrorRecord,
   PoisonMessage,
   ProgressStalled,
+  SchemaError,
   UpstreamAborted,
   VideoflowRuntimeError,
   WorkerUnhealthy,
@@ -554,6 +555,29 @@ Deno.test("every output carries its proctime and actual_proctime as doubles, the
       [0.5, 0.5],
     ],
   );
+});
+
+/** A messenger whose broker-side encoding refuses the output `4`, as a value the wire cannot carry. */
+class UnwiredFour extends ScriptedMessenger {
+  override publishMessage(message: unknown, metadata?: Record<string, unknown>): Promise<void> {
+    if (message === 4) return Promise.reject(new SchemaError("payload: a function cannot cross the wire"));
+    return super.publishMessage(message, metadata);
+  }
+}
+
+Deno.test("an output the wire cannot carry fails its input as poison, and the loop goes on", async () => {
+  const messenger = new UnwiredFour({ groups: stream(1, 2, 3) });
+  const node = new Square({ name: "square" });
+  const outcome = await createTask(node, optionsFor(node, messenger, {})).run();
+  assert.equal(outcome.kind, TaskEnd.finished);
+  const failures = messenger.named("failInputs");
+  assert.equal(failures.length, 1);
+  const error = failures[0][1] as SchemaError;
+  assert.ok(error instanceof SchemaError);
+  assert.equal(error.disposition, "poison");
+  assert.deepEqual(error.context, { node: "square", replica: 1, trace_id: "t2", seq: 2 });
+  assert.deepEqual(messenger.named("publishMessage").map((call) => call[1]), [1, 9]);
+  assert.equal(messenger.named("ackInputs").length, 2);
 });
 
 Deno.test("a poison input goes to failInputs as poison, counts as a drop, and the loop goes on", async () => {
