@@ -7,6 +7,7 @@
 
 import { ConfigError } from "../core/errors.ts";
 import { readDeadLetters } from "../engines/dead_letters.ts";
+import { runDirectory } from "../engines/local.ts";
 import { loadFlow } from "./load_flow.ts";
 import type { CommandOutput } from "./main.ts";
 import { DEFAULT_STATE_DIR } from "./run_local.ts";
@@ -28,7 +29,7 @@ export async function dlqCommand(path: string, options: DlqOptions, io: CommandO
   }
   const { flow } = await loadFlow(path);
   const records = await readDeadLetters(
-    `${options.state ?? DEFAULT_STATE_DIR}/${flow.flowId}/${options.runId}`,
+    runDirectory(options.state ?? DEFAULT_STATE_DIR, flow.flowId, options.runId),
   );
   if (options.json) {
     for (const record of records) io.out(JSON.stringify(record));

@@ -118,21 +118,32 @@ export function explainText(
   return lines.join("\n");
 }
 
+/** Text as the inside of a Graphviz quoted string: `\\`, `"` and line breaks escaped. */
+function dotEscaped(text: string): string {
+  return text.replaceAll("\\", "\\\\").replaceAll('"', '\\"').replaceAll("\n", "\\n");
+}
+
+/** Text as a Graphviz quoted string. */
+function dotQuoted(text: string): string {
+  return `"${dotEscaped(text)}"`;
+}
+
 function dotLabel(spec: NodeSpec): string {
-  return spec.nbTasks === 1 ? `${spec.name}\\n${spec.kind}` : `${spec.name}\\n${spec.kind} ×${spec.nbTasks}`;
+  const name = dotEscaped(spec.name);
+  return spec.nbTasks === 1 ? `${name}\\n${spec.kind}` : `${name}\\n${spec.kind} ×${spec.nbTasks}`;
 }
 
 const DOT_SHAPES: Record<string, string> = { producer: "invhouse", processor: "box", consumer: "house" };
 
 /** The Graphviz view: one node per spec, one edge per parent link. */
 export function explainDot(flowId: string, specs: readonly NodeSpec[]): string {
-  const lines = [`digraph ${JSON.stringify(flowId)} {`, "  rankdir=LR;"];
+  const lines = [`digraph ${dotQuoted(flowId)} {`, "  rankdir=LR;"];
   for (const spec of specs) {
-    lines.push(`  ${JSON.stringify(spec.name)} [shape=${DOT_SHAPES[spec.kind]}, label="${dotLabel(spec)}"];`);
+    lines.push(`  ${dotQuoted(spec.name)} [shape=${DOT_SHAPES[spec.kind]}, label="${dotLabel(spec)}"];`);
   }
   for (const spec of specs) {
     for (const parent of spec.parents) {
-      lines.push(`  ${JSON.stringify(parent)} -> ${JSON.stringify(spec.name)};`);
+      lines.push(`  ${dotQuoted(parent)} -> ${dotQuoted(spec.name)};`);
     }
   }
   lines.push("}");

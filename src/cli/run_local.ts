@@ -13,8 +13,9 @@ import { compileFlow, nodePermissions } from "../core/compiler.ts";
 import { ConfigError } from "../core/errors.ts";
 import { randomHex } from "../core/hex.ts";
 import { checkFlowType } from "../core/flow_type.ts";
-import { sanitize } from "../backends/names.ts";
 import {
+  checkChannelMaxBytes,
+  checkRunNames,
   DEFAULT_CHANNEL_MAX_BYTES,
   forwardedSettings,
   Isolation,
@@ -55,17 +56,6 @@ function isolationOf(value: string | undefined): Isolation {
   return isolation;
 }
 
-function runIdOf(value: string | undefined): string {
-  if (value === undefined) return generateRunId();
-  if (value === "" || sanitize(value) !== value) {
-    throw new ConfigError(
-      `run id ${JSON.stringify(value)} must be non-empty and use only letters, digits, '_' and '-'`,
-      "pass --run-id with a name such as run-7",
-    );
-  }
-  return value;
-}
-
 /** `--channel-max-mib` in bytes; the engine refuses a limit below its largest envelope. */
 function channelMaxBytesOf(value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
@@ -86,8 +76,10 @@ export async function runLocalCommand(
 ): Promise<number> {
   const isolation = isolationOf(options.isolation);
   const channelMaxBytes = channelMaxBytesOf(options.channelMaxMib);
-  const runId = runIdOf(options.runId);
+  checkChannelMaxBytes(channelMaxBytes);
+  const runId = options.runId ?? generateRunId();
   const { flow, modules } = await loadFlow(path);
+  checkRunNames(flow.flowId, runId);
   const flowType = options.flowType === undefined ? flow.flowType : checkFlowType(options.flowType);
   const specs = compileFlow(flow, { modules });
   const as = isolation === Isolation.worker ? "Deno Workers" : "subprocesses";

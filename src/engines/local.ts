@@ -17,6 +17,7 @@ import {
   EXIT_STALLED,
   EXIT_USER,
   ProgressStalled,
+  ResourceUnavailable,
   UpstreamAborted,
 } from "../core/errors.ts";
 import type { FlowType } from "../core/flow.ts";
@@ -48,6 +49,7 @@ import { WATCHDOG_INTERVAL_ENV } from "../runtime/watchdog.ts";
 import { FAULT_MARKER_DIR_ENV, FAULT_SCHEDULE_ENV } from "../backends/faults.ts";
 import { PARTITION_LEASE_ENV, RECONCILE_INTERVAL_ENV } from "../backends/runtime.ts";
 import { parseBrokerAddress } from "../runtime/embedded_rpc.ts";
+import { sanitize } from "../backends/names.ts";
 import {
   type DeadLetterRecord,
   deadLetterRecord,
@@ -135,7 +137,7 @@ export const EMBEDDED_MAX_ENVELOPE_BYTES = 64 * MIB;
 export const DEFAULT_CHANNEL_MAX_BYTES = 256 * MIB;
 
 /** Refuses a channel byte limit that is not a whole number of bytes, or that one largest envelope would overflow. */
-function checkChannelMaxBytes(value: number | undefined): void {
+export function checkChannelMaxBytes(value: number | undefined): void {
   if (value === undefined || (Number.isSafeInteger(value) && value >= EMBEDDED_MAX_ENVELOPE_BYTES)) return;
   throw new ConfigError(
     `a channel's byte limit must be a whole number of at least ${EMBEDDED_MAX_ENVELOPE_BYTES} bytes ` +
@@ -240,6 +242,39 @@ interface Replica {
 
 const DENO_ENV_PASSTHROUGH = ["PATH", "HOME", "DENO_DIR", "TMPDIR", "NO_COLOR", "XDG_CACHE_HOME", "LANG"];
 
+/**
+ * Refuses a flow id or run id that is not a plain name (letters, digits, `_`, `-`): each names a directory
+ * of the run's state, and anything else could name one outside it.
+ *
+ * @throws ConfigError naming the id and how to fix it.
+ */
+export function checkRunNames(flowId: string, runId: string): void {
+  for (
+    const [what, value, remedy] of [
+      [
+        "flow id",
+        flowId,
+        "name the flow with letters, digits, '_' and '-' (new Flow([...], { flowId: \"squares\" }))",
+      ],
+      ["run id", runId, "pass --run-id with a name such as run-7"],
+    ]
+  ) {
+    if (value === "" || sanitize(value) !== value) {
+      throw new ConfigError(
+        `${what} ${JSON.stringify(value)} must be non-empty and use only letters, digits, '_' and '-'`,
+        remedy,
+        { [what.replace(" ", "_")]: value },
+      );
+    }
+  }
+}
+
+/** Where a run's state lives: `{stateDir}/{flowId}/{runId}`, once {@link checkRunNames} accepts both ids. */
+export function runDirectory(stateDir: string, flowId: string, runId: string): string {
+  checkRunNames(flowId, runId);
+  return `${stateDir}/${flowId}/${runId}`;
+}
+
 /** Whether env permission `declared` (a name, or a prefix ending in `*`, as Deno reads it) covers `name`. */
 function envNameMatches(declared: string, name: string): boolean {
   return declared.endsWith("*") ? name.startsWith(declared.slice(0, -1)) : declared === name;
@@ -324,8 +359,16 @@ export class LocalEngine {
   /** Runs the flow and resolves with how it ended. */
   static async run(options: LocalRunOptions): Promise<LocalRunResult> {
     checkChannelMaxBytes(options.channelMaxBytes);
-    const runDir = `${options.stateDir}/${options.flowId}/${options.runId}`;
-    await Deno.mkdir(`${runDir}/termination`, { recursive: true });
+    const runDir = runDirectory(options.stateDir, options.flowId, options.runId);
+    try {
+      await Deno.mkdir(`${runDir}/termination`, { recursive: true });
+    } catch (error) {
+      throw new ResourceUnavailable(
+        `the run's state directory ${runDir} cannot be created: ${(error as Error).message}`,
+        "point --state at a writable directory on a local disk (default .videoflow)",
+        { state_dir: options.stateDir },
+      );
+    }
     const ledger = await FileRuntimeStore.open(`${runDir}/ledger`);
     // A re-run's broker starts empty: what the ledger counted through the old one restarts with it.
     await forgetBrokerCounts(ledger, options.flowId, options.runId, options.specs.map((spec) => spec.name));

@@ -153,3 +153,54 @@ Deno.test("an unknown command or a missing argument is a usage error, exit 2", a
   assert.equal(help.code, 0);
   assert.match(help.stdout, /^usage: vf <command>/);
 });
+
+Deno.test("vf explain --dot escapes quotes and backslashes in names and labels", async () => {
+  const run = await vf("explain", fixture("cli/quoted_names.ts"), "--dot");
+  assert.equal(run.code, 0, run.stderr);
+  assert.match(run.stdout, /^digraph "f\\"q" \{/);
+  assert.ok(
+    run.stdout.includes(String.raw`"my \"cam\" 1" [shape=invhouse, label="my \"cam\" 1\nproducer"];`),
+  );
+  assert.ok(run.stdout.includes(String.raw`"sink\\x" [shape=house, label="sink\\x\nconsumer"];`));
+  assert.ok(run.stdout.includes(String.raw`"my \"cam\" 1" -> "sink\\x";`));
+});
+
+Deno.test("run-local refuses, before it starts, a flow id that leaves --state, a bad run id and a too small channel limit: exit 2", async () => {
+  const state = await Deno.makeTempDir({ prefix: "vf-cli-" });
+  try {
+    const escaping = await vf("run-local", fixture("cli/escaping_flow_id.ts"), "--state", `${state}/a/b`);
+    assert.equal(escaping.code, 2);
+    assert.match(escaping.stderr, /^VF_CONFIG: flow id "\.\.\/\.\.\/escaped" must be non-empty/);
+    assert.deepEqual([...Deno.readDirSync(state)], [], "nothing was written anywhere");
+    for (
+      const [args, message] of [
+        [["--run-id", "../x"], /^VF_CONFIG: run id "\.\.\/x" must be non-empty/],
+        [
+          ["--channel-max-mib", "10"],
+          /^VF_CONFIG: a channel's byte limit must be a whole number of at least/,
+        ],
+      ] as const
+    ) {
+      const run = await vf("run-local", "examples/hello.ts", "--state", state, ...args);
+      assert.equal(run.code, 2, run.stderr);
+      assert.match(run.stderr, message);
+      assert.doesNotMatch(run.stderr, /running flow/, "refused before anything started");
+      assertNoStackTrace(run);
+    }
+  } finally {
+    await Deno.remove(state, { recursive: true });
+  }
+});
+
+Deno.test("run-local with a --state that cannot hold directories is a typed environment error, exit 3", async () => {
+  const file = await Deno.makeTempFile({ prefix: "vf-cli-" });
+  try {
+    const run = await vf("run-local", "examples/hello.ts", "--state", file);
+    assert.equal(run.code, 3, run.stderr);
+    assert.match(run.stderr, /VF_RESOURCE_UNAVAILABLE: the run's state directory .* cannot be created/);
+    assert.match(run.stderr, /remedy: point --state at a writable directory/);
+    assertNoStackTrace(run);
+  } finally {
+    await Deno.remove(file);
+  }
+});
