@@ -1,7 +1,8 @@
 /**
  * `vf run-local FLOW.ts [--isolation worker|process] [--state DIR] [--run-id ID] [--flow-type realtime|batch]
- * [--no-restart] [--channel-max-mib N]`: runs the flow on this machine with the local engine, shows a live view while it runs, a
- * summary at the end, and exits with the run's status (0, 2, 3, 4, 5; 130 when forced). The run-wide
+ * [--no-restart] [--channel-max-mib N]`: runs the flow on this machine with the local engine (after printing
+ * the flow's warnings), shows a live view while it runs, a summary at the end, and exits with the run's
+ * status (0, 2, 3, 4, 5; 130 when forced). The run-wide
  * worker settings set in its own environment (`VF_PROGRESS_TIMEOUT_SECONDS`, `VF_ACK_WAIT_SECONDS`,
  * `VF_LOG_LEVEL`, a test's `VF_FAULT_SCHEDULE_JSON`, ...: `FORWARDED_SETTINGS` of the local engine) reach
  * every replica.
@@ -82,6 +83,7 @@ export async function runLocalCommand(
   checkRunNames(flow.flowId, runId);
   const flowType = options.flowType === undefined ? flow.flowType : checkFlowType(options.flowType);
   const specs = compileFlow(flow, { modules });
+  for (const diagnostic of flow.validate(modules)) io.err(diagnostic.render());
   const as = isolation === Isolation.worker ? "Deno Workers" : "subprocesses";
   io.err(`running flow ${flow.flowId} (${flowType}), run ${runId}, ${specs.length} nodes as ${as}`);
   const result = await LocalEngine.run({

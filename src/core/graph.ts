@@ -16,7 +16,7 @@
 
 import { nodeNameCollisions } from "../backends/identity.ts";
 import { Diagnostic, GraphError, VideoflowError } from "./errors.ts";
-import { JOIN_TIME } from "./join_policy.ts";
+import { JOIN_TIME, JOIN_TRACE } from "./join_policy.ts";
 import type { JoinPolicy } from "./join_policy.ts";
 import type { ModuleIndex } from "./node_class.ts";
 import {
@@ -548,9 +548,54 @@ function warn(code: string, node: string | null, message: string, remedy: string
   return new Diagnostic("warning", code, node, message, remedy);
 }
 
+/** The producers `node` descends from (itself, for a producer). */
+function producerAncestors(node: Node, seen = new Set<Node>()): Set<Node> {
+  const producers = new Set<Node>();
+  if (seen.has(node)) return producers;
+  seen.add(node);
+  if (node instanceof ProducerNode) producers.add(node);
+  for (const parent of node.parents) {
+    for (const producer of producerAncestors(parent, seen)) producers.add(producer);
+  }
+  return producers;
+}
+
+/**
+ * Whether `node` joins its parents by trace id (the default) though they descend from no common producer:
+ * a trace id is minted by one producer and carried forward, so no id ever arrives from every parent.
+ */
+function joinsStrangers(node: Node): boolean {
+  if (!(node instanceof ReceiverNode) || node.parents.length < 2) return false;
+  let mode: string;
+  try {
+    mode = node.joinPolicy?.mode ?? JOIN_TRACE;
+  } catch {
+    return false; // An invalid policy is reported as an error of its own.
+  }
+  if (mode !== JOIN_TRACE) return false;
+  const ancestors = node.parents.map((parent) => producerAncestors(parent));
+  // A parent with no producer above it is an error of its own (a root that is not a producer).
+  if (ancestors.some((producers) => producers.size === 0)) return false;
+  const [first, ...rest] = ancestors;
+  return ![...first].some((producer) => rest.every((others) => others.has(producer)));
+}
+
 /** Every warning of one node, in a fixed order. */
 function nodeWarnings(node: Node, members: ReadonlySet<Node>): Diagnostic[] {
   const out: Diagnostic[] = [];
+  if (joinsStrangers(node)) {
+    out.push(
+      warn(
+        GRAPH,
+        node.name,
+        `node ${node.name} joins ${
+          node.parents.map((p) => p.name).join(", ")
+        } by trace id, but they descend ` +
+          "from no common producer: no trace id reaches it from every parent, so no group ever completes",
+        'join them by event time (joinPolicy: { mode: "time", tolerance_ms: ... }), or feed them from one producer',
+      ),
+    );
+  }
   const outside = node.children.filter((child) => !members.has(child));
   if (outside.length > 0) {
     out.push(

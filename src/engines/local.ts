@@ -335,6 +335,8 @@ export class LocalEngine {
   readonly #earlierDeadLetters: readonly DeadLetterRecord[];
   readonly #started = performance.now() / 1000;
   #stopping = false;
+  /** The signal that asked the flow to stop, if one did. */
+  #stoppedBy: Deno.Signal | null = null;
   #forced = false;
   #ending = false;
   #wake: (() => void) | null = null;
@@ -381,8 +383,11 @@ export class LocalEngine {
     }
   }
 
-  /** Asks the flow to stop the spec's way (producers end with EOS, workers drain); a second call forces. */
-  stop(): void {
+  /**
+   * Asks the flow to stop the spec's way (producers end with EOS, workers drain); a second call forces.
+   * `signal` names the signal that asked (the summary then says the run was stopped, not finished).
+   */
+  stop(signal: Deno.Signal | null = null): void {
     if (this.#stopping) {
       this.#forced = true;
       for (const replica of this.#replicas) replica.kill?.();
@@ -390,7 +395,12 @@ export class LocalEngine {
       return;
     }
     this.#stopping = true;
-    this.#view.event(`stopping flow ${this.#options.flowId}: producers end their streams (again to force)`);
+    this.#stoppedBy = signal;
+    this.#view.event(
+      signal === null
+        ? `stopping flow ${this.#options.flowId}: producers end their streams`
+        : `stopping flow ${this.#options.flowId} on ${signal}: producers end their streams (again to force)`,
+    );
     for (const spec of this.#options.specs) {
       const channel = channelId(this.#options.flowId, this.#options.runId, spec.name);
       this.#broker.messaging.commitControl(channel, "stop", null, new TextEncoder().encode("stop"));
@@ -410,9 +420,9 @@ export class LocalEngine {
     });
     await provisionFlow(this.#broker.messaging, topology, `run-local/${runId}`);
     if (this.#options.isolation === Isolation.process) await this.#broker.listen();
-    const onSignal = () => this.stop();
     const signals: Deno.Signal[] = ["SIGINT", "SIGTERM"];
-    for (const signal of signals) Deno.addSignalListener(signal, onSignal);
+    const listeners = signals.map((signal) => [signal, () => this.stop(signal)] as const);
+    for (const [signal, listener] of listeners) Deno.addSignalListener(signal, listener);
     try {
       for (const spec of specs) {
         for (let index = 0; index < spec.nbTasks; index++) {
@@ -436,13 +446,16 @@ export class LocalEngine {
       }
       await this.#supervise();
     } finally {
-      for (const signal of signals) Deno.removeSignalListener(signal, onSignal);
+      for (const [signal, listener] of listeners) Deno.removeSignalListener(signal, listener);
     }
     await writeDeadLetters(this.#runDir, this.#deadLetters());
     const snapshots = this.#snapshots();
     const exitCode = this.#forced ? EXIT_FORCED : runExitCode(this.#statuses());
     const outcome = exitCode === 0
-      ? `flow ${flowId} finished (run ${runId})`
+      ? this.#stoppedBy === null
+        ? `flow ${flowId} finished (run ${runId})`
+        : `flow ${flowId} stopped on ${this.#stoppedBy} (run ${runId}): every item taken was finished; ` +
+          `run it again with --run-id ${runId} to go on`
       : `flow ${flowId} ${
         this.#forced ? "was forced to stop" : "failed"
       } with exit code ${exitCode} (run ${runId})`;

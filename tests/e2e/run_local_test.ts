@@ -757,9 +757,22 @@ async function slowFlow(dir: string, flowId: string): Promise<string> {
 }
 
 /** The run stopped cleanly: the sink holds 1..m once each for the m items the producer produced. */
-async function assertStoppedWithoutLoss(run: Run, dir: string, flowId: string, runId: string): Promise<void> {
+async function assertStoppedWithoutLoss(
+  run: Run,
+  dir: string,
+  flowId: string,
+  runId: string,
+  signal: Deno.Signal,
+): Promise<void> {
   assert.equal(run.code, 0, run.text);
-  assert.match(run.text, new RegExp(`stopping flow ${flowId}: producers end their streams`));
+  assert.match(run.text, new RegExp(`stopping flow ${flowId} on ${signal}: producers end their streams`));
+  assert.match(
+    run.text,
+    new RegExp(
+      `flow ${flowId} stopped on ${signal} \\(run ${runId}\\): every item taken was finished; ` +
+        `run it again with --run-id ${runId} to go on`,
+    ),
+  );
   const numbers = await sinkNumbers(join(dir, "out.jsonl"));
   const produced = summaryRow(run, "count").processed;
   assert.ok(produced >= 10 && produced < 100000, `stopped mid-run after ${produced} items`);
@@ -780,7 +793,7 @@ for (const isolation of ["worker", "process"]) {
       );
       await waitForLines(join(dir, "out.jsonl"), 10, child);
       child.kill("SIGTERM");
-      await assertStoppedWithoutLoss(await finished(child), dir, "term-story", "r1");
+      await assertStoppedWithoutLoss(await finished(child), dir, "term-story", "r1", "SIGTERM");
     });
   });
 }
@@ -800,7 +813,7 @@ for (const { signal, who, flowId } of GROUP_SIGNALS) {
       );
       await waitForLines(join(dir, "out.jsonl"), 10, child);
       Deno.kill(-child.pid, signal);
-      await assertStoppedWithoutLoss(await finished(child), dir, flowId, "r1");
+      await assertStoppedWithoutLoss(await finished(child), dir, flowId, "r1", signal);
     });
   });
 }

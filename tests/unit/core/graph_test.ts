@@ -51,6 +51,11 @@ const INDEX = new ModuleIndex().add("file:///graph_test/flow.ts", { Proc, Sink, 
 /** A fresh producer: each sub-case wires its own, so no node feeds a flow it is not part of. */
 const fresh = (name = "src"): Src => new Src({ name });
 const pair = (): [Src, Src] => [fresh("a"), fresh("b")];
+/** Two processors fed by one producer: parents a trace join can join. */
+const siblings = (): [Proc, Proc] => {
+  const source = fresh("source");
+  return [new Proc({ name: "a" }).from(source), new Proc({ name: "b" }).from(source)];
+};
 
 function lines(diagnostics: readonly Diagnostic[]): string[] {
   return diagnostics.map((d) => `${d.severity} ${d.code} ${d.node}`);
@@ -127,6 +132,7 @@ Deno.test("names that collide after sanitizing or Kubernetes encoding are identi
   assert.deepEqual(lines(diagnostics), [
     "error VF_IDENTITY_COLLISION cam.0",
     "error VF_IDENTITY_COLLISION cam.0",
+    "warning VF_GRAPH j",
   ]);
   assert.match(diagnostics[0].message, /"cam.0" and "cam_0" .* broker/);
   assert.match(diagnostics[1].message, /kubernetes/);
@@ -241,14 +247,28 @@ Deno.test("an invalid join policy, a collect of a non-parent and an unreachable 
   assertOnly(check(new Sink({ name: "s3" }).from(short)), "error VF_CONFIG short", /quorum 2 exceeds its 1/);
 });
 
+Deno.test("a trace join of parents with no producer in common is warned about; siblings or a time join are not", () => {
+  assertOnly(
+    check(new Sink({ name: "sink" }).from(new Proc({ name: "pair" }).from(...pair()))),
+    "warning VF_GRAPH pair",
+    /joins a, b by trace id, but they descend from no common producer/,
+  );
+  assert.deepEqual(
+    check(new Sink({ name: "sink" }).from(new Proc({ name: "pair" }).from(...siblings()))),
+    [],
+  );
+  const timed = new Proc({ name: "pair", joinPolicy: { mode: "time", tolerance_ms: 10 } }).from(...pair());
+  assert.deepEqual(check(new Sink({ name: "sink" }).from(timed)), []);
+});
+
 Deno.test("a replicated join without a partition key is a graph error; with one it is sound", () => {
-  const join = new Proc({ name: "join", nbTasks: 3 }).from(...pair());
+  const join = new Proc({ name: "join", nbTasks: 3 }).from(...siblings());
   assertOnly(
     check(new Sink({ name: "sink" }).from(join)),
     "error VF_GRAPH join",
     /3 replicas without a partition key/,
   );
-  const keyed = new Proc({ name: "keyed", nbTasks: 3, partitionBy: "trace_id" }).from(...pair());
+  const keyed = new Proc({ name: "keyed", nbTasks: 3, partitionBy: "trace_id" }).from(...siblings());
   assert.deepEqual(check(new Sink({ name: "sink" }).from(keyed)), []);
   const single = new Proc({ name: "single", nbTasks: 3 }).from(fresh("a"));
   assert.deepEqual(check(new Sink({ name: "sink" }).from(single)), [], "one parent needs no key");
@@ -402,6 +422,7 @@ Deno.test("several problems are reported together, structural first, in a stable
     "error VF_IDENTITY_COLLISION a.b",
     "error VF_GRAPH join",
     "error VF_CONFIG knob",
+    "warning VF_GRAPH join",
   ];
   for (let i = 0; i < 3; i++) assert.deepEqual(lines(flow.validate()), expected);
   assert.match(flow.validate()[0].message, /2 nodes are named "join"/);
@@ -505,7 +526,23 @@ withSeed(
         );
       }
     }
-    assert.deepEqual(validate([], sinks, { modules: INDEX }), [], "a random DAG of valid nodes is sound");
+    const diagnostics = validate([], sinks, { modules: INDEX });
+    assert.deepEqual(
+      diagnostics.filter((d) => d.severity === "error"),
+      [],
+      "a random DAG of valid nodes is sound",
+    );
+    // A node joining parents with no producer in common is warned about, and no other.
+    const producersOf = (i: number): Set<number> =>
+      blueprint.nodes[i].kind === "src"
+        ? new Set([i])
+        : new Set(blueprint.nodes[i].parents.flatMap((p) => [...producersOf(p)]));
+    const strangers = blueprint.nodes.flatMap(({ parents }, i) => {
+      if (parents.length < 2) return [];
+      const [first, ...rest] = parents.map(producersOf);
+      return [...first].some((p) => rest.every((others) => others.has(p))) ? [] : [`warning VF_GRAPH n${i}`];
+    });
+    assert.deepEqual(lines(diagnostics).sort(), strangers.sort());
   },
 );
 
