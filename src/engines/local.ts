@@ -275,6 +275,24 @@ export function runDirectory(stateDir: string, flowId: string, runId: string): s
   return `${stateDir}/${flowId}/${runId}`;
 }
 
+/**
+ * Holds the run's lock (an exclusive flock on `{runDir}/run.lock`, released when closed or when the
+ * process dies): one supervisor per run directory at a time.
+ *
+ * @throws ResourceUnavailable when another supervisor holds it (two would share one ledger and write
+ * every output twice).
+ */
+async function lockRun(runDir: string, flowId: string, runId: string): Promise<Deno.FsFile> {
+  const lock = await Deno.open(`${runDir}/run.lock`, { read: true, write: true, create: true });
+  if (await lock.tryLock(true)) return lock;
+  lock.close();
+  throw new ResourceUnavailable(
+    `run ${runId} of flow ${flowId} is already running: another vf holds ${runDir}/run.lock`,
+    "wait for that run to end (or stop it), or pass another --run-id",
+    { run_dir: runDir },
+  );
+}
+
 /** Whether env permission `declared` (a name, or a prefix ending in `*`, as Deno reads it) covers `name`. */
 function envNameMatches(declared: string, name: string): boolean {
   return declared.endsWith("*") ? name.startsWith(declared.slice(0, -1)) : declared === name;
@@ -371,15 +389,20 @@ export class LocalEngine {
         { state_dir: options.stateDir },
       );
     }
-    const ledger = await FileRuntimeStore.open(`${runDir}/ledger`);
-    // A re-run's broker starts empty: what the ledger counted through the old one restarts with it.
-    await forgetBrokerCounts(ledger, options.flowId, options.runId, options.specs.map((spec) => spec.name));
-    const engine = new LocalEngine(options, ledger, runDir, await readDeadLettersIfAny(runDir) ?? []);
+    const lock = await lockRun(runDir, options.flowId, options.runId);
     try {
-      return await engine.#run();
+      const ledger = await FileRuntimeStore.open(`${runDir}/ledger`);
+      // A re-run's broker starts empty: what the ledger counted through the old one restarts with it.
+      await forgetBrokerCounts(ledger, options.flowId, options.runId, options.specs.map((spec) => spec.name));
+      const engine = new LocalEngine(options, ledger, runDir, await readDeadLettersIfAny(runDir) ?? []);
+      try {
+        return await engine.#run();
+      } finally {
+        await engine.#broker.close();
+        await ledger.close();
+      }
     } finally {
-      await engine.#broker.close();
-      await ledger.close();
+      lock.close();
     }
   }
 

@@ -818,6 +818,20 @@ for (const { signal, who, flowId } of GROUP_SIGNALS) {
   });
 }
 
+Deno.test("a second vf on a run that is running is refused (exit 3) and the first goes on", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await slowFlow(dir, "twice-story");
+    const args = ["run-local", flow, "--state", join(dir, "state"), "--run-id", "r1"];
+    const first = startVf(args, { cwd: dir });
+    await waitForLines(join(dir, "out.jsonl"), 10, first);
+    const second = await vf(args, { cwd: dir });
+    assert.equal(second.code, 3, second.text);
+    assert.match(second.text, /VF_RESOURCE_UNAVAILABLE: run r1 of flow twice-story is already running/);
+    first.kill("SIGTERM");
+    await assertStoppedWithoutLoss(await finished(first), dir, "twice-story", "r1", "SIGTERM");
+  });
+});
+
 Deno.test("a second SIGTERM forces a stop that cannot drain (a node hangs): exit 130", async () => {
   await inTempDir(async (dir) => {
     const flow = await hangingFlow(dir, "forced-story");
