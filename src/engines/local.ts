@@ -111,7 +111,10 @@ export interface LocalRunOptions {
 
 /** How a local run ended. */
 export interface LocalRunResult {
-  /** 0 every replica finished; 2, 3, 4 or 5 by the worst failure; 130 when forced by a second signal. */
+  /**
+   * 0 every replica finished (or the run had finished before: nothing ran); 2, 3, 4 or 5 by the worst
+   * failure; 130 when forced by a second signal.
+   */
   readonly exitCode: number;
   readonly outcome: string;
   readonly snapshots: readonly NodeSnapshot[];
@@ -275,6 +278,29 @@ export function runDirectory(stateDir: string, flowId: string, runId: string): s
   return `${stateDir}/${flowId}/${runId}`;
 }
 
+/** The file whose presence says a run finished (every replica done, nothing stopped it early). */
+const FINISHED_FILE = "finished.json";
+
+/** When the run in `runDir` finished (ISO time), or null when it never did. */
+async function readFinishedAt(runDir: string): Promise<string | null> {
+  let text: string;
+  try {
+    text = await Deno.readTextFile(`${runDir}/${FINISHED_FILE}`);
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return null;
+    throw error;
+  }
+  const at = (JSON.parse(text) as { finished_at?: unknown }).finished_at;
+  return typeof at === "string" ? at : "an unknown time";
+}
+
+/** Notes that the run in `runDir` finished: written whole (a temporary file renamed over it) or not at all. */
+async function writeFinished(runDir: string): Promise<void> {
+  const temp = `${runDir}/${FINISHED_FILE}.tmp`;
+  await Deno.writeTextFile(temp, JSON.stringify({ finished_at: new Date().toISOString() }));
+  await Deno.rename(temp, `${runDir}/${FINISHED_FILE}`);
+}
+
 /**
  * Holds the run's lock (an exclusive flock on `{runDir}/run.lock`, released when closed or when the
  * process dies): one supervisor per run directory at a time.
@@ -391,6 +417,13 @@ export class LocalEngine {
     }
     const lock = await lockRun(runDir, options.flowId, options.runId);
     try {
+      const finishedAt = await readFinishedAt(runDir);
+      if (finishedAt !== null) {
+        const outcome = `flow ${options.flowId} run ${options.runId} already finished at ${finishedAt}: ` +
+          "nothing to do (pass another --run-id to run the flow again)";
+        options.output.write(`${outcome}\n`);
+        return { exitCode: 0, outcome, snapshots: [], runDir };
+      }
       const ledger = await FileRuntimeStore.open(`${runDir}/ledger`);
       // A re-run's broker starts empty: what the ledger counted through the old one restarts with it.
       await forgetBrokerCounts(ledger, options.flowId, options.runId, options.specs.map((spec) => spec.name));
@@ -482,6 +515,7 @@ export class LocalEngine {
       : `flow ${flowId} ${
         this.#forced ? "was forced to stop" : "failed"
       } with exit code ${exitCode} (run ${runId})`;
+    if (exitCode === 0 && this.#stoppedBy === null) await writeFinished(this.#runDir);
     for (const line of renderSummary(performance.now() / 1000 - this.#started, snapshots, outcome)) {
       this.#options.output.write(`${line}\n`);
     }

@@ -921,6 +921,28 @@ for (const isolation of ["worker", "process"]) {
   });
 }
 
+Deno.test("a run that finished is not run again by the same --run-id: nothing to do, exit 0", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "Poison"],
+      pipeline(
+        "finished-story",
+        `new Count({ name: "count", n: 5 })`,
+        `new Poison({ name: "middle", poison: [] })`,
+        dir,
+      ),
+    );
+    const args = ["run-local", flow, "--state", join(dir, "state"), "--run-id", "r1"];
+    const first = await vf(args, { cwd: dir });
+    assert.equal(first.code, 0, first.text);
+    const again = await vf(args, { cwd: dir });
+    assert.equal(again.code, 0, again.text);
+    assert.match(again.text, /flow finished-story run r1 already finished at \S+: nothing to do/);
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 5), "no item made twice");
+  });
+});
+
 Deno.test("a re-run after vf was killed with a live source finishes: the old broker's counts do not hold its barrier", async () => {
   await inTempDir(async (dir) => {
     const flow = await writeFlow(
