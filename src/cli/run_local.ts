@@ -99,5 +99,15 @@ export async function runLocalCommand(
     extraEnv: forwardedSettings(Deno.env.toObject()),
     channelMaxBytes,
   });
+  const deadLetters = result.snapshots.reduce((sum, snapshot) => sum + snapshot.deadLetters, 0);
+  if (deadLetters > 0) {
+    const state = options.state === undefined ? "" : ` --state ${options.state}`;
+    io.err(
+      `${deadLetters} dead letter${
+        deadLetters === 1 ? "" : "s"
+      }: \`vf dlq ${path} --run-id ${runId}${state}\` ` +
+        "lists them",
+    );
+  }
   return result.exitCode;
 }

@@ -16,6 +16,7 @@ import {
   EXIT_FLOW_FAILED,
   EXIT_STALLED,
   EXIT_USER,
+  FlowFailed,
   ProgressStalled,
   ResourceUnavailable,
   UpstreamAborted,
@@ -752,6 +753,13 @@ export class LocalEngine {
       if (replica.state === NodeState.restarting) replica.state = NodeState.failed;
       if (replica.exitCode !== null) continue;
       replica.endedBySupervisor = true;
+      replica.reason = {
+        ...new FlowFailed(
+          `stopped by the supervisor: ${failed.spec.name}[${failed.index}] was given up on without ending ` +
+            "its stream, so the run ends",
+          `see why ${failed.spec.name}[${failed.index}] failed above`,
+        ).toDict(),
+      };
       replica.kill?.();
     }
   }

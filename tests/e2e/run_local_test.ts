@@ -409,6 +409,10 @@ Deno.test("a batch flow dead-letters exactly the poison items (VF_POISON, 1 deli
       );
     }
     assert.equal(summaryRow(run, "poison").dlq, 4);
+    assert.ok(
+      run.stderr.includes(`4 dead letters: \`vf dlq ${flow} --run-id r1 --state ${state}\` lists them`),
+      run.stderr,
+    );
     const text = await vf(["dlq", flow, "--run-id", "r1", "--state", state], { cwd: dir });
     assert.equal(text.code, 0, text.text);
     assert.match(text.stderr, /^4 dead letters in run r1 of /);
@@ -731,6 +735,11 @@ Deno.test("a node reading a file it did not declare fails with a permission erro
     );
     assert.ok(run.text.includes(`static permissions = { read: [${JSON.stringify(secret)}] }`), run.text);
     assert.match(run.text, /snoop\[0\] gave up after 0 restart\(s\)/);
+    assert.match(
+      run.text,
+      /sink\[0\] exited with code \d+ \(VF_FLOW_FAILED: stopped by the supervisor: snoop\[0\] was given up on/,
+      "the replicas the run ends say why",
+    );
     assert.deepEqual(
       await deadLetters(flow, "r1", state, dir),
       [],
