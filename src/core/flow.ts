@@ -29,6 +29,9 @@ export interface FlowOptions {
   readonly flowId?: string;
 }
 
+/** The keys {@link FlowOptions} has. */
+const FLOW_OPTION_KEYS: readonly string[] = ["flowType", "flowId"];
+
 /** One task to allocate: a node, its parents' names in `.from()` order, and whether nothing consumes it. */
 export interface TaskData {
   /** The node to run. */
@@ -57,10 +60,20 @@ export class Flow {
   readonly #flowType: FlowType;
   readonly #flowId: string;
 
-  /** The flow ending in `consumers`; throws {@link ConfigError} for a bad option or a non-list. */
+  /** The flow ending in `consumers`; throws {@link ConfigError} for an unknown or bad option, or a non-list. */
   constructor(consumers: readonly ConsumerNode[], options: FlowOptions = {}) {
     if (!Array.isArray(consumers)) {
       throw new ConfigError("a Flow takes the list of its consumers", "pass new Flow([sink, ...], options)");
+    }
+    const unknown = Object.keys(options).filter((key) => !FLOW_OPTION_KEYS.includes(key));
+    if (unknown.length > 0) {
+      throw new ConfigError(
+        `unknown Flow option${unknown.length === 1 ? "" : "s"} ${
+          unknown.map((k) => JSON.stringify(k)).join(", ")
+        }`,
+        `a Flow takes ${FLOW_OPTION_KEYS.join(" and ")}; node settings go on the nodes`,
+        { options: unknown },
+      );
     }
     const flowType = checkFlowType(options.flowType ?? FlowType.realtime);
     const flowId = options.flowId ?? generateFlowId();

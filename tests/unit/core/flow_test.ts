@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { ConfigError, GraphError } from "../../../src/core/errors.ts";
-import { Flow, type FlowType, generateFlowId } from "../../../src/core/flow.ts";
+import { Flow, type FlowOptions, type FlowType, generateFlowId } from "../../../src/core/flow.ts";
 import { kubernetesName, sanitize } from "../../../src/backends/names.ts";
 import { ModuleIndex } from "../../../src/core/node_class.ts";
 import * as squares from "../../fixtures/flows/squares.ts";
@@ -34,11 +34,15 @@ Deno.test("a generated flow id is fresh each time and unchanged by both name enc
   }
 });
 
-Deno.test("an unknown flow type or an empty flow id is a ConfigError", () => {
+Deno.test("an unknown flow type, an empty flow id or an unknown option is a ConfigError", () => {
   const { print } = squaresFlow();
   assert.throws(() => new Flow([print], { flowType: "stream" as FlowType }), ConfigError);
   assert.throws(() => new Flow([print], { flowId: "" }), ConfigError);
   assert.throws(() => new Flow(print as unknown as [], {}), ConfigError);
+  assert.throws(
+    () => new Flow([print], { flowType: "batch", bogus: 1 } as FlowOptions),
+    (e: unknown) => e instanceof ConfigError && /unknown Flow option "bogus"/.test(e.message),
+  );
 });
 
 Deno.test("producers are found by walking parents back from the consumers", () => {
