@@ -19,6 +19,8 @@ import { PartitionKeyPolicy } from "../core/partition_key_policy.ts";
 import { ConsecutiveFailureBreaker, ProgressDeadline } from "../core/supervision.ts";
 import { createTask, type TaskOutcome } from "../core/task.ts";
 import { installFromEnv } from "../backends/faults.ts";
+import { GPU_GRANT_ENV } from "../backends/allocation.ts";
+import { PROFILE_REQUESTS_ENV } from "../backends/capabilities.ts";
 import type { MessagingBackend } from "../backends/messaging.ts";
 import type { PayloadStore } from "../backends/payload.ts";
 import { claimReplicaSlot, FlowRuntime } from "../backends/runtime.ts";
@@ -35,7 +37,7 @@ import { configureLogging, type LogSink, type NodeLogger } from "./logging.ts";
 import { openRuntimeStore } from "./runtime_stores.ts";
 import { undeclaredPermission } from "../core/undeclared_permission.ts";
 import { buildWatchdog, exitOnStall, writeTerminationReason } from "./watchdog.ts";
-import { parseWorkerConfig, type WorkerConfig } from "./worker_config.ts";
+import { parseWorkerConfig, type WorkerConfig, WorkerEnvVar } from "./worker_config.ts";
 
 /**
  * The run ledger URL that names the ledger the embedded broker serves: the local engine's file store, which
@@ -107,14 +109,29 @@ interface Services {
   close(): Promise<void>;
 }
 
+/**
+ * Refuses the settings this build's worker cannot honour yet, naming each, rather than run without them:
+ * a NATS broker, a blob store, refcounted blob reclamation, explicit channel profiles, a GPU grant.
+ */
+function refuseUnsupported(config: WorkerConfig): void {
+  const unsupported: [variable: string, given: boolean][] = [
+    [WorkerEnvVar.natsUrl, config.broker.kind === "nats"],
+    [WorkerEnvVar.blobStoreUrl, config.blobStoreUrl !== null],
+    [WorkerEnvVar.blobReaders, config.blobReaders !== null],
+    [PROFILE_REQUESTS_ENV, config.profileRequests.length > 0],
+    [GPU_GRANT_ENV, config.gpuGrant !== null],
+  ];
+  const given = unsupported.filter(([, set]) => set).map(([variable]) => variable);
+  if (given.length === 0) return;
+  throw new ConfigError(
+    `this worker was given ${given.join(", ")}, which this build does not support yet`,
+    "run the flow with the local engine (vf run-local): its embedded broker, payload store and ledger " +
+      "need none of them",
+    { variables: given },
+  );
+}
+
 async function connectServices(config: WorkerConfig, host: WorkerHost): Promise<Services> {
-  if (config.broker.kind === "nats") {
-    throw new ConfigError(
-      "this worker was given a NATS broker, which this build does not support yet",
-      "run the flow with the local engine's embedded broker (vf run-local)",
-      { broker: config.broker.url },
-    );
-  }
   const connection = host.port !== undefined
     ? await EmbeddedConnection.connect(host.port, { label: `${config.nodeName}/${config.replicaId ?? "?"}` })
     : await EmbeddedConnection.fromEnv(host.env, `${config.nodeName}/${config.replicaId ?? "?"}`);
@@ -201,6 +218,7 @@ function statsOf(running: Running, drops: Record<string, number>): WorkerReport 
 }
 
 async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogger): Promise<number> {
+  refuseUnsupported(config);
   const node = await rebuildNode(config.nodeClass, config.nodeParams, config.nodeKind);
   await verifyNodeAssets(node);
   const services = await connectServices(config, host);

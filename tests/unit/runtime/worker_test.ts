@@ -1,0 +1,61 @@
+import assert from "node:assert/strict";
+import { ProcessorNode } from "../../../src/core/node.ts";
+import { runWorker, type WorkerReport } from "../../../src/runtime/worker.ts";
+
+/** The node the environment names: never built, since the worker refuses first. */
+export class Detect extends ProcessorNode {
+  process(x: unknown): unknown {
+    return x;
+  }
+}
+
+/** A processor's required variables with the embedded broker, plus `extra`. */
+function env(extra: Record<string, string>): Record<string, string> {
+  return {
+    VF_NODE_CLASS: `${import.meta.url}#Detect`,
+    VF_NODE_PARAMS_JSON: '{"name":"detect"}',
+    VF_NODE_KIND: "processor",
+    VF_NODE_NAME: "detect",
+    VF_PARENT_NAMES: "cam",
+    VF_HAS_CHILDREN: "1",
+    VF_EMBEDDED_BROKER: "tcp://127.0.0.1:9",
+    VF_EMBEDDED_BROKER_SECRET: "a-secret-of-16-chars-or-more",
+    VF_FLOW_ID: "traffic",
+    VF_FLOW_TYPE: "batch",
+    VF_RUN_ID: "r-1",
+    VF_REPLICA_ID: "0",
+    ...extra,
+  };
+}
+
+const UNSUPPORTED: Record<string, string> = {
+  VF_BLOB_REDIS_URL: "redis://127.0.0.1:6379",
+  VF_BLOB_READERS: "2",
+  VF_PROFILE_REQUESTS_JSON: '[{"channel":"cam","profile":"reliable_work"}]',
+};
+
+for (const [variable, value] of Object.entries(UNSUPPORTED)) {
+  Deno.test(`a worker given ${variable} refuses to start, naming it, exit 2`, async () => {
+    const reports: WorkerReport[] = [];
+    const code = await runWorker({
+      env: env({ [variable]: value }),
+      report: (r) => reports.push(r),
+      logSink: () => {},
+    });
+    assert.equal(code, 2);
+    const exit = reports.find((r) => r.kind === "exit");
+    assert.ok(exit !== undefined && exit.kind === "exit");
+    const reason = exit.reason as { code: string; message: string };
+    assert.equal(reason.code, "VF_CONFIG");
+    assert.match(reason.message, new RegExp(`given ${variable}, which this build does not support yet`));
+  });
+}
+
+Deno.test("a worker given a NATS broker refuses to start, exit 2", async () => {
+  const reports: WorkerReport[] = [];
+  const nats = env({ VF_NATS_URL: "nats://127.0.0.1:4222" });
+  delete nats.VF_EMBEDDED_BROKER;
+  delete nats.VF_EMBEDDED_BROKER_SECRET;
+  assert.equal(await runWorker({ env: nats, report: (r) => reports.push(r), logSink: () => {} }), 2);
+  assert.match(JSON.stringify(reports), /given VF_NATS_URL, which this build does not support yet/);
+});
