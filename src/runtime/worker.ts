@@ -111,13 +111,12 @@ interface Services {
 
 /**
  * Refuses the settings this build's worker cannot honour yet, naming each, rather than run without them:
- * a NATS broker, a blob store, refcounted blob reclamation, explicit channel profiles, a GPU grant.
+ * a NATS broker, a blob store, explicit channel profiles, a GPU grant.
  */
 function refuseUnsupported(config: WorkerConfig): void {
   const unsupported: [variable: string, given: boolean][] = [
     [WorkerEnvVar.natsUrl, config.broker.kind === "nats"],
     [WorkerEnvVar.blobStoreUrl, config.blobStoreUrl !== null],
-    [WorkerEnvVar.blobReaders, config.blobReaders !== null],
     [PROFILE_REQUESTS_ENV, config.profileRequests.length > 0],
     [GPU_GRANT_ENV, config.gpuGrant !== null],
   ];

@@ -30,7 +30,6 @@ function env(extra: Record<string, string>): Record<string, string> {
 
 const UNSUPPORTED: Record<string, string> = {
   VF_BLOB_REDIS_URL: "redis://127.0.0.1:6379",
-  VF_BLOB_READERS: "2",
   VF_PROFILE_REQUESTS_JSON: '[{"channel":"cam","profile":"reliable_work"}]',
 };
 
