@@ -117,7 +117,7 @@ export class ConsecutiveFailureBreaker {
     throw new WorkerUnhealthy(
       `${
         this.nodeName || "the node"
-      } failed ${this.#failures} messages in a row; the last: ${last.code}: ${last.message}`,
+      } failed ${this.#failures} attempts in a row (a redelivery counts again); the last: ${last.code}: ${last.message}`,
       "this worker is stopping so its inputs go to a healthy replica; if every replica trips, the cause is " +
         "shared (a dependency, the device, the node's code): fix it, or raise VF_BREAKER_THRESHOLD if such runs " +
         "of failures are expected",

@@ -45,7 +45,10 @@ Deno.test("breaker: nine failures in a row pass, the tenth trips it with WorkerU
     assert.equal(error.context.node, "detect");
     assert.equal(error.context.consecutive_failures, 10);
     assert.equal(error.context.last_error_code, "VF_EXC_TYPE_ERROR");
-    assert.match(error.message, /detect failed 10 messages in a row; the last: .*cuda context lost/);
+    assert.match(
+      error.message,
+      /detect failed 10 attempts in a row \(a redelivery counts again\); the last: .*cuda context lost/,
+    );
     assert.ok(error.remedy);
     return true;
   });
