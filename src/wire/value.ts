@@ -218,7 +218,12 @@ export type WireValue =
 export function wireMap(entries: Iterable<readonly [string, WireValue]>): WireMap {
   const map: Record<string, WireValue> = {};
   for (const [key, value] of entries) {
-    Object.defineProperty(map, key, { value, enumerable: true, writable: true, configurable: true });
+    // Only `__proto__` needs defining: assigning it would set the prototype instead.
+    if (key === "__proto__") {
+      Object.defineProperty(map, key, { value, enumerable: true, writable: true, configurable: true });
+    } else {
+      map[key] = value;
+    }
   }
   return map;
 }
