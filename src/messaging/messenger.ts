@@ -54,6 +54,7 @@
  * @module
  */
 
+import { ByteSlab } from "../core/bytes.ts";
 import { MessagingProfile } from "../backends/capabilities.ts";
 import { type Clock, systemClock, type TimerHandle } from "../backends/clock.ts";
 import { Barrier, barrier, faultsInstalled } from "../backends/faults.ts";
@@ -633,6 +634,9 @@ export class BrokerMessenger implements Messenger {
   #flushedOffset = 0;
   #acceptedData = 0;
   #publishedPending: string[] = [];
+  /** Where small data envelope bodies are carved from. */
+  readonly #bodies = new ByteSlab();
+  readonly #takeBody = (size: number) => this.#bodies.take(size);
   #lastFlush = 0;
   #state: Uint8Array | null = null;
   #coveredKey: string | null = null;
@@ -994,7 +998,11 @@ export class BrokerMessenger implements Messenger {
     await this.#concludePublication(env.publicationId, outcome, identity.offset);
   }
 
-  /** A data envelope's bytes, written in one pass: the payload's tensor data copied once, into the envelope. */
+  /**
+   * A data envelope's bytes, written in one pass: the payload's tensor data copied once, into the envelope.
+   * A small one is a piece of a shared slab (no ArrayBuffer of its own to allocate); a large one owns its
+   * buffer, so the backend may move it.
+   */
   #dataBody(
     identity: OutputIdentity,
     eventTs: number | null,
@@ -1014,6 +1022,7 @@ export class BrokerMessenger implements Messenger {
         metadata: metadata as WireMap,
       }),
       payload,
+      { allocate: this.#takeBody },
     );
   }
 
