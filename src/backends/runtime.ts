@@ -61,7 +61,7 @@ import { type MemberId, type MembersByParent, membersSignature, type Seq } from 
 import { type Clock, systemClock } from "./clock.ts";
 import { Barrier, barrier, type BarrierContext, faultsInstalled } from "./faults.ts";
 import { type Observation, type PublicationOutcome, requireKnown } from "./outcomes.ts";
-import type { RuntimeCapabilities, RuntimeStore } from "./runtime_store.ts";
+import type { RuntimeCapabilities, RuntimeStore, StoredRecord } from "./runtime_store.ts";
 
 export {
   groupIdentity,
@@ -366,15 +366,40 @@ function ledgerKey(flowId: string, runId: string, node: string, parts: readonly 
 /** The ledger records that count what passed through the broker: EOS-7's terminators and id sets. */
 const BROKER_COUNT_KINDS = ["terminator", "received", "published"] as const;
 
-/** Deletes {@link forgetBrokerCounts} has outstanding at once (each waits on its own fsync). */
+/** Deletes {@link forgetRecords} has outstanding at once (each waits on its own fsync). */
 const FORGET_CONCURRENCY = 64;
 
 /**
- * Deletes the EOS-7 counts (terminators, received and published ids) of `nodes` in a run's ledger, for a
- * run that goes on over a broker that restarted empty (the embedded one dies with its supervisor): the
- * messages those records count died with the old broker, so a barrier over them would wait forever for
- * ids nobody will deliver again. Every other record (checkpoints, attempts, dead letters, effect markers)
- * stays. Resolves with how many records were deleted; a record rewritten meanwhile is left as it is.
+ * Deletes the records of `nodes` under the ledger kind `kind` that `picks` chooses (all by default);
+ * resolves with how many it deleted. A record rewritten meanwhile is left as it is.
+ */
+async function forgetRecords(
+  store: RuntimeStore,
+  flowId: string,
+  runId: string,
+  nodes: readonly string[],
+  kind: string,
+  picks: (record: StoredRecord) => boolean = () => true,
+): Promise<number> {
+  let deleted = 0;
+  for (const node of nodes) {
+    const records = (await store.scan(ledgerKey(flowId, runId, node, [kind]) + "/")).filter(picks);
+    for (let at = 0; at < records.length; at += FORGET_CONCURRENCY) {
+      const batch = records.slice(at, at + FORGET_CONCURRENCY);
+      const done = await Promise.all(batch.map((record) => store.delete(record.key, record.version)));
+      deleted += done.filter(Boolean).length;
+    }
+  }
+  return deleted;
+}
+
+/**
+ * Deletes what a run's ledger counted through its broker, for a run that goes on over a broker that
+ * restarted empty (the embedded one dies with its supervisor): the EOS-7 terminators and received and
+ * published ids of `nodes`, and their outbox entries of accepted data, which count toward a terminator's
+ * seq too. The old broker's messages are gone with it, so a barrier over those counts would wait forever
+ * for ids nobody delivers again, or pass on an old terminator. Every other record (checkpoints, attempts,
+ * dead letters, effect markers, unresolved intents) stays. Resolves with how many records were deleted.
  */
 export async function forgetBrokerCounts(
   store: RuntimeStore,
@@ -383,17 +408,42 @@ export async function forgetBrokerCounts(
   nodes: readonly string[],
 ): Promise<number> {
   let deleted = 0;
-  for (const node of nodes) {
-    for (const kind of BROKER_COUNT_KINDS) {
-      const records = await store.scan(ledgerKey(flowId, runId, node, [kind]) + "/");
-      for (let at = 0; at < records.length; at += FORGET_CONCURRENCY) {
-        const batch = records.slice(at, at + FORGET_CONCURRENCY);
-        const done = await Promise.all(batch.map((record) => store.delete(record.key, record.version)));
-        deleted += done.filter(Boolean).length;
-      }
-    }
-  }
-  return deleted;
+  for (const kind of BROKER_COUNT_KINDS) deleted += await forgetRecords(store, flowId, runId, nodes, kind);
+  return deleted + await forgetRecords(
+    store,
+    flowId,
+    runId,
+    nodes,
+    "outbox",
+    (record) => {
+      const entry = decodeOutbox(parseDocument(record.value, record.key), record.key);
+      return entry.kind === PublicationKind.data && entry.outcome === OutboxOutcome.accepted;
+    },
+  );
+}
+
+/**
+ * Deletes the checkpoints of `nodes` that hold a replayable source's position (state and offset together,
+ * as they were committed), so each such source replays from its start: for a run that goes on after its
+ * broker lost what it had accepted and not delivered (a supervisor that died, not one that drained).
+ * Resolves with how many checkpoints were deleted.
+ */
+export async function forgetReplayPositions(
+  store: RuntimeStore,
+  flowId: string,
+  runId: string,
+  nodes: readonly string[],
+): Promise<number> {
+  return await forgetRecords(
+    store,
+    flowId,
+    runId,
+    nodes,
+    "checkpoint",
+    (record) =>
+      typeof decodeCheckpoint(parseDocument(record.value, record.key), record.key).replay_position.offset ===
+        "number",
+  );
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@
 
 import { ConfigError } from "../core/errors.ts";
 import { readDeadLetters } from "../engines/dead_letters.ts";
-import { runDirectory } from "../engines/local.ts";
+import { runDirectory } from "../engines/run_directory.ts";
 import { loadFlow } from "./load_flow.ts";
 import type { CommandOutput } from "./main.ts";
 import { DEFAULT_STATE_DIR } from "./run_local.ts";

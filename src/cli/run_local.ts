@@ -16,13 +16,13 @@ import { randomHex } from "../core/hex.ts";
 import { checkFlowType } from "../core/flow_type.ts";
 import {
   checkChannelMaxBytes,
-  checkRunNames,
   DEFAULT_CHANNEL_MAX_BYTES,
   forwardedSettings,
   Isolation,
   LocalEngine,
   MIB,
 } from "../engines/local.ts";
+import { checkRunNames } from "../engines/run_directory.ts";
 import { loadFlow } from "./load_flow.ts";
 import type { CommandOutput } from "./main.ts";
 

@@ -36,7 +36,7 @@ import {
 } from "../core/supervision.ts";
 import { channelId, MessageKind } from "../backends/messaging.ts";
 import { flowTopology, provisionFlow, type TopologyNode } from "../messaging/topology.ts";
-import { forgetBrokerCounts, storeSharedAndDurable } from "../backends/runtime.ts";
+import { forgetBrokerCounts, forgetReplayPositions, storeSharedAndDurable } from "../backends/runtime.ts";
 import { FileRuntimeStore } from "../runtime/file_store.ts";
 import {
   EMBEDDED_RUNTIME_STORE_URL,
@@ -50,7 +50,6 @@ import { WATCHDOG_INTERVAL_ENV } from "../runtime/watchdog.ts";
 import { FAULT_MARKER_DIR_ENV, FAULT_SCHEDULE_ENV } from "../backends/faults.ts";
 import { PARTITION_LEASE_ENV, RECONCILE_INTERVAL_ENV } from "../backends/runtime.ts";
 import { parseBrokerAddress } from "../runtime/embedded_rpc.ts";
-import { sanitize } from "../backends/names.ts";
 import {
   type DeadLetterRecord,
   deadLetterRecord,
@@ -59,6 +58,15 @@ import {
   writeDeadLetters,
 } from "./dead_letters.ts";
 import { EmbeddedBroker } from "./embedded_broker.ts";
+import {
+  clearRunEnd,
+  lockRun,
+  readRunEnd,
+  runDirectory,
+  RunEnd,
+  type RunEndRecord,
+  writeRunEnd,
+} from "./run_directory.ts";
 import { MemoryMessagingBackend } from "../backends/memory/messaging.ts";
 import { MAX_INLINE_PAYLOAD_ENV } from "../backends/payload_bridge.ts";
 import { LiveView, type NodeSnapshot, NodeState, renderSummary, type ViewOutput } from "./live_view.ts";
@@ -247,77 +255,29 @@ interface Replica {
 const DENO_ENV_PASSTHROUGH = ["PATH", "HOME", "DENO_DIR", "TMPDIR", "NO_COLOR", "XDG_CACHE_HOME", "LANG"];
 
 /**
- * Refuses a flow id or run id that is not a plain name (letters, digits, `_`, `-`): each names a directory
- * of the run's state, and anything else could name one outside it.
- *
- * @throws ConfigError naming the id and how to fix it.
+ * Makes the run's ledger fit a broker that starts empty, as this engine's does: what it counted through
+ * the earlier broker restarts from nothing (`forgetBrokerCounts`), and unless the earlier supervisor
+ * stopped on a signal after every item taken was finished, replayable sources start again from their
+ * beginning (`forgetReplayPositions`): what that broker had accepted and not delivered died with it.
  */
-export function checkRunNames(flowId: string, runId: string): void {
-  for (
-    const [what, value, remedy] of [
-      [
-        "flow id",
-        flowId,
-        "name the flow with letters, digits, '_' and '-' (new Flow([...], { flowId: \"squares\" }))",
-      ],
-      ["run id", runId, "pass --run-id with a name such as run-7"],
-    ]
-  ) {
-    if (value === "" || sanitize(value) !== value) {
-      throw new ConfigError(
-        `${what} ${JSON.stringify(value)} must be non-empty and use only letters, digits, '_' and '-'`,
-        remedy,
-        { [what.replace(" ", "_")]: value },
-      );
-    }
-  }
-}
-
-/** Where a run's state lives: `{stateDir}/{flowId}/{runId}`, once {@link checkRunNames} accepts both ids. */
-export function runDirectory(stateDir: string, flowId: string, runId: string): string {
-  checkRunNames(flowId, runId);
-  return `${stateDir}/${flowId}/${runId}`;
-}
-
-/** The file whose presence says a run finished (every replica done, nothing stopped it early). */
-const FINISHED_FILE = "finished.json";
-
-/** When the run in `runDir` finished (ISO time), or null when it never did. */
-async function readFinishedAt(runDir: string): Promise<string | null> {
-  let text: string;
-  try {
-    text = await Deno.readTextFile(`${runDir}/${FINISHED_FILE}`);
-  } catch (error) {
-    if (error instanceof Deno.errors.NotFound) return null;
-    throw error;
-  }
-  const at = (JSON.parse(text) as { finished_at?: unknown }).finished_at;
-  return typeof at === "string" ? at : "an unknown time";
-}
-
-/** Notes that the run in `runDir` finished: written whole (a temporary file renamed over it) or not at all. */
-async function writeFinished(runDir: string): Promise<void> {
-  const temp = `${runDir}/${FINISHED_FILE}.tmp`;
-  await Deno.writeTextFile(temp, JSON.stringify({ finished_at: new Date().toISOString() }));
-  await Deno.rename(temp, `${runDir}/${FINISHED_FILE}`);
+async function forgetEarlierBroker(
+  ledger: FileRuntimeStore,
+  options: LocalRunOptions,
+  previous: RunEndRecord | null,
+): Promise<void> {
+  const { flowId, runId, specs } = options;
+  await forgetBrokerCounts(ledger, flowId, runId, specs.map((spec) => spec.name));
+  if (previous?.end === RunEnd.stopped) return;
+  const producers = specs.filter((spec) => spec.kind === "producer").map((spec) => spec.name);
+  await forgetReplayPositions(ledger, flowId, runId, producers);
 }
 
 /**
- * Holds the run's lock (an exclusive flock on `{runDir}/run.lock`, released when closed or when the
- * process dies): one supervisor per run directory at a time.
- *
- * @throws ResourceUnavailable when another supervisor holds it (two would share one ledger and write
- * every output twice).
+ * Whether `name` is a setting of the runtime's own (`VF_*`, `VIDEOFLOW_*`): a replica gets those from the
+ * engine alone, never from the host through a node's env permission, as a Worker replica does.
  */
-async function lockRun(runDir: string, flowId: string, runId: string): Promise<Deno.FsFile> {
-  const lock = await Deno.open(`${runDir}/run.lock`, { read: true, write: true, create: true });
-  if (await lock.tryLock(true)) return lock;
-  lock.close();
-  throw new ResourceUnavailable(
-    `run ${runId} of flow ${flowId} is already running: another vf holds ${runDir}/run.lock`,
-    "wait for that run to end (or stop it), or pass another --run-id",
-    { run_dir: runDir },
-  );
+function isEngineSetting(name: string): boolean {
+  return name.startsWith("VF_") || name.startsWith("VIDEOFLOW_");
 }
 
 /** Whether env permission `declared` (a name, or a prefix ending in `*`, as Deno reads it) covers `name`. */
@@ -418,16 +378,16 @@ export class LocalEngine {
     }
     const lock = await lockRun(runDir, options.flowId, options.runId);
     try {
-      const finishedAt = await readFinishedAt(runDir);
-      if (finishedAt !== null) {
-        const outcome = `flow ${options.flowId} run ${options.runId} already finished at ${finishedAt}: ` +
+      const previous = await readRunEnd(runDir);
+      if (previous?.end === RunEnd.finished) {
+        const outcome = `flow ${options.flowId} run ${options.runId} already finished at ${previous.at}: ` +
           "nothing to do (pass another --run-id to run the flow again)";
         options.output.write(`${outcome}\n`);
         return { exitCode: 0, outcome, snapshots: [], runDir };
       }
       const ledger = await FileRuntimeStore.open(`${runDir}/ledger`);
-      // A re-run's broker starts empty: what the ledger counted through the old one restarts with it.
-      await forgetBrokerCounts(ledger, options.flowId, options.runId, options.specs.map((spec) => spec.name));
+      await forgetEarlierBroker(ledger, options, previous);
+      await clearRunEnd(runDir);
       const engine = new LocalEngine(options, ledger, runDir, await readDeadLettersIfAny(runDir) ?? []);
       try {
         return await engine.#run();
@@ -516,7 +476,9 @@ export class LocalEngine {
       : `flow ${flowId} ${
         this.#forced ? "was forced to stop" : "failed"
       } with exit code ${exitCode} (run ${runId})`;
-    if (exitCode === 0 && this.#stoppedBy === null) await writeFinished(this.#runDir);
+    if (exitCode === 0) {
+      await writeRunEnd(this.#runDir, this.#stoppedBy === null ? RunEnd.finished : RunEnd.stopped);
+    }
     for (const line of renderSummary(performance.now() / 1000 - this.#started, snapshots, outcome)) {
       this.#options.output.write(`${line}\n`);
     }
@@ -572,6 +534,7 @@ export class LocalEngine {
   #launch(replica: Replica): void {
     replica.lastReportAt = performance.now() / 1000;
     replica.exitCode = null;
+    replica.reason = null;
     replica.endMarker = null;
     replica.earlier = addCounts(replica.earlier, replica.stats);
     replica.stats = null;
@@ -635,7 +598,8 @@ export class LocalEngine {
     const hostEnv = Deno.env.toObject();
     const inherited = Object.fromEntries(
       Object.entries(hostEnv).filter(([name]) =>
-        DENO_ENV_PASSTHROUGH.includes(name) || declaredEnv.some((declared) => envNameMatches(declared, name))
+        DENO_ENV_PASSTHROUGH.includes(name) ||
+        !isEngineSetting(name) && declaredEnv.some((declared) => envNameMatches(declared, name))
       ),
     );
     const child = new Deno.Command(Deno.execPath(), {

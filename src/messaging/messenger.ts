@@ -1169,26 +1169,17 @@ export class BrokerMessenger implements Messenger {
 
   /**
    * For a replayable producer, the last accepted source offset in the ledger (MSGID-6), so a replacement
-   * resumes after it: 0 when none, or not replayable. Also 0 when the broker's channel holds nothing ever
-   * published (a broker that restarted empty, as the embedded one does with its supervisor), or cannot be
-   * observed: what it had accepted and not yet delivered is gone, so the source replays from its start
-   * and downstream deduplication and sink idempotency drop what already arrived.
+   * resumes after it: 0 when none, or not replayable. An engine whose broker lost what it had accepted
+   * (one that restarted empty) forgets the positions first (`forgetReplayPositions`).
    */
   async resumeOffset(): Promise<number> {
     if (!this.#replayable) return 0;
     const offset = (await this.#runtime.restoreCheckpoint()).replayPosition.offset;
-    const recorded = typeof offset === "number" && Number.isSafeInteger(offset) && offset > 0 ? offset : 0;
-    const last = recorded > 0 && await this.#channelKeptOutputs() ? recorded : 0;
+    const last = typeof offset === "number" && Number.isSafeInteger(offset) && offset > 0 ? offset : 0;
     this.#nextOffset = last + 1;
     this.#lastAcceptedOffset = last;
     this.#flushedOffset = last;
     return last;
-  }
-
-  /** Whether the broker's channel of this node holds a history: something was stored in it. */
-  async #channelKeptOutputs(): Promise<boolean> {
-    const observed = await this.#backend.observeChannel(this.#channel);
-    return observed.kind === "known" && observed.value.lastSeq > 0;
   }
 
   /**

@@ -270,7 +270,8 @@ async function writeAll(file: Deno.FsFile, bytes: Uint8Array): Promise<void> {
   while (offset < bytes.length) offset += await file.write(bytes.subarray(offset));
 }
 
-async function syncDirectory(dir: string): Promise<void> {
+/** Syncs directory `dir`, so the entries renamed or removed in it are durable. */
+export async function syncDirectory(dir: string): Promise<void> {
   const handle = await Deno.open(dir, { read: true });
   try {
     await handle.sync();

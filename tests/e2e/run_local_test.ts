@@ -980,6 +980,38 @@ Deno.test("a re-run after vf was killed with a live source finishes: the old bro
   });
 });
 
+Deno.test("a run stopped by SIGTERM goes on where it stopped: its replayable source resumes, no item is made twice", async () => {
+  await inTempDir(async (dir) => {
+    const log = join(dir, "made.log");
+    const flow = await writeFlow(
+      dir,
+      ["LoggedReplayableCount", "Poison"],
+      pipeline(
+        "stop-resume-story",
+        `new LoggedReplayableCount({ name: "count", n: 300, delayMs: 10, log: ${JSON.stringify(log)}, ` +
+          `killAt: 100000, pidFile: ${JSON.stringify(join(dir, "never.pid"))} })`,
+        `new Poison({ name: "middle", poison: [] })`,
+        dir,
+      ),
+    );
+    const args = ["run-local", flow, "--state", join(dir, "state"), "--run-id", "r1"];
+    const stopped = startVf(args, { cwd: dir });
+    await waitForLines(join(dir, "out.jsonl"), 20, stopped);
+    stopped.kill("SIGTERM");
+    const first = await finished(stopped);
+    assert.equal(first.code, 0, first.text);
+    assert.match(first.text, /stopped on SIGTERM/);
+    const rerun = await vf(args, { cwd: dir });
+    assert.equal(rerun.code, 0, rerun.text);
+    assert.match(rerun.text, /flow stop-resume-story finished \(run r1\)/);
+    const made = (await Deno.readTextFile(log)).split("\n").filter((line) => line !== "").map((line) =>
+      Number(line.split(" ")[1])
+    );
+    assert.deepEqual(made, range(1, 300), "each item made once, the re-run starting where the stop left off");
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 300));
+  });
+});
+
 Deno.test("a restarted replayable producer resumes after its last accepted item instead of making every item again (process)", async () => {
   await inTempDir(async (dir) => {
     const log = join(dir, "made.log");

@@ -30,6 +30,8 @@ import {
   DEFAULT_RECONCILE_INTERVAL_SECONDS,
   FlowRuntime,
   type FlowRuntimeOptions,
+  forgetBrokerCounts,
+  forgetReplayPositions,
   partitionLeaseFromEnv,
   type PendingCounts,
   reconcileIntervalFromEnv,
@@ -456,6 +458,42 @@ Deno.test("a checkpoint needs durability that was observed: Unknown is Unobserva
   store.durable = known(true);
   await ledger.checkpoint(new Uint8Array([1]), { offset: 3 });
   assert.deepEqual([...(await ledger.restoreCheckpoint()).state ?? []], [1]);
+});
+
+Deno.test("forgetting a broker's counts empties what EOS-7 reads and keeps every other record", async () => {
+  const store = new ScriptedStore();
+  store.durable = known(true);
+  const cam = runtime(store, { node: "cam" });
+  const sink = runtime(store, { node: "sink", parentReplicas: { cam: 1 } });
+  await cam.recordPublished(["a", "b"]);
+  await cam.intendPublication("big", "sha256:1", { payloadRefs: ["b/1"] });
+  await cam.resolvePublication("big", accepted("big", 3, false, "memory"));
+  await cam.intendPublication("pending", "sha256:2");
+  await sink.recordReceivedMany("cam", "sink--from--cam", ["a", "b"]);
+  await sink.recordTerminator("cam", 0, "eos", 3);
+  await cam.checkpoint(null, { offset: 3 });
+  await sink.markEffect("e", 60);
+  assert.equal(await cam.publishedCount(), 3);
+  assert.equal(await forgetBrokerCounts(store, "f", "r", ["cam", "sink"]), 4);
+  assert.equal(await cam.publishedCount(), 0, "the outbox's accepted data counted toward it too");
+  assert.equal((await sink.receivedIds("cam", "sink--from--cam")).size, 0);
+  assert.deepEqual(await sink.terminators("cam"), []);
+  assert.deepEqual((await cam.unresolvedPublications()).map((e) => e.publicationId), ["pending"]);
+  assert.equal((await cam.restoreCheckpoint()).replayPosition.offset, 3, "checkpoints stay");
+  assert.equal(await sink.effectSeen("e"), true, "effect markers stay");
+});
+
+Deno.test("forgetting replay positions deletes the checkpoints that hold a source offset, and only those", async () => {
+  const store = new ScriptedStore();
+  store.durable = known(true);
+  const replayable = runtime(store, { node: "clip" });
+  const live = runtime(store, { node: "camera" });
+  await replayable.checkpoint(new Uint8Array([7]), { offset: 42 });
+  await live.checkpoint(new Uint8Array([9]), { group: "g-1" });
+  assert.equal(await forgetReplayPositions(store, "f", "r", ["clip", "camera"]), 1);
+  assert.deepEqual((await replayable.restoreCheckpoint()).replayPosition, {}, "the source starts again");
+  assert.equal((await replayable.restoreCheckpoint()).state, null, "with the state committed beside it");
+  assert.deepEqual([...(await live.restoreCheckpoint()).state ?? []], [9]);
 });
 
 Deno.test("storeSharedAndDurable holds only for a shared store observed durable", async () => {

@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { systemClock } from "../../../src/backends/clock.ts";
 import { MemoryRuntimeStore } from "../../../src/backends/memory/runtime_store.ts";
-import { CONTROL_STOP_KEY, MemoryMessagingBackend } from "../../../src/backends/memory/messaging.ts";
+import type { MemoryMessagingBackend } from "../../../src/backends/memory/messaging.ts";
+import { CONTROL_STOP_KEY } from "../../../src/backends/memory/messaging.ts";
 import { Barrier, FaultSchedule, raiseTyped } from "../../../src/backends/faults.ts";
 import { channelId, type Envelope, envelope, MessageKind } from "../../../src/backends/messaging.ts";
 import { known, type PublicationOutcome, rejected, requireKnown } from "../../../src/backends/outcomes.ts";
@@ -26,7 +27,7 @@ import {
   MessengerDropReason,
   RECEIVED_LINGER_SECONDS,
 } from "../../../src/messaging/messenger.ts";
-import { dataSubscriptionId, flowTopology, provisionFlow } from "../../../src/messaging/topology.ts";
+import { dataSubscriptionId } from "../../../src/messaging/topology.ts";
 import { decodeEnvelope, decodePayload, ENVELOPE_VERSION } from "../../../src/wire/codec.ts";
 import { messageId, partitionOwner } from "../../../src/wire/identities.ts";
 import {
@@ -911,46 +912,6 @@ Deno.test("a reliable replayable output refused for good never advances the resu
     await flow.reopenStore();
     const second = await flow.open("cam", 0, { replayable: true });
     assert.equal(await flow.drive(second.resumeOffset()), 0, "f1 never landed: a resume replays it");
-  });
-});
-
-Deno.test("a replayable producer resumes after its last accepted offset only while the broker still has its channel's history", async () => {
-  await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
-    const first = await flow.open("cam", 0, { replayable: true });
-    assert.equal(await flow.drive(first.resumeOffset()), 0);
-    await produce(flow, first, ["f1", "f2", "f3"], false);
-    await flow.drive(first.close());
-    await flow.reopenStore();
-    const same = await flow.open("cam", 0, { replayable: true });
-    assert.equal(await flow.drive(same.resumeOffset()), 3, "the broker holds f1..f3: resume after them");
-    await flow.drive(same.close());
-    const restarted = new MemoryMessagingBackend({ clock: flow.clock });
-    try {
-      await provisionFlow(
-        restarted,
-        flowTopology([...flow.nodes.values()], {
-          flowId: FLOW,
-          runId: RUN,
-          flowType: "batch",
-          ledgerBudget: true,
-        }),
-        "provision-again",
-      );
-      const replay = await flow.open("cam", 0, { replayable: true, backend: restarted });
-      assert.equal(await flow.drive(replay.resumeOffset()), 0, "a broker that restarted empty lost f1..f3");
-      await produce(flow, replay, ["f1", "f2", "f3", "f4"]);
-      assert.deepEqual(replay.publicationStats.accepted, 4);
-      await flow.drive(replay.close());
-      const again = await flow.open("cam", 0, { replayable: true, backend: restarted });
-      assert.equal(
-        await flow.drive(again.resumeOffset()),
-        4,
-        "the replay's own offsets are the ledger's now",
-      );
-      await flow.drive(again.close());
-    } finally {
-      await restarted.shutdown();
-    }
   });
 });
 

@@ -1,0 +1,150 @@
+/**
+ * A local run's directory, `{stateDir}/{flowId}/{runId}`: where it is, the lock that lets one supervisor
+ * at a time run it, and the record of how its last supervisor ended, which decides what a re-run keeps.
+ *
+ * @module
+ */
+
+import { sanitize } from "../backends/names.ts";
+import { ConfigError, ResourceUnavailable } from "../core/errors.ts";
+import { syncDirectory } from "../runtime/file_store.ts";
+
+/**
+ * Refuses a flow id or run id that is not a plain name (letters, digits, `_`, `-`): each names a directory
+ * of the run's state, and anything else could name one outside it.
+ *
+ * @throws ConfigError naming the id and how to fix it.
+ */
+export function checkRunNames(flowId: string, runId: string): void {
+  for (
+    const [what, value, remedy] of [
+      [
+        "flow id",
+        flowId,
+        "name the flow with letters, digits, '_' and '-' (new Flow([...], { flowId: \"squares\" }))",
+      ],
+      ["run id", runId, "pass --run-id with a name such as run-7"],
+    ]
+  ) {
+    if (value === "" || sanitize(value) !== value) {
+      throw new ConfigError(
+        `${what} ${JSON.stringify(value)} must be non-empty and use only letters, digits, '_' and '-'`,
+        remedy,
+        { [what.replace(" ", "_")]: value },
+      );
+    }
+  }
+}
+
+/** Where a run's state lives: `{stateDir}/{flowId}/{runId}`, once {@link checkRunNames} accepts both ids. */
+export function runDirectory(stateDir: string, flowId: string, runId: string): string {
+  checkRunNames(flowId, runId);
+  return `${stateDir}/${flowId}/${runId}`;
+}
+
+/**
+ * Holds the run's lock (an exclusive flock on `{runDir}/run.lock`, released when closed or when the
+ * process dies): one supervisor per run directory at a time.
+ *
+ * @throws ResourceUnavailable when another supervisor holds it (two would share one ledger and write
+ * every output twice), or the lock cannot be taken at all.
+ */
+export async function lockRun(runDir: string, flowId: string, runId: string): Promise<Deno.FsFile> {
+  const path = `${runDir}/run.lock`;
+  const lock = await Deno.open(path, { read: true, write: true, create: true });
+  let held: boolean;
+  try {
+    held = await lock.tryLock(true);
+  } catch (error) {
+    lock.close();
+    throw new ResourceUnavailable(
+      `the lock ${path} of run ${runId} cannot be taken: ${(error as Error).message}`,
+      "put --state on a local disk that supports file locks",
+      { run_dir: runDir },
+    );
+  }
+  if (held) return lock;
+  lock.close();
+  throw new ResourceUnavailable(
+    `run ${runId} of flow ${flowId} is already running: another vf holds ${path}`,
+    "wait for that run to end (or stop it), or pass another --run-id",
+    { run_dir: runDir },
+  );
+}
+
+/** How a run's supervisor ended, when it ended on its own terms. */
+export const RunEnd = {
+  /** Every replica finished: the run is done. */
+  finished: "finished",
+  /** A signal stopped it and every item taken was finished: the broker held nothing undelivered. */
+  stopped: "stopped",
+} as const;
+/** One of {@link RunEnd}. */
+export type RunEnd = typeof RunEnd[keyof typeof RunEnd];
+
+/** How a supervisor ended, and when (ISO time). */
+export interface RunEndRecord {
+  readonly end: RunEnd;
+  readonly at: string;
+}
+
+const END_FILE = "end.json";
+
+/**
+ * How the last supervisor of the run in `runDir` ended, or null when none did on its own terms (it was
+ * killed, forced, or failed), or none ran yet.
+ *
+ * @throws ResourceUnavailable when the record is unreadable or not one this module wrote.
+ */
+export async function readRunEnd(runDir: string): Promise<RunEndRecord | null> {
+  const path = `${runDir}/${END_FILE}`;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(await Deno.readTextFile(path));
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return null;
+    throw new ResourceUnavailable(
+      `the run's end record ${path} cannot be read: ${(error as Error).message}`,
+      "remove the file: the run is then treated as one whose supervisor died, and replays its sources",
+      { path },
+    );
+  }
+  const record = parsed as Partial<RunEndRecord> | null;
+  if (
+    record === null || typeof record !== "object" || !Object.values(RunEnd).includes(record.end as RunEnd) ||
+    typeof record.at !== "string"
+  ) {
+    throw new ResourceUnavailable(
+      `the run's end record ${path} is not one videoflow wrote`,
+      "remove the file: the run is then treated as one whose supervisor died, and replays its sources",
+      { path },
+    );
+  }
+  return { end: record.end as RunEnd, at: record.at };
+}
+
+/** Records how this supervisor ended: written whole and synced (a temporary file renamed over it), or not at all. */
+export async function writeRunEnd(runDir: string, end: RunEnd): Promise<void> {
+  const temp = `${runDir}/${END_FILE}.tmp`;
+  const bytes = new TextEncoder().encode(JSON.stringify({ end, at: new Date().toISOString() }));
+  const file = await Deno.open(temp, { write: true, create: true, truncate: true });
+  try {
+    for (let written = 0; written < bytes.length;) written += await file.write(bytes.subarray(written));
+    await file.syncData();
+  } finally {
+    file.close();
+  }
+  await Deno.rename(temp, `${runDir}/${END_FILE}`);
+  await syncDirectory(runDir);
+}
+
+/** Removes the end record before a supervisor goes on with the run, so its own death leaves none. */
+export async function clearRunEnd(runDir: string): Promise<void> {
+  try {
+    await Deno.remove(`${runDir}/${END_FILE}`);
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return;
+    throw error;
+  }
+  await syncDirectory(runDir);
+}
