@@ -26,6 +26,7 @@ import {
   WorkerEnvVar,
   type WorkerSettings,
 } from "../../../src/runtime/worker_config.ts";
+import { processorEnv } from "../../support/worker_env.ts";
 import { SeededRandom, testSeed } from "../../support/random.ts";
 
 export class Camera extends ProducerNode {
@@ -76,18 +77,7 @@ function compiledFlow(flowType: FlowType): NodeSpec[] {
 
 /** The required variables of a processor, and nothing else. */
 function minimalEnv(): Record<string, string> {
-  return {
-    VF_NODE_CLASS: `${import.meta.url}#Detect`,
-    VF_NODE_PARAMS_JSON: '{"name":"detect"}',
-    VF_NODE_KIND: "processor",
-    VF_NODE_NAME: "detect",
-    VF_PARENT_NAMES: "cam",
-    VF_HAS_CHILDREN: "1",
-    VF_NATS_URL: "nats://nats.videoflow:4222",
-    VF_FLOW_ID: "traffic",
-    VF_FLOW_TYPE: "realtime",
-    VF_RUN_ID: "r-1",
-  };
+  return processorEnv(`${import.meta.url}#Detect`, { VF_NATS_URL: "nats://nats.videoflow:4222" });
 }
 
 function configError(env: WorkerEnv): ConfigError {

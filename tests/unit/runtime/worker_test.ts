@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { ProcessorNode } from "../../../src/core/node.ts";
 import { runWorker, type WorkerReport } from "../../../src/runtime/worker.ts";
+import { processorEnv } from "../../support/worker_env.ts";
 
 /** The node the environment names: never built, since the worker refuses first. */
 export class Detect extends ProcessorNode {
@@ -11,21 +12,13 @@ export class Detect extends ProcessorNode {
 
 /** A processor's required variables with the embedded broker, plus `extra`. */
 function env(extra: Record<string, string>): Record<string, string> {
-  return {
-    VF_NODE_CLASS: `${import.meta.url}#Detect`,
-    VF_NODE_PARAMS_JSON: '{"name":"detect"}',
-    VF_NODE_KIND: "processor",
-    VF_NODE_NAME: "detect",
-    VF_PARENT_NAMES: "cam",
-    VF_HAS_CHILDREN: "1",
+  return processorEnv(`${import.meta.url}#Detect`, {
     VF_EMBEDDED_BROKER: "tcp://127.0.0.1:9",
     VF_EMBEDDED_BROKER_SECRET: "a-secret-of-16-chars-or-more",
-    VF_FLOW_ID: "traffic",
     VF_FLOW_TYPE: "batch",
-    VF_RUN_ID: "r-1",
     VF_REPLICA_ID: "0",
     ...extra,
-  };
+  });
 }
 
 const UNSUPPORTED: Record<string, string> = {
