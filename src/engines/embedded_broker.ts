@@ -233,12 +233,23 @@ export class BrokerConnection {
     }
   }
 
+  /**
+   * The connection ended (its worker exited, crashed or was disconnected): every delivery it still held
+   * goes back to the broker at once, as a retry, instead of waiting out its lease, so a replacement or a
+   * sibling takes it now (a settle of it that is still on its way becomes stale).
+   */
   #closed(): void {
     this.#open = false;
     this.#messagingOpen = false;
     clearTimeout(this.#helloTimer);
     this.#results.take(this.#link.kind);
-    this.#tokens.drain();
+    const messaging = this.#services.messaging;
+    for (const token of this.#tokens.drain()) {
+      const settlementId = `released:${this.id}:${token.messageId}:${token.attempt}`;
+      if (messaging.settleNow(token, retry(), settlementId) === null) {
+        messaging.settle(token, retry(), settlementId).catch(() => {});
+      }
+    }
     this.#services.forget(this);
   }
 
