@@ -587,7 +587,8 @@ export class LocalEngine {
   /**
    * Launches a replica as a `deno run` subprocess. Its environment is cleared and holds only what Deno
    * needs, the variables its node declared env permission for (as a Worker replica reads them from this
-   * process) and its `VF_*` settings, so it may read all of it: the replica reads its settings whole.
+   * process) and its settings, whose names it is given as arguments: it may read exactly those and the
+   * declared ones, and it hides its settings from the node once read (`serveNodeProcess`).
    */
   #launchProcess(replica: Replica): void {
     const { spec } = replica;
@@ -602,17 +603,19 @@ export class LocalEngine {
         !isEngineSetting(name) && declaredEnv.some((declared) => envNameMatches(declared, name))
       ),
     );
+    const settings = this.#envFor(replica);
     const child = new Deno.Command(Deno.execPath(), {
       args: [
         "run",
         "--no-prompt",
         `--config=${configPath.pathname}`,
-        "--allow-env",
+        `--allow-env=${[...Object.keys(settings), ...declaredEnv].join(",")}`,
         ...permissionFlags(granted),
         bootstrapUrl(spec, Isolation.process),
+        ...Object.keys(settings),
       ],
       clearEnv: true,
-      env: { ...inherited, ...this.#envFor(replica) },
+      env: { ...inherited, ...settings },
       stdin: "null",
       stdout: "piped",
       stderr: "inherit",

@@ -693,7 +693,7 @@ for (const isolation of ["worker", "process"]) {
         pipeline(
           "env-story",
           `new Count({ name: "count", n: 2 })`,
-          `new ReadsEnv({ name: "token", variable: "STORY_TOKEN" })`,
+          `new ReadsEnv({ name: "token", variable: "STORY_TOKEN", peek: "VF_EMBEDDED_BROKER_SECRET" })`,
           dir,
         ),
       );
@@ -703,7 +703,10 @@ for (const isolation of ["worker", "process"]) {
       });
       assert.equal(run.code, 0, run.text);
       const values = (await sinkLines(join(dir, "out.jsonl"))).map((line) => line.value).sort();
-      assert.deepEqual(values, ["1=s3cret", "2=s3cret"]);
+      assert.deepEqual(values, [
+        "1=s3cret;VF_EMBEDDED_BROKER_SECRET:refused",
+        "2=s3cret;VF_EMBEDDED_BROKER_SECRET:refused",
+      ], "the declared variable is read; the replica's own settings are not the node's to read");
     });
   });
 }
