@@ -280,6 +280,13 @@ function isEngineSetting(name: string): boolean {
   return name.startsWith("VF_") || name.startsWith("VIDEOFLOW_");
 }
 
+/**
+ * What starts a process replica in a session of its own: a terminal's Ctrl-C or a service manager's
+ * SIGTERM to vf's process group then reaches vf alone, which stops the flow the spec's way, instead of
+ * killing a replica that has not yet installed its own handlers (its module graph still loading).
+ */
+const SETSID = "setsid";
+
 /** Whether env permission `declared` (a name, or a prefix ending in `*`, as Deno reads it) covers `name`. */
 function envNameMatches(declared: string, name: string): boolean {
   return declared.endsWith("*") ? name.startsWith(declared.slice(0, -1)) : declared === name;
@@ -604,8 +611,9 @@ export class LocalEngine {
       ),
     );
     const settings = this.#envFor(replica);
-    const child = new Deno.Command(Deno.execPath(), {
+    const child = new Deno.Command(SETSID, {
       args: [
+        Deno.execPath(),
         "run",
         "--no-prompt",
         `--config=${configPath.pathname}`,

@@ -830,6 +830,48 @@ for (const { signal, who, flowId } of GROUP_SIGNALS) {
   });
 }
 
+Deno.test("SIGTERM to the process group while subprocess replicas are still starting stops the flow cleanly", async () => {
+  await inTempDir(async (dir) => {
+    const flow = join(dir, "flow.ts");
+    await Deno.writeTextFile(
+      flow,
+      [
+        `import { Flow, JsonlSink } from ${JSON.stringify(modUrl)};`,
+        `import { Count, Poison } from ${
+          JSON.stringify(new URL("tests/fixtures/e2e/slow_loading_nodes.ts", root).href)
+        };`,
+        "export { Count, Poison };",
+        pipeline(
+          "early-term-story",
+          `new Count({ name: "count", n: 100000, delayMs: 20 })`,
+          `new Poison({ name: "middle", poison: [] })`,
+          dir,
+        ),
+      ].join("\n"),
+    );
+    const child = startVf(
+      ["run-local", flow, "--state", join(dir, "state"), "--run-id", "r1", "--isolation", "process"],
+      { cwd: dir, ownSession: true },
+    );
+    // The lock exists once vf took the run; its replicas are launched about as soon as it is taken.
+    const lock = join(dir, "state", "early-term-story", "r1", "run.lock");
+    while (!(await Deno.stat(lock).then(() => true, () => false))) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    // The replicas' node module takes a second to load: they are starting, with no handler of their own.
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    Deno.kill(-child.pid, "SIGTERM");
+    const run = await finished(child);
+    assert.equal(run.code, 0, run.text);
+    assert.match(run.text, /flow early-term-story stopped on SIGTERM/);
+    assert.doesNotMatch(
+      run.text,
+      /exited with code 143|gave up/,
+      "no replica was killed by the group's signal",
+    );
+  });
+});
+
 Deno.test("a second vf on a run that is running is refused (exit 3) and the first goes on", async () => {
   await inTempDir(async (dir) => {
     const flow = await slowFlow(dir, "twice-story");
