@@ -57,17 +57,19 @@ export async function writeDeadLetters(runDir: string, records: readonly DeadLet
   await Deno.rename(temporary, path);
 }
 
-/** The run's dead letters; ConfigError when the run directory has no dead-letter file. */
+/**
+ * The run's dead letters: none so far for a run that started (its directory exists) and wrote no
+ * dead-letter file yet; ConfigError when no run of that name exists.
+ */
 export async function readDeadLetters(runDir: string): Promise<DeadLetterRecord[]> {
   const records = await readDeadLettersIfAny(runDir);
-  if (records === null) {
-    throw new ConfigError(
-      `no dead-letter record for the run in ${runDir}`,
-      "check --run-id and --state: they must name a run that vf run-local started",
-      { run_dir: runDir },
-    );
-  }
-  return records;
+  if (records !== null) return records;
+  if (await Deno.stat(runDir).then((info) => info.isDirectory, () => false)) return [];
+  throw new ConfigError(
+    `no run in ${runDir}`,
+    "check --run-id and --state: they must name a run that vf run-local started",
+    { run_dir: runDir },
+  );
 }
 
 /**

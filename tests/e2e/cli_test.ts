@@ -204,3 +204,18 @@ Deno.test("run-local with a --state that cannot hold directories is a typed envi
     await Deno.remove(file);
   }
 });
+
+Deno.test("vf dlq of a run that has no dead letter yet lists none; of a run that never started, exit 2", async () => {
+  const state = await Deno.makeTempDir({ prefix: "vf-cli-" });
+  try {
+    await Deno.mkdir(`${state}/squares/r1`, { recursive: true });
+    const started = await vf("dlq", "examples/hello.ts", "--run-id", "r1", "--state", state);
+    assert.equal(started.code, 0, started.stderr);
+    assert.match(started.stderr, /^0 dead letters in run r1 of squares/);
+    const never = await vf("dlq", "examples/hello.ts", "--run-id", "r2", "--state", state);
+    assert.equal(never.code, 2);
+    assert.match(never.stderr, /^VF_CONFIG: no run in .*squares\/r2/);
+  } finally {
+    await Deno.remove(state, { recursive: true });
+  }
+});
