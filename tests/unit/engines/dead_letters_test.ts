@@ -21,11 +21,12 @@ function letter(id: string, node: string, body: string): DeadLetterRecord {
   };
 }
 
-Deno.test("dead letters written whole read back; a run without the file reads as none or a ConfigError", async () => {
+Deno.test("dead letters written whole read back; a run without the file has none; no run is a ConfigError", async () => {
   const dir = await Deno.makeTempDir({ prefix: "vf-dlq-" });
   try {
     assert.equal(await readDeadLettersIfAny(dir), null);
-    await assert.rejects(readDeadLetters(dir), ConfigError);
+    assert.deepEqual(await readDeadLetters(dir), [], "a run that started and wrote no dead letter yet");
+    await assert.rejects(readDeadLetters(`${dir}/no-such-run`), ConfigError);
     const records = [letter("dlq:f:r:a:1", "a", "x"), letter("dlq:f:r:b:1", "b", "y")];
     await writeDeadLetters(dir, records);
     assert.deepEqual(await readDeadLetters(dir), records);
