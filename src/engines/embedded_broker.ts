@@ -123,6 +123,12 @@ export interface EmbeddedBrokerOptions {
   readonly secret?: string;
   /** How long a TCP client may take to say hello (default {@link DEFAULT_HELLO_TIMEOUT_SECONDS}). */
   readonly helloTimeoutSeconds?: number;
+  /**
+   * Called when a dead letter was stored; its publication is answered once the returned promise settles,
+   * so a supervisor can keep the letter somewhere that outlives the broker before the failed input it
+   * records is acked. None by default.
+   */
+  readonly onDeadLetter?: () => Promise<void>;
 }
 
 /** What a {@link BrokerConnection} serves: the hosted services, shared by every connection. */
@@ -132,6 +138,8 @@ interface Services {
   readonly runtimeStore: RuntimeStore | null;
   stopCommitted(): boolean;
   forget(connection: BrokerConnection): void;
+  /** See {@link EmbeddedBrokerOptions.onDeadLetter}. */
+  deadLetterStored(): Promise<void>;
 }
 
 let connectionIds = 0;
@@ -435,6 +443,15 @@ export class BrokerConnection {
         }
         const envelope = decodeEnvelope(args, this.#channel(args[0]), arena);
         const deadline = envelopeDeadline(args);
+        if (envelope.kind === MessageKind.dlq) {
+          return Promise.resolve(
+            messaging.publishNow(envelope, deadline) ?? messaging.publish(envelope, deadline),
+          )
+            .then(async (outcome) => {
+              if (outcome.kind === "accepted" && !outcome.duplicate) await this.#services.deadLetterStored();
+              return outcome;
+            });
+        }
         if (envelope.kind !== MessageKind.data) {
           return messaging.publishNow(envelope, deadline) ?? messaging.publish(envelope, deadline);
         }
@@ -781,6 +798,7 @@ export class EmbeddedBroker {
       runtimeStore: this.runtimeStore,
       stopCommitted: () => this.#stopCommitted,
       forget: (connection) => this.#connections.delete(connection),
+      deadLetterStored: options.onDeadLetter ?? (() => Promise.resolve()),
     };
     this.messaging.subscribeControl(() => {
       this.#stopCommitted = true;

@@ -347,6 +347,9 @@ export class LocalEngine {
   readonly #earlierDeadLetters: readonly DeadLetterRecord[];
   readonly #started = performance.now() / 1000;
   #stopping = false;
+  /** The dead-letter file's write running, and the one waiting for it (see #writeDeadLetters). */
+  #deadLetterWriting: Promise<void> = Promise.resolve();
+  #deadLetterWriteQueued: Promise<void> | null = null;
   /** The signal that asked the flow to stop, if one did. */
   #stoppedBy: Deno.Signal | null = null;
   #forced = false;
@@ -365,6 +368,10 @@ export class LocalEngine {
     this.#broker = new EmbeddedBroker({
       runtimeStore: ledger,
       messaging: new MemoryMessagingBackend({ maxPayloadBytes: EMBEDDED_MAX_ENVELOPE_BYTES }),
+      onDeadLetter: () =>
+        this.#writeDeadLetters().catch((error) => {
+          this.#view.event(`the dead letters could not be written (again at the next one): ${error.message}`);
+        }),
     });
     this.#view = new LiveView(options.output, this.#started);
     this.#policy = options.restart ? SupervisionPolicy.local() : SupervisionPolicy.disabled();
@@ -472,7 +479,7 @@ export class LocalEngine {
     } finally {
       for (const [signal, listener] of listeners) Deno.removeSignalListener(signal, listener);
     }
-    await writeDeadLetters(this.#runDir, this.#deadLetters());
+    await this.#writeDeadLetters();
     const snapshots = this.#snapshots();
     const exitCode = this.#forced ? EXIT_FORCED : runExitCode(this.#statuses());
     const outcome = exitCode === 0
@@ -739,6 +746,22 @@ export class LocalEngine {
     }
   }
 
+  /**
+   * Writes the run's dead letters to its file, after any write still running; a write asked for while one
+   * waits is that one (it reads the letters when it starts). Each dead letter the broker stores is written
+   * before its publication is answered, so its failed input is acked only once the letter is on disk.
+   */
+  #writeDeadLetters(): Promise<void> {
+    if (this.#deadLetterWriteQueued !== null) return this.#deadLetterWriteQueued;
+    const write = this.#deadLetterWriting.then(() => {
+      this.#deadLetterWriteQueued = null;
+      return writeDeadLetters(this.#runDir, this.#deadLetters());
+    });
+    this.#deadLetterWriteQueued = write;
+    this.#deadLetterWriting = write.catch(() => {});
+    return write;
+  }
+
   /** The run's dead letters: an earlier supervisor's (a re-run), then this broker's. */
   #deadLetters(): DeadLetterRecord[] {
     const { flowId, runId, specs } = this.#options;
@@ -821,7 +844,6 @@ export class LocalEngine {
     const refresh = (this.#options.refreshSeconds ?? 1) * 1000;
     const silence = silenceLimit(this.#options);
     let shownAt = -Infinity;
-    let deadLettersWritten = 0;
     while (!this.#replicas.every((r) => r.state === NodeState.done || r.state === NodeState.failed)) {
       if (this.#forced) break;
       await new Promise<void>((resolve) => {
@@ -855,11 +877,6 @@ export class LocalEngine {
         shownAt = now;
         const snapshots = this.#snapshots();
         this.#view.update(now, snapshots);
-        const deadLetters = snapshots.reduce((sum, s) => sum + s.deadLetters, 0);
-        if (deadLetters !== deadLettersWritten) {
-          deadLettersWritten = deadLetters;
-          await writeDeadLetters(this.#runDir, this.#deadLetters());
-        }
       }
     }
   }

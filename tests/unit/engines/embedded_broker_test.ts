@@ -31,6 +31,7 @@ import {
   completed,
   type Delivery,
   type Envelope,
+  MessageKind,
   Overflow,
   retry,
   subscriptionId,
@@ -996,6 +997,42 @@ Deno.test("deadlines are read on the broker's clock: a past one answers at once,
     assert.equal(done, false, "the broker's clock has not reached the deadline");
     await clock.advanceAsync(31);
     assert.deepEqual(await waiting, []);
+  } finally {
+    await connection.close();
+    await broker.close();
+  }
+});
+
+Deno.test("a stored dead letter is answered only once the broker's onDeadLetter hook has kept it; a duplicate at once", async () => {
+  const clock = new FakeClock();
+  let keep = Promise.withResolvers<void>();
+  let kept = 0;
+  const broker = new EmbeddedBroker({
+    clock,
+    messaging: new MemoryMessagingBackend({ clock }),
+    onDeadLetter: () => {
+      kept++;
+      return keep.promise;
+    },
+  });
+  await broker.messaging.ensureChannel(spec, "ensure-cam");
+  const { connection, messaging } = await client(broker, "dead-lettering", clock);
+  try {
+    const letter = makeEnvelope(spec.id, "dlq:f:r:cam:1", { kind: MessageKind.dlq });
+    let answered = false;
+    const publishing = messaging.publish(letter, clock.monotonic() + 5).then((outcome) => {
+      answered = true;
+      return outcome;
+    });
+    await eventually(() => Promise.resolve(kept === 1), "the hook was called for the stored letter");
+    await processed(connection);
+    assert.equal(answered, false, "not answered while the letter is being kept");
+    keep.resolve();
+    assert.equal((await publishing).kind, "accepted");
+    keep = Promise.withResolvers<void>();
+    const again = await messaging.publish(letter, clock.monotonic() + 5);
+    assert.ok(again.kind === "accepted" && again.duplicate, "a duplicate stores nothing new");
+    assert.equal(kept, 1);
   } finally {
     await connection.close();
     await broker.close();
