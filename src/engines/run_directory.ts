@@ -7,7 +7,7 @@
 
 import { sanitize } from "../backends/names.ts";
 import { ConfigError, ResourceUnavailable } from "../core/errors.ts";
-import { syncDirectory } from "../runtime/file_store.ts";
+import { syncDirectory, writeAtomically } from "../runtime/file_store.ts";
 
 /**
  * Refuses a flow id or run id that is not a plain name (letters, digits, `_`, `-`): each names a directory
@@ -125,17 +125,8 @@ export async function readRunEnd(runDir: string): Promise<RunEndRecord | null> {
 
 /** Records how this supervisor ended: written whole and synced (a temporary file renamed over it), or not at all. */
 export async function writeRunEnd(runDir: string, end: RunEnd): Promise<void> {
-  const temp = `${runDir}/${END_FILE}.tmp`;
   const bytes = new TextEncoder().encode(JSON.stringify({ end, at: new Date().toISOString() }));
-  const file = await Deno.open(temp, { write: true, create: true, truncate: true });
-  try {
-    for (let written = 0; written < bytes.length;) written += await file.write(bytes.subarray(written));
-    await file.syncData();
-  } finally {
-    file.close();
-  }
-  await Deno.rename(temp, `${runDir}/${END_FILE}`);
-  await syncDirectory(runDir);
+  await writeAtomically(runDir, `${runDir}/${END_FILE}.tmp`, `${runDir}/${END_FILE}`, bytes);
 }
 
 /** Removes the end record before a supervisor goes on with the run, so its own death leaves none. */

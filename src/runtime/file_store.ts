@@ -285,7 +285,7 @@ export async function syncDirectory(dir: string): Promise<void> {
  * opening `dir`): old or new, never torn. `beforeRename` runs between the fsync and the rename (the
  * `ledger.write.mid` barrier).
  */
-async function writeAtomically(
+export async function writeAtomically(
   dir: string,
   temp: string,
   target: string,
