@@ -10,6 +10,7 @@
  * @module
  */
 
+import { CoalescedRun } from "../core/coalesced_run.ts";
 import type { NodeSpec } from "../core/compiler.ts";
 import {
   ConfigError,
@@ -347,9 +348,8 @@ export class LocalEngine {
   readonly #earlierDeadLetters: readonly DeadLetterRecord[];
   readonly #started = performance.now() / 1000;
   #stopping = false;
-  /** The dead-letter file's write running, and the one waiting for it (see #writeDeadLetters). */
-  #deadLetterWriting: Promise<void> = Promise.resolve();
-  #deadLetterWriteQueued: Promise<void> | null = null;
+  /** The dead-letter file's writes, one after another: each writes the letters there are when it starts. */
+  readonly #deadLetterWrites = new CoalescedRun(() => writeDeadLetters(this.#runDir, this.#deadLetters()));
   /** The signal that asked the flow to stop, if one did. */
   #stoppedBy: Deno.Signal | null = null;
   #forced = false;
@@ -747,19 +747,12 @@ export class LocalEngine {
   }
 
   /**
-   * Writes the run's dead letters to its file, after any write still running; a write asked for while one
-   * waits is that one (it reads the letters when it starts). Each dead letter the broker stores is written
-   * before its publication is answered, so its failed input is acked only once the letter is on disk.
+   * Writes the run's dead letters to its file, after any write still running. Each dead letter the broker
+   * stores is written before its publication is answered, so its failed input is acked only once the
+   * letter is on disk.
    */
   #writeDeadLetters(): Promise<void> {
-    if (this.#deadLetterWriteQueued !== null) return this.#deadLetterWriteQueued;
-    const write = this.#deadLetterWriting.then(() => {
-      this.#deadLetterWriteQueued = null;
-      return writeDeadLetters(this.#runDir, this.#deadLetters());
-    });
-    this.#deadLetterWriteQueued = write;
-    this.#deadLetterWriting = write.catch(() => {});
-    return write;
+    return this.#deadLetterWrites.request();
   }
 
   /** The run's dead letters: an earlier supervisor's (a re-run), then this broker's. */

@@ -55,6 +55,7 @@
  */
 
 import { ByteSlab } from "../core/bytes.ts";
+import { CoalescedRun } from "../core/coalesced_run.ts";
 import { MessagingProfile } from "../backends/capabilities.ts";
 import { type Clock, systemClock, type TimerHandle } from "../backends/clock.ts";
 import { Barrier, barrier, faultsInstalled } from "../backends/faults.ts";
@@ -599,10 +600,8 @@ export class BrokerMessenger implements Messenger {
   readonly #order = new PublicationOrder();
   /** The publications of the group in hand, which its settlement waits for. */
   #outputs: Promise<void>[] = [];
-  /** The ledger flushes, one after another. */
-  #flushing: Promise<void> = Promise.resolve();
-  /** A flush waiting for the one running: what it writes is taken when it starts, so one is enough. */
-  #flushQueued: Promise<void> | null = null;
+  /** The ledger flushes, one after another: what each writes is taken when it starts. */
+  readonly #ledgerFlushes = new CoalescedRun(() => this.#writeLedger());
   /** A replayable producer's offsets minted and not yet final, in order. */
   readonly #offsetsOpen: number[] = [];
   readonly #offsetsFinal = new Set<number>();
@@ -2337,14 +2336,7 @@ export class BrokerMessenger implements Messenger {
    * after any flush still running (one at a time).
    */
   #flushLedger(): Promise<void> {
-    if (this.#flushQueued !== null) return this.#flushQueued;
-    const flush = this.#flushing.then(() => {
-      this.#flushQueued = null;
-      return this.#writeLedger();
-    });
-    this.#flushQueued = flush;
-    this.#flushing = flush.catch(() => {});
-    return flush;
+    return this.#ledgerFlushes.request();
   }
 
   async #writeLedger(): Promise<void> {
