@@ -443,18 +443,15 @@ export class BrokerConnection {
         }
         const envelope = decodeEnvelope(args, this.#channel(args[0]), arena);
         const deadline = envelopeDeadline(args);
+        const publish = () =>
+          messaging.publishNow(envelope, deadline) ?? messaging.publish(envelope, deadline);
         if (envelope.kind === MessageKind.dlq) {
-          return Promise.resolve(
-            messaging.publishNow(envelope, deadline) ?? messaging.publish(envelope, deadline),
-          )
-            .then(async (outcome) => {
-              if (outcome.kind === "accepted" && !outcome.duplicate) await this.#services.deadLetterStored();
-              return outcome;
-            });
+          return Promise.resolve(publish()).then(async (outcome) => {
+            if (outcome.kind === "accepted" && !outcome.duplicate) await this.#services.deadLetterStored();
+            return outcome;
+          });
         }
-        if (envelope.kind !== MessageKind.data) {
-          return messaging.publishNow(envelope, deadline) ?? messaging.publish(envelope, deadline);
-        }
+        if (envelope.kind !== MessageKind.data) return publish();
         const handle = args[0] as number;
         const head = this.#refusedHeads.get(handle);
         if (head !== undefined && head.publicationId !== envelope.publicationId) {
@@ -466,7 +463,7 @@ export class BrokerConnection {
           );
         }
         const arrival = ++this.#dataArrivals;
-        const outcome = messaging.publishNow(envelope, deadline) ?? messaging.publish(envelope, deadline);
+        const outcome = publish();
         return outcome instanceof Promise
           ? outcome.then((settled) => this.#noteOrder(handle, envelope, arrival, settled))
           : this.#noteOrder(handle, envelope, arrival, outcome);
