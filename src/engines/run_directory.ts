@@ -103,24 +103,24 @@ export async function readRunEnd(runDir: string): Promise<RunEndRecord | null> {
     parsed = JSON.parse(await Deno.readTextFile(path));
   } catch (error) {
     if (error instanceof Deno.errors.NotFound) return null;
-    throw new ResourceUnavailable(
-      `the run's end record ${path} cannot be read: ${(error as Error).message}`,
-      "remove the file: the run is then treated as one whose supervisor died, and replays its sources",
-      { path },
-    );
+    throw unusableRunEnd(path, `cannot be read: ${(error as Error).message}`);
   }
   const record = parsed as Partial<RunEndRecord> | null;
   if (
     record === null || typeof record !== "object" || !Object.values(RunEnd).includes(record.end as RunEnd) ||
     typeof record.at !== "string"
   ) {
-    throw new ResourceUnavailable(
-      `the run's end record ${path} is not one videoflow wrote`,
-      "remove the file: the run is then treated as one whose supervisor died, and replays its sources",
-      { path },
-    );
+    throw unusableRunEnd(path, "is not one videoflow wrote");
   }
   return { end: record.end as RunEnd, at: record.at };
+}
+
+function unusableRunEnd(path: string, why: string): ResourceUnavailable {
+  return new ResourceUnavailable(
+    `the run's end record ${path} ${why}`,
+    "remove the file: the run is then treated as one whose supervisor died, and replays its sources",
+    { path },
+  );
 }
 
 /** Records how this supervisor ended: written whole and synced (a temporary file renamed over it), or not at all. */
