@@ -149,6 +149,14 @@ export const EMBEDDED_MAX_ENVELOPE_BYTES = 64 * MIB;
  */
 export const DEFAULT_CHANNEL_MAX_BYTES = 256 * MIB;
 
+/**
+ * How many messages the embedded broker keeps for one batch node's output (a JetStream stream keeps
+ * 10,000): enough for a consumer to never wait on its producer, few enough that an item does not queue
+ * behind thousands of others. Against 10,000, 30,000 small items through producer → relay → sink reach
+ * the sink about 5× sooner (p50 latency 760 → 156 ms) and slightly faster (`deno task bench`).
+ */
+export const LOCAL_BATCH_MAX_MSGS = 2_000;
+
 /** Refuses a channel byte limit that is not a whole number of bytes, or that one largest envelope would overflow. */
 export function checkChannelMaxBytes(value: number | undefined): void {
   if (value === undefined || (Number.isSafeInteger(value) && value >= EMBEDDED_MAX_ENVELOPE_BYTES)) return;
@@ -448,6 +456,7 @@ export class LocalEngine {
       flowType,
       ledgerBudget,
       channelMaxBytes: this.#options.channelMaxBytes ?? DEFAULT_CHANNEL_MAX_BYTES,
+      batchMaxMsgs: LOCAL_BATCH_MAX_MSGS,
     });
     await provisionFlow(this.#broker.messaging, topology, `run-local/${runId}`);
     if (this.#options.isolation === Isolation.process) await this.#broker.listen();

@@ -372,6 +372,33 @@ Deno.test("a decoder far ahead of a slow node is held back at the broker's chann
   });
 });
 
+Deno.test("a producer far ahead of a stalled node is held back after about 2,000 small items, then all arrive once", async () => {
+  await inTempDir(async (dir) => {
+    const log = join(dir, "made.log");
+    const flow = await writeFlow(
+      dir,
+      ["LoggedReplayableCount", "SlowStart"],
+      pipeline(
+        "held-back-small",
+        `new LoggedReplayableCount({ name: "count", n: 5000, log: ${JSON.stringify(log)}, killAt: 0, ` +
+          `pidFile: ${JSON.stringify(join(dir, "never.pid"))} })`,
+        `new SlowStart({ name: "slow", delayMs: 3000, producerLog: ${JSON.stringify(log)} })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
+    assert.equal(run.code, 0, run.text);
+    const values = (await sinkLines(join(dir, "out.jsonl"))).map((line) => line.value);
+    const ahead = values.filter((v) => typeof v === "string");
+    assert.equal(ahead.length, 1, `one item stalled: ${ahead}`);
+    const made = Number(String(ahead[0]).slice("ahead:".length));
+    // The channel keeps 2,000 unsettled items; the producer also has up to 256 publications awaiting.
+    assert.ok(made >= 2000 && made <= 2300, `the producer made ${made} items while the first one stalled`);
+    const numbers = values.filter((v) => typeof v === "number") as number[];
+    assert.deepEqual(numbers.toSorted((a, b) => a - b), range(2, 5000));
+  });
+});
+
 // ---- 2, 3. the delivery policy ----------------------------------------------------------------------------
 
 Deno.test("a batch flow dead-letters exactly the poison items (VF_POISON, 1 delivery) and sinks all others", async () => {
