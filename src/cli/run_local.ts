@@ -15,7 +15,7 @@ import { ConfigError } from "../core/errors.ts";
 import { randomHex } from "../core/hex.ts";
 import { checkFlowType } from "../core/flow_type.ts";
 import {
-  checkChannelMaxBytes,
+  checkLocalRunOptions,
   DEFAULT_CHANNEL_MAX_BYTES,
   forwardedSettings,
   Isolation,
@@ -77,13 +77,13 @@ export async function runLocalCommand(
 ): Promise<number> {
   const isolation = isolationOf(options.isolation);
   const channelMaxBytes = channelMaxBytesOf(options.channelMaxMib);
-  checkChannelMaxBytes(channelMaxBytes);
+  const extraEnv = forwardedSettings(Deno.env.toObject());
   const runId = options.runId ?? generateRunId();
   const { flow, modules } = await loadFlow(path);
   checkRunNames(flow.flowId, runId);
   const flowType = options.flowType === undefined ? flow.flowType : checkFlowType(options.flowType);
-  const specs = compileFlow(flow, { modules });
-  for (const diagnostic of flow.validate(modules)) io.err(diagnostic.render());
+  checkLocalRunOptions({ channelMaxBytes, extraEnv, flowType });
+  const specs = compileFlow(flow, { modules, onWarning: (warning) => io.err(warning.render()) });
   const as = isolation === Isolation.worker ? "Deno Workers" : "subprocesses";
   io.err(`running flow ${flow.flowId} (${flowType}), run ${runId}, ${specs.length} nodes as ${as}`);
   const result = await LocalEngine.run({
@@ -96,7 +96,7 @@ export async function runLocalCommand(
     isolation,
     restart: !(options.noRestart ?? false),
     output: { isTerminal: Deno.stdout.isTerminal(), write: (text) => io.write(text) },
-    extraEnv: forwardedSettings(Deno.env.toObject()),
+    extraEnv,
     channelMaxBytes,
   });
   const deadLetters = result.snapshots.reduce((sum, snapshot) => sum + snapshot.deadLetters, 0);

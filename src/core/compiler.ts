@@ -15,7 +15,7 @@
  * @module
  */
 
-import { ConfigError, raiseForDiagnostics } from "./errors.ts";
+import { ConfigError, type Diagnostic, raiseForDiagnostics } from "./errors.ts";
 import type { Flow } from "./flow.ts";
 import { childrenWithin } from "./graph.ts";
 import { isNonEmptyString, isPositiveInteger, isPositiveNumber } from "./_predicates.ts";
@@ -446,6 +446,8 @@ export interface CompileOptions {
   readonly modules: ModuleIndex;
   /** An explicit wire version pin; only {@link ENVELOPE_VERSION} is accepted. */
   readonly envelopeVersion?: number | null;
+  /** Told each warning the flow's validation finds (its errors throw); warnings are not reported otherwise. */
+  readonly onWarning?: (warning: Diagnostic) => void;
 }
 
 /** Options of {@link compileToDict}. */
@@ -524,7 +526,9 @@ function specFor(node: Node, members: ReadonlySet<Node>, modules: ModuleIndex): 
  * {@link ConfigError}.
  */
 export function compileFlow(flow: Flow, options: CompileOptions): NodeSpec[] {
-  raiseForDiagnostics(flow.validate(options.modules));
+  const diagnostics = flow.validate(options.modules);
+  raiseForDiagnostics(diagnostics);
+  for (const warning of diagnostics) options.onWarning?.(warning);
   const members = new Set(flow.nodes);
   const specs = flow.topologicalSort().map((node) => specFor(node, members, options.modules));
   for (const spec of specs) spec.blobReaders = blobReaders(spec, specs);

@@ -24,7 +24,6 @@ import {
 } from "../core/errors.ts";
 import type { FlowType } from "../core/flow.ts";
 import {
-  DEFAULT_PROGRESS_TIMEOUT_SECONDS,
   type NodeExited,
   nodeExited,
   nodeGaveUp,
@@ -45,7 +44,12 @@ import {
   REPORT_LINE_PREFIX,
   type WorkerReport,
 } from "../runtime/worker.ts";
-import { workerEnvFor, WorkerEnvVar } from "../runtime/worker_config.ts";
+import {
+  parseWorkerSettings,
+  workerEnvFor,
+  WorkerEnvVar,
+  type WorkerSettings,
+} from "../runtime/worker_config.ts";
 import { LOG_LEVEL_ENV, STRUCTURED_LOGS_ENV } from "../runtime/logging.ts";
 import { WATCHDOG_INTERVAL_ENV } from "../runtime/watchdog.ts";
 import { FAULT_MARKER_DIR_ENV, FAULT_SCHEDULE_ENV } from "../backends/faults.ts";
@@ -157,14 +161,24 @@ export const DEFAULT_CHANNEL_MAX_BYTES = 256 * MIB;
  */
 export const LOCAL_BATCH_MAX_MSGS = 2_000;
 
-/** Refuses a channel byte limit that is not a whole number of bytes, or that one largest envelope would overflow. */
-export function checkChannelMaxBytes(value: number | undefined): void {
-  if (value === undefined || (Number.isSafeInteger(value) && value >= EMBEDDED_MAX_ENVELOPE_BYTES)) return;
-  throw new ConfigError(
-    `a channel's byte limit must be a whole number of at least ${EMBEDDED_MAX_ENVELOPE_BYTES} bytes ` +
-      `(the largest envelope), got ${value}`,
-    `pass at least ${EMBEDDED_MAX_ENVELOPE_BYTES / MIB} MiB`,
-  );
+/**
+ * Refuses, with a {@link ConfigError} before anything starts, what would make every replica fail or the
+ * broker refuse every envelope: a channel byte limit that is not a whole number of bytes or that one
+ * largest envelope would overflow, and a malformed worker setting in {@link LocalRunOptions.extraEnv}.
+ * Returns the settings every replica will read from it.
+ */
+export function checkLocalRunOptions(
+  options: Pick<LocalRunOptions, "channelMaxBytes" | "extraEnv" | "flowType">,
+): WorkerSettings {
+  const value = options.channelMaxBytes;
+  if (value !== undefined && !(Number.isSafeInteger(value) && value >= EMBEDDED_MAX_ENVELOPE_BYTES)) {
+    throw new ConfigError(
+      `a channel's byte limit must be a whole number of at least ${EMBEDDED_MAX_ENVELOPE_BYTES} bytes ` +
+        `(the largest envelope), got ${value}`,
+      `pass at least ${EMBEDDED_MAX_ENVELOPE_BYTES / MIB} MiB`,
+    );
+  }
+  return parseWorkerSettings(options.extraEnv ?? {}, options.flowType);
 }
 
 /**
@@ -208,10 +222,9 @@ export const MIN_SILENCE_SECONDS = 10;
  * {@link LocalRunOptions.silenceSeconds}); null for never. A report stops only when the replica's event
  * loop is blocked (a synchronous call that never returns), where its own watchdog cannot run either.
  */
-function silenceLimit(options: LocalRunOptions): number | null {
+function silenceLimit(options: LocalRunOptions, settings: WorkerSettings): number | null {
   if (options.silenceSeconds !== undefined) return options.silenceSeconds;
-  const given = Number(options.extraEnv?.[WorkerEnvVar.progressTimeoutSeconds] ?? NaN);
-  const timeout = Number.isFinite(given) && given >= 0 ? given : DEFAULT_PROGRESS_TIMEOUT_SECONDS;
+  const timeout = settings.progressTimeoutSeconds;
   return timeout === 0 ? null : Math.max(MIN_SILENCE_SECONDS, timeout);
 }
 
@@ -363,14 +376,18 @@ export class LocalEngine {
   #forced = false;
   #ending = false;
   #wake: (() => void) | null = null;
+  /** Seconds of silence after which a replica counts as stalled; null for never. */
+  readonly #silence: number | null;
 
   private constructor(
     options: LocalRunOptions,
+    settings: WorkerSettings,
     ledger: FileRuntimeStore,
     runDir: string,
     earlierDeadLetters: readonly DeadLetterRecord[],
   ) {
     this.#options = options;
+    this.#silence = silenceLimit(options, settings);
     this.#runDir = runDir;
     this.#earlierDeadLetters = earlierDeadLetters;
     this.#broker = new EmbeddedBroker({
@@ -387,7 +404,7 @@ export class LocalEngine {
 
   /** Runs the flow and resolves with how it ended. */
   static async run(options: LocalRunOptions): Promise<LocalRunResult> {
-    checkChannelMaxBytes(options.channelMaxBytes);
+    const settings = checkLocalRunOptions(options);
     const runDir = runDirectory(options.stateDir, options.flowId, options.runId);
     try {
       await Deno.mkdir(`${runDir}/termination`, { recursive: true });
@@ -410,7 +427,8 @@ export class LocalEngine {
       const ledger = await FileRuntimeStore.open(`${runDir}/ledger`);
       await forgetEarlierBroker(ledger, options, previous);
       await clearRunEnd(runDir);
-      const engine = new LocalEngine(options, ledger, runDir, await readDeadLettersIfAny(runDir) ?? []);
+      const earlier = await readDeadLettersIfAny(runDir) ?? [];
+      const engine = new LocalEngine(options, settings, ledger, runDir, earlier);
       try {
         return await engine.#run();
       } finally {
@@ -844,7 +862,7 @@ export class LocalEngine {
 
   async #supervise(): Promise<void> {
     const refresh = (this.#options.refreshSeconds ?? 1) * 1000;
-    const silence = silenceLimit(this.#options);
+    const silence = this.#silence;
     let shownAt = -Infinity;
     while (!this.#replicas.every((r) => r.state === NodeState.done || r.state === NodeState.failed)) {
       if (this.#forced) break;

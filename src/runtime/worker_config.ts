@@ -835,6 +835,36 @@ function asConfigError(error: unknown, name: string): ConfigError {
  * replica count that does not match the parents.
  */
 export function parseWorkerConfig(env: WorkerEnv): WorkerConfig {
+  const rawType = env[WorkerEnvVar.flowType];
+  const flowType = FLOW_TYPES.find((type) => type === rawType) ?? FlowType.realtime;
+  const { fields, problems, attempt } = readVariables(env, VARIABLES, flowType);
+  attempt(WorkerEnvVar.natsUrl, () => fields.broker = brokerIn(env));
+  attempt(PARENT_REPLICAS_ENV, () => {
+    fields.parentReplicas = parentReplicasFromEnv(
+      (fields.parentNames ?? []) as string[],
+      env[PARENT_REPLICAS_ENV],
+    );
+  });
+  if (problems.length === 0) {
+    attempt(WorkerEnvVar.nodeKind, () => checkConsistency(fields as unknown as WorkerConfig));
+  }
+  if (problems.length > 0) throw oneError(problems);
+  return fields as unknown as WorkerConfig;
+}
+
+/**
+ * The settings `env` gives a worker of a `flowType` flow, each unset one at its default, read exactly as
+ * {@link parseWorkerConfig} reads them: a supervisor checks the settings it passes on before any replica
+ * starts. Throws one {@link ConfigError} naming every malformed variable.
+ */
+export function parseWorkerSettings(env: WorkerEnv, flowType: FlowType): WorkerSettings {
+  const { fields, problems } = readVariables(env, SETTING_VARIABLES, flowType);
+  if (problems.length > 0) throw oneError(problems);
+  return fields as unknown as WorkerSettings;
+}
+
+/** Reads `variables` and the logging settings from `env`, collecting every problem instead of stopping. */
+function readVariables(env: WorkerEnv, variables: readonly AnyVariable[], flowType: FlowType) {
   const problems: ConfigError[] = [];
   const fields: Record<string, unknown> = {};
   const attempt = (name: string, read: () => void): void => {
@@ -844,9 +874,7 @@ export function parseWorkerConfig(env: WorkerEnv): WorkerConfig {
       problems.push(asConfigError(error, name));
     }
   };
-  const rawType = env[WorkerEnvVar.flowType];
-  const flowType = FLOW_TYPES.find((type) => type === rawType) ?? FlowType.realtime;
-  for (const variable of VARIABLES) {
+  for (const variable of variables) {
     attempt(variable.name, () => {
       const raw = present(env, variable.name);
       if (raw !== undefined) fields[variable.key] = variable.parse(raw, variable.name);
@@ -854,19 +882,8 @@ export function parseWorkerConfig(env: WorkerEnv): WorkerConfig {
       else throw missing(variable.name, fromEngine);
     });
   }
-  attempt(WorkerEnvVar.natsUrl, () => fields.broker = brokerIn(env));
-  attempt(PARENT_REPLICAS_ENV, () => {
-    fields.parentReplicas = parentReplicasFromEnv(
-      (fields.parentNames ?? []) as string[],
-      env[PARENT_REPLICAS_ENV],
-    );
-  });
   attempt(STRUCTURED_LOGS_ENV, () => fields.logging = loggingConfigFromEnv({ get: (key) => env[key] }));
-  if (problems.length === 0) {
-    attempt(WorkerEnvVar.nodeKind, () => checkConsistency(fields as unknown as WorkerConfig));
-  }
-  if (problems.length > 0) throw oneError(problems);
-  return fields as unknown as WorkerConfig;
+  return { fields, problems, attempt };
 }
 
 /**

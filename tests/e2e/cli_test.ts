@@ -10,11 +10,16 @@ interface Run {
 }
 
 /** Runs `vf ARGS` as a user would: `deno run -A mod.ts ARGS` in the project directory. */
-async function vf(...args: string[]): Promise<Run> {
+function vf(...args: string[]): Promise<Run> {
+  return vfWith({}, ...args);
+}
+
+/** {@link vf} with `env` added to its environment. */
+async function vfWith(env: Readonly<Record<string, string>>, ...args: string[]): Promise<Run> {
   const output = await new Deno.Command(Deno.execPath(), {
     args: ["run", "-A", "mod.ts", ...args],
     cwd: root,
-    env: { NO_COLOR: "1" },
+    env: { NO_COLOR: "1", ...env },
     stdout: "piped",
     stderr: "piped",
   }).output();
@@ -187,6 +192,26 @@ Deno.test("run-local refuses, before it starts, a flow id that leaves --state, a
       assert.doesNotMatch(run.stderr, /running flow/, "refused before anything started");
       assertNoStackTrace(run);
     }
+  } finally {
+    await Deno.remove(state, { recursive: true });
+  }
+});
+
+Deno.test("run-local refuses malformed worker settings in its environment before it starts, naming each: exit 2", async () => {
+  const state = await Deno.makeTempDir({ prefix: "vf-cli-" });
+  try {
+    const env = { VF_PROGRESS_TIMEOUT_SECONDS: "soon", VF_MAX_RETRIES: "-1" };
+    const run = await vfWith(env, "run-local", "examples/hello.ts", "--state", state);
+    assert.equal(run.code, 2, run.stderr);
+    assert.match(run.stderr, /^VF_CONFIG: the worker environment has 2 problems/);
+    assert.match(
+      run.stderr,
+      /VF_PROGRESS_TIMEOUT_SECONDS must be a number of seconds, 0 or more, got "soon"/,
+    );
+    assert.match(run.stderr, /VF_MAX_RETRIES must be/);
+    assert.doesNotMatch(run.stderr, /running flow/, "refused before anything started");
+    assert.deepEqual([...Deno.readDirSync(state)], [], "nothing was written");
+    assertNoStackTrace(run);
   } finally {
     await Deno.remove(state, { recursive: true });
   }

@@ -248,6 +248,21 @@ Deno.test("compiled node settings reach the spec: partitioning, join policy, GPU
   assert.deepEqual(blobReaderIds(first, [first, joined, sink]), ["join/p0", "join/p1", "join/p2"]);
 });
 
+Deno.test("compileFlow tells onWarning each warning of the flow's validation, and compiles it", () => {
+  const seen: string[] = [];
+  const onWarning = (warning: { render(): string }) => seen.push(warning.render());
+  assert.equal(compileFlow(squares.default, { modules: SQUARES, onWarning }).length, 4);
+  assert.deepEqual(seen, [], "a sound flow has no warning");
+  const pair = new Proc({ name: "pair" }).from(new Src({ name: "a" }), new Src({ name: "b" }));
+  const specs = compileFlow(new Flow([new Sink({ name: "sink" }).from(pair)]), { modules: LOCAL, onWarning });
+  assert.deepEqual(specs.map((s) => s.name), ["a", "b", "pair", "sink"]);
+  assert.equal(seen.length, 1, seen.join("\n"));
+  assert.match(
+    seen[0],
+    /^warning VF_GRAPH pair: node pair joins a, b by trace id, but they descend from no common producer/,
+  );
+});
+
 Deno.test("compileFlow validates first and raises every problem in one GraphError", () => {
   assert.throws(
     () => compileFlow(several.default, { modules: new ModuleIndex().add("file:///several.ts", several) }),
