@@ -6,11 +6,14 @@
  *    isolation, in this process through {@link LocalEngine.run}), against three bare Deno Workers joined
  *    by MessagePorts moving the same items (windowed by sink credit). Throughput is counted at the sink from
  *    its first item to its last; latency is the sink's time minus the producer's stamp; start-up (run start
- *    to the first item at the sink) is reported on its own line.
+ *    to the first item at the sink) is reported on its own line, and so is the CPU time the whole process
+ *    (every thread) spent per item from the sink's first item to its last, a figure a noisy host disturbs
+ *    less than a rate.
  * 2. Video: a 1280x720 H.264 `testsrc` clip decoded by VideoFileReader → mean of one channel → sink,
  *    against `ffmpeg` decoding the same clip to bgr24 on a pipe this process drains. Steady frames/s runs
  *    from the first frame to the last (the sink's arrivals; ffmpeg's first and last bytes), wall frames/s
- *    from the start of the run (the spawn) to its end.
+ *    from the start of the run (the spawn) to its end. The CPU time this process spends per frame (ffmpeg's
+ *    own not counted) is set beside the VideoFileReader's alone: what the flow adds to reading the frames.
  * 3. Start-up: a 10-node chain (producer → 8 relays → sink), from the start of `vf run-local` (a fresh
  *    `deno run -A mod.ts run-local` process) and from {@link LocalEngine.run} in this process to the first
  *    item at the sink, against ten bare workers chained the same way, spawn to first item.
@@ -43,7 +46,7 @@ import { type ArrivalSummary, median } from "./_bench_flows/arrivals.ts";
 import * as arrivalSink from "./_bench_flows/arrival_sink.ts";
 import type { BareDone, BareStage } from "./_bench_flows/bare_worker.ts";
 import * as channelMean from "./_bench_flows/channel_mean.ts";
-import { nowMs } from "./_bench_flows/clock.ts";
+import { nowMs, processCpuMs } from "./_bench_flows/clock.ts";
 import * as stamped from "./_bench_flows/stamped.ts";
 
 const WIDTH = 1280;
@@ -265,7 +268,8 @@ function itemChain(flowId: string, count: number, relays: number, summaryPath: s
     count,
   });
   for (let i = 1; i <= relays; i++) upstream = new stamped.Relay({ name: `relay-${i}` }).from(upstream);
-  const sink: ConsumerNode = new arrivalSink.ArrivalSink({ name: "sink", summaryPath }).from(upstream);
+  const sink: ConsumerNode = new arrivalSink.ArrivalSink({ name: "sink", summaryPath, expected: count })
+    .from(upstream);
   return new Flow([sink], { flowType: "batch", flowId });
 }
 
@@ -377,6 +381,14 @@ async function smallItems(
     }),
     figure({
       section,
+      name: "CPU per item, first to last at the sink (every thread of this process)",
+      unit: "µs/item",
+      better: "lower",
+      ...pair((s) => s.cpuUsPerItem),
+      baselineName: bareName,
+    }),
+    figure({
+      section,
       name: "latency p50, producer stamp to sink",
       unit: "ms",
       better: "lower",
@@ -420,6 +432,8 @@ interface DecodeRun {
   readonly wallSeconds: number;
   /** Frames per second from the first byte on the pipe to the last. */
   readonly steadyFps: number | null;
+  /** CPU time this process used per frame from the first frame to the last, in µs; `null`: not measured. */
+  readonly cpuUsPerFrame: number | null;
 }
 
 async function ffmpegAlone(clip: string): Promise<DecodeRun> {
@@ -449,7 +463,12 @@ async function ffmpegAlone(clip: string): Promise<DecodeRun> {
   const frames = bytes / FRAME_BYTES;
   const span = firstAt === null ? 0 : (lastAt - firstAt) / 1000;
   // The first chunk holds part of the first frame, so the span covers all frames but a fraction of one.
-  return { frames, wallSeconds: (endedAt - startedAt) / 1000, steadyFps: span > 0 ? frames / span : null };
+  return {
+    frames,
+    wallSeconds: (endedAt - startedAt) / 1000,
+    steadyFps: span > 0 ? frames / span : null,
+    cpuUsPerFrame: null,
+  };
 }
 
 const silentLogger = { debug() {}, info() {}, warn() {}, error() {} };
@@ -465,18 +484,24 @@ async function readerAlone(clip: string): Promise<DecodeRun> {
   await reader.open(ctx);
   let frames = 0;
   let firstAt: number | null = null;
+  let cpuAtFirst: number | null = null;
   let lastAt = startedAt;
   while ((await reader.next(ctx)) !== END) {
-    firstAt ??= nowMs();
+    if (firstAt === null) {
+      firstAt = nowMs();
+      cpuAtFirst = processCpuMs();
+    }
     lastAt = nowMs();
     frames++;
   }
+  const cpuAtEnd = processCpuMs();
   await reader.close(ctx);
   const span = firstAt === null ? 0 : (lastAt - firstAt) / 1000;
   return {
     frames,
     wallSeconds: (nowMs() - startedAt) / 1000,
     steadyFps: frames >= 2 && span > 0 ? (frames - 1) / span : null,
+    cpuUsPerFrame: cpuAtFirst === null || frames < 2 ? null : (cpuAtEnd - cpuAtFirst) * 1000 / (frames - 1),
   };
 }
 
@@ -512,7 +537,8 @@ function videoSection(offloaded: boolean): Section["measure"] {
       const summaryPath = `${dir}/${label}-${round}.json`;
       const decode = new VideoFileReader({ name: "decode", path: clip });
       const mean = new channelMean.ChannelMean({ name: "mean" }).from(decode);
-      const sink = new arrivalSink.ArrivalSink({ name: "sink", summaryPath }).from(mean);
+      const sink = new arrivalSink.ArrivalSink({ name: "sink", summaryPath, expected: settings.frames })
+        .from(mean);
       const flow = new Flow([sink], { flowType: "batch", flowId: `bench-${label}` });
       const run = await runFlow(flow, {
         stateDir: stateDir,
@@ -557,6 +583,15 @@ function videoSection(offloaded: boolean): Section["measure"] {
         rounds: readerRuns.map((r) => r.steadyFps),
         baselineName,
         baselineRounds: decodeRuns.map((r) => r.steadyFps),
+      }),
+      figure({
+        section,
+        name: "CPU per frame in this process, first to last (ffmpeg's not counted)",
+        unit: "µs/frame",
+        better: "lower",
+        rounds: flowRuns.map((r) => r.summary.cpuUsPerItem),
+        baselineName: "the flow's VideoFileReader alone, in one thread",
+        baselineRounds: readerRuns.map((r) => r.cpuUsPerFrame),
       }),
     ];
   };

@@ -8,11 +8,19 @@
 
 import { ConsumerNode, type NodePermissions } from "../../mod.ts";
 import { ArrivalLog, sentAtOf } from "./arrivals.ts";
-import { nowMs } from "./clock.ts";
+import { nowMs, processCpuMs } from "./clock.ts";
+
+/** Params of {@link ArrivalSink}. */
+export interface ArrivalSinkParams {
+  /** Where the summary is written. */
+  readonly summaryPath: string;
+  /** How many items the run makes, for the CPU time per item (see {@link ArrivalLog}); none by default. */
+  readonly expected?: number;
+}
 
 /** Records arrivals; writes their summary to `summaryPath` when the stream ends. */
-export class ArrivalSink extends ConsumerNode<{ readonly summaryPath: string }> {
-  readonly #log = new ArrivalLog();
+export class ArrivalSink extends ConsumerNode<ArrivalSinkParams> {
+  readonly #log = new ArrivalLog(this.params.expected ?? null, processCpuMs);
 
   /** Write access to the summary file, nothing else. */
   override permissions(): NodePermissions {

@@ -19,6 +19,11 @@ export interface ArrivalSummary {
   readonly p50Ms: number | null;
   /** 99th percentile end-to-end latency; `null` when no item carried a send time. */
   readonly p99Ms: number | null;
+  /**
+   * CPU time the whole process used per item from the first arrival to the `expected`-th, in
+   * microseconds; `null` without an expected count or a CPU reader, or below 2 items.
+   */
+  readonly cpuUsPerItem: number | null;
 }
 
 /**
@@ -36,17 +41,32 @@ export function median(values: readonly number[]): number | null {
   return quantile([...values].sort((a, b) => a - b), 0.5);
 }
 
-/** Records arrivals as they happen (amortized O(1) each) and summarizes them. */
+/**
+ * Records arrivals as they happen (amortized O(1) each) and summarizes them. Given how many items are
+ * `expected` and a reader of the process's CPU time, it also reads that time at the first arrival and at
+ * the expected-th one.
+ */
 export class ArrivalLog {
+  readonly #expected: number | null;
+  readonly #cpuMs: (() => number) | null;
+  #cpuAtFirst: number | null = null;
+  #cpuAtExpected: number | null = null;
   #count = 0;
   #firstAt: number | null = null;
   #lastAt: number | null = null;
   #latencies = new Float64Array(1024);
   #latencyCount = 0;
 
+  constructor(expected: number | null = null, cpuMs: (() => number) | null = null) {
+    this.#expected = expected;
+    this.#cpuMs = cpuMs;
+  }
+
   /** Notes one item arriving at `at`; `sentAt`, when given, is when it was produced. */
   record(at: number, sentAt: number | null): void {
     this.#count++;
+    if (this.#cpuMs !== null && this.#count === 1) this.#cpuAtFirst = this.#cpuMs();
+    if (this.#cpuMs !== null && this.#count === this.#expected) this.#cpuAtExpected = this.#cpuMs();
     this.#firstAt ??= at;
     this.#lastAt = at;
     if (sentAt === null) return;
@@ -69,6 +89,9 @@ export class ArrivalLog {
       itemsPerSecond: this.#count >= 2 && span > 0 ? (this.#count - 1) / (span / 1000) : null,
       p50Ms: quantile(sorted, 0.5),
       p99Ms: quantile(sorted, 0.99),
+      cpuUsPerItem: this.#cpuAtFirst === null || this.#cpuAtExpected === null || this.#count < 2
+        ? null
+        : (this.#cpuAtExpected - this.#cpuAtFirst) * 1000 / (this.#count - 1),
     };
   }
 }

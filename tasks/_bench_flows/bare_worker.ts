@@ -11,7 +11,7 @@
 /// <reference lib="deno.worker" />
 
 import { ArrivalLog, type ArrivalSummary, sentAtOf } from "./arrivals.ts";
-import { nowMs } from "./clock.ts";
+import { nowMs, processCpuMs } from "./clock.ts";
 
 /** What the parent posts to start a stage. */
 export type BareStage =
@@ -54,7 +54,7 @@ function produce(count: number, window: number, out: MessagePort, credit: Messag
 }
 
 function sink(count: number, grant: number, input: MessagePort, credit: MessagePort): void {
-  const log = new ArrivalLog();
+  const log = new ArrivalLog(count, processCpuMs);
   let received = 0;
   input.onmessage = (event: MessageEvent<unknown>) => {
     log.record(nowMs(), sentAtOf(event.data));
