@@ -68,18 +68,24 @@ export interface Messenger {
   receiveMessage(): Promise<InputGroup>;
   /**
    * Publishes this node's output; under realtime retention it may be dropped when consumers lag. May
-   * resolve before the broker answered: a refusal is thrown by a later call.
+   * resolve before the broker answered: a refusal is thrown by a later call. `onAccepted` runs once the
+   * broker took the output as new, not as a duplicate of one it already had (a replay after a restart).
    */
-  publishMessage(message: unknown, metadata?: Record<string, unknown>): Promise<void>;
+  publishMessage(
+    message: unknown,
+    metadata?: Record<string, unknown>,
+    onAccepted?: () => void,
+  ): Promise<void>;
   /** Publishes EOS on this node's subject; never dropped, observed exactly once downstream. */
   publishStopSignal(): Promise<void>;
   /** Publishes ABORT carrying why this node died (one of ours, a bare error, or a relayed record). */
   publishAbort(error: unknown): Promise<void>;
   /**
    * Acknowledges the input group last received, once its outputs were accepted; resolves when that may
-   * go on without the node (a failure is thrown by a later call).
+   * go on without the node (a failure is thrown by a later call). `onAcked` runs once the broker confirmed
+   * the acknowledgement, so a group processed again after a crash is reported once.
    */
-  ackInputs(): Promise<void>;
+  ackInputs(onAcked?: () => void): Promise<void>;
   /**
    * Resolves once every publication and settlement handed to the broker has its outcome; throws the
    * first failure among them.

@@ -143,7 +143,7 @@ export const TaskMetric = {
   published: "messages_published_total",
   /** Counter: input messages received (one per parent entry). */
   received: "messages_received_total",
-  /** Counter: items produced, or input groups processed and acked. */
+  /** Counter: items produced and taken by the broker as new, or input groups processed and their ack confirmed. */
   processed: "messages_processed_total",
   /** Counter: input groups the node failed on. */
   failed: "messages_failed_total",
@@ -465,20 +465,36 @@ export abstract class NodeTask<N extends Node = Node> {
 
   /**
    * Publishes one output (when there is a downstream) stamped with its timing (`proctime` from `startedAt`
-   * to now, `actual_proctime` the node's call), with the node's deferred checkpoint, if any.
+   * to now, `actual_proctime` the node's call), with the node's deferred checkpoint, if any. `onAccepted`
+   * runs once the broker took it as new (at once without a downstream).
    */
-  protected async publish(output: unknown, startedAt: number, callbackSeconds: number): Promise<void> {
+  protected async publish(
+    output: unknown,
+    startedAt: number,
+    callbackSeconds: number,
+    onAccepted?: () => void,
+  ): Promise<void> {
     const checkpoint = this.ctx.takePendingCheckpoint();
-    if (!this.hasChildren) return;
+    if (!this.hasChildren) {
+      onAccepted?.();
+      return;
+    }
     const value = output === undefined ? null : output;
     const metadata: Record<string, unknown> = {
       [PROCTIME_METADATA_KEY]: new WireDouble(elapsedSince(this.clock, startedAt)),
       [ACTUAL_PROCTIME_METADATA_KEY]: new WireDouble(callbackSeconds),
     };
     if (checkpoint !== null) metadata[CHECKPOINT_METADATA_KEY] = checkpoint;
-    await this.messenger.publishMessage(value, metadata);
+    await this.messenger.publishMessage(value, metadata, onAccepted);
     this.health?.incr(TaskMetric.published);
   }
+
+  /**
+   * Counts one item as processed: a producer's output the broker took as new, a receiver's input group
+   * whose acknowledgement the broker confirmed. So a restart that makes or processes an item again does
+   * not count it twice.
+   */
+  protected readonly countProcessed = (): void => this.health?.incr(TaskMetric.processed);
 
   /**
    * Records one unit of work done: resets the breaker and the deadline's silence, and times it (`proctime`
@@ -487,7 +503,6 @@ export abstract class NodeTask<N extends Node = Node> {
   protected recordSuccess(callbackSeconds: number, iterationSeconds: number): void {
     this.#breaker?.recordSuccess();
     this.#deadline?.recordProgress();
-    this.health?.incr(TaskMetric.processed);
     this.health?.observe(TaskMetric.proctime, iterationSeconds);
     this.health?.observe(TaskMetric.actualProctime, callbackSeconds);
   }
@@ -589,7 +604,7 @@ export class ProducerTask extends NodeTask<ProducerNode> {
       const item = await invokeNode((ctx) => producer.next(ctx), [], options);
       const callbackSeconds = elapsedSince(this.clock, started);
       if (item === END) return await this.finish();
-      await this.publish(item, started, callbackSeconds);
+      await this.publish(item, started, callbackSeconds, this.countProcessed);
       this.recordSuccess(callbackSeconds, elapsedSince(this.clock, started));
     }
   }
@@ -682,7 +697,7 @@ export abstract class ReceiverTask<N extends ReceiverNode = ReceiverNode> extend
       await this.failInputs(nodeFailure(error, identity));
       return;
     }
-    await this.messenger.ackInputs();
+    await this.messenger.ackInputs(this.countProcessed);
     this.recordSuccess(callbackSeconds, elapsedSince(this.clock, receivedAt));
   }
 }

@@ -821,11 +821,12 @@ export class BrokerMessenger implements Messenger {
 
   /**
    * Acknowledges the group last received: each of its deliveries is settled Completed once every output
-   * published for it was accepted. Resolves when that may go on without the node (within the in-flight
-   * bound); a failure of it, or of an output, is thrown by the next call that publishes, acks, receives
-   * or ends the stream.
+   * published for it was accepted, and `onAcked` runs once the broker confirmed every one of those
+   * settlements (so a group redelivered after a crash is acked, and reported, once). Resolves when that may
+   * go on without the node (within the in-flight bound); a failure of it, or of an output, is thrown by the
+   * next call that publishes, acks, receives or ends the stream.
    */
-  async ackInputs(): Promise<void> {
+  async ackInputs(onAcked?: () => void): Promise<void> {
     const group = this.#current;
     if (group === null) return;
     this.#current = null;
@@ -833,7 +834,7 @@ export class BrokerMessenger implements Messenger {
     this.#outputs = [];
     const persisted = this.#persistedGroup;
     this.#persistedGroup = null;
-    this.#work.track(this.#ackAfter(outputs, group.handles, persisted));
+    this.#work.track(this.#ackAfter(outputs, group.handles, persisted, onAcked));
     await this.#work.admit();
   }
 
@@ -841,7 +842,12 @@ export class BrokerMessenger implements Messenger {
    * Settles a group's deliveries once its outputs were accepted. When an output failed, the deliveries go
    * back to the broker at once (no attempt counted against a replacement's wait) and the failure stands.
    */
-  async #ackAfter(outputs: readonly Promise<void>[], handles: readonly Held[], persisted: string | null) {
+  async #ackAfter(
+    outputs: readonly Promise<void>[],
+    handles: readonly Held[],
+    persisted: string | null,
+    onAcked: (() => void) | undefined,
+  ) {
     try {
       if (outputs.length === 1) await outputs[0];
       else if (outputs.length > 1) await Promise.all(outputs);
@@ -850,9 +856,11 @@ export class BrokerMessenger implements Messenger {
       throw error;
     }
     if (this.#work.abandoned) return;
-    if (handles.length === 1) await this.#settle(handles[0], completed(), true);
-    else await Promise.all(handles.map((h) => this.#settle(h, completed(), true)));
+    const settled = handles.length === 1
+      ? [await this.#settle(handles[0], completed(), true)]
+      : await Promise.all(handles.map((h) => this.#settle(h, completed(), true)));
     if (persisted !== null) await this.#runtime.settleGroup(persisted);
+    if (settled.every((result) => result?.kind === "settle_confirmed")) onAcked?.();
   }
 
   /**
@@ -915,11 +923,17 @@ export class BrokerMessenger implements Messenger {
    * (sent, or waiting its turn behind a refused one); its outcome is awaited by its input group's ack and
    * by EOS, and a refusal is thrown by the next call that publishes, acks, receives or ends the stream.
    *
+   * `onAccepted` runs once the broker took the output as new (not as a duplicate of one it already had).
+   *
    * @throws ConfigError when a receiver publishes outside an input group, or a large payload has no store;
    * SchemaError for a value the wire cannot carry; CapabilityError for a checkpoint on a ledger that dies
    * with the process (RUN-022); BrokerUnavailable when a reliable output is refused for good.
    */
-  async publishMessage(message: unknown, metadata?: Record<string, unknown>): Promise<void> {
+  async publishMessage(
+    message: unknown,
+    metadata?: Record<string, unknown>,
+    onAccepted?: () => void,
+  ): Promise<void> {
     this.#requireStarted("publishMessage");
     this.#work.check();
     let checkpoint: Uint8Array | null = null;
@@ -955,7 +969,7 @@ export class BrokerMessenger implements Messenger {
       const env = this.#dataEnvelope(publicationId, body, eventTs, partitionKey, identity.offset);
       // Read before the send: a body moved to the broker is detached by then.
       const bytes = body.byteLength;
-      const sending = this.#sendInline(env, identity.offset);
+      const sending = this.#sendInline(env, identity.offset, onAccepted);
       this.#work.track(sending, bytes);
       if (this.#assembler !== null) this.#outputs.push(sending);
       await this.#work.admit();
@@ -985,7 +999,7 @@ export class BrokerMessenger implements Messenger {
     }
     const env = this.#dataEnvelope(publicationId, body, eventTs, partitionKey, identity.offset);
     const outcome = await this.#publish(env, this.#reliableOutput);
-    this.#countPublication(outcome);
+    this.#countPublication(outcome, onAccepted);
     // After a crash nothing more reaches the ledger: the intent stays open for the replacement to resolve.
     if (this.#work.abandoned) return;
     if (ref !== null) {
@@ -1026,9 +1040,9 @@ export class BrokerMessenger implements Messenger {
   }
 
   /** An inline output's send, run on while the node goes on (the backend sees it at once). */
-  async #sendInline(env: BackendEnvelope, offset: number | null): Promise<void> {
+  async #sendInline(env: BackendEnvelope, offset: number | null, onAccepted?: () => void): Promise<void> {
     const outcome = await this.#publish(env, this.#reliableOutput);
-    this.#countPublication(outcome);
+    this.#countPublication(outcome, onAccepted);
     await this.#concludePublication(env.publicationId, outcome, offset);
   }
 
@@ -2291,11 +2305,15 @@ export class BrokerMessenger implements Messenger {
     return outcome;
   }
 
-  #countPublication(outcome: PublicationOutcome): void {
+  #countPublication(outcome: PublicationOutcome, onAccepted?: () => void): void {
     switch (outcome.kind) {
       case "accepted":
-        if (outcome.duplicate) this.#stats.duplicate++;
-        else this.#stats.accepted++;
+        if (outcome.duplicate) {
+          this.#stats.duplicate++;
+        } else {
+          this.#stats.accepted++;
+          onAccepted?.();
+        }
         return;
       case "rejected":
         this.#stats.rejected++;

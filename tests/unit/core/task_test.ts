@@ -72,6 +72,10 @@ interface Script {
   readonly pending?: Observation<number>;
   /** What `awaitInFlight` rejects with: a publication that failed in the background. */
   readonly inFlightFailure?: Error;
+  /** The publications (1-based) the broker takes as duplicates: their `onAccepted` never runs. */
+  readonly duplicates?: readonly number[];
+  /** The acks (1-based) whose confirmation never comes back: their `onAcked` never runs. */
+  readonly unconfirmedAcks?: readonly number[];
 }
 
 class ScriptedMessenger implements Messenger {
@@ -84,6 +88,8 @@ class ScriptedMessenger implements Messenger {
   #drops: Record<string, number>;
   readonly #pending: Observation<number> | undefined;
   readonly #inFlightFailure: Error | undefined;
+  readonly #duplicates: readonly number[];
+  readonly #unconfirmedAcks: readonly number[];
   #received = 0;
   #last: InputGroup | null = null;
 
@@ -94,6 +100,8 @@ class ScriptedMessenger implements Messenger {
     this.#drops = { ...(script.drops ?? {}) };
     this.#pending = script.pending;
     this.#inFlightFailure = script.inFlightFailure;
+    this.#duplicates = script.duplicates ?? [];
+    this.#unconfirmedAcks = script.unconfirmedAcks ?? [];
   }
 
   #record(...call: Call): Promise<void> {
@@ -118,9 +126,15 @@ class ScriptedMessenger implements Messenger {
     return Promise.resolve(group);
   }
   /** Records the output, and its metadata when it carries more than the timing every output carries. */
-  publishMessage(message: unknown, metadata: Record<string, unknown> = {}): Promise<void> {
+  /** The script's broker takes every output as new but its {@link Script.duplicates}. */
+  publishMessage(
+    message: unknown,
+    metadata: Record<string, unknown> = {},
+    onAccepted?: () => void,
+  ): Promise<void> {
     const { [PROCTIME_METADATA_KEY]: proctime, [ACTUAL_PROCTIME_METADATA_KEY]: actual, ...rest } = metadata;
     this.timings.push([proctime, actual]);
+    if (!this.#duplicates.includes(this.timings.length)) onAccepted?.();
     return Object.keys(rest).length === 0
       ? this.#record("publishMessage", message)
       : this.#record("publishMessage", message, rest);
@@ -131,7 +145,9 @@ class ScriptedMessenger implements Messenger {
   publishAbort(error: unknown): Promise<void> {
     return this.#record("publishAbort", error);
   }
-  ackInputs(): Promise<void> {
+  /** The script's broker confirms every acknowledgement but its {@link Script.unconfirmedAcks}. */
+  ackInputs(onAcked?: () => void): Promise<void> {
+    if (!this.#unconfirmedAcks.includes(this.named("ackInputs").length + 1)) onAcked?.();
     return this.#record("ackInputs");
   }
   awaitInFlight(): Promise<void> {
@@ -599,6 +615,20 @@ Deno.test("a poison input goes to failInputs as poison, counts as a drop, and th
   assert.equal(health.counter(Metric.received), 4);
   assert.match(health.renderMetrics(), /videoflow_messages_dropped_total\{node="picky",reason="poison"\} 1/);
   assert.match(health.renderMetrics(), /videoflow_errors_total\{[^}]*code="VF_POISON"[^}]*\} 1/);
+});
+
+Deno.test("processed counts a producer's outputs taken as new and a receiver's confirmed acks, nothing twice", async () => {
+  const made = new HealthState("count");
+  await runNode(new Count({ name: "count", n: 3 }), { duplicates: [2] }, { health: made });
+  assert.equal(made.counter(Metric.processed), 2, "a replayed output the broker already had is not counted");
+  assert.equal(made.counter(Metric.published), 3);
+  const taken = new HealthState("picky");
+  const { messenger } = await runNode(new Picky({ name: "picky" }), {
+    groups: stream(1, 2, 3),
+    unconfirmedAcks: [1],
+  }, { health: taken });
+  assert.equal(messenger.named("ackInputs").length, 3);
+  assert.equal(taken.counter(Metric.processed), 2, "an ack never confirmed is not counted");
 });
 
 Deno.test("under best-effort delivery an unclassified failure counts as a best_effort drop", async () => {

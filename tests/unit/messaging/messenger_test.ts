@@ -114,6 +114,28 @@ Deno.test("an output recomputed after a crash carries the same id and is dedupli
   });
 });
 
+Deno.test("an output is reported accepted once, as new, and a group acked once, across a crash and its redo", async () => {
+  await withFlow(PIPELINE, async (flow) => {
+    const events: string[] = [];
+    const cam = await flow.open("cam");
+    await flow.drive(cam.publishMessage(1, undefined, () => events.push("cam accepted 1")));
+    await flow.drive(cam.awaitInFlight());
+    assert.deepEqual(events, ["cam accepted 1"]);
+    const first = await flow.open("det");
+    await flow.drive(first.receiveMessage());
+    await flow.drive(first.publishMessage("1!", undefined, () => events.push("first det accepted")));
+    await flow.drive(first.awaitInFlight());
+    await first.close({ handBack: false });
+    const replacement = await flow.open("det");
+    await flow.drive(replacement.receiveMessage());
+    await flow.drive(replacement.publishMessage("1!", undefined, () => events.push("replacement accepted")));
+    await flow.drive(replacement.ackInputs(() => events.push("replacement acked")));
+    await flow.drive(replacement.awaitInFlight());
+    assert.deepEqual(events, ["cam accepted 1", "first det accepted", "replacement acked"]);
+    assert.equal(replacement.publicationStats.duplicate, 1, "the redone output was a duplicate");
+  });
+});
+
 Deno.test("a trace join pairs the halves of each trace and carries the shared trace forward", async () => {
   await withFlow({
     flowType: "batch",
