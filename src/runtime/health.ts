@@ -284,6 +284,10 @@ export class HealthState {
     }
     this.#drops.set(reason, (this.#drops.get(reason) ?? 0) + count);
   }
+  /** Inputs given up on so far, by reason (a copy). */
+  dropsByReason(): Record<string, number> {
+    return Object.fromEntries(this.#drops);
+  }
 
   /** Counts one failure under its stable code and disposition, so an alert can say what is failing. */
   recordError(code: string, disposition: string): void {

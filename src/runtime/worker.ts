@@ -203,7 +203,7 @@ interface Running {
   readonly messenger: BrokerMessenger;
 }
 
-function statsOf(running: Running, drops: Record<string, number>): WorkerReport {
+function statsOf(running: Running): WorkerReport {
   const { health } = running;
   return {
     kind: "stats",
@@ -212,7 +212,7 @@ function statsOf(running: Running, drops: Record<string, number>): WorkerReport 
     processed: health.counter(Metric.processed),
     failed: health.counter(Metric.failed),
     published: health.counter(Metric.published),
-    drops: { ...drops },
+    drops: health.dropsByReason(),
   };
 }
 
@@ -260,12 +260,12 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
     const server = config.healthPort === null ? null : new HealthServer(health, { port: config.healthPort });
     server?.start();
     const running: Running = { node, replica, health, messenger };
-    const drops: Record<string, number> = {};
+    // The task moves the messenger's drops into `health` between inputs; a report moves what came since.
     const report = () => {
       for (const [reason, count] of Object.entries(messenger.takeDrops())) {
-        drops[reason] = (drops[reason] ?? 0) + count;
+        if (count > 0) health.recordDrop(reason, count);
       }
-      host.report?.(statsOf(running, drops));
+      host.report?.(statsOf(running));
     };
     const reporter = setInterval(report, REPORT_INTERVAL_SECONDS * 1000);
     host.onQuiesce?.(() => void messenger.quiesce());

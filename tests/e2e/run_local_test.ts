@@ -538,6 +538,28 @@ for (const isolation of ["worker", "process"]) {
   });
 }
 
+Deno.test("a partitioned node counts both what it processed and what it dropped for want of a key, every one", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["HalfKeyedCount", "Poison"],
+      pipeline(
+        "keyed-drops",
+        `new HalfKeyedCount({ name: "count", n: 200 })`,
+        `new Poison({ name: "middle", poison: [], nbTasks: 2, partitionBy: "_partition_key" })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
+    assert.equal(run.code, 0, run.text);
+    // Drops and processed inputs interleave: every drop must reach the summary, not only those after the last input.
+    const middle = summaryRow(run, "middle");
+    assert.equal(middle.processed, 100, run.stdout);
+    assert.equal(middle.drops, "partition_key 100", run.stdout);
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 200).filter((x) => x % 2 === 1));
+  });
+});
+
 Deno.test("a replica that dies on every launch is restarted with backoff until its budget is spent, then the run exits 4", async () => {
   await inTempDir(async (dir) => {
     const flow = await writeFlow(
