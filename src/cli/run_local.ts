@@ -82,7 +82,8 @@ export async function runLocalCommand(
   const { flow, modules } = await loadFlow(path);
   checkRunNames(flow.flowId, runId);
   const flowType = options.flowType === undefined ? flow.flowType : checkFlowType(options.flowType);
-  checkLocalRunOptions({ channelMaxBytes, extraEnv, flowType });
+  const permissions = nodePermissions(flow);
+  checkLocalRunOptions({ channelMaxBytes, extraEnv, flowType, isolation, permissions });
   const specs = compileFlow(flow, { modules, onWarning: (warning) => io.err(warning.render()) });
   const as = isolation === Isolation.worker ? "Deno Workers" : "subprocesses";
   io.err(`running flow ${flow.flowId} (${flowType}), run ${runId}, ${specs.length} nodes as ${as}`);
@@ -90,7 +91,7 @@ export async function runLocalCommand(
     flowId: flow.flowId,
     flowType,
     specs,
-    permissions: nodePermissions(flow),
+    permissions,
     runId,
     stateDir: options.state ?? DEFAULT_STATE_DIR,
     isolation,

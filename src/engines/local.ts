@@ -76,6 +76,7 @@ import { MemoryMessagingBackend } from "../backends/memory/messaging.ts";
 import { MAX_INLINE_PAYLOAD_ENV } from "../backends/payload_bridge.ts";
 import { LiveView, type NodeSnapshot, NodeState, renderSummary, type ViewOutput } from "./live_view.ts";
 import {
+  checkFlagPermissions,
   type GrantedPermissions,
   mergePermissions,
   permissionFlags,
@@ -164,12 +165,16 @@ export const LOCAL_BATCH_MAX_MSGS = 2_000;
 /**
  * Refuses, with a {@link ConfigError} before anything starts, what would make every replica fail or the
  * broker refuse every envelope: a channel byte limit that is not a whole number of bytes or that one
- * largest envelope would overflow, and a malformed worker setting in {@link LocalRunOptions.extraEnv}.
+ * largest envelope would overflow, a malformed worker setting in {@link LocalRunOptions.extraEnv}, and
+ * under process isolation a permission its flags cannot express ({@link checkFlagPermissions}).
  * Returns the settings every replica will read from it.
  */
 export function checkLocalRunOptions(
-  options: Pick<LocalRunOptions, "channelMaxBytes" | "extraEnv" | "flowType">,
+  options: Pick<LocalRunOptions, "channelMaxBytes" | "extraEnv" | "flowType" | "isolation" | "permissions">,
 ): WorkerSettings {
+  if (options.isolation === Isolation.process) {
+    for (const [node, granted] of Object.entries(options.permissions)) checkFlagPermissions(node, granted);
+  }
   const value = options.channelMaxBytes;
   if (value !== undefined && !(Number.isSafeInteger(value) && value >= EMBEDDED_MAX_ENVELOPE_BYTES)) {
     throw new ConfigError(

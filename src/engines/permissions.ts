@@ -6,6 +6,7 @@
  * @module
  */
 
+import { ConfigError } from "../core/errors.ts";
 import { PERMISSION_KINDS, type PermissionKind } from "../core/node.ts";
 
 /** A node's granted permissions: only the kinds it was given, each a non-empty list. */
@@ -49,4 +50,23 @@ export function permissionFlags(granted: GrantedPermissions): string[] {
     if (list !== undefined && list.length > 0) flags.push(`--allow-${kind}=${list.join(",")}`);
   }
   return flags;
+}
+
+/**
+ * Refuses, with a {@link ConfigError}, a granted entry that {@link permissionFlags} cannot express: Deno
+ * splits an `--allow-<kind>=` list at every comma and has no escape for one, so a path holding a comma
+ * would become two paths, neither of them the one declared.
+ */
+export function checkFlagPermissions(node: string, granted: GrantedPermissions): void {
+  for (const kind of PERMISSION_KINDS) {
+    const entry = granted[kind]?.find((value) => value.includes(","));
+    if (entry !== undefined) {
+      throw new ConfigError(
+        `node ${node} declares ${kind} permission for ${JSON.stringify(entry)}, which holds a comma: ` +
+          `a subprocess replica's --allow-${kind} flag cannot name it`,
+        "rename the path without a comma, or run the flow with --isolation worker",
+        { node, permission: kind, entry },
+      );
+    }
+  }
 }

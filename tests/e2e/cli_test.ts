@@ -170,7 +170,7 @@ Deno.test("vf explain --dot escapes quotes and backslashes in names and labels",
   assert.ok(run.stdout.includes(String.raw`"my \"cam\" 1" -> "sink\\x";`));
 });
 
-Deno.test("run-local refuses, before it starts, a flow id that leaves --state, a bad run id and a too small channel limit: exit 2", async () => {
+Deno.test("run-local refuses, before it starts, a flow id that leaves --state, a bad run id, a too small channel limit and a path a subprocess flag cannot carry: exit 2", async () => {
   const state = await Deno.makeTempDir({ prefix: "vf-cli-" });
   try {
     const escaping = await vf("run-local", fixture("cli/escaping_flow_id.ts"), "--state", `${state}/a/b`);
@@ -192,6 +192,20 @@ Deno.test("run-local refuses, before it starts, a flow id that leaves --state, a
       assert.doesNotMatch(run.stderr, /running flow/, "refused before anything started");
       assertNoStackTrace(run);
     }
+    const comma = await vf(
+      "run-local",
+      fixture("cli/comma_path.ts"),
+      "--state",
+      state,
+      "--isolation",
+      "process",
+    );
+    assert.equal(comma.code, 2, comma.stderr);
+    assert.match(
+      comma.stderr,
+      /^VF_CONFIG: node sink declares read permission for ".*a,b\.jsonl", which holds a comma/,
+    );
+    assert.doesNotMatch(comma.stderr, /running flow/, "refused before anything started");
   } finally {
     await Deno.remove(state, { recursive: true });
   }
