@@ -2085,9 +2085,10 @@ export class BrokerMessenger implements Messenger {
    */
   async #deadLetter(held: Held, failure: VideoflowRuntimeError, numDelivered: number): Promise<void> {
     const token = held.delivery.token;
+    const parent = this.#parents.length > 1 ? held.parent.name : null;
     const recordId = token.streamSequence === null
       ? `dlq:${this.#flowId}:${this.#runId}:${this.#node}:${token.messageId}`
-      : dlqMessageId(this.#flowId, this.#runId, this.#node, token.streamSequence);
+      : dlqMessageId(this.#flowId, this.#runId, this.#node, token.streamSequence, parent);
     const headers = {
       ...held.delivery.headers,
       [DeadLetterHeader.originNode]: this.#node,

@@ -123,9 +123,21 @@ export function messageId(
   );
 }
 
-/** The dedup id of a dead letter: `dlq:{flow}:{run}:{node}:{stream_seq}` over the original's stream sequence. */
-export function dlqMessageId(flowId: string, runId: string, node: string, streamSeq: Seq): string {
-  return `dlq:${flowId}:${runId}:${node}:${decimal(streamSeq, "stream sequence")}`;
+/**
+ * The dedup id of a dead letter: `dlq:{flow}:{run}:{node}:{stream_seq}` over the original's stream
+ * sequence. Each parent's stream numbers its messages on its own, so for a node with several parents that
+ * form would give two failed members of one group the same id, and the DLQ would keep one of them: such a
+ * node passes the `parent` whose stream the sequence is from, giving `dlq:{flow}:{run}:{node}:{parent}:{stream_seq}`.
+ */
+export function dlqMessageId(
+  flowId: string,
+  runId: string,
+  node: string,
+  streamSeq: Seq,
+  parent: string | null = null,
+): string {
+  const stream = parent === null ? "" : `${parent}:`;
+  return `dlq:${flowId}:${runId}:${node}:${stream}${decimal(streamSeq, "stream sequence")}`;
 }
 
 /** A sink's idempotency key for one message: `vf-idem-` + the full SHA-256 hex of `{flow}:{node}:{message_id}`. */

@@ -451,6 +451,41 @@ Deno.test("a batch flow dead-letters exactly the poison items (VF_POISON, 1 deli
   });
 });
 
+Deno.test("a join that fails a group dead-letters every member of it, one letter per parent", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "Poison", "PoisonEvenPair"],
+      [
+        `const count = new Count({ name: "count", n: 20 });`,
+        `const left = new Poison({ name: "left", poison: [] }).from(count);`,
+        `const right = new Poison({ name: "right", poison: [] }).from(count);`,
+        `const pair = new PoisonEvenPair({ name: "pair" }).from(left, right);`,
+        `const sink = new JsonlSink({ name: "sink", path: ${
+          JSON.stringify(join(dir, "out.jsonl"))
+        } }).from(pair);`,
+        `export default new Flow([sink], { flowType: "batch", flowId: "join-letters" });`,
+      ].join("\n"),
+    );
+    const state = join(dir, "state");
+    const run = await vf(["run-local", flow, "--state", state, "--run-id", "r1"], { cwd: dir });
+    assert.equal(run.code, 0, run.text);
+    assert.deepEqual(
+      await sinkNumbers(join(dir, "out.jsonl")),
+      range(1, 20).filter((n) => n % 2 === 1).map((n) => 2 * n),
+    );
+    // Both parents' streams number their messages from 1: their letters must not share an id.
+    const letters = await deadLetters(flow, "r1", state, dir);
+    const members = letters.map((letter) => {
+      const envelope = decodeEnvelope(Uint8Array.fromBase64(letter.envelope_b64));
+      return `${envelope.producerName}:${deadLetterValue(letter)}`;
+    }).sort();
+    const even = range(1, 20).filter((n) => n % 2 === 0);
+    assert.deepEqual(members, [...even.map((n) => `left:${n}`), ...even.map((n) => `right:${n}`)].sort());
+    assert.equal(summaryRow(run, "pair").dlq, 20);
+  });
+});
+
 Deno.test("a transient failure is retried and succeeds: every item at the sink once, none dead-lettered", async () => {
   await inTempDir(async (dir) => {
     const marks = join(dir, "marks");

@@ -70,6 +70,8 @@ Deno.test("end markers of one replica get distinct ids for EOS and ABORT", () =>
 Deno.test("dead-letter ids and sink idempotency keys follow WIRE.md", () => {
   assert.equal(dlqMessageId("flow-A", "run-1", "det", 42), "dlq:flow-A:run-1:det:42");
   assert.equal(dlqMessageId("f", "r", "n", 9007199254740993n), "dlq:f:r:n:9007199254740993");
+  assert.equal(dlqMessageId("flow-A", "run-1", "pair", 42, "left"), "dlq:flow-A:run-1:pair:left:42");
+  assert.notEqual(dlqMessageId("f", "r", "pair", 1, "left"), dlqMessageId("f", "r", "pair", 1, "right"));
   assert.equal(
     sinkIdempotencyKey("flow-A", "sink", "745708c2eeaf98a60fdbebafe1d04eff"),
     "vf-idem-77bc88ddd3eec10855b8ee9fffc4d876a6f04eaa727457b5c076a31fb211a49e",
