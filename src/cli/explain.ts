@@ -1,6 +1,7 @@
 /**
- * `vf explain FLOW.ts [--dot]`: what a flow will do when it runs, read off its compiled specs: the graph,
- * each node's replicas and partitioning, its join and delivery policies as resolved for the flow type,
+ * `vf explain FLOW.ts [--dot] [--flow-type realtime|batch]`: what a flow will do when it runs, read off its
+ * compiled specs: the graph, each node's replicas and partitioning, its join and delivery policies as
+ * resolved for the flow type (the flow's own, or the one `--flow-type` gives, as `run-local` takes it),
  * the Deno permissions its workers get, and what the flow type implies for every edge. `--dot` prints the
  * graph for Graphviz instead.
  *
@@ -9,9 +10,12 @@
 
 import { compileFlow, nodePermissions, type NodeSpec } from "../core/compiler.ts";
 import { DeliveryPolicy } from "../core/delivery_policy.ts";
-import type { FlowType } from "../core/flow.ts";
+import { FlowType } from "../core/flow.ts";
+import { checkFlowType } from "../core/flow_type.ts";
 import { JoinPolicy } from "../core/join_policy.ts";
 import type { PermissionKind } from "../core/node.ts";
+import { LOCAL_BATCH_MAX_MSGS } from "../engines/local.ts";
+import { DEFAULT_BATCH_MAX_MSGS } from "../messaging/topology.ts";
 import { loadFlow } from "./load_flow.ts";
 import type { CommandOutput } from "./main.ts";
 
@@ -23,8 +27,9 @@ const FLOW_TYPE_MEANING: Record<FlowType, string> = {
     "buffer 1, discard old), an item is delivered at most once (best effort), and a join gives up on a " +
     "missing member after 10 s.",
   batch: "batch: nothing is lost. Each stream keeps an item until every consuming node acked it (interest " +
-    "retention, at most 10000 per stream; a full stream refuses and the publisher backs off), a failed item " +
-    "is retried and then dead-lettered, and a join waits for every member.",
+    `retention, at most ${LOCAL_BATCH_MAX_MSGS} per stream under run-local and ${DEFAULT_BATCH_MAX_MSGS} on ` +
+    "JetStream; a full stream refuses and the publisher backs off), a failed item is retried and then " +
+    "dead-lettered, and a join waits for every member (a parent that runs ahead waits; no group is evicted).",
 };
 
 function plural(n: number, one: string, many = `${one}s`): string {
@@ -58,8 +63,10 @@ function joinLine(spec: NodeSpec, flowType: FlowType): string | null {
     : `gives up after ${policy.timeoutSeconds} s and ${MISSING_TEXT[policy.missing]}`;
   const quorum = policy.quorum === null ? "" : `, emits with a quorum of ${policy.quorum}`;
   const source = declared ? "" : ` (the ${flowType} default)`;
-  return `join of ${spec.parents.join(", ")} ${how}; ${wait}${quorum}; at most ${policy.maxPending} ` +
-    `incomplete groups${source}`;
+  const bound = flowType === FlowType.batch
+    ? `past ${policy.maxPending} incomplete groups a parent that runs ahead waits for the others`
+    : `at most ${policy.maxPending} incomplete groups, the oldest dropped beyond`;
+  return `join of ${spec.parents.join(", ")} ${how}; ${wait}${quorum}; ${bound}${source}`;
 }
 
 function deliveryLine(spec: NodeSpec, flowType: FlowType): string {
@@ -153,15 +160,16 @@ export function explainDot(flowId: string, specs: readonly NodeSpec[]): string {
 /** Explains the flow file at `path` (text, or Graphviz with `dot`); resolves with the exit code. */
 export async function explainCommand(
   path: string,
-  options: { dot: boolean },
+  options: { readonly dot: boolean; readonly flowType?: string },
   io: CommandOutput,
 ): Promise<number> {
   const { flow, modules } = await loadFlow(path);
+  const flowType = options.flowType === undefined ? flow.flowType : checkFlowType(options.flowType);
   const specs = compileFlow(flow, { modules });
   io.out(
     options.dot
       ? explainDot(flow.flowId, specs)
-      : explainText(flow.flowId, flow.flowType, specs, nodePermissions(flow)),
+      : explainText(flow.flowId, flowType, specs, nodePermissions(flow)),
   );
   return 0;
 }

@@ -35,7 +35,8 @@ commands:
                      --channel-max-mib N  (unsettled data the broker keeps per node; 256)
   dlq FLOW.ts        the dead letters of a run: --run-id ID [--state DIR] [--json]
   explain FLOW.ts    what the flow will do: graph, replicas, joins, delivery, permissions
-                     (--dot: the graph for Graphviz)
+                     (--dot: the graph for Graphviz; --flow-type realtime|batch: as run-local
+                     would run it)
   decode FILE        print an envelope's bytes as JSON with the wire's field names
 
 exit codes: 0 ok, 2 the flow or its configuration is wrong, 3 the environment is not as required,
@@ -68,8 +69,9 @@ const COMMANDS: Record<string, Command> = {
   validate: { accepts: [], run: (path, _options, io) => validateCommand(path, io) },
   compile: { accepts: [], run: (path, _options, io) => compileCommand(path, io) },
   explain: {
-    accepts: ["dot"],
-    run: (path, options, io) => explainCommand(path, { dot: options.dot ?? false }, io),
+    accepts: ["dot", "flow-type"],
+    run: (path, options, io) =>
+      explainCommand(path, { dot: options.dot ?? false, flowType: options["flow-type"] }, io),
   },
   decode: { accepts: [], run: (path, _options, io) => decodeCommand(path, io) },
   dlq: {

@@ -265,6 +265,13 @@ export const DROP_JOIN_EVICTED = "join_evicted";
 export interface AssemblerOptions {
   /** Where timeouts, settle holds and collect retention read the time (default: the system clock). */
   readonly clock?: Clock;
+  /**
+   * Never evict an incomplete group for `max_pending` (a batch flow's join, where nothing may be lost; false
+   * by default, as the spec's policy says). What the join holds is then bounded by its subscriptions'
+   * credit (the policy's working set plus the prefetch, per parent): a parent that runs ahead waits at
+   * its credit until the others complete its groups, instead of its oldest groups being dropped.
+   */
+  readonly lossless?: boolean;
 }
 
 /** A held entry and the index of the parent that delivered it. */
@@ -365,6 +372,8 @@ export abstract class GroupAssembler<H = unknown> {
   readonly policy: JoinPolicy;
   /** The clock timeouts are measured on. */
   protected readonly clock: Clock;
+  /** Whether more than `max_pending` incomplete groups are kept rather than the oldest evicted. */
+  protected readonly lossless: boolean;
   /** Indices of the parents whose EOS was fed, in the order they ended. */
   protected readonly ended: number[] = [];
   /** Per parent, the first EOS fed; defined exactly for the ended parents. */
@@ -390,6 +399,7 @@ export abstract class GroupAssembler<H = unknown> {
     this.parentNames = Object.freeze([...parentNames]);
     this.policy = policy;
     this.clock = options.clock ?? systemClock;
+    this.lossless = options.lossless ?? false;
     this.endOf = new Array(parentNames.length).fill(undefined);
     this.#abortOf = new Array(parentNames.length).fill(undefined);
     this.#heldData = new Array(parentNames.length).fill(0);
@@ -704,7 +714,7 @@ export class TraceGroupAssembler<H = unknown> extends GroupAssembler<H> {
       this.#staged.set(group.traceId, group);
     } else if (this.ended.length > 0 && this.endedAbsent((i) => group.slots[i] !== undefined) > 0) {
       this.#evict(group, ReleaseReason.parentEnded, this.missingSettlement);
-    } else if (this.#pending.size > this.policy.maxPending) {
+    } else if (!this.lossless && this.#pending.size > this.policy.maxPending) {
       this.#evict(this.#oldest() as TraceGroup<H>, ReleaseReason.maxPending, Settlement.ack);
     }
   }
@@ -992,7 +1002,7 @@ export class TimeGroupAssembler<H = unknown> extends GroupAssembler<H> {
     if (ts > group.maxTs) group.maxTs = ts;
     this.#byMember.set(key, group);
     this.#decide(group);
-    if (this.#pending.size > this.policy.maxPending) {
+    if (!this.lossless && this.#pending.size > this.policy.maxPending) {
       this.#evict(this.#oldest() as TimeGroup<H>, ReleaseReason.maxPending, Settlement.ack);
     }
   }

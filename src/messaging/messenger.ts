@@ -714,6 +714,7 @@ export class BrokerMessenger implements Messenger {
       ? null
       : makeAssembler<Held>(this.#node, parentNames, this.#join ?? JoinPolicy.defaultFor(this.#flowType), {
         clock: this.#clock,
+        lossless: this.#flowType === FlowType.batch,
       });
     this.#parents = parentNames.map((name) => this.#parentState(name));
     this.#payloadStore = options.payloadStore ?? null;

@@ -81,7 +81,23 @@ Deno.test("vf explain shows the graph, replicas, join, delivery and permissions 
   }
   const join = lines.find((line) => line.startsWith("    join of count, square by trace id"));
   assert.ok(join?.includes("waits for every member") && join.endsWith("(the batch default)"), join);
+  assert.ok(join?.includes("past 256 incomplete groups a parent that runs ahead waits for the others"), join);
   assert.equal(lines.filter((line) => line === "    permissions: none").length, 4);
+});
+
+Deno.test("vf explain --flow-type realtime explains the flow as run-local --flow-type realtime runs it", async () => {
+  const run = await vf("explain", "examples/hello.ts", "--flow-type", "realtime");
+  assert.equal(run.code, 0, run.stderr);
+  const lines = run.stdout.split("\n");
+  assert.equal(lines[0], "flow squares (realtime), 4 nodes");
+  assert.ok(lines[1].startsWith("  realtime: the freshest item wins"), lines[1]);
+  const join = lines.find((line) => line.startsWith("    join of count, square by trace id"));
+  assert.ok(
+    join?.includes("at most 256 incomplete groups, the oldest dropped beyond (the realtime default)"),
+    join,
+  );
+  const refused = await vf("explain", "examples/hello.ts", "--flow-type", "bulk");
+  assert.equal(refused.code, 2, refused.stderr);
 });
 
 Deno.test("vf explain --dot prints a Graphviz digraph with every edge", async () => {

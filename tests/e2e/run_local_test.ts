@@ -451,6 +451,36 @@ Deno.test("a batch flow dead-letters exactly the poison items (VF_POISON, 1 deli
   });
 });
 
+Deno.test("a batch join whose one parent runs far ahead of the other loses no group (held back, not evicted)", async () => {
+  await inTempDir(async (dir) => {
+    // The fast parent gets hundreds of halves ahead of the slow one: past the join's max_pending (256).
+    const flow = await writeFlow(
+      dir,
+      ["Count", "Poison", "SlowTrace", "Pair"],
+      [
+        `const count = new Count({ name: "count", n: 600 });`,
+        `const fast = new Poison({ name: "fast", poison: [] }).from(count);`,
+        `const slow = new SlowTrace({ name: "slow", delayMs: 2 }).from(count);`,
+        `const pair = new Pair({ name: "pair" }).from(fast, slow);`,
+        `const sink = new JsonlSink({ name: "sink", path: ${
+          JSON.stringify(join(dir, "out.jsonl"))
+        } }).from(pair);`,
+        `export default new Flow([sink], { flowType: "batch", flowId: "far-ahead" });`,
+      ].join("\n"),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
+    assert.equal(run.code, 0, run.text);
+    const pairs = (await sinkLines(join(dir, "out.jsonl"))).map((line) => line.value as [number, string]);
+    assert.equal(pairs.length, 600, run.stdout);
+    assert.ok(
+      pairs.every(([n, trace]) => trace.startsWith("count:") && trace.endsWith(`:${n}`)),
+      `each pair joins one trace: ${JSON.stringify(pairs.slice(0, 3))}`,
+    );
+    assert.deepEqual(pairs.map(([n]) => n).sort((a, b) => a - b), range(1, 600));
+    assert.equal(summaryRow(run, "pair").drops, "0", run.stdout);
+  });
+});
+
 Deno.test("a join that fails a group dead-letters every member of it, one letter per parent", async () => {
   await inTempDir(async (dir) => {
     const flow = await writeFlow(

@@ -583,6 +583,29 @@ Deno.test("beyond max_pending the oldest incomplete time group is evicted as a d
   assert.equal(join.pendingCount(), 2);
 });
 
+Deno.test("a lossless (batch) join keeps every incomplete group past max_pending and loses none", () => {
+  for (const mode of ["trace", "time"] as const) {
+    const clock = new FakeClock();
+    const policy = new JoinPolicy(
+      mode === "time" ? { ...TIME, missing: "wait", maxPending: 2 } : {
+        missing: "wait",
+        maxPending: 2,
+      },
+    );
+    const join = makeAssembler<number>("join", ["a", "b"], policy, { clock, lossless: true });
+    const book = new Book(join);
+    for (let i = 1; i <= 10; i++) book.offer("a", `t${i}`, i, { eventTs: T0 + i });
+    assert.deepEqual(book.drain(), { groups: [], releases: [] }, `${mode}: nothing evicted`);
+    assert.equal(join.pendingCount(), 10, `${mode}: all ten held`);
+    for (let i = 1; i <= 10; i++) book.offer("b", `t${i}`, i, { eventTs: T0 + i });
+    const { groups, releases } = book.drain();
+    assert.equal(groups.length, 10, `${mode}: every group completes`);
+    assert.deepEqual(releases, []);
+    assert.equal(join.evictions, 0);
+    assert.deepEqual(join.takeDrops(), {});
+  }
+});
+
 Deno.test("a redelivered time member replaces the held one and the group keeps its identity", () => {
   const { join, book } = time(["a", "b"], { missing: "wait" });
   const first = book.offer("a", "a:1", 1, { eventTs: T0, message: "old" });
