@@ -220,13 +220,15 @@ export type StreamProbe =
 
 /**
  * Asks ffprobe for the size and nominal frame rate (`r_frame_rate`) of the first video stream of `source`
- * (a path or a URL). A source ffprobe cannot read, or one without a video stream, is `failed` with
- * ffprobe's own words, as is a probe `signal` aborted; throws {@link ResourceUnavailable} only when
- * ffprobe cannot be run at all.
+ * (a path or a URL), the size as ffmpeg decodes it: a stream its metadata says to show rotated by a
+ * quarter turn (a phone clip) comes out of ffmpeg turned, so its width and height are swapped. A source
+ * ffprobe cannot read, or one without a video stream, is `failed` with ffprobe's own words, as is a probe
+ * `signal` aborted; throws {@link ResourceUnavailable} only when ffprobe cannot be run at all.
  */
 export async function probeVideoStream(source: string, signal?: AbortSignal): Promise<StreamProbe> {
+  const entries = "stream=width,height,r_frame_rate:stream_tags=rotate:stream_side_data=rotation";
   const { code, stdout, stderr } = await runTool(FFPROBE, [
-    ...["-v", "error", "-select_streams", "v:0", "-show_entries", "stream=width,height,r_frame_rate"],
+    ...["-v", "error", "-select_streams", "v:0", "-show_entries", entries],
     ...["-of", "json", source],
   ], signal);
   if (code !== 0) return { kind: "failed", detail: stderr.trim() || `ffprobe exited with code ${code}` };
@@ -241,10 +243,21 @@ export async function probeVideoStream(source: string, signal?: AbortSignal): Pr
   if (!isPositiveInteger(width) || !isPositiveInteger(height)) {
     return { kind: "failed", detail: "no video stream with a known size" };
   }
+  const turned = quarterTurned(stream!);
   return {
     kind: "found",
-    width,
-    height,
+    width: turned ? height : width,
+    height: turned ? width : height,
     rate: typeof rate === "string" ? parseFrameRate(rate) : null,
   };
+}
+
+/** Whether a probed stream's display rotation (side data, or the older `rotate` tag) is ±90° or ±270°. */
+function quarterTurned(stream: Record<string, unknown>): boolean {
+  const sideData = Array.isArray(stream.side_data_list) ? stream.side_data_list : [];
+  const fromSideData = sideData.map((entry) => (entry as { rotation?: unknown }).rotation)
+    .find((rotation) => typeof rotation === "number");
+  const tag = (stream.tags as { rotate?: unknown } | undefined)?.rotate;
+  const degrees = typeof fromSideData === "number" ? fromSideData : Number(tag ?? 0);
+  return Number.isFinite(degrees) && Math.abs(Math.round(degrees)) % 180 === 90;
 }

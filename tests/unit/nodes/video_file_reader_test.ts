@@ -12,6 +12,7 @@ import {
   assertSameBytes,
   decodeAll,
   decodeFrame,
+  ffmpeg,
   inSandbox,
   makeClip,
   processExists,
@@ -106,6 +107,22 @@ Deno.test("width and height resize; one of them alone keeps the source's aspect"
   const heightOnly = await opened({ path: clip, height: 60 }, t);
   assert.deepEqual((await nextFrame(heightOnly, t)).pixels.shape, [60, 80, 3]);
   await heightOnly.close(t.ctx);
+});
+
+Deno.test("a clip its metadata turns a quarter (a phone clip) gives frames of the turned size, as ffmpeg decodes them", async () => {
+  const turned = `${dir}/turned.mp4`;
+  await ffmpeg(["-i", clip, "-c", "copy", "-metadata:s:v:0", "rotate=90", "-y", turned]);
+  const t = testContext();
+  const reader = await opened({ path: turned }, t);
+  const frames = await drain(reader, t);
+  assert.equal(frames.length, 50);
+  assert.deepEqual(frames[0].pixels.shape, [320, 240, 3], "240 wide and 320 high once turned");
+  const expected = await decodeAll(turned, FRAME);
+  for (const i of [0, 31]) assertSameBytes(frames[i].pixels.data, expected[i], `turned frame ${i}`);
+  await reader.close(t.ctx);
+  const narrow = await opened({ path: turned, width: 120 }, t);
+  assert.deepEqual((await nextFrame(narrow, t)).pixels.shape, [160, 120, 3], "the turned aspect kept");
+  await narrow.close(t.ctx);
 });
 
 Deno.test("fps resamples to the requested rate and times frames on it", async () => {
