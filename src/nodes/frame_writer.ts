@@ -1,6 +1,6 @@
 /**
  * {@link FrameWriter}: a sink that encodes the frames it receives into a video file with an `ffmpeg`
- * subprocess fed raw video on stdin.
+ * subprocess fed raw video on stdin, in parts that a restarted or resumed run adds to instead of replacing.
  *
  * ```ts
  * const out = new FrameWriter({ name: "out", path: "out/annotated.mkv", fps: 25, codec: "ffv1" }).from(frames);
@@ -9,16 +9,44 @@
  * @module
  */
 
+import { basename, extname, join } from "node:path";
 import type { RuntimeContext } from "../core/context.ts";
-import { ConfigError, NodeContractError, SchemaError, WorkerFatal } from "../core/errors.ts";
+import {
+  ConfigError,
+  NodeContractError,
+  ResourceUnavailable,
+  SchemaError,
+  WorkerFatal,
+} from "../core/errors.ts";
 import type { NodePermissions } from "../core/node.ts";
 import { ConsumerNode } from "../core/node.ts";
 import { Frame } from "../wire/value.ts";
-import { FFMPEG, QUIET, RAW_FORMATS, type RawFormat, rawFormatOf, ToolProcess } from "./_ffmpeg.ts";
+import {
+  FFMPEG,
+  FFPROBE,
+  probeVideoStream,
+  QUIET,
+  RAW_FORMATS,
+  type RawFormat,
+  rawFormatOf,
+  runTool,
+  ToolProcess,
+} from "./_ffmpeg.ts";
+
+/** What a writer's parts directory is named after: `<path>.parts`. */
+export const PARTS_SUFFIX = ".parts";
+/** The file in a parts directory naming the run its parts belong to. */
+const RUN_FILE = "run";
+/**
+ * Containers whose parts are written in fragments of at most a second, and Matroska's in clusters of at
+ * most a second, so a part cut short by a crash still decodes up to its last second.
+ */
+const FRAGMENTED = new Set([".mp4", ".m4v", ".mov"]);
+const MATROSKA = new Set([".mkv", ".webm"]);
 
 /** Params of a {@link FrameWriter}. */
 export interface FrameWriterParams {
-  /** The video file to write (replaced if it exists); its extension picks the container. */
+  /** The video file to write (replaced by a new run); its extension picks the container. */
   readonly path: string;
   /** The frame rate the file declares. */
   readonly fps: number;
@@ -38,28 +66,45 @@ interface Layout {
  * Encodes received {@link Frame}s (`bgr8`, `rgb8` or `gray8`, `uint8` pixels of shape `[h, w, c]`, or
  * `[h, w]` for gray) into `path`. The first frame fixes the size and layout and starts `ffmpeg`; a later
  * frame of another size or layout, or anything that is not such a frame, is a {@link SchemaError}
- * (poison: dead-lettered, the file goes on without it). `close()` ends ffmpeg's input, waits for it and
- * checks its exit status, so a file is complete once `close()` resolves; no frame means no file.
- * An encoder that fails (an unknown codec, an unwritable path) is {@link WorkerFatal}, with ffmpeg's own
- * words; invalid params are {@link ConfigError}.
+ * (poison: dead-lettered, the file goes on without it). An output directory that does not exist or
+ * cannot be written is {@link ResourceUnavailable} at `open()`; an encoder that fails (an unknown codec)
+ * is {@link WorkerFatal}, with ffmpeg's own words; invalid params are {@link ConfigError}.
+ *
+ * Each launch of the writer encodes its frames into a part of its own in `<path>.parts/` (a fragmented
+ * part for MP4 and MOV, so one cut short by a crash still decodes), and `close()` joins every part of
+ * the run, in order, into `path`: a replica restarted after a crash, or a run resumed after a stop, adds
+ * to what came before instead of replacing it. A new run starts over. The frames a crashed encoder held
+ * and had not written (an encoder's lookahead) are lost with it, and frames redelivered after a crash
+ * may appear twice. After `close()` the parts directory keeps `path` as its first part, a hard link
+ * (no second copy), so a later resume of the run goes on from it. No frame at all means no file.
  */
 export class FrameWriter extends ConsumerNode<FrameWriterParams> {
   #encoder: ToolProcess | null = null;
   #layout: Layout | null = null;
   #opened = false;
+  /** This launch's part, once its first frame started the encoder. */
+  #part: string | null = null;
 
   /** The process id of the running ffmpeg encoder, or `null` before the first frame and after `close()`. */
   get encoderPid(): number | null {
     return this.#encoder?.pid ?? null;
   }
 
-  /** Runs `ffmpeg`, which writes `path` (declared so the grant names the file the node produces). */
+  /** Runs `ffmpeg` and `ffprobe`; reads and writes `path` and its parts directory, nothing else. */
   override permissions(): NodePermissions {
-    return { ...super.permissions(), run: [FFMPEG], write: [this.params.path] };
+    const files = [this.params.path, this.#partsDir];
+    return { ...super.permissions(), run: [FFMPEG, FFPROBE], read: files, write: files };
   }
 
-  /** Checks the params; throws {@link ConfigError} for a bad path, fps or codec. */
-  override open(_ctx: RuntimeContext): void {
+  get #partsDir(): string {
+    return `${this.params.path}${PARTS_SUFFIX}`;
+  }
+
+  /**
+   * Checks the params (a {@link ConfigError} for a bad path, fps or codec) and readies the parts
+   * directory: kept when it holds this run's parts, else emptied for this run.
+   */
+  override async open(ctx: RuntimeContext): Promise<void> {
     const { path, fps, codec } = this.params;
     const problems = [
       typeof path === "string" && path !== "" ? null : "path must be a non-empty string",
@@ -75,6 +120,17 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
         node: this.name,
       });
     }
+    const run = `${ctx.flowId}/${ctx.runId}`;
+    const marker = join(this.#partsDir, RUN_FILE);
+    if (await Deno.readTextFile(marker).catch(() => null) !== run) {
+      await Deno.remove(this.#partsDir, { recursive: true }).catch((error) => {
+        if (!(error instanceof Deno.errors.NotFound)) throw error;
+      });
+      await Deno.mkdir(this.#partsDir).catch((error) => {
+        throw this.#unwritable(error);
+      });
+      await Deno.writeTextFile(marker, run);
+    }
     this.#opened = true;
   }
 
@@ -89,7 +145,10 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
     }
     const layout = this.#layoutOf(input);
     if (this.#layout === null) {
-      this.#encoder = ToolProcess.spawn(FFMPEG, this.#encodeArgs(layout), "write");
+      const parts = await this.#parts();
+      const index = parts.length === 0 ? 0 : Number(parts[parts.length - 1].slice(0, 6)) + 1;
+      this.#part = join(this.#partsDir, `${String(index).padStart(6, "0")}${extname(this.params.path)}`);
+      this.#encoder = ToolProcess.spawn(FFMPEG, this.#encodeArgs(layout, this.#part), "write");
       this.#layout = layout;
     } else if (!sameLayout(this.#layout, layout)) {
       throw new SchemaError(
@@ -109,14 +168,79 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
     }
   }
 
-  /** Ends the input, waits for ffmpeg and checks it finished the file; throws {@link WorkerFatal} if not. */
-  override async close(_ctx: RuntimeContext): Promise<void> {
+  /**
+   * Ends the input, waits for ffmpeg, then joins the run's parts into `path` (written aside, then renamed
+   * over it); throws {@link WorkerFatal} when the encoder or the join fails.
+   */
+  override async close(ctx: RuntimeContext): Promise<void> {
+    if (!this.#opened) return;
     this.#opened = false;
     const encoder = this.#encoder;
-    if (encoder === null) return;
-    this.#encoder = null;
-    const status = await encoder.finish();
-    if (!status.success) throw await this.#failed(encoder, `exited with code ${status.code}`);
+    if (encoder !== null) {
+      this.#encoder = null;
+      const status = await encoder.finish();
+      if (!status.success) throw await this.#failed(encoder, `exited with code ${status.code}`);
+    }
+    await this.#join(await this.#parts(), ctx);
+  }
+
+  /** This run's parts, in the order they were written. */
+  async #parts(): Promise<string[]> {
+    const names: string[] = [];
+    for await (const entry of Deno.readDir(this.#partsDir)) {
+      if (entry.isFile && /^\d{6}\./.test(entry.name)) names.push(entry.name);
+    }
+    return names.sort();
+  }
+
+  /**
+   * Joins `parts` into `path`, leaving out a part that holds no frame (one whose encoder died before it
+   * wrote any); afterwards `path` is the only part, linked as the first.
+   */
+  async #join(parts: readonly string[], ctx: RuntimeContext): Promise<void> {
+    const ext = extname(this.params.path);
+    const list = join(this.#partsDir, "parts.txt");
+    const joined = join(this.#partsDir, `joined${ext}`);
+    const readable: string[] = [];
+    for (const name of parts) {
+      const probe = await probeVideoStream(join(this.#partsDir, name));
+      if (probe.kind === "found") readable.push(name);
+      else {ctx.logger.warn("a part of the output holds no frame and is left out", {
+          part: name,
+          why: probe.detail,
+        });}
+    }
+    if (readable.length === 0) {
+      await Deno.remove(this.#partsDir, { recursive: true });
+      await Deno.remove(this.params.path).catch((error) => {
+        if (!(error instanceof Deno.errors.NotFound)) throw error;
+      });
+      return;
+    }
+    await Deno.writeTextFile(list, readable.map((name) => `file '${name}'\n`).join(""));
+    const { code, stderr } = await runTool(FFMPEG, [
+      ...QUIET,
+      ...["-f", "concat", "-safe", "0", "-i", list, "-c", "copy", "-y", joined],
+    ]);
+    if (code !== 0) {
+      throw new WorkerFatal(
+        `node ${this.name}: ffmpeg joining the parts of ${this.params.path} exited with code ${code}: ` +
+          stderr.trim(),
+        `the parts are kept in ${this.#partsDir}; check that the output directory is writable`,
+        { node: this.name, path: this.params.path },
+      );
+    }
+    await Deno.rename(joined, this.params.path);
+    for (const name of [...parts, basename(list)]) await Deno.remove(join(this.#partsDir, name));
+    await Deno.link(this.params.path, join(this.#partsDir, `000000${ext}`));
+  }
+
+  #unwritable(error: unknown): ResourceUnavailable {
+    return new ResourceUnavailable(
+      `node ${this.name}: the parts directory ${this.#partsDir} cannot be made: ${(error as Error).message}`,
+      "check that the output directory exists and is writable",
+      { node: this.name, path: this.params.path },
+    );
   }
 
   #layoutOf(input: unknown): Layout {
@@ -138,14 +262,21 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
     return { format, pixelFormat: input.pixelFormat, height: shape[0], width: shape[1] };
   }
 
-  #encodeArgs(layout: Layout): string[] {
-    const { path, fps, codec } = this.params;
+  #encodeArgs(layout: Layout, part: string): string[] {
+    const { fps, codec } = this.params;
+    const ext = extname(part).toLowerCase();
+    const bounded = FRAGMENTED.has(ext)
+      ? ["-movflags", "+frag_keyframe+empty_moov+default_base_moof", "-frag_duration", "1000000"]
+      : MATROSKA.has(ext)
+      ? ["-cluster_time_limit", "1000"]
+      : [];
     return [
       ...QUIET,
       ...["-f", "rawvideo", "-pix_fmt", layout.format, "-s", `${layout.width}x${layout.height}`],
       ...["-r", String(fps), "-i", "pipe:0"],
       ...(codec === undefined ? [] : ["-c:v", codec]),
-      ...["-y", path],
+      ...bounded,
+      ...["-flush_packets", "1", "-y", part],
     ];
   }
 

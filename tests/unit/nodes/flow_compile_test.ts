@@ -27,7 +27,11 @@ Deno.test("a flow of the built-in video nodes validates and compiles with their 
   const document = compileToDict(built, { modules: MODULES });
   assert.deepEqual(document.permissions, {
     frames: { read: ["clips/a.mp4"], run: ["ffmpeg", "ffprobe"] },
-    out: { write: ["out/a.mkv"], run: ["ffmpeg"] },
+    out: {
+      read: ["out/a.mkv", "out/a.mkv.parts"],
+      write: ["out/a.mkv", "out/a.mkv.parts"],
+      run: ["ffmpeg", "ffprobe"],
+    },
     log: { read: ["out/a.jsonl"], write: ["out/a.jsonl"] },
   });
   assert.deepEqual(document.sink_guarantees, { log: "idempotent_key" });

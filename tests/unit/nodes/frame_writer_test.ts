@@ -3,6 +3,7 @@ import {
   ConfigError,
   NodeContractError,
   POISON,
+  ResourceUnavailable,
   SchemaError,
   WorkerFatal,
 } from "../../../src/core/errors.ts";
@@ -164,12 +165,28 @@ Deno.test("close() finishes the file and reaps ffmpeg; consume() after close() i
   await assert.rejects(writer.consume(frames[1], t.ctx), NodeContractError);
 });
 
+Deno.test("an output directory that does not exist is ResourceUnavailable at open(), naming it", async () => {
+  const t = testContext();
+  const writer = new FrameWriter({
+    name: "writer",
+    path: `${dir}/missing/dir/out.mkv`,
+    fps: 25,
+    codec: "ffv1",
+  });
+  await assert.rejects(writer.open(t.ctx), (error: unknown) => {
+    assert.ok(error instanceof ResourceUnavailable, String(error));
+    assert.match(error.message, /missing\/dir\/out\.mkv\.parts cannot be made/);
+    assert.equal(error.exitCode, 3);
+    return true;
+  });
+  await assert.rejects(Deno.stat(`${dir}/missing`), Deno.errors.NotFound, "no directory was made");
+});
+
 Deno.test("an encoder ffmpeg cannot run is WorkerFatal carrying ffmpeg's own words", async () => {
   const frames = await sourceFrames("bgr24", "bgr8", 3);
   for (
     const [params, words] of [
       [{ path: `${dir}/codec.mkv`, fps: 25, codec: "no_such_encoder" }, /no_such_encoder/],
-      [{ path: `${dir}/missing/dir/out.mkv`, fps: 25, codec: "ffv1" }, /No such file or directory/],
     ] as const
   ) {
     const t = testContext();
@@ -190,7 +207,7 @@ Deno.test("an encoder ffmpeg cannot run is WorkerFatal carrying ffmpeg's own wor
   }
 });
 
-Deno.test("invalid params are a ConfigError at open()", () => {
+Deno.test("invalid params are a ConfigError at open()", async () => {
   const t = testContext();
   for (
     const params of [
@@ -199,13 +216,77 @@ Deno.test("invalid params are a ConfigError at open()", () => {
       { path: "a.mkv", fps: 25, codec: "x264 -evil" },
     ]
   ) {
-    assert.throws(() => new FrameWriter({ name: "w", ...params }).open(t.ctx), ConfigError);
+    await assert.rejects(new FrameWriter({ name: "w", ...params }).open(t.ctx), ConfigError);
   }
 });
 
-Deno.test("permissions(): run ffmpeg and write the output file, nothing else", () => {
+Deno.test("permissions(): run ffmpeg and ffprobe, read and write the output file and its parts, nothing else", () => {
   const granted = new FrameWriter({ name: "w", path: "out/a.mkv", fps: 25 }).permissions();
-  assert.deepEqual(granted.run, ["ffmpeg"]);
-  assert.deepEqual(granted.write, ["out/a.mkv"]);
-  assert.deepEqual([granted.read, granted.net, granted.env, granted.ffi, granted.sys], [[], [], [], [], []]);
+  assert.deepEqual(granted.run, ["ffmpeg", "ffprobe"]);
+  assert.deepEqual(granted.write, ["out/a.mkv", "out/a.mkv.parts"]);
+  assert.deepEqual(granted.read, ["out/a.mkv", "out/a.mkv.parts"]);
+  assert.deepEqual([granted.net, granted.env, granted.ffi, granted.sys], [[], [], [], []]);
+});
+
+Deno.test("a writer restarted after a crash adds to the frames its first launch wrote; a new run starts over", async () => {
+  const frames = await sourceFrames("bgr24", "bgr8", 3);
+  for (const [ext, codec] of [[".mkv", "ffv1"], [".mp4", "mpeg4"]]) {
+    const path = `${dir}/restarted${ext}`;
+    // The first launch dies mid-stream: its encoder is killed, and close() never runs.
+    const first = await opened({ path, fps: 10, codec }, testContext());
+    for (const frame of frames.slice(0, 12)) await first.consume(frame, testContext().ctx);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    Deno.kill(first.encoderPid!, "SIGKILL");
+    const t = testContext();
+    const second = await opened({ path, fps: 10, codec }, t);
+    for (const frame of frames.slice(12)) await second.consume(frame, t.ctx);
+    await second.close(t.ctx);
+    const back = await decodeAll(path, W * H * 3);
+    // Parts are cut at most a second (10 frames) apart, so the first ten frames outlive the kill.
+    assert.ok(back.length >= 18, `${ext}: the first launch's frames stayed (${back.length} in all)`);
+    if (ext === ".mkv") {
+      assertSameBytes(back[0], frames[0].pixels.data, "the first frame first");
+      back.slice(-8).forEach((bytes, i) =>
+        assertSameBytes(bytes, frames[12 + i].pixels.data, `frame ${12 + i}`)
+      );
+    }
+    // A new run of the flow replaces the file.
+    const fresh = testContext("node", "r2");
+    const third = await opened({ path, fps: 10, codec }, fresh);
+    for (const frame of frames.slice(0, 3)) await third.consume(frame, fresh.ctx);
+    await third.close(fresh.ctx);
+    assert.equal((await decodeAll(path, W * H * 3)).length, 3, `${ext}: a new run starts over`);
+  }
+});
+
+Deno.test("a part whose encoder died before writing a frame is left out of the file, with a warning", async () => {
+  const frames = await sourceFrames("bgr24", "bgr8", 3);
+  const path = `${dir}/empty_part.mkv`;
+  const first = await opened({ path, fps: 10, codec: "ffv1" }, testContext());
+  await first.consume(frames[0], testContext().ctx);
+  Deno.kill(first.encoderPid!, "SIGKILL");
+  const t = testContext();
+  const second = await opened({ path, fps: 10, codec: "ffv1" }, t);
+  for (const frame of frames.slice(1, 4)) await second.consume(frame, t.ctx);
+  await second.close(t.ctx);
+  const back = await decodeAll(path, W * H * 3);
+  assert.ok(back.length === 3 || back.length === 4, `${back.length} frames`);
+  assertSameBytes(back[back.length - 1], frames[3].pixels.data, "the second launch's last frame last");
+});
+
+Deno.test("a run resumed after a clean stop appends to the file its first part closed", async () => {
+  const frames = await sourceFrames("bgr24", "bgr8", 3);
+  const path = `${dir}/resumed.mkv`;
+  for (const part of [frames.slice(0, 8), frames.slice(8)]) {
+    const t = testContext();
+    const writer = await opened({ path, fps: 10, codec: "ffv1" }, t);
+    for (const frame of part) await writer.consume(frame, t.ctx);
+    await writer.close(t.ctx);
+  }
+  const back = await decodeAll(path, W * H * 3);
+  assert.equal(back.length, frames.length);
+  back.forEach((bytes, i) => assertSameBytes(bytes, frames[i].pixels.data, `frame ${i}`));
+  const kept = [...Deno.readDirSync(`${path}.parts`)].map((entry) => entry.name).sort();
+  assert.deepEqual(kept, ["000000.mkv", "run"], "the file itself, linked as the first part");
+  assert.equal(Deno.statSync(`${path}.parts/000000.mkv`).ino, Deno.statSync(path).ino, "a link, not a copy");
 });
