@@ -799,8 +799,9 @@ export class LocalEngine {
   }
 
   /**
-   * What the broker dropped from `spec`'s inputs before the node settled it (a realtime channel evicting
-   * its oldest for a newer output, an aged-out message), by reason: drops the node's replicas never see.
+   * What the broker dropped from `spec`'s inputs before any replica was handed it (a realtime channel
+   * evicting its oldest for a newer output, an aged-out message), by reason: drops the node's replicas
+   * never see. One evicted while a replica held it is processed, and counted there.
    */
   #brokerDrops(spec: NodeSpec): Record<string, number> {
     const { flowId, runId } = this.#options;
@@ -809,7 +810,7 @@ export class LocalEngine {
     for (const parent of spec.parents) {
       for (const subscription of messaging.subscriptionIds(channelId(flowId, runId, parent))) {
         if (subscription.consumerNode !== spec.name || subscription.kind !== MessageKind.data) continue;
-        for (const [reason, n] of Object.entries(messaging.drops(subscription))) {
+        for (const [reason, n] of Object.entries(messaging.unseenDrops(subscription))) {
           drops[reason] = (drops[reason] ?? 0) + n;
         }
       }

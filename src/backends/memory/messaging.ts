@@ -157,10 +157,11 @@ export const DropReason = {
 /** One of {@link DropReason}. */
 export type DropReason = typeof DropReason[keyof typeof DropReason];
 
-/** Counts one message `state` lost for `reason`. */
-function countDrop(state: SubState, reason: DropReason): void {
+/** Counts one message `state` lost for `reason`; `handedOut` when a consumer held it (leased) by then. */
+function countDrop(state: SubState, reason: DropReason, handedOut = false): void {
   state.dropped++;
   state.droppedBy.set(reason, (state.droppedBy.get(reason) ?? 0) + 1);
+  if (!handedOut) state.unseenBy.set(reason, (state.unseenBy.get(reason) ?? 0) + 1);
 }
 
 /** How the model is configured (spec MemoryMessagingBackend's arguments, camelCase). */
@@ -658,6 +659,8 @@ class SubState {
   dropped = 0;
   /** {@link dropped}, by reason. */
   readonly droppedBy = new Map<DropReason, number>();
+  /** The drops of messages no consumer had been handed, by reason. */
+  readonly unseenBy = new Map<DropReason, number>();
   skipped = 0;
   failing: UnknownReason | null = null;
   waiters: Waiter[] = [];
@@ -1432,6 +1435,15 @@ export class MemoryMessagingBackend implements MessagingBackend {
   }
 
   /**
+   * The {@link drops} of messages no consumer had been handed, by reason: what the subscription's consumer
+   * never saw. A message evicted while a consumer held it is a drop for the broker, but that consumer still
+   * processes it.
+   */
+  unseenDrops(subscription: SubscriptionId): Readonly<Record<string, number>> {
+    return Object.fromEntries(this.#boundSub(subscription).unseenBy);
+  }
+
+  /**
    * Messages the subscription has not settled yet (available, leased or unresolved): {@link
    * observeSubscription}'s counts summed, read without an observation's barrier.
    */
@@ -1717,7 +1729,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
       if (entry === undefined) continue;
       const wasLeased = entry.state === LEASED;
       this.#retire(state, entry);
-      this.#logDrop(state, message, reason);
+      this.#logDrop(state, message, reason, wasLeased);
       if (wasLeased && state.waiters.length > 0) this.#serve(state);
     }
   }
@@ -2033,9 +2045,9 @@ export class MemoryMessagingBackend implements MessagingBackend {
     });
   }
 
-  /** Counts a message the subscription lost for `reason` and logs it. */
-  #logDrop(state: SubState, message: StoredMessage, reason: DropReason): void {
-    countDrop(state, reason);
+  /** Counts a message the subscription lost for `reason` (`handedOut`: while a consumer held it) and logs it. */
+  #logDrop(state: SubState, message: StoredMessage, reason: DropReason, handedOut = false): void {
+    countDrop(state, reason, handedOut);
     this.#log?.emit("drop", {
       op_id: message.envelope.publicationId,
       event_id: message.envelope.eventId,

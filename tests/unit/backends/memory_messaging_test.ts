@@ -802,3 +802,15 @@ Deno.test("randomized: on an evicting channel each accepted message ends settled
     }
   }
 });
+
+Deno.test("an eviction counts as a drop either way, and as unseen only when no consumer had been handed it", async () => {
+  const r = rig();
+  const { subs: [sub] } = await provisioned(r, "limits", [["det"]], { maxMsgs: 1 });
+  await publish(r, undefined, "p1");
+  assert.deepEqual(ids(await poll(r, sub)), ["p1"], "p1 is handed out and held");
+  await publish(r, undefined, "p2");
+  await publish(r, undefined, "p3");
+  assert.deepEqual(r.broker.drops(sub), { evicted: 2 }, "p1 (held) and p2 (never handed out) evicted");
+  assert.deepEqual(r.broker.unseenDrops(sub), { evicted: 1 }, "only p2 went unseen");
+  assert.equal((await counts(r, sub)).dropped, 2);
+});
