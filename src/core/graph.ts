@@ -228,6 +228,15 @@ function paramRules(node: Node): readonly ParamRule[] {
 }
 
 function checkParams(node: Node, out: Diagnostic[]): void {
+  let problems: string[];
+  try {
+    problems = node.paramProblems();
+  } catch (error) {
+    problems = [`paramProblems() threw: ${error instanceof Error ? error.message : String(error)}`];
+  }
+  for (const problem of problems) {
+    out.push(fail(CONFIG, node.name, `node ${node.name}: ${problem}`, "fix the node's params"));
+  }
   const params = node.params as Record<string, unknown>;
   for (const [key, expected, passes] of paramRules(node)) {
     const value = params[key];

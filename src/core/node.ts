@@ -320,6 +320,16 @@ function normalizeParams(params: unknown, cls: { name: string }): Record<string,
 }
 
 /**
+ * Throws one {@link ConfigError} listing every one of `node`'s {@link Node.paramProblems}, if it has any:
+ * what a node's `open()` calls before it does anything else.
+ */
+export function refuseParamProblems(node: Node, remedy = "fix the node's params"): void {
+  const problems = node.paramProblems();
+  if (problems.length === 0) return;
+  throw new ConfigError(`node ${node.name}: ${problems.join("; ")}`, remedy, { node: node.name });
+}
+
+/**
  * A computational node of a flow. Never subclassed directly: extend {@link ProducerNode},
  * {@link ProcessorNode} or {@link ConsumerNode}.
  */
@@ -432,6 +442,15 @@ export abstract class Node<P extends NodeParams = NodeParams> {
 
   /** Files this node needs, verified by the worker before `open()` (RUN-033). Default: none. */
   requiredAssets(): readonly AssetRequirement[] {
+    return [];
+  }
+
+  /**
+   * What is wrong with this node's own params, found without any I/O: one sentence each, none by default.
+   * `vf validate` (and every compile) reports each as a `VF_CONFIG` error, so a flow that `open()` would
+   * refuse is refused before it runs. Override to check params beyond their types.
+   */
+  paramProblems(): string[] {
     return [];
   }
 

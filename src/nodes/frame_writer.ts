@@ -12,14 +12,14 @@
 import { basename, extname, join } from "node:path";
 import type { RuntimeContext } from "../core/context.ts";
 import {
-  ConfigError,
+  type ConfigError,
   NodeContractError,
   ResourceUnavailable,
   SchemaError,
   WorkerFatal,
 } from "../core/errors.ts";
 import type { NodePermissions } from "../core/node.ts";
-import { ConsumerNode } from "../core/node.ts";
+import { ConsumerNode, refuseParamProblems } from "../core/node.ts";
 import { Frame } from "../wire/value.ts";
 import {
   FFMPEG,
@@ -96,6 +96,20 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
     return { ...super.permissions(), run: [FFMPEG, FFPROBE], read: files, write: files };
   }
 
+  /** What is wrong with the params: an empty path, an fps that is not a positive number, a codec name. */
+  override paramProblems(): string[] {
+    const { path, fps, codec } = this.params;
+    return [
+      typeof path === "string" && path !== "" ? null : "path must be a non-empty string",
+      typeof fps === "number" && fps > 0 && fps < Infinity
+        ? null
+        : `fps must be a positive number, got ${fps}`,
+      codec === undefined || (typeof codec === "string" && /^[A-Za-z0-9_.-]+$/.test(codec))
+        ? null
+        : `codec must be an ffmpeg encoder name, got ${JSON.stringify(codec)}`,
+    ].filter((problem) => problem !== null);
+  }
+
   get #partsDir(): string {
     return `${this.params.path}${PARTS_SUFFIX}`;
   }
@@ -105,21 +119,7 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
    * directory: kept when it holds this run's parts, else emptied for this run.
    */
   override async open(ctx: RuntimeContext): Promise<void> {
-    const { path, fps, codec } = this.params;
-    const problems = [
-      typeof path === "string" && path !== "" ? null : "path must be a non-empty string",
-      typeof fps === "number" && fps > 0 && fps < Infinity
-        ? null
-        : `fps must be a positive number, got ${fps}`,
-      codec === undefined || (typeof codec === "string" && /^[A-Za-z0-9_.-]+$/.test(codec))
-        ? null
-        : `codec must be an ffmpeg encoder name, got ${JSON.stringify(codec)}`,
-    ].filter((problem) => problem !== null);
-    if (problems.length > 0) {
-      throw new ConfigError(`node ${this.name}: ${problems.join("; ")}`, "fix the writer's params", {
-        node: this.name,
-      });
-    }
+    refuseParamProblems(this, "fix the writer's params");
     const run = `${ctx.flowId}/${ctx.runId}`;
     const marker = join(this.#partsDir, RUN_FILE);
     if (await Deno.readTextFile(marker).catch(() => null) !== run) {

@@ -9,9 +9,9 @@
  */
 
 import type { RuntimeContext } from "../core/context.ts";
-import { ConfigError, NodeContractError, ResourceUnavailable, SchemaError } from "../core/errors.ts";
+import { type ConfigError, NodeContractError, ResourceUnavailable, SchemaError } from "../core/errors.ts";
 import type { JsonValue, NodePermissions } from "../core/node.ts";
-import { ConsumerNode, EffectGuarantee } from "../core/node.ts";
+import { ConsumerNode, EffectGuarantee, refuseParamProblems } from "../core/node.ts";
 import {
   BlobRef,
   Detections,
@@ -146,19 +146,24 @@ export class JsonlSink extends ConsumerNode<JsonlSinkParams> {
     return { ...super.permissions(), read: [this.params.path], write: [this.params.path] };
   }
 
+  /** What is wrong with the params: a path that is not a non-empty string, a durable that is not a boolean. */
+  override paramProblems(): string[] {
+    const { path, durable } = this.params;
+    return [
+      typeof path === "string" && path !== "" ? null : "path must be a non-empty string",
+      durable === undefined || typeof durable === "boolean"
+        ? null
+        : `durable must be a boolean, got ${durable}`,
+    ].filter((problem) => problem !== null);
+  }
+
   /**
    * Opens `path` for appending (creating it), learns the keys it holds and cuts off a torn last line.
    * Throws {@link ConfigError} for bad params, {@link ResourceUnavailable} when the file cannot be opened.
    */
   override async open(ctx: RuntimeContext): Promise<void> {
-    const { path, durable } = this.params;
-    if (typeof path !== "string" || path === "" || (durable !== undefined && typeof durable !== "boolean")) {
-      throw new ConfigError(
-        `node ${this.name}: path must be a non-empty string and durable a boolean`,
-        "fix the sink's params",
-        { node: this.name },
-      );
-    }
+    refuseParamProblems(this, "fix the sink's params");
+    const { path } = this.params;
     try {
       this.#file = await Deno.open(path, { append: true, create: true });
     } catch (error) {

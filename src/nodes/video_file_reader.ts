@@ -13,7 +13,7 @@ import { systemClock } from "../backends/clock.ts";
 import type { RuntimeContext } from "../core/context.ts";
 import { ConfigError, NodeContractError, ResourceUnavailable } from "../core/errors.ts";
 import type { End, NodePermissions } from "../core/node.ts";
-import { END, ProducerNode } from "../core/node.ts";
+import { END, ProducerNode, refuseParamProblems } from "../core/node.ts";
 import { Frame, Tensor } from "../wire/value.ts";
 import {
   FFMPEG,
@@ -182,7 +182,7 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
    * or a missing ffmpeg.
    */
   override async open(_ctx: RuntimeContext): Promise<void> {
-    this.#checkParams();
+    refuseParamProblems(this, "fix the reader's params");
     const { path, width, height, fps } = this.params;
     this.#format = this.params.pixelFormat ?? DEFAULTS.pixelFormat;
     this.#startTs = this.params.startTs ?? systemClock.now();
@@ -262,7 +262,8 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
     }
   }
 
-  #checkParams(): void {
+  /** What is wrong with the params: path, sizes, rates, pixel format, reconnects, `loop` on a live source. */
+  override paramProblems(): string[] {
     const p = this.params;
     const problems: string[] = [];
     const positive = (key: keyof VideoFileReaderParams, value: unknown, integer: boolean) => {
@@ -292,11 +293,7 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
       problems.push("startTs must be a finite number");
     }
     if (p.loop && isLiveSource(String(p.path))) problems.push("loop applies to a file, not a live source");
-    if (problems.length > 0) {
-      throw new ConfigError(`node ${this.name}: ${problems.join("; ")}`, "fix the reader's params", {
-        node: this.name,
-      });
-    }
+    return problems;
   }
 
   async #checkFile(): Promise<void> {

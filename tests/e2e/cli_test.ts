@@ -63,6 +63,23 @@ Deno.test("vf compile prints the specs document in topological order", async () 
   assert.equal(doc.specs[3].kind, "consumer");
 });
 
+Deno.test("vf validate refuses the built-in nodes' params their open() would refuse, each named", async () => {
+  const run = await vf("validate", fixture("cli/bad_node_params.ts"));
+  assert.equal(run.code, 2, run.stderr);
+  for (
+    const problem of [
+      /error VF_CONFIG src: node src: width must be a positive integer, got 0/,
+      /error VF_CONFIG src: node src: fps must be a positive number, got -1/,
+      /error VF_CONFIG src: node src: loop applies to a file, not a live source/,
+      /error VF_CONFIG sink: node sink: path must be a non-empty string/,
+      /error VF_CONFIG writer: node writer: fps must be a positive number, got 0/,
+    ]
+  ) {
+    assert.match(run.stdout, problem);
+  }
+  assert.match(run.stderr, /invalid \(6 errors/, "and the empty path as a permission");
+});
+
 Deno.test("vf explain shows the graph, replicas, join, delivery and permissions of each node", async () => {
   const run = await vf("explain", "examples/hello.ts");
   assert.equal(run.code, 0, run.stderr);

@@ -46,7 +46,18 @@ class Tracker extends OneTaskProcessorNode {
 }
 
 /** The module the random graphs' classes are "exported" from; Hidden is deliberately not. */
-const INDEX = new ModuleIndex().add("file:///graph_test/flow.ts", { Proc, Sink, Src, Tracker });
+/** A processor whose params it checks itself: `limit` must be below 10; a `limit` of 13 breaks the check. */
+class Limited extends ProcessorNode<{ limit?: number }> {
+  override paramProblems(): string[] {
+    if (this.params.limit === 13) throw new Error("unlucky");
+    return (this.params.limit ?? 0) < 10 ? [] : [`limit must be below 10, got ${this.params.limit}`];
+  }
+  process(x: unknown): unknown {
+    return x;
+  }
+}
+
+const INDEX = new ModuleIndex().add("file:///graph_test/flow.ts", { Limited, Proc, Sink, Src, Tracker });
 
 /** A fresh producer: each sub-case wires its own, so no node feeds a flow it is not part of. */
 const fresh = (name = "src"): Src => new Src({ name });
@@ -683,3 +694,13 @@ withSeed(
     );
   },
 );
+
+Deno.test("a node's own paramProblems() are VF_CONFIG errors of validation; one that throws is reported too", () => {
+  const graph = (limit: number) =>
+    check(new Sink({ name: "sink" }).from(new Limited({ name: "lim", limit }).from(fresh())), {
+      modules: INDEX,
+    });
+  assert.deepEqual(graph(3), []);
+  assertOnly(graph(12), "error VF_CONFIG lim", /^node lim: limit must be below 10, got 12$/);
+  assertOnly(graph(13), "error VF_CONFIG lim", /^node lim: paramProblems\(\) threw: unlucky$/);
+});
