@@ -589,9 +589,40 @@ function joinsStrangers(node: Node): boolean {
   return ![...first].some((producer) => rest.every((others) => others.has(producer)));
 }
 
+/** How many replicas a receiver runs. */
+function replicasOf(node: ReceiverNode): number {
+  return (node as ReceiverNode & { readonly nbTasks?: number }).nbTasks ?? 1;
+}
+
+/** The first node upstream of `node` (or `node` itself) that runs several replicas, if any. */
+function replicatedUpstream(node: Node, seen = new Set<Node>()): ReceiverNode | null {
+  if (seen.has(node)) return null;
+  seen.add(node);
+  if (node instanceof ReceiverNode && replicasOf(node) > 1) return node;
+  for (const parent of node.parents) {
+    const found = replicatedUpstream(parent, seen);
+    if (found !== null) return found;
+  }
+  return null;
+}
+
 /** Every warning of one node, in a fixed order. */
 function nodeWarnings(node: Node, members: ReadonlySet<Node>): Diagnostic[] {
   const out: Diagnostic[] = [];
+  const reordering = node instanceof ReceiverNode && (node.constructor as typeof ReceiverNode).inputInOrder
+    ? replicatedUpstream(node)
+    : null;
+  if (reordering !== null) {
+    out.push(
+      warn(
+        GRAPH,
+        node.name,
+        `node ${node.name} needs its input in the order it was made, but ${reordering.name} runs ` +
+          `${replicasOf(reordering)} replicas, which finish items out of order`,
+        `run ${reordering.name} as one replica, or reorder by seq before ${node.name}`,
+      ),
+    );
+  }
   if (joinsStrangers(node)) {
     out.push(
       warn(

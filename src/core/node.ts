@@ -546,6 +546,11 @@ export abstract class ProducerNode<P extends object = object> extends Node<P & P
 export abstract class ReceiverNode<P extends ReceiverParams = ReceiverParams> extends Node<P> {
   /** How a partitioned replica treats an unusable partition key (RUN-020); `null`: reject. */
   static partitionKeyPolicy: PartitionKeyPolicyDeclaration | null = null;
+  /**
+   * The node needs its input in the order its producer made it (a video encoder): validation warns when
+   * an upstream node runs several replicas, which finish items out of order.
+   */
+  static inputInOrder: boolean = false;
 
   /** Wires this node to its parents, in the order its inputs arrive in, and returns it. */
   from(...parents: Upstream[]): this {

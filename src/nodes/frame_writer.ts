@@ -79,6 +79,8 @@ interface Layout {
  * (no second copy), so a later resume of the run goes on from it. No frame at all means no file.
  */
 export class FrameWriter extends ConsumerNode<FrameWriterParams> {
+  /** Frames are encoded in the order they come: an upstream of several replicas shuffles them. */
+  static override inputInOrder = true;
   #encoder: ToolProcess | null = null;
   #layout: Layout | null = null;
   #opened = false;

@@ -57,7 +57,20 @@ class Limited extends ProcessorNode<{ limit?: number }> {
   }
 }
 
-const INDEX = new ModuleIndex().add("file:///graph_test/flow.ts", { Limited, Proc, Sink, Src, Tracker });
+/** A sink that needs its input in the order it was made. */
+class Ordered extends ConsumerNode {
+  static override inputInOrder = true;
+  consume(): void {}
+}
+
+const INDEX = new ModuleIndex().add("file:///graph_test/flow.ts", {
+  Limited,
+  Ordered,
+  Proc,
+  Sink,
+  Src,
+  Tracker,
+});
 
 /** A fresh producer: each sub-case wires its own, so no node feeds a flow it is not part of. */
 const fresh = (name = "src"): Src => new Src({ name });
@@ -703,4 +716,20 @@ Deno.test("a node's own paramProblems() are VF_CONFIG errors of validation; one 
   assert.deepEqual(graph(3), []);
   assertOnly(graph(12), "error VF_CONFIG lim", /^node lim: limit must be below 10, got 12$/);
   assertOnly(graph(13), "error VF_CONFIG lim", /^node lim: paramProblems\(\) threw: unlucky$/);
+});
+
+Deno.test("a node that needs its input in order is warned about an upstream node running several replicas", () => {
+  const chain = (nbTasks: number) =>
+    new Proc({ name: "mid", nbTasks }).from(new Proc({ name: "pre" }).from(fresh()));
+  assert.deepEqual(check(new Ordered({ name: "out" }).from(chain(1)), { modules: INDEX }), []);
+  assertOnly(
+    check(new Ordered({ name: "out" }).from(chain(3)), { modules: INDEX }),
+    "warning VF_GRAPH out",
+    /^node out needs its input in the order it was made, but mid runs 3 replicas/,
+  );
+  assert.deepEqual(
+    check(new Sink({ name: "out" }).from(chain(3)), { modules: INDEX }),
+    [],
+    "a sink that does not care",
+  );
 });
