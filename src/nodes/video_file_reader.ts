@@ -60,10 +60,21 @@ export interface VideoFileReaderParams {
   readonly reconnectMaxDelaySeconds?: number;
   /** Live sources: a connection that delivers no frame for this long is dropped and redialled (default 10 s). */
   readonly readTimeoutSeconds?: number;
+  /**
+   * Live sources: how long a new connection may take to deliver its first frame (default `readTimeoutSeconds`
+   * plus {@link FIRST_FRAME_GRACE_SECONDS}, for ffmpeg's analysis of the stream).
+   */
+  readonly firstFrameTimeoutSeconds?: number;
 }
 
 /** A file is sought this far before the wanted frame, so the decoder lands on a key frame before it. */
 const SEEK_MARGIN_SECONDS = 3;
+
+/**
+ * Seconds a live source's first frame on a connection may take beyond `readTimeoutSeconds` by default:
+ * ffmpeg reads up to about five seconds of a stream (its analysis) before it decodes the first frame.
+ */
+export const FIRST_FRAME_GRACE_SECONDS = 5;
 
 const DEFAULTS = {
   pixelFormat: "bgr24",
@@ -153,6 +164,10 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
   #ended = false;
   #nextIndex = 0;
   #failures = 0;
+  /** Frames read since the live source's current connection was made. */
+  #connectionFrames = 0;
+  /** The seconds of silence after which the last bounded read timed out; `null` when it did not. */
+  #silentFor: number | null = null;
   #decoder: ToolProcess | null = null;
   readonly #abort = new AbortController();
 
@@ -222,6 +237,7 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
       const bytes = await this.#read(decoder);
       if (bytes !== null) {
         this.#failures = 0;
+        this.#connectionFrames++;
         return this.#frame(bytes, ctx);
       }
       if (this.#closed) break;
@@ -281,6 +297,7 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
     positive("reconnectDelaySeconds", p.reconnectDelaySeconds, false);
     positive("reconnectMaxDelaySeconds", p.reconnectMaxDelaySeconds, false);
     positive("readTimeoutSeconds", p.readTimeoutSeconds, false);
+    positive("firstFrameTimeoutSeconds", p.firstFrameTimeoutSeconds, false);
     if (p.pixelFormat !== undefined && !isRawFormat(p.pixelFormat)) {
       problems.push(
         `pixelFormat must be one of ${Object.keys(RAW_FORMATS).join(", ")}, got ${p.pixelFormat}`,
@@ -394,23 +411,37 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
     return width * height * RAW_FORMATS[this.#format].channels;
   }
 
-  /** One frame's bytes; for a live source, a connection silent for `readTimeoutSeconds` is dropped. */
+  /**
+   * One frame's bytes; for a live source, a connection silent for `readTimeoutSeconds` is dropped (its
+   * first frame may take `firstFrameTimeoutSeconds`).
+   */
   #read(decoder: ToolProcess): Promise<Uint8Array<ArrayBuffer> | null> {
     if (!this.live) return decoder.readRecord(this.#frameBytes);
+    const readTimeout = this.params.readTimeoutSeconds ?? DEFAULTS.readTimeoutSeconds;
+    const seconds = this.#connectionFrames > 0
+      ? readTimeout
+      : this.params.firstFrameTimeoutSeconds ?? readTimeout + FIRST_FRAME_GRACE_SECONDS;
     return this.#bounded((signal) => {
       // A stop() failure is not lost: wait() (memoized) rethrows it where the reader reaps the decoder.
       signal.addEventListener("abort", () => decoder.stop().catch(() => {}), { once: true });
       return decoder.readRecord(this.#frameBytes);
-    });
+    }, seconds);
   }
 
-  /** Runs `work` with a signal that aborts after `readTimeoutSeconds` or at `close()`. */
-  async #bounded<T>(work: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  /**
+   * Runs `work` with a signal that aborts after `seconds` (`readTimeoutSeconds` by default) or at
+   * `close()`; a timeout is remembered in {@link #silentFor} for the reason the source is redialled.
+   */
+  async #bounded<T>(
+    work: (signal: AbortSignal) => Promise<T>,
+    seconds: number = this.params.readTimeoutSeconds ?? DEFAULTS.readTimeoutSeconds,
+  ): Promise<T> {
     const timeout = new AbortController();
-    const timer = systemClock.setTimer(
-      this.params.readTimeoutSeconds ?? DEFAULTS.readTimeoutSeconds,
-      () => timeout.abort(),
-    );
+    this.#silentFor = null;
+    const timer = systemClock.setTimer(seconds, () => {
+      this.#silentFor = seconds;
+      timeout.abort();
+    });
     try {
       return await work(AbortSignal.any([this.#abort.signal, timeout.signal]));
     } finally {
@@ -431,9 +462,16 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
   async #sourceEnded(decoder: ToolProcess, ctx: RuntimeContext): Promise<void> {
     const status = await decoder.wait();
     this.#decoder = null;
+    this.#connectionFrames = 0;
     const said = decoder.stderrTail;
     if (this.live) {
-      await this.#backoff(`ffmpeg exited with code ${status.code}${said ? `: ${said}` : ""}`, ctx);
+      const silent = this.#silentFor;
+      await this.#backoff(
+        silent !== null
+          ? `the source sent no frame for ${silent} s, so the connection was dropped`
+          : `ffmpeg exited with code ${status.code}${said ? `: ${said}` : ""}`,
+        ctx,
+      );
       return;
     }
     if (!status.success) {

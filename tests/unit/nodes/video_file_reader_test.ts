@@ -398,14 +398,15 @@ Deno.test("a dead live source fails with ResourceUnavailable after its reconnect
   await reader.close(t.ctx);
 });
 
-Deno.test("a live source that stalls is dropped after readTimeoutSeconds and counts as a failure", async () => {
+Deno.test("a live source that stalls is dropped after its first-frame timeout, says so, and counts as a failure", async () => {
   const server = serve(null);
   const t = testContext();
   const reader = await opened({
     path: server.url,
     width: 320,
     height: 240,
-    readTimeoutSeconds: 0.3,
+    readTimeoutSeconds: 0.2,
+    firstFrameTimeoutSeconds: 0.3,
     reconnectDelaySeconds: 0.02,
     maxReconnects: 1,
   }, t);
@@ -414,6 +415,12 @@ Deno.test("a live source that stalls is dropped after readTimeoutSeconds and cou
   const seconds = (performance.now() - started) / 1000;
   assert.ok(seconds >= 0.6 && seconds < 5, `two stalls of 0.3 s took ${seconds} s`);
   assert.equal(server.served(), 2);
+  const reasons = t.logger.records.filter((r) => r.level === "warn").map((r) => String(r.fields.reason));
+  assert.ok(
+    reasons.length > 0 &&
+      reasons.every((r) => r === "the source sent no frame for 0.3 s, so the connection was dropped"),
+    reasons.join("\n"),
+  );
   await reader.close(t.ctx);
   await server.stop();
 });
