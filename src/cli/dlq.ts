@@ -1,14 +1,16 @@
 /**
- * `vf dlq FLOW.ts --run-id ID [--state DIR] [--json]`: the dead letters of a run: node, error code,
- * message, delivery count and payload size, one line each (or one JSON record each with `--json`).
+ * `vf dlq FLOW.ts --run-id ID [--state DIR] [--json]`: the dead letters of a run: node, error code, the
+ * failed item's trace id, delivery count, payload size, the letter's id and the message, one line each
+ * (or one JSON record each with `--json`).
  *
  * @module
  */
 
 import { ConfigError } from "../core/errors.ts";
-import { readDeadLetters } from "../engines/dead_letters.ts";
+import { type DeadLetterRecord, readDeadLetters } from "../engines/dead_letters.ts";
 import { runDirectory } from "../engines/run_directory.ts";
 import { loadFlow } from "./load_flow.ts";
+import { decodeEnvelope } from "../wire/codec.ts";
 import type { CommandOutput } from "./main.ts";
 import { DEFAULT_STATE_DIR } from "./run_local.ts";
 
@@ -41,7 +43,19 @@ export async function dlqCommand(path: string, options: DlqOptions, io: CommandO
     } in run ${options.runId} of ${flow.flowId}`,
   );
   for (const r of records) {
-    io.out(`${r.node}  ${r.code}  deliveries=${r.deliveries ?? "?"}  size=${r.size}B  ${r.error}`);
+    io.out(
+      `${r.node}  ${r.code}  trace=${traceOf(r)}  deliveries=${r.deliveries ?? "?"}  size=${r.size}B  ` +
+        `id=${r.id}  ${r.error}`,
+    );
   }
   return 0;
+}
+
+/** The trace id of a dead letter's original envelope, or `?` when its bytes do not decode. */
+function traceOf(record: DeadLetterRecord): string {
+  try {
+    return decodeEnvelope(Uint8Array.fromBase64(record.envelope_b64)).traceId || "?";
+  } catch {
+    return "?";
+  }
 }

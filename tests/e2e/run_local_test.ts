@@ -446,7 +446,10 @@ Deno.test("a batch flow dead-letters exactly the poison items (VF_POISON, 1 deli
     const rows = text.stdout.split("\n").filter((line) => line !== "");
     assert.equal(rows.length, 4);
     for (const row of rows) {
-      assert.match(row, /^poison {2}VF_POISON {2}deliveries=1 {2}size=\d+B {2}item (3|7|11|20) is poison$/);
+      assert.match(
+        row,
+        /^poison {2}VF_POISON {2}trace=count:\d+:(3|7|11|20) {2}deliveries=1 {2}size=\d+B {2}id=dlq:poison-story:r1:poison:\d+ {2}item \1 is poison$/,
+      );
     }
   });
 });
