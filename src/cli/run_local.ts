@@ -10,7 +10,7 @@
  * @module
  */
 
-import { compileFlow, nodePermissions } from "../core/compiler.ts";
+import { compileFlow, nodePermissions, nodePreloads } from "../core/compiler.ts";
 import { ConfigError } from "../core/errors.ts";
 import { randomHex } from "../core/hex.ts";
 import { checkFlowType } from "../core/flow_type.ts";
@@ -92,6 +92,7 @@ export async function runLocalCommand(
     flowType,
     specs,
     permissions,
+    preloads: nodePreloads(flow),
     runId,
     stateDir: options.state ?? DEFAULT_STATE_DIR,
     isolation,

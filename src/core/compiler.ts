@@ -651,6 +651,16 @@ export function nodePermissions(flow: Flow): Record<string, Partial<Record<Permi
   return out;
 }
 
+/** Node name to the modules its replicas load before their sandbox applies ({@link Node.preloadModules}). */
+export function nodePreloads(flow: Flow): Record<string, string[]> {
+  const out: Record<string, string[]> = {};
+  for (const node of flow.topologicalSort()) {
+    const modules = node.preloadModules();
+    if (modules.length > 0) out[node.name] = [...modules];
+  }
+  return out;
+}
+
 /**
  * The compiled document: `{ specs }`, then `requirements`, `gpu_provenance` (only when asked for),
  * `execution_groups`, `batching_policies`, `sink_guarantees` and `permissions`, each only when non-empty,

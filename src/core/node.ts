@@ -446,6 +446,15 @@ export abstract class Node<P extends NodeParams = NodeParams> {
   }
 
   /**
+   * The modules this node imports when it opens, beyond its own class's (their URLs; none by default):
+   * an engine loads them with the node's module, before the node's sandbox applies, since a sandboxed
+   * node may not read its own flow file.
+   */
+  preloadModules(): string[] {
+    return [];
+  }
+
+  /**
    * What is wrong with this node's own params, found without any I/O: one sentence each, none by default.
    * `vf validate` (and every compile) reports each as a `VF_CONFIG` error, so a flow that `open()` would
    * refuse is refused before it runs. Override to check params beyond their types.
@@ -692,6 +701,15 @@ export type ProcessFunction = (input: unknown, ctx: RuntimeContext) => unknown;
  */
 export class FunctionProcessorNode extends ProcessorNode<{ readonly fn: string }> {
   #fn: ProcessFunction | null = null;
+
+  /** The referenced function's module (none for a reference that does not parse: validation reports it). */
+  override preloadModules(): string[] {
+    try {
+      return [parseExportRef(this.params.fn).url];
+    } catch {
+      return [];
+    }
+  }
 
   /** Imports the referenced function. Throws {@link NodeContractError} if it is not an exported function. */
   override async open(_ctx: RuntimeContext): Promise<void> {

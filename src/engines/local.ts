@@ -95,6 +95,8 @@ export interface LocalRunOptions {
   readonly specs: readonly NodeSpec[];
   /** Node name to the permissions its replicas get (the compiled document's `permissions`). */
   readonly permissions: Readonly<Record<string, GrantedPermissions>>;
+  /** Node name to the modules its replicas load before their sandbox applies (`nodePreloads`); none by default. */
+  readonly preloads?: Readonly<Record<string, readonly string[]>>;
   readonly runId: string;
   /** The state directory; the run's ledger lives in `<stateDir>/<flow>/<run>/`. */
   readonly stateDir: string;
@@ -328,16 +330,16 @@ function moduleOf(nodeClass: string): string {
 }
 
 /**
- * The generated entry module of a replica: imports the node's module and the worker runtime statically, so
- * both load before the sandbox applies, then serves. A `data:` URL, so nothing is written for it.
+ * The generated entry module of a replica: imports the node's module, the modules it loads when it opens
+ * (`preloads`) and the worker runtime statically, so all load before the sandbox applies, then serves. A
+ * `data:` URL, so nothing is written for it.
  */
-export function bootstrapUrl(spec: NodeSpec, isolation: Isolation): string {
-  const nodeModule = JSON.stringify(moduleOf(spec.nodeClass ?? ""));
+export function bootstrapUrl(spec: NodeSpec, isolation: Isolation, preloads: readonly string[] = []): string {
+  const imports = [...new Set([moduleOf(spec.nodeClass ?? ""), ...preloads])]
+    .map((url) => `import ${JSON.stringify(url)};\n`).join("");
   const source = isolation === Isolation.worker
-    ? `import ${nodeModule};\nimport { serveNodeWorker } from ${
-      JSON.stringify(nodeWorkerUrl)
-    };\nserveNodeWorker();\n`
-    : `import ${nodeModule};\nimport { serveNodeProcess } from ${
+    ? `${imports}import { serveNodeWorker } from ${JSON.stringify(nodeWorkerUrl)};\nserveNodeWorker();\n`
+    : `${imports}import { serveNodeProcess } from ${
       JSON.stringify(nodeProcessUrl)
     };\nawait serveNodeProcess();\n`;
   return `data:application/typescript;base64,${btoa(unescape(encodeURIComponent(source)))}`;
@@ -600,7 +602,7 @@ export class LocalEngine {
 
   #launchWorker(replica: Replica): void {
     const { spec, index } = replica;
-    const worker = new Worker(bootstrapUrl(spec, Isolation.worker), {
+    const worker = new Worker(bootstrapUrl(spec, Isolation.worker, this.#options.preloads?.[spec.name]), {
       type: "module",
       name: `${spec.name}/${index}`,
       deno: { permissions: workerPermissions(this.#granted(spec)) },
@@ -658,7 +660,7 @@ export class LocalEngine {
         `--config=${configPath.pathname}`,
         `--allow-env=${[...Object.keys(settings), ...declaredEnv].join(",")}`,
         ...permissionFlags(granted),
-        bootstrapUrl(spec, Isolation.process),
+        bootstrapUrl(spec, Isolation.process, this.#options.preloads?.[spec.name]),
         ...Object.keys(settings),
       ],
       clearEnv: true,

@@ -830,6 +830,32 @@ for (const isolation of ["worker", "process"]) {
   });
 }
 
+for (const isolation of ["worker", "process"]) {
+  Deno.test(`a FunctionProcessorNode applies a function the flow file exports (${isolation} isolation)`, async () => {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
+        dir,
+        ["Count"],
+        [
+          `import { FunctionProcessorNode } from ${JSON.stringify(modUrl)};`,
+          `export function triple(x: number): number { return 3 * x; }`,
+          pipeline(
+            "function-story",
+            `new Count({ name: "count", n: 10 })`,
+            'new FunctionProcessorNode({ name: "triple", fn: `${import.meta.url}#triple` })',
+            dir,
+          ),
+        ].join("\n"),
+      );
+      const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--isolation", isolation], {
+        cwd: dir,
+      });
+      assert.equal(run.code, 0, run.text);
+      assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 10).map((n) => 3 * n));
+    });
+  });
+}
+
 Deno.test("a node reading a file it did not declare fails with a permission error naming both, exit 2", async () => {
   await inTempDir(async (dir) => {
     const secret = join(dir, "secret.txt");
