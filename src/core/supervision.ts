@@ -389,9 +389,12 @@ export function renderEvent(event: SupervisionEvent): string | null {
       return `${event.node}[${event.replica}] restarting in ${
         seconds(event.delay)
       } (restart ${event.attempt})`;
-    case "node_gave_up":
+    case "node_gave_up": {
+      const remedy = event.reason?.remedy;
       return `${event.node}[${event.replica}] gave up after ${event.attempts} restart(s): ` +
-        describeReason(event.reason);
+        describeReason(event.reason) +
+        (typeof remedy === "string" && remedy !== "" ? ` (remedy: ${remedy})` : "");
+    }
     case "flow_stalled":
       return `flow stalled: ${event.detail}`;
   }

@@ -22,6 +22,8 @@ export class UndeclaredPermission extends WorkerFatal {
 }
 
 const REFUSAL = /^Requires (\w+) access(?: to "([^"]*)")?/;
+/** Deno's refusal as a worker's uncaught error reports it: `Uncaught (in promise) NotCapable: Requires ...`. */
+const UNCAUGHT_REFUSAL = /\bNotCapable: (Requires .*)$/s;
 
 /**
  * `error` as an {@link UndeclaredPermission} of `node` when it is Deno's refusal of a permission
@@ -29,7 +31,28 @@ const REFUSAL = /^Requires (\w+) access(?: to "([^"]*)")?/;
  */
 export function undeclaredPermission(error: unknown, node: string): UndeclaredPermission | null {
   if (!(error instanceof Deno.errors.NotCapable)) return null;
-  const match = error.message.match(REFUSAL);
+  return undeclaredFrom(error.message, node, error);
+}
+
+/**
+ * The {@link UndeclaredPermission} of `node` in the message of an error its worker did not catch (code
+ * at the top level of the node's module, which every replica of every node whose class it holds runs
+ * when it loads); `null` when the message is not Deno's refusal of a permission.
+ */
+export function undeclaredPermissionOnLoad(message: string, node: string): UndeclaredPermission | null {
+  const refusal = message.match(UNCAUGHT_REFUSAL)?.[1];
+  if (refusal === undefined) return null;
+  return undeclaredFrom(
+    refusal,
+    node,
+    message,
+    " at the top level of its module (code that every node whose class the module holds runs as it loads)",
+  );
+}
+
+/** The {@link UndeclaredPermission} of `node` for Deno's `refusal` text, `where` saying when it happened. */
+function undeclaredFrom(refusal: string, node: string, cause: unknown, where = ""): UndeclaredPermission {
+  const match = refusal.match(REFUSAL);
   const permission = match?.[1] ?? null;
   const target = match?.[2] ?? null;
   const what = permission === null
@@ -39,11 +62,11 @@ export function undeclaredPermission(error: unknown, node: string): UndeclaredPe
     ? "static permissions = { read: [...], net: [...] }"
     : `static permissions = { ${permission}: [${target === null ? "" : JSON.stringify(target)}] }`;
   const failure = new UndeclaredPermission(
-    `node ${node} needs ${what}, which it does not declare${match === null ? ` (${error.message})` : ""}`,
+    `node ${node} needs ${what}${where}, which it does not declare${match === null ? ` (${refusal})` : ""}`,
     `declare it on the node's class (${declaration}) or in its permissions() override; ` +
       "`vf explain` shows what every node is granted",
     { node, permission, target },
   );
-  (failure as { cause?: unknown }).cause = error;
+  (failure as { cause?: unknown }).cause = cause;
   return failure;
 }

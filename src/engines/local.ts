@@ -22,6 +22,7 @@ import {
   ResourceUnavailable,
   UpstreamAborted,
 } from "../core/errors.ts";
+import { undeclaredPermissionOnLoad } from "../core/undeclared_permission.ts";
 import type { FlowType } from "../core/flow.ts";
 import {
   type NodeExited,
@@ -282,6 +283,19 @@ interface Replica {
 }
 
 const DENO_ENV_PASSTHROUGH = ["PATH", "HOME", "DENO_DIR", "TMPDIR", "NO_COLOR", "XDG_CACHE_HOME", "LANG"];
+
+/** How much of a subprocess replica's stderr is kept to read why it died. */
+const STDERR_TAIL_CHARS = 8192;
+
+/** Copies a subprocess replica's stderr to this process's as it comes; resolves with its last few KiB. */
+async function passStderr(stderr: ReadableStream<Uint8Array>): Promise<string> {
+  let tail = "";
+  for await (const chunk of stderr) {
+    await Deno.stderr.write(chunk);
+    tail = (tail + new TextDecoder().decode(chunk)).slice(-STDERR_TAIL_CHARS);
+  }
+  return tail;
+}
 
 /**
  * Makes the run's ledger fit a broker that starts empty, as this engine's does: what it counted through
@@ -625,6 +639,12 @@ export class LocalEngine {
     worker.onerror = (event: ErrorEvent) => {
       event.preventDefault();
       this.#view.event(`${spec.name}[${index}] crashed: ${event.message}`);
+      const undeclared = undeclaredPermissionOnLoad(event.message, spec.name);
+      if (undeclared !== null) {
+        replica.reason = { ...undeclared.toDict() };
+        end(undeclared.exitCode);
+        return;
+      }
       replica.reason = { code: "VF_WORKER_FATAL", message: event.message, disposition: "worker_fatal" };
       end(EXIT_FLOW_FAILED);
     };
@@ -667,7 +687,7 @@ export class LocalEngine {
       env: { ...inherited, ...settings },
       stdin: "null",
       stdout: "piped",
-      stderr: "inherit",
+      stderr: "piped",
     }).spawn();
     replica.kill = () => {
       try {
@@ -677,9 +697,16 @@ export class LocalEngine {
       }
     };
     void this.#readReports(replica, child.stdout);
-    child.status.then((status) =>
-      this.#exited(replica, status.signal === null ? status.code : 128 + signalNumber(status.signal))
-    );
+    const stderrTail = passStderr(child.stderr);
+    Promise.all([child.status, stderrTail]).then(([status, tail]) => {
+      const code = status.signal === null ? status.code : 128 + signalNumber(status.signal);
+      // A replica that dies loading its module reports nothing; Deno's refusal of a permission is on stderr.
+      const undeclared = replica.reason === null && code !== 0
+        ? undeclaredPermissionOnLoad(tail, replica.spec.name)
+        : null;
+      if (undeclared !== null) replica.reason = { ...undeclared.toDict() };
+      this.#exited(replica, undeclared?.exitCode ?? code);
+    });
   }
 
   async #readReports(replica: Replica, stdout: ReadableStream<Uint8Array>): Promise<void> {

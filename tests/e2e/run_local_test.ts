@@ -856,6 +856,36 @@ for (const isolation of ["worker", "process"]) {
   });
 }
 
+for (const isolation of ["worker", "process"]) {
+  Deno.test(`a flow file whose top level reads what its nodes did not declare fails at once, exit 2 (${isolation} isolation)`, async () => {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
+        dir,
+        ["Count", "Poison"],
+        [
+          `const LIMIT = Number(Deno.env.get("VF_E2E_UNDECLARED") ?? "5");`,
+          pipeline(
+            "top-level-story",
+            `new Count({ name: "count", n: LIMIT })`,
+            `new Poison({ name: "middle", poison: [] })`,
+            dir,
+          ),
+        ].join("\n"),
+      );
+      const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--isolation", isolation], {
+        cwd: dir,
+      });
+      assert.equal(run.code, 2, run.text);
+      assert.match(
+        run.text,
+        /VF_NODE_CONTRACT: node \w+ needs env permission for "VF_E2E_UNDECLARED" at the top level of its module/,
+      );
+      assert.match(run.text, /static permissions = \{ env: \["VF_E2E_UNDECLARED"\] \}/);
+      assert.match(run.text, /gave up after 0 restart\(s\)/, "a contract error is not restarted");
+    });
+  });
+}
+
 Deno.test("a node reading a file it did not declare fails with a permission error naming both, exit 2", async () => {
   await inTempDir(async (dir) => {
     const secret = join(dir, "secret.txt");

@@ -439,3 +439,11 @@ Deno.test("a restart cannot mend the author's mistake (exit 2) or a parent's abo
   assert.equal(crashed.kind, "restart");
   assert.ok(restartCanMend(nodeExited("n", 0, 137)));
 });
+
+Deno.test("a replica given up on is rendered with its reason's remedy, when the reason has one", () => {
+  const reason = { code: "VF_NODE_CONTRACT", message: "node src needs env permission", remedy: "declare it" };
+  assert.equal(
+    renderEvent(nodeGaveUp("src", 0, 0, reason)),
+    "src[0] gave up after 0 restart(s): VF_NODE_CONTRACT: node src needs env permission (remedy: declare it)",
+  );
+});
