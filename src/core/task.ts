@@ -123,6 +123,11 @@ export interface TaskFailed {
   readonly error: VideoflowError;
   /** Whether an ABORT marker carrying `error` was published. */
   readonly abortPublished: boolean;
+  /**
+   * Whether the node's stream had ended cleanly before `error` (it failed in `close()` after its loop
+   * finished: EOS went out, or a sink consumed every input): running it again would make it all again.
+   */
+  readonly streamEnded: boolean;
   /** The error's exit status (2 user, 3 environment, 4 runtime, 5 stalled). */
   readonly exitCode: number;
 }
@@ -403,7 +408,9 @@ export abstract class NodeTask<N extends Node = Node> {
       if (error instanceof SimulatedCrash) throw error;
       const failure = nodeFailure(error, this.callIdentity());
       this.ctx.logger.error("close() failed", { code: failure.code, error: failure.message });
-      if (outcome.kind !== TaskEnd.failed) outcome = failed(failure, false);
+      if (outcome.kind !== TaskEnd.failed) {
+        outcome = failed(failure, false, outcome.kind === TaskEnd.finished);
+      }
     }
     return outcome;
   }
@@ -554,8 +561,8 @@ export abstract class NodeTask<N extends Node = Node> {
   }
 }
 
-function failed(error: VideoflowError, abortPublished: boolean): TaskFailed {
-  return { kind: TaskEnd.failed, error, abortPublished, exitCode: error.exitCode };
+function failed(error: VideoflowError, abortPublished: boolean, streamEnded = false): TaskFailed {
+  return { kind: TaskEnd.failed, error, abortPublished, streamEnded, exitCode: error.exitCode };
 }
 
 function upstreamAborted(error: UpstreamAborted): TaskUpstreamAborted {

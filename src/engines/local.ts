@@ -272,6 +272,8 @@ interface Replica {
   reason: TerminationReason | null;
   /** The end marker its last exit report says it published to its children (null: none, or no report). */
   endMarker: EndMarker | null;
+  /** Its last exit report says its stream had ended cleanly before it failed (in `close()`). */
+  streamEnded: boolean;
   /** The supervisor ended it because the run could not go on: its status is not the run's. */
   endedBySupervisor: boolean;
   lastReportAt: number;
@@ -513,6 +515,7 @@ export class LocalEngine {
             exitCode: null,
             reason: null,
             endMarker: null,
+            streamEnded: false,
             endedBySupervisor: false,
             lastReportAt: performance.now() / 1000,
             stats: null,
@@ -590,6 +593,7 @@ export class LocalEngine {
     } else {
       replica.reason = report.reason as TerminationReason | null;
       replica.endMarker = report.endMarker;
+      replica.streamEnded = report.streamEnded;
     }
   }
 
@@ -598,6 +602,7 @@ export class LocalEngine {
     replica.exitCode = null;
     replica.reason = null;
     replica.endMarker = null;
+    replica.streamEnded = false;
     replica.earlier = addCounts(replica.earlier, replica.stats);
     replica.stats = null;
     this.#event(nodeStarted(replica.spec.name, replica.index, replica.restarts));
@@ -746,23 +751,32 @@ export class LocalEngine {
     } else {
       replica.state = NodeState.failed;
       if (decision.event !== null) this.#event(decision.event);
-      if (replica.spec.hasChildren && replica.endMarker === null && !this.#forced) this.#endRun(replica);
-      else if (!this.#stopping) this.#abortFlow(replica);
+      // A replica that failed after its stream ended cleanly left nothing undone: the flow goes on, and
+      // the failure is the run's exit status.
+      if (replica.streamEnded) {
+        this.#view.event(
+          `${replica.spec.name}[${replica.index}] had ended its stream: not run again, the flow goes on`,
+        );
+      } else if (replica.spec.hasChildren && replica.endMarker === null && !this.#forced) {
+        this.#endRun(replica);
+      } else if (!this.#stopping) this.#abortFlow(replica);
     }
     this.#wake?.();
   }
 
   /**
    * What to do about a replica that exited: the supervision policy's decision, except that a replica
-   * that published ABORT is not restarted (its children have ended already, which no restart undoes), and
-   * nothing is restarted while the flow stops.
+   * that published ABORT is not restarted (its children have ended already, which no restart undoes), nor
+   * one whose stream had ended cleanly before it failed (a restart would make or take its stream again),
+   * and nothing is restarted while the flow stops.
    */
   #decide(replica: Replica, exited: NodeExited): SupervisionDecision | { kind: "give_up"; event: null } {
     if (this.#forced || this.#ending || this.#stopping && exited.code !== 0) {
       return { kind: "give_up", event: null };
     }
     const decision = this.#policy.decide(exited, replica.restarts);
-    if (decision.kind !== "restart" || replica.endMarker !== EndMarker.abort) return decision;
+    const over = replica.endMarker === EndMarker.abort || replica.streamEnded;
+    if (decision.kind !== "restart" || !over) return decision;
     return {
       kind: "give_up",
       event: nodeGaveUp(exited.node, exited.replica, replica.restarts, exited.reason),

@@ -61,6 +61,8 @@ export type WorkerReport =
    * The replica ended: its exit status, for a failure the error record, and the end marker it published
    * (or relayed) to its children. A replica with children that ends with no marker leaves them waiting:
    * its supervisor must restart it or end the run; one that published ABORT has ended them already.
+   * `streamEnded`: its stream had ended cleanly before it failed (in `close()`), so a restart would make
+   * or take it all again.
    */
   | {
     readonly kind: "exit";
@@ -69,6 +71,7 @@ export type WorkerReport =
     readonly code: number;
     readonly reason: unknown;
     readonly endMarker: EndMarker | null;
+    readonly streamEnded: boolean;
   };
 
 /** The end of stream a replica told its children about: a clean EOS or an ABORT. */
@@ -180,7 +183,7 @@ function endMarkerOf(outcome: TaskOutcome, hasChildren: boolean): EndMarker | nu
     case "stopped":
       return null;
     case "failed":
-      return outcome.abortPublished ? EndMarker.abort : null;
+      return outcome.abortPublished ? EndMarker.abort : outcome.streamEnded ? EndMarker.eos : null;
   }
 }
 
@@ -285,6 +288,7 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
           code: exitCodeOf(error),
           reason: error.toDict(),
           endMarker: null,
+          streamEnded: false,
         });
         exitOnStall(error, { terminationLog: config.terminationLog, exit: host.exit });
       };
@@ -331,6 +335,7 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
         code: outcome.exitCode,
         reason,
         endMarker: endMarkerOf(outcome, config.hasChildren),
+        streamEnded: outcome.kind === "finished" || outcome.kind === "failed" && outcome.streamEnded,
       });
       return outcome.exitCode;
     } finally {
@@ -380,6 +385,7 @@ export async function runWorker(host: WorkerHost): Promise<number> {
       code,
       reason: failure.toDict(),
       endMarker: null,
+      streamEnded: false,
     });
     return code;
   }

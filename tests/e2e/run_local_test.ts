@@ -628,6 +628,31 @@ Deno.test("a partitioned node counts both what it processed and what it dropped 
   });
 });
 
+Deno.test("a producer whose close() fails after its stream ended is not run again: every item once, exit 4", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["CountFailingClose", "Poison"],
+      pipeline(
+        "close-story",
+        `new CountFailingClose({ name: "count", n: 5 })`,
+        `new Poison({ name: "middle", poison: [] })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
+    assert.equal(run.code, 4, run.text);
+    assert.match(
+      run.text,
+      /count\[0\] gave up after 0 restart\(s\): VF_RUNTIME: the count could not be closed/,
+    );
+    assert.match(run.text, /count\[0\] had ended its stream: not run again, the flow goes on/);
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 5));
+    assert.equal(summaryRow(run, "count").processed, 5);
+    assert.equal(summaryRow(run, "sink").state, "done");
+  });
+});
+
 Deno.test("a replica that dies on every launch is restarted with backoff until its budget is spent, then the run exits 4", async () => {
   await inTempDir(async (dir) => {
     const flow = await writeFlow(

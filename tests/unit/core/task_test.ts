@@ -962,6 +962,7 @@ Deno.test("a failing open() publishes ABORT, never starts the loop, and close() 
   const { messenger, outcome } = await runNode(node, { groups: stream(1) });
   const failure = outcomeOf(outcome, TaskEnd.failed);
   assert.equal(failure.abortPublished, true);
+  assert.equal(failure.streamEnded, false);
   assert.equal(failure.error.message, "the model file is missing");
   assert.deepEqual(messenger.names(), ["publishAbort"]);
   assert.deepEqual(node.seen, ["close"]);
@@ -972,6 +973,7 @@ Deno.test("a close() that fails after a clean loop turns the outcome into that f
   const failure = outcomeOf(outcome, TaskEnd.failed);
   assert.equal(failure.error.message, "the file system is read-only");
   assert.equal(failure.abortPublished, false);
+  assert.equal(failure.streamEnded, true, "its stream had ended cleanly: a restart would take it again");
 });
 
 Deno.test("the watchdog runs from after open() to the end; readiness and metrics follow the loop", async () => {
