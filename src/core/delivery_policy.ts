@@ -97,8 +97,28 @@ export interface DeliveryPolicyDict {
   readonly sample_per_minute: number;
 }
 
-/** A node's own overrides (`NodeSpec.delivery`): any subset of the dict's keys. */
-export type DeliveryOverride = Partial<DeliveryPolicyDict>;
+/**
+ * A node's own overrides (`NodeSpec.delivery`): its delivery mode and its disposition for unclassified
+ * exceptions. Retries, the DLQ mode and sampling are deployment settings (`VF_MAX_RETRIES` ...).
+ */
+export type DeliveryOverride = Partial<Pick<DeliveryPolicyDict, "delivery" | "on_error">>;
+
+/** The keys a node's {@link DeliveryOverride} may set. */
+export const NODE_OVERRIDE_KEYS: readonly string[] = Object.freeze(["delivery", "on_error"]);
+
+/**
+ * Refuses, with a {@link ConfigError} naming `node` and the keys, an override of `node` that sets more
+ * than {@link NODE_OVERRIDE_KEYS} (a `deliveryPolicy()` override that returns a whole policy's keys).
+ */
+export function checkNodeOverride(node: string, override: Readonly<Record<string, unknown>> | null): void {
+  const extra = Object.keys(override ?? {}).filter((key) => !NODE_OVERRIDE_KEYS.includes(key));
+  if (extra.length === 0) return;
+  throw new ConfigError(
+    `the delivery override of ${node} sets ${extra.join(", ")}, which only the deployment decides`,
+    "override only delivery and on_error on a node; deployment settings (VF_MAX_RETRIES) cover the rest",
+    { node, keys: extra },
+  );
+}
 
 type DeliveryRaw = { readonly [K in keyof DeliveryPolicyInit]?: unknown };
 

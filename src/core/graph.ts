@@ -15,6 +15,7 @@
  */
 
 import { nodeNameCollisions } from "../backends/identity.ts";
+import { checkNodeOverride } from "./delivery_policy.ts";
 import { Diagnostic, GraphError, VideoflowError } from "./errors.ts";
 import { JOIN_TIME, JOIN_TRACE } from "./join_policy.ts";
 import type { JoinPolicy } from "./join_policy.ts";
@@ -540,7 +541,7 @@ function nodeErrors(node: Node, modules: ModuleIndex | undefined): Diagnostic[] 
   checkParams(node, out);
   checkParentsOnce(node, out);
   if (node instanceof ReceiverNode) {
-    attempt(out, node.name, () => node.deliveryPolicy());
+    attempt(out, node.name, () => checkNodeOverride(node.name, node.deliveryPolicy()));
     const policy = attempt(out, node.name, () => node.joinPolicy);
     checkTimeJoinParents(node, policy ?? null, out);
     if (node instanceof ProcessorNode) {

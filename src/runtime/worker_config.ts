@@ -66,6 +66,7 @@ import {
 } from "../backends/runtime.ts";
 import { blobReaderIds, type NodeSpec, parentReplicas } from "../core/compiler.ts";
 import {
+  checkNodeOverride,
   DEFAULT_MAX_RETRIES,
   DELIVERY_MODES,
   type DeliveryMode,
@@ -928,16 +929,7 @@ function sameValue(a: unknown, b: unknown): boolean {
 
 function specDelivery(spec: NodeSpec): Pick<WorkerConfig, "delivery" | "onError"> {
   const override = spec.delivery ?? {};
-  const extra = Object.keys(override).filter((key) => key !== "delivery" && key !== "on_error");
-  if (extra.length > 0) {
-    throw new ConfigError(
-      `the delivery override of ${spec.name} sets ${
-        extra.join(", ")
-      }, which a worker's environment cannot carry`,
-      "override only delivery and on_error on a node; deployment settings (VF_MAX_RETRIES) cover the rest",
-      { node: spec.name, keys: extra },
-    );
-  }
+  checkNodeOverride(spec.name, override);
   const checked = DeliveryPolicy.nodeOverride(
     override.delivery as string | null | undefined,
     override.on_error as string | null | undefined,

@@ -733,3 +733,20 @@ Deno.test("a node that needs its input in order is warned about an upstream node
     "a sink that does not care",
   );
 });
+
+Deno.test("a delivery override beyond delivery and on_error is a VF_CONFIG error of validation", () => {
+  class Greedy extends ProcessorNode {
+    override deliveryPolicy() {
+      return { delivery: "at-least-once", max_retries: 1 } as ReturnType<ProcessorNode["deliveryPolicy"]>;
+    }
+    process(x: unknown): unknown {
+      return x;
+    }
+  }
+  const modules = new ModuleIndex().add("file:///graph_test/greedy.ts", { Greedy, Sink, Src });
+  assertOnly(
+    check(new Sink({ name: "sink" }).from(new Greedy({ name: "greedy" }).from(fresh())), { modules }),
+    "error VF_CONFIG greedy",
+    /^the delivery override of greedy sets max_retries, which only the deployment decides$/,
+  );
+});
