@@ -643,7 +643,7 @@ Deno.test("workerConfigFor refuses what a worker's environment cannot carry", ()
   fuse.delivery = { delivery: "at-least-once", max_retries: 9 };
   assert.throws(
     () => workerConfigFor(fuse, specs, flow, run, 0),
-    /max_retries, which a worker's environment/,
+    /max_retries, which only the deployment decides/,
   );
   const cam = specs.find((spec) => spec.name === "cam")!;
   cam.nodeClass = null;
