@@ -44,7 +44,7 @@ export async function dlqCommand(path: string, options: DlqOptions, io: CommandO
   );
   for (const r of records) {
     io.out(
-      `${r.node}  ${r.code}  trace=${traceOf(r)}  deliveries=${r.deliveries ?? "?"}  size=${r.size}B  ` +
+      `${r.node}  ${r.code}  trace=${traceOf(r)}  deliveries=${r.deliveries ?? "?"}  ${sizeOf(r)}  ` +
         `id=${r.id}  ${r.error}`,
     );
   }
@@ -58,4 +58,13 @@ function traceOf(record: DeadLetterRecord): string {
   } catch {
     return "?";
   }
+}
+
+/** The payload's size: the envelope's, or an offloaded payload's, with where it is kept (or that it is not). */
+function sizeOf(record: DeadLetterRecord): string {
+  if (record.payload === undefined) return `size=${record.size}B`;
+  const kept = record.payload.file === null
+    ? "not kept: gone with the run"
+    : `kept in ${record.payload.file}`;
+  return `size=${record.payload.size}B (offloaded, ${kept})`;
 }

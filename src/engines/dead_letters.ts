@@ -2,7 +2,9 @@
  * A run's dead letters kept beside its ledger (`<run dir>/dead_letters.jsonl`), so they outlive the
  * embedded broker that held them: one JSON line per dead letter with the node, the error's code and
  * message, the delivery count, and the original envelope's bytes. Written whole through a temporary file
- * and a rename, so a reader never sees half a file.
+ * and a rename, so a reader never sees half a file. A dead letter whose payload was offloaded to the
+ * payload store (its envelope carries only a `BlobRef`) keeps that payload too, in
+ * `<run dir>/dead_letter_payloads/<key>`, since the embedded store dies with its run.
  *
  * @module
  */
@@ -10,9 +12,13 @@
 import { ConfigError } from "../core/errors.ts";
 import type { Envelope } from "../backends/messaging.ts";
 import { DeadLetterHeader } from "../messaging/messenger.ts";
+import { decodeEnvelope, decodePayload } from "../wire/codec.ts";
+import { BlobRef } from "../wire/value.ts";
 
 /** The name of the dead-letter file in a run directory. */
 export const DEAD_LETTER_FILE = "dead_letters.jsonl";
+/** The directory of a run's dead-lettered offloaded payloads, one file per payload-store key. */
+export const DEAD_LETTER_PAYLOADS = "dead_letter_payloads";
 
 /** One dead letter as `vf dlq` shows it. */
 export interface DeadLetterRecord {
@@ -30,6 +36,58 @@ export interface DeadLetterRecord {
   readonly size: number;
   /** The original envelope, base64. */
   readonly envelope_b64: string;
+  /**
+   * For an offloaded payload (the envelope holds its `BlobRef`): its payload type, its size in bytes, and
+   * the file under the run directory that keeps its encoded bytes, or `null` when they could not be kept
+   * (gone from the store); absent for a payload the envelope carries itself.
+   */
+  readonly payload?: { readonly type: string; readonly size: number; readonly file: string | null };
+}
+
+/** The payload-store key of the offloaded payload `record`'s envelope refers to, or null for none. */
+export function offloadedKey(
+  record: DeadLetterRecord,
+): { readonly key: string; readonly type: string; readonly size: number } | null {
+  try {
+    const envelope = decodeEnvelope(Uint8Array.fromBase64(record.envelope_b64));
+    const value = decodePayload(envelope.payloadType, envelope.payload);
+    return value instanceof BlobRef
+      ? { key: value.ref, type: value.innerPayloadType, size: Number(value.size) }
+      : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * `records` with every offloaded payload kept under `runDir` ({@link DEAD_LETTER_PAYLOADS}): a payload
+ * already kept is not read again; `read` gives a key's bytes, or null once the store no longer has them.
+ */
+export async function keepOffloadedPayloads(
+  runDir: string,
+  records: readonly DeadLetterRecord[],
+  read: (key: string) => Promise<Uint8Array | null>,
+): Promise<DeadLetterRecord[]> {
+  const kept: DeadLetterRecord[] = [];
+  for (const record of records) {
+    const offloaded = record.payload === undefined ? offloadedKey(record) : null;
+    if (offloaded === null) {
+      kept.push(record);
+      continue;
+    }
+    const file = `${DEAD_LETTER_PAYLOADS}/${encodeURIComponent(offloaded.key)}`;
+    const path = `${runDir}/${file}`;
+    const present = await Deno.stat(path).then(() => true, () => false);
+    const bytes = present ? null : await read(offloaded.key);
+    if (bytes !== null) {
+      await Deno.mkdir(`${runDir}/${DEAD_LETTER_PAYLOADS}`, { recursive: true });
+      await Deno.writeFile(`${path}.tmp`, bytes);
+      await Deno.rename(`${path}.tmp`, path);
+    }
+    const where = present || bytes !== null ? file : null;
+    kept.push({ ...record, payload: { type: offloaded.type, size: offloaded.size, file: where } });
+  }
+  return kept;
 }
 
 /** The record of a dead-letter envelope the broker holds. */

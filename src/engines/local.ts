@@ -59,6 +59,7 @@ import { parseBrokerAddress } from "../runtime/embedded_rpc.ts";
 import {
   type DeadLetterRecord,
   deadLetterRecord,
+  keepOffloadedPayloads,
   mergeDeadLetters,
   readDeadLettersIfAny,
   writeDeadLetters,
@@ -393,7 +394,14 @@ export class LocalEngine {
   readonly #started = performance.now() / 1000;
   #stopping = false;
   /** The dead-letter file's writes, one after another: each writes the letters there are when it starts. */
-  readonly #deadLetterWrites = new CoalescedRun(() => writeDeadLetters(this.#runDir, this.#deadLetters()));
+  readonly #deadLetterWrites = new CoalescedRun(async () => {
+    const records = await keepOffloadedPayloads(
+      this.#runDir,
+      this.#deadLetters(),
+      (key) => this.#payloadBytes(key),
+    );
+    await writeDeadLetters(this.#runDir, records);
+  });
   /** The signal that asked the flow to stop, if one did. */
   #stoppedBy: Deno.Signal | null = null;
   #forced = false;
@@ -828,6 +836,13 @@ export class LocalEngine {
    */
   #writeDeadLetters(): Promise<void> {
     return this.#deadLetterWrites.request();
+  }
+
+  /** The bytes the embedded payload store holds under `key`, or null when it no longer does. */
+  async #payloadBytes(key: string): Promise<Uint8Array | null> {
+    const store = this.#broker.payload;
+    const read = await store.read(await store.refForKey(key));
+    return read.kind === "bytes" ? read.data : null;
   }
 
   /** The run's dead letters: an earlier supervisor's (a re-run), then this broker's. */

@@ -519,6 +519,46 @@ Deno.test("a join that fails a group dead-letters every member of it, one letter
   });
 });
 
+Deno.test("a dead letter whose payload went to the payload store keeps that payload beside the run", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Blobs", "RefuseAll"],
+      pipeline(
+        "blob-letters",
+        `new Blobs({ name: "blobs", n: 2, bytes: 4096 })`,
+        `new RefuseAll({ name: "refuse" })`,
+        dir,
+      ),
+    );
+    const state = join(dir, "state");
+    // Payloads above 1,000 bytes are offloaded: the dead letter's envelope holds only a reference.
+    const run = await vf(["run-local", flow, "--state", state, "--run-id", "r1"], {
+      cwd: dir,
+      env: { VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES: "1000" },
+    });
+    assert.equal(run.code, 0, run.text);
+    const letters = await deadLetters(flow, "r1", state, dir) as (DeadLetter & {
+      payload?: { type: string; size: number; file: string | null };
+    })[];
+    assert.equal(letters.length, 2);
+    const runDir = join(state, "blob-letters", "r1");
+    const kept = await Promise.all(letters.map(async (letter) => {
+      assert.ok(letter.payload?.file, `the payload is kept: ${JSON.stringify(letter.payload)}`);
+      const bytes = await Deno.readFile(join(runDir, letter.payload.file));
+      assert.equal(bytes.byteLength, letter.payload.size);
+      return decodePayload(letter.payload.type, bytes) as Uint8Array;
+    }));
+    const firsts = kept.map((payload) => payload[0]).sort();
+    assert.deepEqual(firsts, [1, 2], "both payloads, whole");
+    assert.ok(
+      kept.every((payload) => payload.byteLength === 4096 && payload[4095] === (payload[0] + 4095) % 256),
+    );
+    const text = await vf(["dlq", flow, "--run-id", "r1", "--state", state], { cwd: dir });
+    assert.match(text.stdout, /size=\d+B \(offloaded, kept in dead_letter_payloads\/vf-blob-/);
+  });
+});
+
 Deno.test("a transient failure is retried and succeeds: every item at the sink once, none dead-lettered", async () => {
   await inTempDir(async (dir) => {
     const marks = join(dir, "marks");
