@@ -541,9 +541,19 @@ export function classify(error: unknown, fallback: string = DEFAULT_DISPOSITION)
   return requireDisposition(fallback);
 }
 
+/** What a thrown value says: an Error's message, a string, or the JSON of anything else it can be. */
 function errorMessage(error: unknown): string {
   if (error instanceof Error) return error.message;
-  return typeof error === "string" ? error : String(error);
+  if (typeof error === "string") return error;
+  if (typeof error === "object" && error !== null) {
+    try {
+      const json = JSON.stringify(error);
+      if (json !== undefined && json !== "{}") return json;
+    } catch {
+      // A value JSON cannot hold (a cycle, a bigint) says what String() says.
+    }
+  }
+  return String(error);
 }
 
 /**

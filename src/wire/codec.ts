@@ -209,7 +209,8 @@ function isPlainObject(value: object): boolean {
 function describe(value: unknown): string {
   if (value === undefined) return "undefined";
   if (typeof value !== "object" || value === null) return typeof value;
-  return `a ${value.constructor?.name ?? "object"}`;
+  const name = value.constructor?.name ?? "object";
+  return `${/^[AEIOU]/i.test(name) ? "an" : "a"} ${name}`;
 }
 
 const WIRE_VALUE_KINDS =

@@ -171,6 +171,14 @@ Deno.test("asRuntimeError enriches ours in place and wraps anything else with it
   assert.deepEqual(wrapped.context, { node: "n", error_type: "TypeError" });
   assert.equal((wrapped as { cause?: unknown }).cause, raw);
   assert.equal(asRuntimeError("plain string").message, "plain string");
+  assert.equal(asRuntimeError({ code: "E42", message: "disk" }).message, '{"code":"E42","message":"disk"}');
+  const cyclic: Record<string, unknown> = {};
+  cyclic.self = cyclic;
+  assert.equal(
+    asRuntimeError(cyclic).message,
+    "[object Object]",
+    "what JSON cannot hold says what String says",
+  );
 });
 
 Deno.test("errorToDict keeps ours, derives a code for a bare error, and relays records unchanged", () => {

@@ -406,3 +406,8 @@ Deno.test("envelopeFromJson refuses documents not in the JSON view's shape", () 
   ];
   for (const [json, message] of cases) assertDecodeError(() => envelopeFromJson(json), message);
 });
+
+Deno.test("a value the wire cannot carry is named with its article: an Int16Array, a Map", () => {
+  assert.throws(() => encodePayload(new Int16Array(2) as never), /cannot encode an Int16Array at /);
+  assert.throws(() => encodePayload(new Map() as never), /cannot encode a Map at /);
+});
