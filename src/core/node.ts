@@ -219,37 +219,43 @@ export interface JsonProblem {
 }
 
 /**
- * The first place `value` is not plain JSON (so `JSON.parse(JSON.stringify(value))` would not give it
- * back): a function, symbol, bigint, `undefined`, a non-finite number, an array hole, an object whose
- * prototype is not `Object.prototype` or `null` (a Date, Map, class instance), or a cycle. `null` when
- * the value is plain JSON.
+ * Every place `value` is not plain JSON (so `JSON.parse(JSON.stringify(value))` would not give it back),
+ * in order: a function, symbol, bigint, `undefined`, a non-finite number, an array hole, an object whose
+ * prototype is not `Object.prototype` or `null` (a Date, Map, class instance), or a cycle. Empty when the
+ * value is plain JSON.
  */
-export function findNonJson(value: unknown, path: string): JsonProblem | null {
-  return walkJson(value, path, []);
+export function nonJsonPlaces(value: unknown, path: string): JsonProblem[] {
+  const problems: JsonProblem[] = [];
+  walkJson(value, path, [], problems);
+  return problems;
 }
 
-function walkJson(value: unknown, path: string, ancestors: object[]): JsonProblem | null {
-  if (value === null || typeof value === "string" || typeof value === "boolean") return null;
-  if (typeof value === "number") return Number.isFinite(value) ? null : { path, found: String(value) };
-  if (typeof value !== "object") return { path, found: describe(value) };
-  if (ancestors.includes(value)) return { path, found: "a cycle back to an enclosing value" };
+/** The first of {@link nonJsonPlaces}, or `null` when `value` is plain JSON. */
+export function findNonJson(value: unknown, path: string): JsonProblem | null {
+  return nonJsonPlaces(value, path)[0] ?? null;
+}
+
+function walkJson(value: unknown, path: string, ancestors: object[], out: JsonProblem[]): void {
+  if (value === null || typeof value === "string" || typeof value === "boolean") return;
+  if (typeof value === "number") {
+    if (!Number.isFinite(value)) out.push({ path, found: String(value) });
+    return;
+  }
+  if (typeof value !== "object") return void out.push({ path, found: describe(value) });
+  if (ancestors.includes(value)) return void out.push({ path, found: "a cycle back to an enclosing value" });
   ancestors.push(value);
   try {
     if (Array.isArray(value)) {
       for (let i = 0; i < value.length; i++) {
         const at = `${path}[${i}]`;
-        if (!(i in value)) return { path: at, found: "an array hole" };
-        const problem = walkJson(value[i], at, ancestors);
-        if (problem) return problem;
+        if (!(i in value)) out.push({ path: at, found: "an array hole" });
+        else walkJson(value[i], at, ancestors, out);
       }
-      return null;
+    } else if (!isPlainObject(value)) {
+      out.push({ path, found: describe(value) });
+    } else {
+      for (const [key, item] of Object.entries(value)) walkJson(item, childPath(path, key), ancestors, out);
     }
-    if (!isPlainObject(value)) return { path, found: describe(value) };
-    for (const [key, item] of Object.entries(value)) {
-      const problem = walkJson(item, childPath(path, key), ancestors);
-      if (problem) return problem;
-    }
-    return null;
   } finally {
     ancestors.pop();
   }
@@ -422,19 +428,21 @@ export abstract class Node<P extends NodeParams = NodeParams> {
 
   /**
    * The params a worker rebuilds this node from (`new Cls(node.getParams())`): the params as given, with
-   * the resolved `name` first. Throws {@link NodeContractError} naming the first key that is not plain
-   * JSON (see {@link findNonJson}). The result is a fresh copy.
+   * the resolved `name` first. Throws {@link NodeContractError} naming every place that is not plain
+   * JSON (see {@link nonJsonPlaces}). The result is a fresh copy.
    */
   getParams(): JsonObject {
     const { name: _given, ...rest } = this.params as Record<string, unknown>;
     const params = { name: this.#name, ...rest };
-    const problem = findNonJson(params, "params");
-    if (problem) {
+    const problems = nonJsonPlaces(params, "params");
+    if (problems.length > 0) {
       throw new NodeContractError(
-        `node ${this.#name}: ${problem.path} is ${problem.found}, which is not plain JSON`,
+        `node ${this.#name}: ${
+          problems.map((problem) => `${problem.path} is ${problem.found}`).join("; ")
+        }, which is not plain JSON`,
         "pass only strings, finite numbers, booleans, null, arrays and plain objects; reference a function " +
           "as '<module URL>#<export name>' and build other values in open()",
-        { node: this.#name, path: problem.path },
+        { node: this.#name, path: problems[0].path },
       );
     }
     return JSON.parse(JSON.stringify(params));

@@ -9,6 +9,7 @@ import {
   findNonJson,
   FunctionProcessorNode,
   ModuleNode,
+  nonJsonPlaces,
   OneTaskProcessorNode,
   parseExportRef,
   PERMISSION_KINDS,
@@ -463,5 +464,23 @@ Deno.test("rebuildNode checks the rebuilt node's kind and name against the spec"
   await assert.rejects(
     rebuildNode(`${SQUARES_URL}#Count`, { name: "count", n: 3 }, "consumer"),
     NodeContractError,
+  );
+});
+
+Deno.test("nonJsonPlaces lists every place a value is not plain JSON, in order; getParams names them all", () => {
+  assert.deepEqual(nonJsonPlaces({ a: NaN, b: [1, undefined], c: { d: Infinity } }, "v"), [
+    { path: "v.a", found: "NaN" },
+    { path: "v.b[1]", found: "undefined" },
+    { path: "v.c.d", found: "Infinity" },
+  ]);
+  assert.deepEqual(nonJsonPlaces({ ok: [1, "x", null] }, "v"), []);
+  class Tagged extends ProcessorNode<{ a?: unknown; b?: unknown }> {
+    process(x: unknown): unknown {
+      return x;
+    }
+  }
+  assert.throws(
+    () => new Tagged({ name: "t", a: NaN, b: undefined }).getParams(),
+    /^NodeContractError: node t: params\.a is NaN; params\.b is undefined, which is not plain JSON$/,
   );
 });
