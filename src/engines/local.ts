@@ -36,7 +36,8 @@ import {
   type TerminationReason,
 } from "../core/supervision.ts";
 import { channelId, MessageKind } from "../backends/messaging.ts";
-import { flowTopology, provisionFlow, type TopologyNode } from "../messaging/topology.ts";
+import { dataSubscriptionId, flowTopology, provisionFlow, type TopologyNode } from "../messaging/topology.ts";
+import { envelopeOwner } from "../messaging/messenger.ts";
 import { forgetBrokerCounts, forgetReplayPositions, storeSharedAndDurable } from "../backends/runtime.ts";
 import { FileRuntimeStore } from "../runtime/file_store.ts";
 import {
@@ -508,6 +509,7 @@ export class LocalEngine {
       batchMaxMsgs: LOCAL_BATCH_MAX_MSGS,
     });
     await provisionFlow(this.#broker.messaging, topology, `run-local/${runId}`);
+    this.#ownPartitionDrops();
     if (this.#options.isolation === Isolation.process) await this.#broker.listen();
     const signals: Deno.Signal[] = ["SIGINT", "SIGTERM"];
     const listeners = signals.map((signal) => [signal, () => this.stop(signal)] as const);
@@ -874,6 +876,26 @@ export class LocalEngine {
       }
     }
     return drops;
+  }
+
+  /**
+   * Tells the broker which messages each partitioned replica's subscription owns, so that what a realtime
+   * channel evicts counts as a drop for the one replica that would have processed it, not for each.
+   */
+  #ownPartitionDrops(): void {
+    const { flowId, runId, specs } = this.#options;
+    for (const spec of specs) {
+      const partitionBy = spec.partitionBy;
+      if (partitionBy === null || !spec.isPartitioned) continue;
+      for (const parent of spec.parents) {
+        for (let partition = 0; partition < spec.nbTasks; partition++) {
+          this.#broker.messaging.setDropOwnership(
+            dataSubscriptionId(channelId(flowId, runId, parent), spec.name, partition),
+            (envelope) => envelopeOwner(envelope.body, partitionBy, spec.nbTasks) === partition,
+          );
+        }
+      }
+    }
   }
 
   /** The most outputs of `spec` some child has not settled yet: on any one of its data subscriptions. */

@@ -451,6 +451,29 @@ function requireSeconds(value: number, what: string): number {
   return value;
 }
 
+/**
+ * The replica of a node partitioned by `partitionBy` over `nbTasks` replicas that owns `decoded`: its
+ * key's owner; replica 0 for an undecodable envelope, `unusable` for one whose key cannot be used.
+ */
+function ownerOf(
+  decoded: WireEnvelope | DecodeError,
+  partitionBy: string,
+  nbTasks: number,
+  unusable: number,
+): number {
+  if (decoded instanceof DecodeError) return 0;
+  const key = partitionKeyOf(partitionBy, decoded.traceId, decoded.metadata);
+  return isValidPartitionKey(key) ? partitionOwner(key, nbTasks) : unusable;
+}
+
+/**
+ * The replica of a node partitioned by `partitionBy` over `nbTasks` replicas that owns the envelope in
+ * `bytes`, as its replicas decide it under the default key policy (an unusable key: replica 0).
+ */
+export function envelopeOwner(bytes: Uint8Array, partitionBy: string, nbTasks: number): number {
+  return ownerOf(decodeDelivery(bytes), partitionBy, nbTasks, 0);
+}
+
 /** The envelope in a delivery's bytes, or the DecodeError that says why there is none. */
 function decodeDelivery(bytes: Uint8Array): WireEnvelope | DecodeError {
   try {
@@ -1612,10 +1635,10 @@ export class BrokerMessenger implements Messenger {
 
   /** The replica owning a decoded delivery (undecodable bytes and unusable rejected keys: replica 0). */
   #owner(decoded: WireEnvelope | DecodeError): number {
-    if (decoded instanceof DecodeError) return 0;
-    const key = partitionKeyOf(this.#partitionBy as string, decoded.traceId, decoded.metadata);
-    if (isValidPartitionKey(key)) return partitionOwner(key, this.#nbTasks);
-    return this.#keyPolicy?.invalid === INVALID_KEY_FALLBACK ? this.#keyPolicy.fallbackPartition : 0;
+    const unusable = this.#keyPolicy?.invalid === INVALID_KEY_FALLBACK
+      ? this.#keyPolicy.fallbackPartition
+      : 0;
+    return ownerOf(decoded, this.#partitionBy as string, this.#nbTasks, unusable);
   }
 
   /** The admission decision: whether this replica owns `delivery` (runs on the backend's turn: cheap, sync). */

@@ -868,6 +868,30 @@ Deno.test("--flow-type realtime runs a flow freshest-wins, and the summary count
   });
 });
 
+Deno.test("a realtime node partitioned over 3 replicas counts each item once: processed or evicted", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "SlowTrace"],
+      pipeline(
+        "evict-partitioned",
+        `new Count({ name: "count", n: 30 })`,
+        `new SlowTrace({ name: "slow", delayMs: 100, nbTasks: 3, partitionBy: "trace_id" })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--flow-type", "realtime"], {
+      cwd: dir,
+    });
+    assert.equal(run.code, 0, run.text);
+    const slow = summaryRow(run, "slow");
+    const evicted = Number(/evicted (\d+)/.exec(slow.drops)?.[1] ?? 0);
+    assert.ok(evicted > 0, `drops "${slow.drops}"`);
+    // Each replica's subscription sees every item; an evicted item is a drop for its owner only.
+    assert.equal(slow.processed + evicted, 30, run.stdout);
+  });
+});
+
 for (const isolation of ["worker", "process"]) {
   Deno.test(`a node reads the environment variable it declared from vf's environment (${isolation} isolation)`, async () => {
     await inTempDir(async (dir) => {

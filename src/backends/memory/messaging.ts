@@ -157,11 +157,11 @@ export const DropReason = {
 /** One of {@link DropReason}. */
 export type DropReason = typeof DropReason[keyof typeof DropReason];
 
-/** Counts one message `state` lost for `reason`; `handedOut` when a consumer held it (leased) by then. */
-function countDrop(state: SubState, reason: DropReason, handedOut = false): void {
+/** Counts one message `state` lost for `reason`; `unseen` when its consumer never had it (see unseenBy). */
+function countDrop(state: SubState, reason: DropReason, unseen = true): void {
   state.dropped++;
   state.droppedBy.set(reason, (state.droppedBy.get(reason) ?? 0) + 1);
-  if (!handedOut) state.unseenBy.set(reason, (state.unseenBy.get(reason) ?? 0) + 1);
+  if (unseen) state.unseenBy.set(reason, (state.unseenBy.get(reason) ?? 0) + 1);
 }
 
 /** How the model is configured (spec MemoryMessagingBackend's arguments, camelCase). */
@@ -659,8 +659,10 @@ class SubState {
   dropped = 0;
   /** {@link dropped}, by reason. */
   readonly droppedBy = new Map<DropReason, number>();
-  /** The drops of messages no consumer had been handed, by reason. */
+  /** The drops of messages no consumer had been handed, and that were the subscription's own, by reason. */
   readonly unseenBy = new Map<DropReason, number>();
+  /** Which messages are the subscription's own (see {@link MemoryMessagingBackend.setDropOwnership}). */
+  owns: ((envelope: Envelope) => boolean) | null = null;
   skipped = 0;
   failing: UnknownReason | null = null;
   waiters: Waiter[] = [];
@@ -1237,6 +1239,15 @@ export class MemoryMessagingBackend implements MessagingBackend {
     return await this.#observed(floor, state.generation, "ack_floor");
   }
 
+  /**
+   * Says which messages are `subscription`'s own for {@link unseenDrops}: a partitioned replica's
+   * subscription sees every message of its parent but processes only its partition's, so losing another
+   * partition's is no loss to it. Every message, until this is called.
+   */
+  setDropOwnership(subscription: SubscriptionId, owns: (envelope: Envelope) => boolean): void {
+    this.#boundSub(subscription).owns = owns;
+  }
+
   /** Installs the admission filter; a refused delivery is settled Completed at once and handed to `onSkip`. */
   setAdmission(
     subscription: SubscriptionId,
@@ -1437,7 +1448,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
   /**
    * The {@link drops} of messages no consumer had been handed, by reason: what the subscription's consumer
    * never saw. A message evicted while a consumer held it is a drop for the broker, but that consumer still
-   * processes it.
+   * processes it; one that is not the subscription's own ({@link setDropOwnership}) is not counted here.
    */
   unseenDrops(subscription: SubscriptionId): Readonly<Record<string, number>> {
     return Object.fromEntries(this.#boundSub(subscription).unseenBy);
@@ -2047,7 +2058,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
 
   /** Counts a message the subscription lost for `reason` (`handedOut`: while a consumer held it) and logs it. */
   #logDrop(state: SubState, message: StoredMessage, reason: DropReason, handedOut = false): void {
-    countDrop(state, reason, handedOut);
+    countDrop(state, reason, !handedOut && (state.owns === null || state.owns(message.envelope)));
     this.#log?.emit("drop", {
       op_id: message.envelope.publicationId,
       event_id: message.envelope.eventId,

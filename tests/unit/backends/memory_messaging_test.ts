@@ -814,3 +814,14 @@ Deno.test("an eviction counts as a drop either way, and as unseen only when no c
   assert.deepEqual(r.broker.unseenDrops(sub), { evicted: 1 }, "only p2 went unseen");
   assert.equal((await counts(r, sub)).dropped, 2);
 });
+
+Deno.test("a subscription told which messages it owns counts only its own evictions as unseen", async () => {
+  const r = rig();
+  const { subs: [sub] } = await provisioned(r, "limits", [["det"]], { maxMsgs: 1 });
+  r.broker.setDropOwnership(sub, (envelope) => envelope.publicationId !== "p2");
+  await publish(r, undefined, "p1");
+  await publish(r, undefined, "p2");
+  await publish(r, undefined, "p3");
+  assert.deepEqual(r.broker.drops(sub), { evicted: 2 }, "the broker lost p1 and p2 for this subscription");
+  assert.deepEqual(r.broker.unseenDrops(sub), { evicted: 1 }, "only p1 was its own");
+});
