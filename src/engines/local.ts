@@ -252,6 +252,12 @@ export function forwardedSettings(env: Readonly<Record<string, string | undefine
 /** The exit status of a run stopped by a second interrupt. */
 export const EXIT_FORCED = 130;
 
+/**
+ * A stop signal this soon after the previous one is the same request arriving twice (a terminal's Ctrl-C
+ * reaches vf itself and, forwarded, through a launcher such as `deno task`), not a second Ctrl-C to force.
+ */
+export const SIGNAL_ECHO_SECONDS = 0.25;
+
 /** What a replica counted: inputs processed and failed, drops by reason. */
 type Counters = Pick<Extract<WorkerReport, { kind: "stats" }>, "processed" | "failed" | "drops">;
 
@@ -405,6 +411,8 @@ export class LocalEngine {
   });
   /** The signal that asked the flow to stop, if one did. */
   #stoppedBy: Deno.Signal | null = null;
+  /** When the latest stop signal arrived (seconds, `performance.now()`), if one did. */
+  #signalledAt: number | null = null;
   #forced = false;
   #ending = false;
   #wake: (() => void) | null = null;
@@ -474,9 +482,17 @@ export class LocalEngine {
 
   /**
    * Asks the flow to stop the spec's way (producers end with EOS, workers drain); a second call forces.
-   * `signal` names the signal that asked (the summary then says the run was stopped, not finished).
+   * `signal` names the signal that asked (the summary then says the run was stopped, not finished); a
+   * signal within {@link SIGNAL_ECHO_SECONDS} of the previous one is that one again and changes nothing.
    */
   stop(signal: Deno.Signal | null = null): void {
+    const now = performance.now() / 1000;
+    if (signal !== null) {
+      // One Ctrl-C can arrive twice at once: from the terminal, and forwarded by a launcher (deno task).
+      const echo = this.#signalledAt !== null && now - this.#signalledAt < SIGNAL_ECHO_SECONDS;
+      this.#signalledAt = now;
+      if (echo) return;
+    }
     if (this.#stopping) {
       this.#forced = true;
       for (const replica of this.#replicas) replica.kill?.();

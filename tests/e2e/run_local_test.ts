@@ -1150,6 +1150,31 @@ Deno.test("a second vf on a run that is running is refused (exit 3) and the firs
   });
 });
 
+Deno.test("one Ctrl-C that reaches vf twice at once (also forwarded by deno task) stops the run cleanly, exit 0", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "Poison"],
+      pipeline(
+        "echo-story",
+        `new Count({ name: "count", n: 100000, delayMs: 20 })`,
+        `new Poison({ name: "middle", poison: [] })`,
+        dir,
+      ),
+    );
+    const child = startVf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
+    await waitForLines(join(dir, "out.jsonl"), 3, child);
+    // The terminal's SIGINT, then the one the launcher forwards a moment later (two sent at once merge).
+    child.kill("SIGINT");
+    await new Promise((resolve) => setTimeout(resolve, 60));
+    child.kill("SIGINT");
+    const run = await finished(child);
+    assert.equal(run.code, 0, run.text);
+    assert.match(run.text, /stopped on SIGINT \(run [^)]+\): every item taken was finished/);
+    assert.doesNotMatch(run.text, /forced/);
+  });
+});
+
 Deno.test("a second SIGTERM forces a stop that cannot drain (a node hangs): exit 130", async () => {
   await inTempDir(async (dir) => {
     const flow = await hangingFlow(dir, "forced-story");
