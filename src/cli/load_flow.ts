@@ -33,8 +33,10 @@ function locationIn(error: unknown, url: string): string | null {
 }
 
 function describe(error: unknown): string {
-  if (error instanceof Error) return `${error.name}: ${error.message.split("\n")[0]}`;
-  return String(error);
+  if (!(error instanceof Error)) return String(error);
+  const message = error.message.split("\n")[0];
+  // Deno reports a module that does not parse as a TypeError whose message starts with its own name.
+  return /^[A-Z]\w*Error: /.test(message) ? message : `${error.name}: ${message}`;
 }
 
 /**

@@ -155,6 +155,24 @@ Deno.test("a flow file that throws while loading names the file and line, exit 2
   assertNoStackTrace(run);
 });
 
+Deno.test("a flow file that does not parse names the syntax error once, with its line, exit 2", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf-cli-" });
+  try {
+    const path = `${dir}/broken.ts`;
+    await Deno.writeTextFile(
+      path,
+      'import { Flow } from "../x.ts";\nexport default new Flow([ , { flowId: "x" };\n',
+    );
+    const run = await vf("validate", path);
+    assert.equal(run.code, 2, run.stderr);
+    assert.match(run.stderr, /failed while loading \(line 2\): SyntaxError: Expected ',', got ';'/);
+    assert.doesNotMatch(run.stderr, /TypeError: SyntaxError/);
+    assertNoStackTrace(run);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("a flow file without a default Flow export is refused with a remedy, exit 2", async () => {
   const run = await vf("compile", fixture("cli/no_default_export.ts"));
   assert.equal(run.code, 2);
