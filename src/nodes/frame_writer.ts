@@ -11,13 +11,7 @@
 
 import { basename, extname, join } from "node:path";
 import type { RuntimeContext } from "../core/context.ts";
-import {
-  type ConfigError,
-  NodeContractError,
-  ResourceUnavailable,
-  SchemaError,
-  WorkerFatal,
-} from "../core/errors.ts";
+import { NodeContractError, ResourceUnavailable, SchemaError, WorkerFatal } from "../core/errors.ts";
 import type { NodePermissions } from "../core/node.ts";
 import { ConsumerNode, refuseParamProblems } from "../core/node.ts";
 import { Frame } from "../wire/value.ts";
@@ -68,7 +62,7 @@ interface Layout {
  * frame of another size or layout, or anything that is not such a frame, is a {@link SchemaError}
  * (poison: dead-lettered, the file goes on without it). An output directory that does not exist or
  * cannot be written is {@link ResourceUnavailable} at `open()`; an encoder that fails (an unknown codec)
- * is {@link WorkerFatal}, with ffmpeg's own words; invalid params are {@link ConfigError}.
+ * is {@link WorkerFatal}, with ffmpeg's own words; invalid params are `ConfigError`.
  *
  * Each launch of the writer encodes its frames into a part of its own in `<path>.parts/` (a fragmented
  * part for MP4 and MOV, so one cut short by a crash still decodes), and `close()` joins every part of
@@ -117,7 +111,7 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
   }
 
   /**
-   * Checks the params (a {@link ConfigError} for a bad path, fps or codec) and readies the parts
+   * Checks the params (a `ConfigError` for a bad path, fps or codec) and readies the parts
    * directory: kept when it holds this run's parts, else emptied for this run.
    */
   override async open(ctx: RuntimeContext): Promise<void> {

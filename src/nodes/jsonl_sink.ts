@@ -9,7 +9,7 @@
  */
 
 import type { RuntimeContext } from "../core/context.ts";
-import { type ConfigError, NodeContractError, ResourceUnavailable, SchemaError } from "../core/errors.ts";
+import { NodeContractError, ResourceUnavailable, SchemaError } from "../core/errors.ts";
 import type { JsonValue, NodePermissions } from "../core/node.ts";
 import { ConsumerNode, EffectGuarantee, refuseParamProblems } from "../core/node.ts";
 import {
@@ -132,7 +132,7 @@ export interface JsonlRecord {
  * and logged. Items without a key are always appended.
  *
  * Needs read and write permission on `path` alone. A missing directory is {@link ResourceUnavailable}; an
- * item with no JSON form is {@link SchemaError} (poison); invalid params are {@link ConfigError}.
+ * item with no JSON form is {@link SchemaError} (poison); invalid params are `ConfigError`.
  */
 export class JsonlSink extends ConsumerNode<JsonlSinkParams> {
   /** Each line's effect is keyed by `ctx.inputKey` and applied at most once per key. */
@@ -159,7 +159,7 @@ export class JsonlSink extends ConsumerNode<JsonlSinkParams> {
 
   /**
    * Opens `path` for appending (creating it), learns the keys it holds and cuts off a torn last line.
-   * Throws {@link ConfigError} for bad params, {@link ResourceUnavailable} when the file cannot be opened.
+   * Throws `ConfigError` for bad params, {@link ResourceUnavailable} when the file cannot be opened.
    */
   override async open(ctx: RuntimeContext): Promise<void> {
     refuseParamProblems(this, "fix the sink's params");
