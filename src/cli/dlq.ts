@@ -1,7 +1,7 @@
 /**
  * `vf dlq FLOW.ts --run-id ID [--state DIR] [--json]`: the dead letters of a run: node, error code, the
  * failed item's trace id, delivery count, payload size, the letter's id and the message, one line each
- * (or one JSON record each with `--json`).
+ * (or one JSON record each with `--json`: the stored record and its `trace_id`).
  *
  * @module
  */
@@ -34,7 +34,7 @@ export async function dlqCommand(path: string, options: DlqOptions, io: CommandO
     runDirectory(options.state ?? DEFAULT_STATE_DIR, flow.flowId, options.runId),
   );
   if (options.json) {
-    for (const record of records) io.out(JSON.stringify(record));
+    for (const record of records) io.out(JSON.stringify({ ...record, trace_id: traceOf(record) }));
     return 0;
   }
   io.err(

@@ -9,7 +9,7 @@
  * @module
  */
 
-import { basename, extname, join } from "node:path";
+import { basename, dirname, extname, join } from "node:path";
 import type { RuntimeContext } from "../core/context.ts";
 import { NodeContractError, ResourceUnavailable, SchemaError, WorkerFatal } from "../core/errors.ts";
 import type { NodePermissions } from "../core/node.ts";
@@ -80,6 +80,10 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
   #opened = false;
   /** This launch's part, once its first frame started the encoder. */
   #part: string | null = null;
+  /** `<flow id>/<run id>` of the run this launch belongs to. */
+  #run = "";
+  /** Whether the parts directory holds another run's parts (or none): cleared at this run's first frame. */
+  #newRun = false;
 
   /** The process id of the running ffmpeg encoder, or `null` before the first frame and after `close()`. */
   get encoderPid(): number | null {
@@ -116,18 +120,34 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
    */
   override async open(ctx: RuntimeContext): Promise<void> {
     refuseParamProblems(this, "fix the writer's params");
-    const run = `${ctx.flowId}/${ctx.runId}`;
-    const marker = join(this.#partsDir, RUN_FILE);
-    if (await Deno.readTextFile(marker).catch(() => null) !== run) {
-      await Deno.remove(this.#partsDir, { recursive: true }).catch((error) => {
-        if (!(error instanceof Deno.errors.NotFound)) throw error;
-      });
-      await Deno.mkdir(this.#partsDir).catch((error) => {
-        throw this.#unwritable(error);
-      });
-      await Deno.writeTextFile(marker, run);
+    const directory = dirname(this.params.path);
+    const usable = await Deno.stat(directory).then((info) => info.isDirectory, () => false);
+    if (!usable) {
+      throw new ResourceUnavailable(
+        `node ${this.name}: the output directory ${directory} of ${this.params.path} does not exist`,
+        "create the directory first",
+        { node: this.name, path: this.params.path },
+      );
     }
+    this.#run = `${ctx.flowId}/${ctx.runId}`;
+    this.#newRun = await Deno.readTextFile(join(this.#partsDir, RUN_FILE)).catch(() => null) !== this.#run;
     this.#opened = true;
+  }
+
+  /**
+   * Readies the parts directory for this launch's first frame: an earlier run's parts (and file) give
+   * way only now, so a run that fails before it writes a frame leaves the last one's output as it was.
+   */
+  async #claimParts(): Promise<void> {
+    if (!this.#newRun) return;
+    await Deno.remove(this.#partsDir, { recursive: true }).catch((error) => {
+      if (!(error instanceof Deno.errors.NotFound)) throw error;
+    });
+    await Deno.mkdir(this.#partsDir).catch((error) => {
+      throw this.#unwritable(error);
+    });
+    await Deno.writeTextFile(join(this.#partsDir, RUN_FILE), this.#run);
+    this.#newRun = false;
   }
 
   /** Appends one frame to the file. Throws {@link SchemaError} for a frame that does not fit it. */
@@ -141,6 +161,7 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
     }
     const layout = this.#layoutOf(input);
     if (this.#layout === null) {
+      await this.#claimParts();
       const parts = await this.#parts();
       const index = parts.length === 0 ? 0 : Number(parts[parts.length - 1].slice(0, 6)) + 1;
       this.#part = join(this.#partsDir, `${String(index).padStart(6, "0")}${extname(this.params.path)}`);
@@ -177,6 +198,8 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
       const status = await encoder.finish();
       if (!status.success) throw await this.#failed(encoder, `exited with code ${status.code}`);
     }
+    // A launch of a new run that wrote no frame leaves the earlier run's file and parts as they are.
+    if (this.#newRun) return;
     await this.#join(await this.#parts(), ctx);
   }
 

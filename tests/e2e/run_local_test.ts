@@ -426,6 +426,14 @@ Deno.test("a batch flow dead-letters exactly the poison items (VF_POISON, 1 deli
       letters.map((l) => [l.node, l.code, l.deliveries]),
       poison.map(() => ["poison", "VF_POISON", 1]),
     );
+    for (const letter of letters) {
+      const { traceId } = decodeEnvelope(Uint8Array.fromBase64(letter.envelope_b64));
+      assert.equal(
+        (letter as DeadLetter & { trace_id?: string }).trace_id,
+        traceId,
+        "--json names the trace",
+      );
+    }
     assert.deepEqual(letters.map(deadLetterValue).sort((a, b) => Number(a) - Number(b)), poison);
     for (const letter of letters) {
       const { metadata } = decodeEnvelope(Uint8Array.fromBase64(letter.envelope_b64));

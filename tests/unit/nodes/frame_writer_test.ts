@@ -175,7 +175,7 @@ Deno.test("an output directory that does not exist is ResourceUnavailable at ope
   });
   await assert.rejects(writer.open(t.ctx), (error: unknown) => {
     assert.ok(error instanceof ResourceUnavailable, String(error));
-    assert.match(error.message, /missing\/dir\/out\.mkv\.parts cannot be made/);
+    assert.match(error.message, /the output directory .*missing\/dir of .*out\.mkv does not exist/);
     assert.equal(error.exitCode, 3);
     return true;
   });
@@ -289,4 +289,18 @@ Deno.test("a run resumed after a clean stop appends to the file its first part c
   const kept = [...Deno.readDirSync(`${path}.parts`)].map((entry) => entry.name).sort();
   assert.deepEqual(kept, ["000000.mkv", "run"], "the file itself, linked as the first part");
   assert.equal(Deno.statSync(`${path}.parts/000000.mkv`).ino, Deno.statSync(path).ino, "a link, not a copy");
+});
+
+Deno.test("a new run that ends before its first frame leaves the last run's file and parts as they were", async () => {
+  const frames = await sourceFrames("bgr24", "bgr8", 3);
+  const path = `${dir}/kept.mkv`;
+  const t = testContext("node", "r1");
+  const first = await opened({ path, fps: 10, codec: "ffv1" }, t);
+  for (const frame of frames.slice(0, 4)) await first.consume(frame, t.ctx);
+  await first.close(t.ctx);
+  const fresh = testContext("node", "r2");
+  const idle = await opened({ path, fps: 10, codec: "ffv1" }, fresh);
+  await idle.close(fresh.ctx);
+  assert.equal((await decodeAll(path, W * H * 3)).length, 4, "the earlier run's file is intact");
+  assert.equal(Deno.readTextFileSync(`${path}.parts/run`), "f/r1", "and its parts still belong to it");
 });
