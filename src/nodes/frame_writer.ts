@@ -9,7 +9,7 @@
  * @module
  */
 
-import { basename, dirname, extname, join } from "node:path";
+import { basename, extname, join } from "node:path";
 import type { RuntimeContext } from "../core/context.ts";
 import { NodeContractError, ResourceUnavailable, SchemaError, WorkerFatal } from "../core/errors.ts";
 import type { NodePermissions } from "../core/node.ts";
@@ -120,15 +120,10 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
    */
   override async open(ctx: RuntimeContext): Promise<void> {
     refuseParamProblems(this, "fix the writer's params");
-    const directory = dirname(this.params.path);
-    const usable = await Deno.stat(directory).then((info) => info.isDirectory, () => false);
-    if (!usable) {
-      throw new ResourceUnavailable(
-        `node ${this.name}: the output directory ${directory} of ${this.params.path} does not exist`,
-        "create the directory first",
-        { node: this.name, path: this.params.path },
-      );
-    }
+    // Made now, so an output directory that is missing or not writable fails the writer at once.
+    await Deno.mkdir(this.#partsDir).catch((error) => {
+      if (!(error instanceof Deno.errors.AlreadyExists)) throw this.#unwritable(error);
+    });
     this.#run = `${ctx.flowId}/${ctx.runId}`;
     this.#newRun = await Deno.readTextFile(join(this.#partsDir, RUN_FILE)).catch(() => null) !== this.#run;
     this.#opened = true;
@@ -198,8 +193,12 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
       const status = await encoder.finish();
       if (!status.success) throw await this.#failed(encoder, `exited with code ${status.code}`);
     }
-    // A launch of a new run that wrote no frame leaves the earlier run's file and parts as they are.
-    if (this.#newRun) return;
+    // A launch of a new run that wrote no frame leaves the earlier run's file and parts as they are (and
+    // no parts directory, when there were none).
+    if (this.#newRun) {
+      await Deno.remove(this.#partsDir).catch(() => {});
+      return;
+    }
     await this.#join(await this.#parts(), ctx);
   }
 

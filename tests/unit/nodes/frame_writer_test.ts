@@ -175,7 +175,7 @@ Deno.test("an output directory that does not exist is ResourceUnavailable at ope
   });
   await assert.rejects(writer.open(t.ctx), (error: unknown) => {
     assert.ok(error instanceof ResourceUnavailable, String(error));
-    assert.match(error.message, /the output directory .*missing\/dir of .*out\.mkv does not exist/);
+    assert.match(error.message, /the parts directory .*missing\/dir\/out\.mkv\.parts cannot be made/);
     assert.equal(error.exitCode, 3);
     return true;
   });
