@@ -58,3 +58,15 @@ export class ByteSlab {
     return piece;
   }
 }
+
+/** Something bytes are written to in pieces: a file, stdout or stderr. */
+export interface ByteWriter {
+  /** Writes some of `bytes`; resolves with how many. */
+  write(bytes: Uint8Array): Promise<number>;
+}
+
+/** Writes every one of `bytes` to `writer`, however few each write takes. */
+export async function writeAll(writer: ByteWriter, bytes: Uint8Array): Promise<void> {
+  let offset = 0;
+  while (offset < bytes.length) offset += await writer.write(bytes.subarray(offset));
+}

@@ -22,6 +22,7 @@ import {
   ResourceUnavailable,
   UpstreamAborted,
 } from "../core/errors.ts";
+import { writeAll } from "../core/bytes.ts";
 import { undeclaredPermissionOnLoad } from "../core/undeclared_permission.ts";
 import type { FlowType } from "../core/flow.ts";
 import {
@@ -301,7 +302,7 @@ const STDERR_TAIL_CHARS = 8192;
 async function passStderr(stderr: ReadableStream<Uint8Array>): Promise<string> {
   let tail = "";
   for await (const chunk of stderr) {
-    await Deno.stderr.write(chunk);
+    await writeAll(Deno.stderr, chunk);
     tail = (tail + new TextDecoder().decode(chunk)).slice(-STDERR_TAIL_CHARS);
   }
   return tail;

@@ -48,7 +48,7 @@
  */
 
 import { join } from "node:path";
-import { copyBytes } from "../core/bytes.ts";
+import { copyBytes, writeAll } from "../core/bytes.ts";
 import { randomHex } from "../core/hex.ts";
 import { sha256, sha256Hex } from "../wire/sha256.ts";
 import {
@@ -263,11 +263,6 @@ function isRecordFileName(name: string, count: number): boolean {
 
 function stripeOf(namespace: "key" | "log", name: string): number {
   return sha256(`${namespace}\0${name}`)[0] % FILE_STORE_LOCK_STRIPES;
-}
-
-async function writeAll(file: Deno.FsFile, bytes: Uint8Array): Promise<void> {
-  let offset = 0;
-  while (offset < bytes.length) offset += await file.write(bytes.subarray(offset));
 }
 
 /** Syncs directory `dir`, so the entries renamed or removed in it are durable. */

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { ByteSlab, copyBytes } from "../../../src/core/bytes.ts";
+import { ByteSlab, copyBytes, writeAll } from "../../../src/core/bytes.ts";
 
 Deno.test("a copy owns its buffer and keeps the bytes when the original changes", () => {
   const pooled = new Uint8Array(16).subarray(4, 7);
@@ -28,4 +28,17 @@ Deno.test("a slab hands out disjoint zeroed pieces, a new slab when full, and la
   assert.equal(large.byteOffset, 0);
   assert.equal(large.buffer.byteLength, 9, "above the piece limit, an array that spans its own buffer");
   assert.notEqual(slab.take(1).buffer, large.buffer);
+});
+
+Deno.test("writeAll writes every byte to a writer that takes a few at a time", async () => {
+  const taken: number[] = [];
+  const writer = {
+    write(bytes: Uint8Array): Promise<number> {
+      const n = Math.min(3, bytes.length);
+      taken.push(...bytes.subarray(0, n));
+      return Promise.resolve(n);
+    },
+  };
+  await writeAll(writer, Uint8Array.from({ length: 10 }, (_, i) => i));
+  assert.deepEqual(taken, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
 });
