@@ -7,10 +7,9 @@
  */
 
 import { ConfigError } from "../core/errors.ts";
-import { type DeadLetterRecord, readDeadLetters } from "../engines/dead_letters.ts";
+import { type DeadLetterRecord, letterEnvelope, readDeadLetters } from "../engines/dead_letters.ts";
 import { runDirectory } from "../engines/run_directory.ts";
 import { loadFlow } from "./load_flow.ts";
-import { decodeEnvelope } from "../wire/codec.ts";
 import type { CommandOutput } from "./main.ts";
 import { DEFAULT_STATE_DIR } from "./run_local.ts";
 
@@ -53,11 +52,7 @@ export async function dlqCommand(path: string, options: DlqOptions, io: CommandO
 
 /** The trace id of a dead letter's original envelope, or `?` when its bytes do not decode. */
 function traceOf(record: DeadLetterRecord): string {
-  try {
-    return decodeEnvelope(Uint8Array.fromBase64(record.envelope_b64)).traceId || "?";
-  } catch {
-    return "?";
-  }
+  return letterEnvelope(record)?.traceId || "?";
 }
 
 /** The payload's size: the envelope's, or an offloaded payload's, with where it is kept (or that it is not). */

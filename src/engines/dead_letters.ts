@@ -12,7 +12,7 @@
 import { ConfigError } from "../core/errors.ts";
 import type { Envelope } from "../backends/messaging.ts";
 import { DeadLetterHeader } from "../messaging/messenger.ts";
-import { decodeEnvelope, decodePayload } from "../wire/codec.ts";
+import { decodeEnvelope, decodePayload, type Envelope as WireEnvelope } from "../wire/codec.ts";
 import { BlobRef } from "../wire/value.ts";
 
 /** The name of the dead-letter file in a run directory. */
@@ -44,12 +44,22 @@ export interface DeadLetterRecord {
   readonly payload?: { readonly type: string; readonly size: number; readonly file: string | null };
 }
 
+/** The original envelope a dead letter holds, decoded; null when its bytes do not decode. */
+export function letterEnvelope(record: DeadLetterRecord): WireEnvelope | null {
+  try {
+    return decodeEnvelope(Uint8Array.fromBase64(record.envelope_b64));
+  } catch {
+    return null;
+  }
+}
+
 /** The payload-store key of the offloaded payload `record`'s envelope refers to, or null for none. */
 export function offloadedKey(
   record: DeadLetterRecord,
 ): { readonly key: string; readonly type: string; readonly size: number } | null {
+  const envelope = letterEnvelope(record);
+  if (envelope === null) return null;
   try {
-    const envelope = decodeEnvelope(Uint8Array.fromBase64(record.envelope_b64));
     const value = decodePayload(envelope.payloadType, envelope.payload);
     return value instanceof BlobRef
       ? { key: value.ref, type: value.innerPayloadType, size: Number(value.size) }

@@ -671,12 +671,8 @@ export class LocalEngine {
     worker.onerror = (event: ErrorEvent) => {
       event.preventDefault();
       this.#view.event(`${spec.name}[${index}] crashed: ${event.message}`);
-      const undeclared = undeclaredPermissionOnLoad(event.message, spec.name);
-      if (undeclared !== null) {
-        replica.reason = { ...undeclared.toDict() };
-        end(undeclared.exitCode);
-        return;
-      }
+      const refused = this.#refusedOnLoad(replica, event.message);
+      if (refused !== null) return end(refused);
       replica.reason = { code: "VF_WORKER_FATAL", message: event.message, disposition: "worker_fatal" };
       end(EXIT_FLOW_FAILED);
     };
@@ -733,12 +729,20 @@ export class LocalEngine {
     Promise.all([child.status, stderrTail]).then(([status, tail]) => {
       const code = status.signal === null ? status.code : 128 + signalNumber(status.signal);
       // A replica that dies loading its module reports nothing; Deno's refusal of a permission is on stderr.
-      const undeclared = replica.reason === null && code !== 0
-        ? undeclaredPermissionOnLoad(tail, replica.spec.name)
-        : null;
-      if (undeclared !== null) replica.reason = { ...undeclared.toDict() };
-      this.#exited(replica, undeclared?.exitCode ?? code);
+      const refused = replica.reason === null && code !== 0 ? this.#refusedOnLoad(replica, tail) : null;
+      this.#exited(replica, refused ?? code);
     });
+  }
+
+  /**
+   * When `text` (an uncaught error, a replica's stderr) holds Deno's refusal of a permission to the code a
+   * replica's module runs as it loads: records that as the replica's reason and returns its exit status.
+   */
+  #refusedOnLoad(replica: Replica, text: string): number | null {
+    const undeclared = undeclaredPermissionOnLoad(text, replica.spec.name);
+    if (undeclared === null) return null;
+    replica.reason = { ...undeclared.toDict() };
+    return undeclared.exitCode;
   }
 
   async #readReports(replica: Replica, stdout: ReadableStream<Uint8Array>): Promise<void> {

@@ -78,8 +78,6 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
   #encoder: ToolProcess | null = null;
   #layout: Layout | null = null;
   #opened = false;
-  /** This launch's part, once its first frame started the encoder. */
-  #part: string | null = null;
   /** `<flow id>/<run id>` of the run this launch belongs to. */
   #run = "";
   /** Whether the parts directory holds another run's parts (or none): cleared at this run's first frame. */
@@ -115,8 +113,9 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
   }
 
   /**
-   * Checks the params (a `ConfigError` for a bad path, fps or codec) and readies the parts
-   * directory: kept when it holds this run's parts, else emptied for this run.
+   * Checks the params (a `ConfigError` for a bad path, fps or codec), makes the parts directory if there
+   * is none (ResourceUnavailable when it cannot be made), and notes whether it holds another run's parts,
+   * which give way at this launch's first frame.
    */
   override async open(ctx: RuntimeContext): Promise<void> {
     refuseParamProblems(this, "fix the writer's params");
@@ -159,8 +158,8 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
       await this.#claimParts();
       const parts = await this.#parts();
       const index = parts.length === 0 ? 0 : Number(parts[parts.length - 1].slice(0, 6)) + 1;
-      this.#part = join(this.#partsDir, `${String(index).padStart(6, "0")}${extname(this.params.path)}`);
-      this.#encoder = ToolProcess.spawn(FFMPEG, this.#encodeArgs(layout, this.#part), "write");
+      const part = join(this.#partsDir, `${String(index).padStart(6, "0")}${extname(this.params.path)}`);
+      this.#encoder = ToolProcess.spawn(FFMPEG, this.#encodeArgs(layout, part), "write");
       this.#layout = layout;
     } else if (!sameLayout(this.#layout, layout)) {
       throw new SchemaError(
@@ -222,11 +221,14 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
     const readable: string[] = [];
     for (const name of parts) {
       const probe = await probeVideoStream(join(this.#partsDir, name));
-      if (probe.kind === "found") readable.push(name);
-      else {ctx.logger.warn("a part of the output holds no frame and is left out", {
+      if (probe.kind === "found") {
+        readable.push(name);
+      } else {
+        ctx.logger.warn("a part of the output holds no frame and is left out", {
           part: name,
           why: probe.detail,
-        });}
+        });
+      }
     }
     if (readable.length === 0) {
       await Deno.remove(this.#partsDir, { recursive: true });
