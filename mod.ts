@@ -25,6 +25,8 @@
 
 import * as api from "./mod.ts";
 import { registerNodeModule } from "./src/core/node_class.ts";
+import type { LocalFlowRunOptions } from "./src/cli/run_local.ts";
+import type { LocalRunResult } from "./src/engines/local.ts";
 
 export * from "./src/core/node.ts";
 export * from "./src/core/flow.ts";
@@ -120,6 +122,9 @@ export type {
   WireValue,
 } from "./src/wire/value.ts";
 export { openRuntimeStore } from "./src/runtime/runtime_stores.ts";
+export type { LocalFlowRunOptions } from "./src/cli/run_local.ts";
+export type { Isolation, LocalRunResult, StopRequester } from "./src/engines/local.ts";
+export type { NodeSnapshot, NodeState, ViewOutput } from "./src/engines/live_view.ts";
 export type {
   AbsentEntry,
   PresentEntry,
@@ -137,6 +142,23 @@ export type { FrameWriterParams } from "./src/nodes/frame_writer.ts";
 export { JsonlSink, toJsonLine } from "./src/nodes/jsonl_sink.ts";
 export type { JsonlRecord, JsonlSinkParams } from "./src/nodes/jsonl_sink.ts";
 export type { Known, Observation, Unknown, UnknownReason } from "./src/backends/outcomes.ts";
+
+/**
+ * Runs the flow file at `path` (its default export is the `Flow`) on this machine as `vf run-local` does,
+ * and resolves with how the run ended: its exit code, outcome and per-node summary. A flow or option that
+ * is wrong rejects with a typed error before anything starts; `options.signal` stops the run the clean way.
+ * The engine is loaded on the first call, so a node worker importing this module never loads it.
+ *
+ * @example
+ * ```ts
+ * const result = await runLocal("examples/hello.ts", { stateDir: "/tmp/state" });
+ * if (result.exitCode !== 0) console.error(result.outcome);
+ * ```
+ */
+export async function runLocal(path: string, options: LocalFlowRunOptions = {}): Promise<LocalRunResult> {
+  const engine = await import("./src/cli/run_local.ts");
+  return await engine.runLocal(path, options);
+}
 
 registerNodeModule(import.meta.url, api);
 

@@ -14,14 +14,17 @@ import { compileFlow, nodePermissions, nodePreloads } from "../core/compiler.ts"
 import { ConfigError } from "../core/errors.ts";
 import { randomHex } from "../core/hex.ts";
 import { checkFlowType } from "../core/flow_type.ts";
+import type { FlowType } from "../core/flow.ts";
 import {
   checkLocalRunOptions,
   DEFAULT_CHANNEL_MAX_BYTES,
   forwardedSettings,
   Isolation,
   LocalEngine,
+  type LocalRunResult,
   MIB,
 } from "../engines/local.ts";
+import type { ViewOutput } from "../engines/live_view.ts";
 import { checkRunNames } from "../engines/run_directory.ts";
 import { loadFlow } from "./load_flow.ts";
 import type { CommandOutput } from "./main.ts";
@@ -69,37 +72,89 @@ function channelMaxBytesOf(value: string | undefined): number | undefined {
   return Number(value) * MIB;
 }
 
-/** Runs the flow file at `path` locally; resolves with the run's exit status. */
-export async function runLocalCommand(
-  path: string,
-  options: RunLocalOptions,
-  io: CommandOutput,
-): Promise<number> {
-  const isolation = isolationOf(options.isolation);
-  const channelMaxBytes = channelMaxBytesOf(options.channelMaxMib);
-  const extraEnv = forwardedSettings(Deno.env.toObject());
+/** How {@link runLocal} runs a flow file: what `vf run-local`'s options say, typed. */
+export interface LocalFlowRunOptions {
+  /** Deno Workers (the default) or subprocesses. */
+  readonly isolation?: Isolation;
+  /** The state directory ({@link DEFAULT_STATE_DIR} by default). */
+  readonly stateDir?: string;
+  /** The run id: a fresh one ({@link generateRunId}) by default; an earlier one to go on with that run. */
+  readonly runId?: string;
+  /** The flow type to run as; the flow's own by default. */
+  readonly flowType?: FlowType;
+  /** Restart failed replicas (true by default). */
+  readonly restart?: boolean;
+  /** The embedded broker's limit on one node's unsettled data, in bytes ({@link DEFAULT_CHANNEL_MAX_BYTES}). */
+  readonly channelMaxBytes?: number;
+  /** Where the live view, the events and the summary go: stdout by default. */
+  readonly output?: ViewOutput;
+  /** Where the run's opening line and the flow's warnings go, one per call: stderr by default. */
+  readonly notices?: (text: string) => void;
+  /** Stops the run the clean way when it aborts (a re-run with the same run id goes on from there). */
+  readonly signal?: AbortSignal;
+  /**
+   * The run-wide worker settings replicas get (`FORWARDED_SETTINGS`: timeouts, retries, log level): those
+   * of this process's environment by default.
+   */
+  readonly settings?: Readonly<Record<string, string>>;
+}
+
+/**
+ * Runs the flow file at `path` (a path or a `file:` URL; its default export is the `Flow`) on this machine,
+ * as `vf run-local` does, and resolves with how the run ended. A flow or option that is wrong rejects with a
+ * typed error before anything starts. `mod.ts` exports it, loading this module on the first call.
+ */
+export async function runLocal(path: string, options: LocalFlowRunOptions = {}): Promise<LocalRunResult> {
+  const isolation = options.isolation ?? Isolation.worker;
+  const extraEnv = forwardedSettings(options.settings ?? Deno.env.toObject());
   const runId = options.runId ?? generateRunId();
   const { flow, modules } = await loadFlow(path);
   checkRunNames(flow.flowId, runId);
   const flowType = options.flowType === undefined ? flow.flowType : checkFlowType(options.flowType);
   const permissions = nodePermissions(flow);
+  const { channelMaxBytes } = options;
   checkLocalRunOptions({ channelMaxBytes, extraEnv, flowType, isolation, permissions });
-  const specs = compileFlow(flow, { modules, onWarning: (warning) => io.err(warning.render()) });
+  const notices = options.notices ?? ((text: string) => console.error(text));
+  const specs = compileFlow(flow, { modules, onWarning: (warning) => notices(warning.render()) });
+  const output = options.output ?? {
+    isTerminal: Deno.stdout.isTerminal(),
+    write: (text: string) => Deno.stdout.writeSync(new TextEncoder().encode(text)),
+  };
   const as = isolation === Isolation.worker ? "Deno Workers" : "subprocesses";
-  io.err(`running flow ${flow.flowId} (${flowType}), run ${runId}, ${specs.length} nodes as ${as}`);
-  const result = await LocalEngine.run({
+  notices(`running flow ${flow.flowId} (${flowType}), run ${runId}, ${specs.length} nodes as ${as}`);
+  return await LocalEngine.run({
     flowId: flow.flowId,
     flowType,
     specs,
     permissions,
     preloads: nodePreloads(flow),
     runId,
-    stateDir: options.state ?? DEFAULT_STATE_DIR,
+    stateDir: options.stateDir ?? DEFAULT_STATE_DIR,
     isolation,
-    restart: !(options.noRestart ?? false),
-    output: { isTerminal: Deno.stdout.isTerminal(), write: (text) => io.write(text) },
+    restart: options.restart ?? true,
+    output,
     extraEnv,
     channelMaxBytes,
+    signal: options.signal,
+  });
+}
+
+/** Runs the flow file at `path` locally; resolves with the run's exit status. */
+export async function runLocalCommand(
+  path: string,
+  options: RunLocalOptions,
+  io: CommandOutput,
+): Promise<number> {
+  const runId = options.runId ?? generateRunId();
+  const result = await runLocal(path, {
+    isolation: isolationOf(options.isolation),
+    stateDir: options.state,
+    runId,
+    flowType: options.flowType === undefined ? undefined : checkFlowType(options.flowType),
+    restart: !(options.noRestart ?? false),
+    channelMaxBytes: channelMaxBytesOf(options.channelMaxMib),
+    output: { isTerminal: Deno.stdout.isTerminal(), write: (text) => io.write(text) },
+    notices: (text) => io.err(text),
   });
   const deadLetters = result.snapshots.reduce((sum, snapshot) => sum + snapshot.deadLetters, 0);
   if (deadLetters > 0) {

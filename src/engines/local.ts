@@ -67,6 +67,7 @@ import {
   writeDeadLetters,
 } from "./dead_letters.ts";
 import { EmbeddedBroker } from "./embedded_broker.ts";
+import { subprocessResolutionArgs, workerOptionsEnabled } from "./deno_config.ts";
 import {
   clearRunEnd,
   lockRun,
@@ -123,12 +124,23 @@ export interface LocalRunOptions {
   /** How often the live view refreshes, seconds (1). */
   readonly refreshSeconds?: number;
   /**
+   * Stops the flow the clean way when it aborts, as a first SIGINT or SIGTERM does (the summary says
+   * "stopped on request"); the run can then go on with the same run id.
+   */
+  readonly signal?: AbortSignal;
+  /**
    * Seconds without any report after which a replica counts as stalled: by default the progress timeout
    * its workers get (`VF_PROGRESS_TIMEOUT_SECONDS` in {@link extraEnv}, else 300), at least
    * {@link MIN_SILENCE_SECONDS}; none when that timeout is 0 (the watchdog disabled).
    */
   readonly silenceSeconds?: number;
 }
+
+/** What {@link LocalRunOptions.signal} is named as when it stops a run. */
+export const STOP_REQUESTED = "request";
+
+/** What asked a run to stop: a signal to this process, or the caller's abort signal. */
+export type StopRequester = Deno.Signal | typeof STOP_REQUESTED;
 
 /** How a local run ended. */
 export interface LocalRunResult {
@@ -180,6 +192,13 @@ export function checkLocalRunOptions(
 ): WorkerSettings {
   if (options.isolation === Isolation.process) {
     for (const [node, granted] of Object.entries(options.permissions)) checkFlagPermissions(node, granted);
+  } else if (workerOptionsEnabled() === false) {
+    throw new ConfigError(
+      "worker isolation gives each replica a Deno Worker with its own permissions, which Deno allows only " +
+        "with --unstable-worker-options, and this process was started without it",
+      'run deno with --unstable-worker-options (or put "unstable": ["worker-options"] in your deno.json), ' +
+        "or pass --isolation process",
+    );
   }
   const value = options.channelMaxBytes;
   if (value !== undefined && !(Number.isSafeInteger(value) && value >= EMBEDDED_MAX_ENVELOPE_BYTES)) {
@@ -346,7 +365,6 @@ function envNameMatches(declared: string, name: string): boolean {
   return declared.endsWith("*") ? name.startsWith(declared.slice(0, -1)) : declared === name;
 }
 
-const configPath = new URL("../../deno.json", import.meta.url);
 const nodeWorkerUrl = new URL("../../workers/node_worker.ts", import.meta.url).href;
 const nodeProcessUrl = new URL("../../workers/node_process.ts", import.meta.url).href;
 
@@ -410,8 +428,8 @@ export class LocalEngine {
     );
     await writeDeadLetters(this.#runDir, records);
   });
-  /** The signal that asked the flow to stop, if one did. */
-  #stoppedBy: Deno.Signal | null = null;
+  /** What asked the flow to stop (a signal, or the caller's {@link LocalRunOptions.signal}), if anything did. */
+  #stoppedBy: StopRequester | null = null;
   /** When the latest stop signal arrived (seconds, `performance.now()`), if one did. */
   #signalledAt: number | null = null;
   #forced = false;
@@ -419,6 +437,8 @@ export class LocalEngine {
   #wake: (() => void) | null = null;
   /** Seconds of silence after which a replica counts as stalled; null for never. */
   readonly #silence: number | null;
+  /** The module-resolution flags a process replica is started with: this process's own. */
+  readonly #resolutionArgs: readonly string[];
 
   private constructor(
     options: LocalRunOptions,
@@ -429,6 +449,7 @@ export class LocalEngine {
   ) {
     this.#options = options;
     this.#silence = silenceLimit(options, settings);
+    this.#resolutionArgs = options.isolation === Isolation.process ? subprocessResolutionArgs() : [];
     this.#runDir = runDir;
     this.#earlierDeadLetters = earlierDeadLetters;
     this.#broker = new EmbeddedBroker({
@@ -483,10 +504,10 @@ export class LocalEngine {
 
   /**
    * Asks the flow to stop the spec's way (producers end with EOS, workers drain); a second call forces.
-   * `signal` names the signal that asked (the summary then says the run was stopped, not finished); a
-   * signal within {@link SIGNAL_ECHO_SECONDS} of the previous one is that one again and changes nothing.
+   * `signal` names what asked (the summary then says the run was stopped, not finished); a signal within
+   * {@link SIGNAL_ECHO_SECONDS} of the previous one is that one again and changes nothing.
    */
-  stop(signal: Deno.Signal | null = null): void {
+  stop(signal: StopRequester | null = null): void {
     const now = performance.now() / 1000;
     if (signal !== null) {
       // One Ctrl-C can arrive twice at once: from the terminal, and forwarded by a launcher (deno task).
@@ -505,7 +526,8 @@ export class LocalEngine {
     this.#view.event(
       signal === null
         ? `stopping flow ${this.#options.flowId}: producers end their streams`
-        : `stopping flow ${this.#options.flowId} on ${signal}: producers end their streams (again to force)`,
+        : `stopping flow ${this.#options.flowId} on ${signal}: producers end their streams` +
+          (signal === STOP_REQUESTED ? "" : " (again to force)"),
     );
     for (const spec of this.#options.specs) {
       const channel = channelId(this.#options.flowId, this.#options.runId, spec.name);
@@ -531,6 +553,9 @@ export class LocalEngine {
     const signals: Deno.Signal[] = ["SIGINT", "SIGTERM"];
     const listeners = signals.map((signal) => [signal, () => this.stop(signal)] as const);
     for (const [signal, listener] of listeners) Deno.addSignalListener(signal, listener);
+    const onAbort = () => this.stop(STOP_REQUESTED);
+    this.#options.signal?.addEventListener("abort", onAbort, { once: true });
+    if (this.#options.signal?.aborted) onAbort();
     try {
       for (const spec of specs) {
         for (let index = 0; index < spec.nbTasks; index++) {
@@ -556,6 +581,7 @@ export class LocalEngine {
       await this.#supervise();
     } finally {
       for (const [signal, listener] of listeners) Deno.removeSignalListener(signal, listener);
+      this.#options.signal?.removeEventListener("abort", onAbort);
     }
     await this.#writeDeadLetters();
     const snapshots = this.#snapshots();
@@ -705,7 +731,7 @@ export class LocalEngine {
         Deno.execPath(),
         "run",
         "--no-prompt",
-        `--config=${configPath.pathname}`,
+        ...this.#resolutionArgs,
         `--allow-env=${[...Object.keys(settings), ...declaredEnv].join(",")}`,
         ...permissionFlags(granted),
         bootstrapUrl(spec, Isolation.process, this.#options.preloads?.[spec.name]),

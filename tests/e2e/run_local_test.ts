@@ -983,6 +983,48 @@ for (const isolation of ["worker", "process"]) {
   });
 }
 
+Deno.test("a flow of another project, run with that project's deno.json, resolves its import map in every isolation; worker isolation without --unstable-worker-options is refused, exit 2", async () => {
+  await inTempDir(async (dir) => {
+    const config = join(dir, "deno.json");
+    await Deno.writeTextFile(config, JSON.stringify({ imports: { videoflow: modUrl } }));
+    await Deno.writeTextFile(
+      join(dir, "flow.ts"),
+      [
+        `import { Flow, JsonlSink } from "videoflow";`,
+        `import { Count } from ${JSON.stringify(storyNodesUrl)};`,
+        `export { Count };`,
+        `const count = new Count({ name: "count", n: 20 });`,
+        `const sink = new JsonlSink({ name: "sink", path: ${
+          JSON.stringify(join(dir, "out.jsonl"))
+        } }).from(count);`,
+        `export default new Flow([sink], { flowType: "batch", flowId: "own-config" });`,
+      ].join("\n"),
+    );
+    const run = (denoFlags: readonly string[], vfArgs: readonly string[]) =>
+      finished(
+        new Deno.Command(Deno.execPath(), {
+          args: ["run", "-A", ...denoFlags, modPath, "run-local", "flow.ts", "--state", "state", ...vfArgs],
+          cwd: dir,
+          env: { NO_COLOR: "1" },
+          stdin: "null",
+          stdout: "piped",
+          stderr: "piped",
+        }).spawn(),
+      );
+    const refused = await run(["--config", "deno.json"], ["--run-id", "w"]);
+    assert.equal(refused.code, 2, refused.text);
+    assert.match(refused.stderr, /VF_CONFIG: worker isolation .* --unstable-worker-options/);
+    assert.match(refused.stderr, /remedy: .*--isolation process/);
+    assert.equal(await Deno.stat(join(dir, "state")).then(() => true, () => false), false, "nothing started");
+    const inProcesses = await run(["--config", "deno.json"], ["--run-id", "p", "--isolation", "process"]);
+    assert.equal(inProcesses.code, 0, inProcesses.text);
+    const inWorkers = await run(["--config=deno.json", "--unstable-worker-options"], ["--run-id", "w"]);
+    assert.equal(inWorkers.code, 0, inWorkers.text);
+    const numbers = (await sinkLines(join(dir, "out.jsonl"))).map((line) => line.value as number);
+    assert.deepEqual(numbers.sort((a, b) => a - b), [...Array(20)].flatMap((_, i) => [i + 1, i + 1]));
+  });
+});
+
 Deno.test("a node reading a file it did not declare fails with a permission error naming both, exit 2", async () => {
   await inTempDir(async (dir) => {
     const secret = join(dir, "secret.txt");
@@ -1039,6 +1081,53 @@ async function slowFlow(dir: string, flowId: string): Promise<string> {
     ),
   );
 }
+
+Deno.test("a program runs a flow through mod.ts's runLocal, stops it with an AbortSignal, then goes on with the same run id: every item once at the sink", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["ReplayableCount", "Poison"],
+      pipeline(
+        "library-story",
+        `new ReplayableCount({ name: "count", n: 150, delayMs: 10 })`,
+        `new Poison({ name: "middle", poison: [] })`,
+        dir,
+      ),
+    );
+    const program = join(dir, "program.ts");
+    await Deno.writeTextFile(
+      program,
+      [
+        `import { runLocal } from ${JSON.stringify(modUrl)};`,
+        `const options = { stateDir: ${
+          JSON.stringify(join(dir, "state"))
+        }, runId: "r1", output: { isTerminal: false, write() {} } };`,
+        `const controller = new AbortController();`,
+        `setTimeout(() => controller.abort(), 600);`,
+        `const first = await runLocal(${JSON.stringify(flow)}, { ...options, signal: controller.signal });`,
+        `const second = await runLocal(${JSON.stringify(flow)}, options);`,
+        `const processed = (result) => result.snapshots.find((s) => s.node === "count")?.processed;`,
+        `console.log(JSON.stringify([first, second].map((r) => ({ code: r.exitCode, outcome: r.outcome, made: processed(r) }))));`,
+      ].join("\n"),
+    );
+    const output = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", `--config=${configPath}`, program],
+      cwd: dir,
+      env: { NO_COLOR: "1" },
+      stdin: "null",
+    }).output();
+    const stderr = new TextDecoder().decode(output.stderr);
+    assert.equal(output.code, 0, stderr);
+    const [first, second] = JSON.parse(new TextDecoder().decode(output.stdout));
+    assert.equal(first.code, 0, stderr);
+    assert.match(first.outcome, /^flow library-story stopped on request \(run r1\)/);
+    assert.ok(first.made > 0 && first.made < 150, `stopped mid-run after ${first.made} items`);
+    assert.equal(second.code, 0, stderr);
+    assert.equal(second.outcome, "flow library-story finished (run r1)");
+    assert.equal(first.made + second.made, 150, "the second run made only what the first had not");
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 150));
+  });
+});
 
 /** The run stopped cleanly: the sink holds 1..m once each for the m items the producer produced. */
 async function assertStoppedWithoutLoss(

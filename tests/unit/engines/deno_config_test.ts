@@ -1,0 +1,106 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+import {
+  discoveredConfig,
+  launchFlags,
+  resolutionFlags,
+  subprocessResolutionArgs,
+  withoutComments,
+  workerOptionsEnabled,
+} from "../../../src/engines/deno_config.ts";
+
+async function inTempDir(body: (dir: string) => Promise<void>): Promise<void> {
+  const dir = await Deno.realPath(await Deno.makeTempDir({ prefix: "vf-deno-config-" }));
+  try {
+    await body(dir);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+Deno.test("launchFlags: the flags before the main module, named by a relative path or its URL", () => {
+  const main = Deno.mainModule;
+  const asArg = main.startsWith("file:") ? new URL(main).pathname : main;
+  const cmdline = ["deno", "run", "-A", "--config", "x.json", asArg, "run-local", "--config", "y"].join("\0");
+  assert.deepEqual(launchFlags(cmdline), ["run", "-A", "--config", "x.json"]);
+  assert.deepEqual(launchFlags(["deno", "run", main, "a"].join("\0") + "\0"), ["run"]);
+  assert.equal(
+    launchFlags(["deno", "test", "tests/"].join("\0")),
+    null,
+    "no main module among the arguments",
+  );
+  assert.equal(launchFlags(null), null);
+});
+
+Deno.test("resolutionFlags: keeps what changes module resolution, with paths made absolute", () => {
+  const cwd = Deno.cwd();
+  assert.deepEqual(
+    resolutionFlags([
+      "run",
+      "-A",
+      "-c",
+      "proj/deno.json",
+      "--import-map=/abs/map.json",
+      "--allow-read=/x",
+      "--node-modules-dir=auto",
+      "--cached-only",
+      "--unstable-worker-options",
+    ]),
+    [
+      `--config=${join(cwd, "proj/deno.json")}`,
+      "--import-map=/abs/map.json",
+      "--node-modules-dir=auto",
+      "--cached-only",
+    ],
+  );
+  assert.deepEqual(resolutionFlags(["--config=https://example.com/deno.json"]), [
+    "--config=https://example.com/deno.json",
+  ]);
+  assert.deepEqual(resolutionFlags(["--no-config", "--config"]), ["--no-config"], "a flag missing its value");
+});
+
+Deno.test("discoveredConfig: the nearest deno.json or deno.jsonc above a local main module", async () => {
+  await inTempDir(async (dir) => {
+    await Deno.mkdir(join(dir, "a/b"), { recursive: true });
+    const main = pathToFileURL(join(dir, "a/b/main.ts")).href;
+    await Deno.writeTextFile(join(dir, "deno.jsonc"), "{}");
+    assert.equal(discoveredConfig(main), join(dir, "deno.jsonc"));
+    await Deno.writeTextFile(join(dir, "a/deno.json"), "{}");
+    assert.equal(discoveredConfig(main), join(dir, "a/deno.json"));
+  });
+});
+
+Deno.test("subprocessResolutionArgs: the given configuration, else the one Deno found, named", () => {
+  assert.deepEqual(subprocessResolutionArgs(["run", "--config=/p/deno.json", "--lock=/p/deno.lock"]), [
+    "--config=/p/deno.json",
+    "--lock=/p/deno.lock",
+  ]);
+  assert.deepEqual(subprocessResolutionArgs(["run", "--no-config"]), ["--no-config"]);
+  const found = discoveredConfig();
+  assert.deepEqual(subprocessResolutionArgs(["run", "--cached-only"]), [
+    found === null ? "--no-config" : `--config=${found}`,
+    "--cached-only",
+  ]);
+});
+
+Deno.test("workerOptionsEnabled: the flag, or the feature in the configuration file or one above it", async () => {
+  assert.equal(workerOptionsEnabled(null), null, "unknown without the command line");
+  assert.equal(workerOptionsEnabled(["run", "--unstable-worker-options", "--no-config"]), true);
+  assert.equal(workerOptionsEnabled(["run", "--no-config"]), false);
+  await inTempDir(async (dir) => {
+    const config = join(dir, "proj/deno.jsonc");
+    await Deno.mkdir(join(dir, "proj"));
+    await Deno.writeTextFile(config, '// a comment\n{ "imports": { "a": "./a.ts" } /* "unstable" */ }');
+    assert.equal(workerOptionsEnabled(["run", `--config=${config}`]), false);
+    await Deno.writeTextFile(join(dir, "deno.json"), '{ "unstable": ["kv", "worker-options"] }');
+    assert.equal(workerOptionsEnabled(["run", `--config=${config}`]), true, "a workspace root's setting");
+    await Deno.writeTextFile(join(dir, "deno.json"), '{ "unstable": ["kv"], }');
+    assert.equal(workerOptionsEnabled(["run", `--config=${config}`]), null, "a file that is not JSON");
+  });
+});
+
+Deno.test("withoutComments: comments go, strings that look like them stay", () => {
+  const text = '{ "a": "http://x//y", // line\n "b": "/* no */" /* block */, "c": "q\\"//" }';
+  assert.deepEqual(JSON.parse(withoutComments(text)), { a: "http://x//y", b: "/* no */", c: 'q"//' });
+});
