@@ -15,7 +15,8 @@
  *   next() { return this.#i < this.params.n ? ++this.#i : END; }
  * }
  * export class Print extends ConsumerNode { consume(x: number) { console.log(x); } }
- * export default new Flow([new Print({ name: "print" }).from(new Count({ name: "count", n: 3 }))]);
+ * const print = new Print({ name: "print" }).from(new Count({ name: "count", n: 3 }));
+ * export default new Flow([print], { flowType: "batch" }); // realtime keeps only the freshest item
  * ```
  *
  * Run as the main module, this file is the `vf` command line (`validate`, `explain`, `compile`, `decode`).

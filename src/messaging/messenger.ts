@@ -1137,9 +1137,11 @@ export class BrokerMessenger implements Messenger {
 
   /** Sets the event time stamped on the next published output. */
   setOutputEventTimestamp(value: number): void {
-    if (!Number.isFinite(value)) {
+    if (typeof value !== "number" || !Number.isFinite(value)) {
       throw new ConfigError(
-        `an event time must be finite epoch seconds, got ${value}`,
+        `an event time must be finite epoch seconds, got ${
+          typeof value === "number" ? value : `${typeof value} ${JSON.stringify(value) ?? String(value)}`
+        }`,
         "pass Date.now() / 1000",
       );
     }

@@ -320,7 +320,8 @@ function describeKey(key: unknown): string {
   if (key === undefined) return "(absent)";
   if (typeof key === "string") return JSON.stringify(key);
   if (typeof key === "number" || typeof key === "bigint" || key === null) return String(key);
-  return `(a ${Array.isArray(key) ? "list" : typeof key})`;
+  if (Array.isArray(key)) return "(a list)";
+  return typeof key === "object" ? "(an object)" : `(a ${typeof key})`;
 }
 
 /**

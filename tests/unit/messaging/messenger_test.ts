@@ -1106,3 +1106,19 @@ Deno.test("published ids a failed ledger write did not take are written by the n
     assert.equal(await flow.runtime("cam").publishedCount(), 4, "every accepted id reached the ledger");
   });
 });
+
+Deno.test("an event time that is not finite epoch seconds is a VF_CONFIG naming the value and its type", async () => {
+  await withFlow(PIPELINE, async (flow) => {
+    const cam = await flow.open("cam");
+    for (
+      const [value, shown] of [[Infinity, "Infinity"], ["123", 'string "123"'], [null, "object null"]] as const
+    ) {
+      assert.throws(
+        () => cam.setOutputEventTimestamp(value as number),
+        (error: unknown) =>
+          error instanceof ConfigError &&
+          error.message === `an event time must be finite epoch seconds, got ${shown}`,
+      );
+    }
+  });
+});

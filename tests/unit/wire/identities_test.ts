@@ -300,9 +300,11 @@ Deno.test("a partition key's string form is Python's str()", () => {
 });
 
 Deno.test("an unusable partition key is a rejection, never the string None", () => {
-  for (const key of [undefined, null, "", 2.5, { a: 1 }, ["x"]]) {
+  const described = ["(absent)", "null", '""', "2.5", "(an object)", "(a list)"];
+  for (const [index, key] of [undefined, null, "", 2.5, { a: 1 }, ["x"]].entries()) {
     assert.throws(() => partitionOwner(key, 4), (error: unknown) => {
       assert.ok(error instanceof PartitionKeyError);
+      assert.ok(error.message.startsWith(`unusable partition key ${described[index]}:`), error.message);
       assert.equal(error.code, "VF_POISON_PARTITION_KEY");
       assert.equal(error.disposition, "poison");
       assert.ok(error.remedy);
