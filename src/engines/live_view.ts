@@ -8,6 +8,8 @@
 
 /** Where a node stands. */
 export const NodeState = {
+  /** A realtime flow's producer, held until every other replica has opened (nothing evicted at start). */
+  waiting: "waiting",
   starting: "starting",
   running: "running",
   restarting: "restarting",

@@ -24,7 +24,8 @@ import {
 } from "../core/errors.ts";
 import { writeAll } from "../core/bytes.ts";
 import { undeclaredPermissionOnLoad } from "../core/undeclared_permission.ts";
-import type { FlowType } from "../core/flow.ts";
+import { FlowType } from "../core/flow_type.ts";
+import { NodeKind } from "../core/node.ts";
 import {
   type NodeExited,
   nodeExited,
@@ -305,6 +306,8 @@ interface Replica {
   /** The supervisor ended it because the run could not go on: its status is not the run's. */
   endedBySupervisor: boolean;
   lastReportAt: number;
+  /** Its node opened in some launch (its first report said so): it takes (or makes) items. */
+  ready: boolean;
   /** The running (or last) launch's counters. */
   stats: Counters | null;
   /** The counters of its earlier launches, so a restart does not reset what the view shows. */
@@ -437,6 +440,8 @@ export class LocalEngine {
   #wake: (() => void) | null = null;
   /** Seconds of silence after which a replica counts as stalled; null for never. */
   readonly #silence: number | null;
+  /** Producers of a realtime flow not launched yet: they wait until every other replica is ready. */
+  readonly #held: Replica[] = [];
   /** The module-resolution flags a process replica is started with: this process's own. */
   readonly #resolutionArgs: readonly string[];
 
@@ -533,6 +538,22 @@ export class LocalEngine {
       const channel = channelId(this.#options.flowId, this.#options.runId, spec.name);
       this.#broker.messaging.commitControl(channel, "stop", null, new TextEncoder().encode("stop"));
     }
+    // A held producer starts now only to see the stop and end its stream, so its children can finish.
+    this.#releaseHeld();
+  }
+
+  /**
+   * Launches the held producers once every other replica is ready (or has ended), or once the flow
+   * stops; never while the run is being ended.
+   */
+  #releaseHeld(): void {
+    if (this.#held.length === 0 || this.#ending) return;
+    const starting = (r: Replica) => !r.ready && r.state !== NodeState.done && r.state !== NodeState.failed;
+    if (!this.#stopping && this.#replicas.some((r) => !this.#held.includes(r) && starting(r))) return;
+    for (const replica of this.#held.splice(0)) {
+      replica.state = NodeState.starting;
+      this.#launch(replica);
+    }
   }
 
   async #run(): Promise<LocalRunResult> {
@@ -558,26 +579,32 @@ export class LocalEngine {
     if (this.#options.signal?.aborted) onAbort();
     try {
       for (const spec of specs) {
+        // A realtime channel keeps only its freshest items: its producers wait until every other replica
+        // opened, so that nothing they make is evicted while the rest of the flow is still starting.
+        const held = flowType === FlowType.realtime && spec.kind === NodeKind.producer;
         for (let index = 0; index < spec.nbTasks; index++) {
           const replica: Replica = {
             spec,
             index,
             restarts: 0,
-            state: NodeState.starting,
+            state: held ? NodeState.waiting : NodeState.starting,
             exitCode: null,
             reason: null,
             endMarker: null,
             streamEnded: false,
             endedBySupervisor: false,
             lastReportAt: performance.now() / 1000,
+            ready: false,
             stats: null,
             earlier: NO_COUNTS,
             kill: null,
           };
           this.#replicas.push(replica);
-          this.#launch(replica);
+          if (held) this.#held.push(replica);
+          else this.#launch(replica);
         }
       }
+      this.#releaseHeld();
       await this.#supervise();
     } finally {
       for (const [signal, listener] of listeners) Deno.removeSignalListener(signal, listener);
@@ -642,6 +669,10 @@ export class LocalEngine {
       replica.stats = report;
       if (replica.state === NodeState.starting || replica.state === NodeState.restarting) {
         replica.state = NodeState.running;
+      }
+      if (report.ready && !replica.ready) {
+        replica.ready = true;
+        this.#releaseHeld();
       }
     } else {
       replica.reason = report.reason as TerminationReason | null;
@@ -862,6 +893,7 @@ export class LocalEngine {
       `giving up on ${failed.spec.name}[${failed.index}], which ended without telling its children: ` +
         "ending the run",
     );
+    for (const replica of this.#held.splice(0)) replica.state = NodeState.failed;
     for (const replica of this.#replicas) {
       if (replica === failed) continue;
       if (replica.state === NodeState.restarting) replica.state = NodeState.failed;
@@ -970,6 +1002,8 @@ export class LocalEngine {
         ? NodeState.restarting
         : states.includes(NodeState.running)
         ? NodeState.running
+        : states.every((s) => s === NodeState.waiting)
+        ? NodeState.waiting
         : NodeState.starting;
       const counts = replicas.reduce(
         (sum, r) => addCounts(addCounts(sum, r.earlier), r.stats),
@@ -1011,7 +1045,7 @@ export class LocalEngine {
       for (const replica of this.#replicas) {
         if (
           silence !== null && replica.exitCode === null && replica.state !== NodeState.restarting &&
-          now - replica.lastReportAt > silence
+          replica.state !== NodeState.waiting && now - replica.lastReportAt > silence
         ) {
           const stalled = new ProgressStalled(
             `node ${replica.spec.name} replica ${replica.index} went silent for ${silence} s: its event loop ` +

@@ -163,6 +163,8 @@ export interface HealthStateOptions {
   readonly clock?: Clock;
   /** Seconds without a beat before the node is not live; {@link LIVENESS_TIMEOUT_SECONDS} by default. */
   readonly livenessTimeoutSeconds?: number;
+  /** Called once, when the node becomes ready ({@link HealthState.markReady}); nothing by default. */
+  readonly onReady?: () => void;
 }
 
 /**
@@ -178,6 +180,7 @@ export class HealthState {
   readonly livenessTimeoutSeconds: number;
   readonly #clock: Clock;
   #ready = false;
+  readonly #onReady: (() => void) | null;
   #lastBeat: number | null = null;
   readonly #histograms = new Map<string, Histogram>();
   readonly #counters = new Map<string, number>();
@@ -200,6 +203,7 @@ export class HealthState {
     this.buckets = Object.freeze([...buckets]);
     this.livenessTimeoutSeconds = options.livenessTimeoutSeconds ?? LIVENESS_TIMEOUT_SECONDS;
     this.#clock = options.clock ?? systemClock;
+    this.#onReady = options.onReady ?? null;
     for (const name of HISTOGRAMS) this.#histogramOf(name);
     for (const name of COUNTERS) this.#counters.set(name, 0);
   }
@@ -211,7 +215,9 @@ export class HealthState {
 
   /** The node began processing (its `open()` returned): `/readyz` answers 200 from now on. */
   markReady(): void {
+    if (this.#ready) return;
     this.#ready = true;
+    this.#onReady?.();
   }
 
   /** Whether {@link markReady} was called. */

@@ -47,7 +47,7 @@ export const EMBEDDED_RUNTIME_STORE_URL = "embedded://";
 
 /** What a worker tells whoever started it, besides its exit status. */
 export type WorkerReport =
-  /** Periodic counters (every {@link REPORT_INTERVAL_SECONDS}, and once at the end). */
+  /** Counters: every {@link REPORT_INTERVAL_SECONDS}, once as soon as the node opened, and once at the end. */
   | {
     readonly kind: "stats";
     readonly node: string;
@@ -56,6 +56,8 @@ export type WorkerReport =
     readonly failed: number;
     readonly published: number;
     readonly drops: Readonly<Record<string, number>>;
+    /** Whether the node's `open()` returned: it takes (or makes) its first item now. */
+    readonly ready: boolean;
   }
   /**
    * The replica ended: its exit status, for a failure the error record, and the end marker it published
@@ -216,6 +218,7 @@ function statsOf(running: Running): WorkerReport {
     failed: health.counter(Metric.failed),
     published: health.counter(Metric.published),
     drops: health.dropsByReason(),
+    ready: health.isReady(),
   };
 }
 
@@ -259,7 +262,8 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
         : null,
       logger,
     });
-    const health = new HealthState(config.nodeName);
+    // A replica says at once that its node opened: the local engine starts a realtime flow's producers then.
+    const health = new HealthState(config.nodeName, { onReady: () => report() });
     const server = config.healthPort === null ? null : new HealthServer(health, { port: config.healthPort });
     server?.start();
     const running: Running = { node, replica, health, messenger };

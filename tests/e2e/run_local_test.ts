@@ -876,6 +876,28 @@ Deno.test("--flow-type realtime runs a flow freshest-wins, and the summary count
   });
 });
 
+Deno.test("a realtime flow's producer waits until every other replica opened: a node loading for 1.5 s loses none of a paced stream", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "SlowOpen"],
+      pipeline(
+        "slow-open-story",
+        `new Count({ name: "count", n: 20, delayMs: 20 })`,
+        `new SlowOpen({ name: "model", openMs: 1500 })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--flow-type", "realtime"], {
+      cwd: dir,
+    });
+    assert.equal(run.code, 0, run.text);
+    assert.equal(summaryRow(run, "model").drops, "0", run.stdout);
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 20));
+    assert.match(run.stdout, /count +waiting/, "the producer is shown waiting while the model loads");
+  });
+});
+
 Deno.test("a realtime node partitioned over 3 replicas counts each item once: processed or evicted", async () => {
   await inTempDir(async (dir) => {
     const flow = await writeFlow(

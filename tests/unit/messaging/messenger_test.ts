@@ -1111,7 +1111,10 @@ Deno.test("an event time that is not finite epoch seconds is a VF_CONFIG naming 
   await withFlow(PIPELINE, async (flow) => {
     const cam = await flow.open("cam");
     for (
-      const [value, shown] of [[Infinity, "Infinity"], ["123", 'string "123"'], [null, "object null"]] as const
+      const [value, shown] of [[Infinity, "Infinity"], ["123", 'string "123"'], [
+        null,
+        "object null",
+      ]] as const
     ) {
       assert.throws(
         () => cam.setOutputEventTimestamp(value as number),

@@ -254,3 +254,13 @@ Deno.test("VF_HEALTH_PORT: unset is 8080, 0 disables, anything but a port is a C
     assert.throws(() => healthPortFromEnv(env(bad)), ConfigError, bad);
   }
 });
+
+Deno.test("HealthState tells onReady once, when the node first becomes ready", () => {
+  let told = 0;
+  const state = new HealthState("detect", { onReady: () => told++ });
+  assert.equal(told, 0);
+  state.markReady();
+  state.markReady();
+  assert.equal(told, 1);
+  assert.ok(state.isReady());
+});
