@@ -16,7 +16,8 @@
  * - {@link NodeTask.run}: `open()` → loop → `close()`, `close()` in every case. A failure in `open()` or in
  *   the loop publishes ABORT before the task ends, so the graph downstream terminates instead of waiting
  *   for an EOS that never comes; a worker_fatal failure publishes none, since the node is not ending, only
- *   this worker (a restart or another replica takes its inputs over). It resolves with a
+ *   this worker (a restart or another replica takes its inputs over), unless it is the author's mistake
+ *   (exit 2), which no restart mends. It resolves with a
  *   {@link TaskOutcome} the worker turns into its exit status.
  *
  * Between two messages the loop beats the health state, checks the breaker and the progress deadline;
@@ -61,6 +62,7 @@ import {
   DEFAULT_DISPOSITION,
   type Disposition,
   errorToDict,
+  EXIT_USER,
   POISON,
   SchemaError,
   TRANSIENT,
@@ -386,7 +388,7 @@ export abstract class NodeTask<N extends Node = Node> {
   /**
    * Opens the node, runs the loop and closes the node, whatever happened (a close that fails after a clean
    * loop turns the outcome into that failure). A failure in `open()` or in the loop publishes ABORT unless
-   * it is worker_fatal. Rejects only with a {@link SimulatedCrash}, which, like a real death, skips
+   * a restart would go on with the stream (worker_fatal, and not the author's mistake, exit 2). Rejects only with a {@link SimulatedCrash}, which, like a real death, skips
    * everything after it.
    */
   async run(): Promise<TaskOutcome> {
@@ -541,7 +543,10 @@ export abstract class NodeTask<N extends Node = Node> {
   async #failed(error: unknown): Promise<TaskFailed> {
     const failure = error instanceof VideoflowError ? error : nodeFailure(error, this.callIdentity());
     let abortPublished = false;
-    if (failure.disposition !== WORKER_FATAL && this.hasChildren) {
+    // A worker-fatal failure is left to a restart, which goes on with the stream; the author's mistake
+    // (exit 2) is never restarted (`restartCanMend`), so the children are told now, not left waiting.
+    const restartable = failure.disposition === WORKER_FATAL && failure.exitCode !== EXIT_USER;
+    if (!restartable && this.hasChildren) {
       try {
         await this.messenger.publishAbort(failure);
         abortPublished = true;

@@ -769,6 +769,36 @@ Deno.test("a partitioned stateful node killed mid-run restores its checkpoint: e
 
 // ---- 5, 6, 7. failures that end the run -------------------------------------------------------------------
 
+Deno.test("a producer failing with the author's mistake ends every downstream node with ABORT after what it made, and the run exits 2", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "Poison"],
+      pipeline(
+        "user-abort-story",
+        `new Count({ name: "count", n: 20, misconfiguredAt: 8 })`,
+        `new Poison({ name: "middle", poison: [] })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
+    assert.equal(run.code, 2, run.text);
+    assert.match(run.text, /count\[0\] exited with code 2 \(VF_CONFIG: count has no setting for item 8\)/);
+    assert.doesNotMatch(run.text, /ended without telling its children/);
+    for (const replica of ["middle\\[0\\]", "sink\\[0\\]"]) {
+      assert.match(
+        run.text,
+        new RegExp(`${replica} exited with code 4 \\(VF_UPSTREAM_ABORTED: .*origin count`),
+      );
+    }
+    assert.deepEqual(
+      await sinkNumbers(join(dir, "out.jsonl")),
+      range(1, 7),
+      "what it made before reached the sink",
+    );
+  });
+});
+
 Deno.test("a producer that throws ends every downstream node with ABORT and the run exits 4", async () => {
   await inTempDir(async (dir) => {
     const flow = await writeFlow(

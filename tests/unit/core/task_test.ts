@@ -254,7 +254,7 @@ const ORIGIN_ERROR: ErrorRecord = {
 /** Every lifecycle call a test node saw, with whether its last argument was the context. */
 type Lifecycle = string[];
 
-class Count extends ProducerNode<{ n: number; failAt?: number }> {
+class Count extends ProducerNode<{ n: number; failAt?: number; misconfiguredAt?: number }> {
   readonly seen: Lifecycle = [];
   #i = 0;
   override open(ctx: RuntimeContext): void {
@@ -270,6 +270,9 @@ class Count extends ProducerNode<{ n: number; failAt?: number }> {
   next(ctx: RuntimeContext): unknown {
     if (!(ctx instanceof RuntimeContext)) throw new Error("next() got no context");
     if (this.#i === this.params.failAt) throw new TypeError("the camera hung up");
+    if (this.#i === this.params.misconfiguredAt) {
+      throw new ConfigError("no such camera", "name one that exists");
+    }
     return this.#i < this.params.n ? ++this.#i : END;
   }
 }
@@ -285,7 +288,9 @@ class Square extends ProcessorNode {
 }
 
 /** Fails on the values its params name: `poison`, `plain` (unclassified) or `fatal`. */
-class Picky extends ProcessorNode<{ poison?: number[]; plain?: number[]; fatal?: number[] }> {
+class Picky extends ProcessorNode<
+  { poison?: number[]; plain?: number[]; fatal?: number[]; misconfigured?: number[] }
+> {
   readonly seen: Lifecycle = [];
   override close(): void {
     this.seen.push("close");
@@ -294,6 +299,9 @@ class Picky extends ProcessorNode<{ poison?: number[]; plain?: number[]; fatal?:
     if (this.params.poison?.includes(x)) throw new PoisonMessage(`${x} is not a frame`);
     if (this.params.plain?.includes(x)) throw new RangeError(`${x} is out of range`);
     if (this.params.fatal?.includes(x)) throw new DeviceError("CUDA out of memory");
+    if (this.params.misconfigured?.includes(x)) {
+      throw new ConfigError("no such model", "name one that exists");
+    }
     return x;
   }
 }
@@ -643,6 +651,26 @@ Deno.test("under best-effort delivery an unclassified failure counts as a best_e
   assert.match(text, /reason="best_effort"\} 1/);
   assert.match(text, /reason="join_evicted"\} 2/, "the messenger's own drops are reported too");
   assert.equal((messenger.named("failInputs")[0][1] as VideoflowRuntimeError).disposition, "transient");
+});
+
+Deno.test("the author's mistake (exit 2) is never restarted, so it publishes ABORT, in a producer and in a processor", async () => {
+  const producer = await runNode(new Count({ name: "cam", n: 10, misconfiguredAt: 2 }));
+  const failed = outcomeOf(producer.outcome, TaskEnd.failed);
+  assert.equal(failed.exitCode, 2);
+  assert.equal(failed.error.code, "VF_CONFIG");
+  assert.equal(failed.abortPublished, true);
+  assert.deepEqual(producer.messenger.names(), ["publishMessage", "publishMessage", "publishAbort"]);
+  const node = new Picky({ name: "detect", misconfigured: [2] });
+  const processor = await runNode(node, { groups: stream(1, 2, 3) });
+  const failure = outcomeOf(processor.outcome, TaskEnd.failed);
+  assert.equal(failure.exitCode, 2);
+  assert.equal(failure.abortPublished, true);
+  assert.equal(
+    (processor.messenger.named("failInputs")[0][1] as VideoflowRuntimeError).disposition,
+    "worker_fatal",
+    "its input is handed back, not dead-lettered",
+  );
+  assert.equal(processor.messenger.named("publishAbort").length, 1);
 });
 
 Deno.test("story 25: ten consecutive unclassified failures trip the breaker; no ABORT is published", async () => {
