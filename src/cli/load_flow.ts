@@ -39,6 +39,9 @@ function describe(error: unknown): string {
   return /^[A-Z]\w*Error: /.test(message) ? message : `${error.name}: ${message}`;
 }
 
+/** How Deno says a bare import has no entry in the import map it runs with. */
+const UNMAPPED_IMPORT = /not a dependency and not in import map|Relative import path .* not prefixed/;
+
 /**
  * Imports `path` (relative to the working directory) and returns its default-exported `Flow`.
  * Throws {@link ConfigError} when the file does not exist, cannot be loaded, throws while loading, or
@@ -70,7 +73,10 @@ export async function loadFlow(path: string): Promise<LoadedFlow> {
     const where = locationIn(error, url.href);
     throw new ConfigError(
       `flow file ${path} failed while loading${where ? ` (${where})` : ""}: ${describe(error)}`,
-      "fix the error in the flow file, then run the command again",
+      UNMAPPED_IMPORT.test(describe(error))
+        ? "map that name in your project's deno.json and run deno with --config pointing at it (without it " +
+          "Deno reads the configuration beside its main module, not beside the flow file)"
+        : "fix the error in the flow file, then run the command again",
       { path },
     );
   }

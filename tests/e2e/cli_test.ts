@@ -155,6 +155,24 @@ Deno.test("a flow file that throws while loading names the file and line, exit 2
   assertNoStackTrace(run);
 });
 
+Deno.test("a flow file importing a name vf's import map lacks is told to run with its project's --config, exit 2", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf-cli-" });
+  try {
+    const path = `${dir}/unmapped.ts`;
+    await Deno.writeTextFile(path, 'import { Flow } from "my-videoflow";\nexport default new Flow([]);\n');
+    const run = await vf("validate", path);
+    assert.equal(run.code, 2, run.stderr);
+    assert.match(
+      run.stderr,
+      /failed while loading \(line 1\): TypeError: Import "my-videoflow" not a dependency/,
+    );
+    assert.match(run.stderr, /remedy: map that name in your project's deno.json and run deno with --config/);
+    assertNoStackTrace(run);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("a flow file that does not parse names the syntax error once, with its line, exit 2", async () => {
   const dir = await Deno.makeTempDir({ prefix: "vf-cli-" });
   try {
