@@ -13,6 +13,7 @@ import { ConfigError } from "../core/errors.ts";
 import type { Envelope } from "../backends/messaging.ts";
 import { DeadLetterHeader } from "../messaging/messenger.ts";
 import { decodeEnvelope, decodePayload, type Envelope as WireEnvelope } from "../wire/codec.ts";
+import { envelopeMessageId } from "../wire/message_id.ts";
 import { BlobRef } from "../wire/value.ts";
 
 /** The name of the dead-letter file in a run directory. */
@@ -179,7 +180,7 @@ function parsedLetter(line: string, path: string, lineNumber: number): DeadLette
 /**
  * The dead letters of a run its supervisor restarted: those an earlier supervisor wrote, then the current
  * broker's that are not the same message dead-lettered again by the same node (a replayed source
- * re-publishes identical envelopes). Earlier records come first and are kept as they were.
+ * re-publishes the same messages). Earlier records come first and are kept as they were.
  */
 export function mergeDeadLetters(
   earlier: readonly DeadLetterRecord[],
@@ -189,6 +190,12 @@ export function mergeDeadLetters(
   return [...earlier, ...current.filter((record) => !seen.has(sameLetter(record)))];
 }
 
+/**
+ * What makes two records the same letter: the node, and the message id of the envelope it failed on (a
+ * replayed source re-mints it; its metadata, such as the proctime stamps, may differ), or the envelope's
+ * bytes when they do not decode.
+ */
 function sameLetter(record: DeadLetterRecord): string {
-  return `${record.node}\n${record.envelope_b64}`;
+  const envelope = letterEnvelope(record);
+  return `${record.node}\n${envelope === null ? record.envelope_b64 : envelopeMessageId(envelope)}`;
 }

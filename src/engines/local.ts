@@ -308,6 +308,8 @@ interface Replica {
   lastReportAt: number;
   /** Its node opened in some launch (its first report said so): it takes (or makes) items. */
   ready: boolean;
+  /** The current launch sent its exit report: it ended through its task, not by `Deno.exit` in node code. */
+  exitReported: boolean;
   /** The running (or last) launch's counters. */
   stats: Counters | null;
   /** The counters of its earlier launches, so a restart does not reset what the view shows. */
@@ -437,6 +439,8 @@ export class LocalEngine {
   #signalledAt: number | null = null;
   #forced = false;
   #ending = false;
+  /** Every replica has ended; the run's records are being written, and no stop changes them. */
+  #settled = false;
   #wake: (() => void) | null = null;
   /** Seconds of silence after which a replica counts as stalled; null for never. */
   readonly #silence: number | null;
@@ -510,9 +514,11 @@ export class LocalEngine {
   /**
    * Asks the flow to stop the spec's way (producers end with EOS, workers drain); a second call forces.
    * `signal` names what asked (the summary then says the run was stopped, not finished); a signal within
-   * {@link SIGNAL_ECHO_SECONDS} of the previous one is that one again and changes nothing.
+   * {@link SIGNAL_ECHO_SECONDS} of the previous one is that one again and changes nothing, and so does any
+   * stop once every replica has ended.
    */
   stop(signal: StopRequester | null = null): void {
+    if (this.#settled) return;
     const now = performance.now() / 1000;
     if (signal !== null) {
       // One Ctrl-C can arrive twice at once: from the terminal, and forwarded by a launcher (deno task).
@@ -595,6 +601,7 @@ export class LocalEngine {
             endedBySupervisor: false,
             lastReportAt: performance.now() / 1000,
             ready: false,
+            exitReported: false,
             stats: null,
             earlier: NO_COUNTS,
             kill: null,
@@ -606,28 +613,31 @@ export class LocalEngine {
       }
       this.#releaseHeld();
       await this.#supervise();
+      // Every replica has ended: a signal now changes nothing, and is caught so that it cannot cut the
+      // run's dead letters, its run-end record or its summary short.
+      this.#settled = true;
+      await this.#writeDeadLetters();
+      const snapshots = this.#snapshots();
+      const exitCode = this.#forced ? EXIT_FORCED : runExitCode(this.#statuses());
+      const outcome = exitCode === 0
+        ? this.#stoppedBy === null
+          ? `flow ${flowId} finished (run ${runId})`
+          : `flow ${flowId} stopped on ${this.#stoppedBy} (run ${runId}): every item taken was finished; ` +
+            `run it again with --run-id ${runId} to go on`
+        : `flow ${flowId} ${
+          this.#forced ? "was forced to stop" : "failed"
+        } with exit code ${exitCode} (run ${runId})`;
+      if (exitCode === 0) {
+        await writeRunEnd(this.#runDir, this.#stoppedBy === null ? RunEnd.finished : RunEnd.stopped);
+      }
+      for (const line of renderSummary(performance.now() / 1000 - this.#started, snapshots, outcome)) {
+        this.#options.output.write(`${line}\n`);
+      }
+      return { exitCode, outcome, snapshots, runDir: this.#runDir };
     } finally {
       for (const [signal, listener] of listeners) Deno.removeSignalListener(signal, listener);
       this.#options.signal?.removeEventListener("abort", onAbort);
     }
-    await this.#writeDeadLetters();
-    const snapshots = this.#snapshots();
-    const exitCode = this.#forced ? EXIT_FORCED : runExitCode(this.#statuses());
-    const outcome = exitCode === 0
-      ? this.#stoppedBy === null
-        ? `flow ${flowId} finished (run ${runId})`
-        : `flow ${flowId} stopped on ${this.#stoppedBy} (run ${runId}): every item taken was finished; ` +
-          `run it again with --run-id ${runId} to go on`
-      : `flow ${flowId} ${
-        this.#forced ? "was forced to stop" : "failed"
-      } with exit code ${exitCode} (run ${runId})`;
-    if (exitCode === 0) {
-      await writeRunEnd(this.#runDir, this.#stoppedBy === null ? RunEnd.finished : RunEnd.stopped);
-    }
-    for (const line of renderSummary(performance.now() / 1000 - this.#started, snapshots, outcome)) {
-      this.#options.output.write(`${line}\n`);
-    }
-    return { exitCode, outcome, snapshots, runDir: this.#runDir };
   }
 
   /**
@@ -678,6 +688,7 @@ export class LocalEngine {
       replica.reason = report.reason as TerminationReason | null;
       replica.endMarker = report.endMarker;
       replica.streamEnded = report.streamEnded;
+      replica.exitReported = true;
     }
   }
 
@@ -687,6 +698,7 @@ export class LocalEngine {
     replica.reason = null;
     replica.endMarker = null;
     replica.streamEnded = false;
+    replica.exitReported = false;
     replica.earlier = addCounts(replica.earlier, replica.stats);
     replica.stats = null;
     this.#event(nodeStarted(replica.spec.name, replica.index, replica.restarts));
@@ -781,10 +793,13 @@ export class LocalEngine {
         // already gone
       }
     };
-    void this.#readReports(replica, child.stdout);
+    // Its exit is handled once its stdout is read to the end, so its exit report is in hand by then.
+    const reports = this.#readReports(replica, child.stdout).catch((error) => {
+      this.#view.event(`${spec.name}[${replica.index}] sent an unreadable report: ${error.message}`);
+    });
     const stderrTail = passStderr(child.stderr);
-    Promise.all([child.status, stderrTail]).then(([status, tail]) => {
-      const code = status.signal === null ? status.code : 128 + signalNumber(status.signal);
+    Promise.all([child.status, stderrTail, reports]).then(([status, tail]) => {
+      const code = status.signal === null ? status.code : signalStatus(status.signal);
       // A replica that dies loading its module reports nothing; Deno's refusal of a permission is on stderr.
       const refused = replica.reason === null && code !== 0 ? this.#refusedOnLoad(replica, tail) : null;
       this.#exited(replica, refused ?? code);
@@ -820,8 +835,19 @@ export class LocalEngine {
     }
   }
 
-  #exited(replica: Replica, code: number): void {
+  #exited(replica: Replica, status: number): void {
     if (replica.exitCode !== null) return;
+    // Status 0 is a clean end only when the task said so: node code that calls `Deno.exit(0)` ends the
+    // replica with its stream unfinished and its inputs unacked.
+    const unreported = status === 0 && !replica.exitReported;
+    if (unreported) {
+      replica.reason = {
+        code: "VF_WORKER_FATAL",
+        message: "the replica exited with status 0 before its task ended (node code called Deno.exit?)",
+        disposition: "worker_fatal",
+      };
+    }
+    const code = unreported ? EXIT_FLOW_FAILED : status;
     replica.exitCode = code;
     replica.kill = null;
     const exited = nodeExited(replica.spec.name, replica.index, code, replica.reason);
@@ -1069,13 +1095,44 @@ export class LocalEngine {
   }
 }
 
-function signalNumber(signal: Deno.Signal): number {
-  const numbers: Partial<Record<Deno.Signal, number>> = {
-    SIGINT: 2,
-    SIGKILL: 9,
-    SIGTERM: 15,
-    SIGSEGV: 11,
-    SIGABRT: 6,
-  };
-  return numbers[signal] ?? 1;
+/** Linux's number of each signal, as a shell reports a process it ended (128 + the number). */
+const SIGNAL_NUMBERS: Readonly<Partial<Record<Deno.Signal, number>>> = {
+  SIGHUP: 1,
+  SIGINT: 2,
+  SIGQUIT: 3,
+  SIGILL: 4,
+  SIGTRAP: 5,
+  SIGABRT: 6,
+  SIGBUS: 7,
+  SIGFPE: 8,
+  SIGKILL: 9,
+  SIGUSR1: 10,
+  SIGSEGV: 11,
+  SIGUSR2: 12,
+  SIGPIPE: 13,
+  SIGALRM: 14,
+  SIGTERM: 15,
+  SIGSTKFLT: 16,
+  SIGCHLD: 17,
+  SIGCONT: 18,
+  SIGSTOP: 19,
+  SIGTSTP: 20,
+  SIGTTIN: 21,
+  SIGTTOU: 22,
+  SIGURG: 23,
+  SIGXCPU: 24,
+  SIGXFSZ: 25,
+  SIGVTALRM: 26,
+  SIGPROF: 27,
+  SIGWINCH: 28,
+  SIGIO: 29,
+  SIGPOLL: 29,
+  SIGPWR: 30,
+  SIGSYS: 31,
+};
+
+/** The status of a replica a signal ended: 128 + the signal's number (4, a failure, for one Linux lacks). */
+function signalStatus(signal: Deno.Signal): number {
+  const number = SIGNAL_NUMBERS[signal];
+  return number === undefined ? EXIT_FLOW_FAILED : 128 + number;
 }

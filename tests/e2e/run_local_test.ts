@@ -730,6 +730,34 @@ Deno.test("a replica that dies on every launch is restarted with backoff until i
   });
 });
 
+Deno.test("a replica whose node code calls Deno.exit(0) mid-stream has failed, not finished: restarted, then given up, exit 4 (both isolations)", async () => {
+  for (const isolation of ["worker", "process"]) {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
+        dir,
+        ["Count", "ExitAt"],
+        pipeline(
+          "exit-zero-story",
+          `new Count({ name: "count", n: 5 })`,
+          `new ExitAt({ name: "quitter", at: 2, code: 0 })`,
+          dir,
+        ),
+      );
+      const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--isolation", isolation], {
+        cwd: dir,
+        env: { VF_ACK_WAIT_SECONDS: "1" },
+      });
+      assert.equal(run.code, 4, run.text);
+      assert.match(
+        run.text,
+        /quitter\[0\] exited with code 4 \(VF_WORKER_FATAL: the replica exited with status 0 before its task ended/,
+      );
+      assert.match(run.text, /quitter\[0\] gave up after 3 restart\(s\)/);
+      assert.equal(summaryRow(run, "quitter").state, "failed", isolation);
+    });
+  }
+});
+
 Deno.test("a partitioned stateful node killed mid-run restores its checkpoint: every replica's totals stay exact (process)", async () => {
   await inTempDir(async (dir) => {
     const pidFile = join(dir, "victim.pid");
@@ -1103,11 +1131,19 @@ Deno.test("a node reading a file it did not declare fails with a permission erro
       run.text,
     );
     assert.ok(run.text.includes(`static permissions = { read: [${JSON.stringify(secret)}] }`), run.text);
-    assert.match(run.text, /snoop\[0\] gave up after 0 restart\(s\)/);
     assert.match(
       run.text,
-      /sink\[0\] exited with code \d+ \(VF_FLOW_FAILED: stopped by the supervisor: snoop\[0\] was given up on/,
-      "the replicas the run ends say why",
+      /snoop\[0\] exited with code 2 \(VF_NODE_CONTRACT: node snoop needs read permission/,
+    );
+    assert.doesNotMatch(
+      run.text,
+      /snoop\[0\] started \(restart 1\)/,
+      "the author's mistake is not restarted",
+    );
+    assert.match(
+      run.text,
+      /sink\[0\] exited with code 4 \(VF_UPSTREAM_ABORTED: sink stopped: its parent snoop aborted \(origin snoop: VF_NODE_CONTRACT/,
+      "its child ends with the ABORT it published, saying why",
     );
     assert.deepEqual(
       await deadLetters(flow, "r1", state, dir),

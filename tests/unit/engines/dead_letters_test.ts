@@ -8,6 +8,8 @@ import {
   readDeadLettersIfAny,
   writeDeadLetters,
 } from "../../../src/engines/dead_letters.ts";
+import { createEnvelope, encodeEnvelope } from "../../../src/wire/codec.ts";
+import { MsgType } from "../../../src/wire/identities.ts";
 
 function letter(id: string, node: string, body: string): DeadLetterRecord {
   return {
@@ -55,4 +57,23 @@ Deno.test("a re-run's dead letters follow the earlier supervisor's; a message de
   ]);
   assert.deepEqual(mergeDeadLetters([], current), current);
   assert.deepEqual(mergeDeadLetters(earlier, []), earlier);
+});
+
+Deno.test("a message dead-lettered again after a replay is one letter, though its metadata differs", () => {
+  const body = (replica: number) =>
+    encodeEnvelope(createEnvelope({
+      type: MsgType.data,
+      producerName: "count",
+      flowId: "f",
+      runId: "r",
+      traceId: "count:20",
+      seq: 20,
+      replicaId: replica,
+      spanId: `span-${replica}`,
+    })).toBase64();
+  const first = { ...letter("dlq:f:r:work:20", "work", ""), envelope_b64: body(0) };
+  const again = { ...letter("dlq:f:r:work:20", "work", ""), envelope_b64: body(1), deliveries: 5 };
+  const other = { ...letter("dlq:f:r:sink:20", "sink", ""), envelope_b64: body(1) };
+  assert.notEqual(first.envelope_b64, again.envelope_b64);
+  assert.deepEqual(mergeDeadLetters([first], [again, other]), [first, other]);
 });
