@@ -618,7 +618,7 @@ export class FileRuntimeStore implements RuntimeStore {
     try {
       marker = JSON.parse(decoder.decode(bytes));
     } catch {
-      marker = null;
+      throw malformed(`its marker ${MARKER_NAME}`, path, "it is not JSON");
     }
     if (!isRecord(marker) || marker.kind !== MARKER_KIND || marker.format !== FILE_STORE_FORMAT) {
       throw new ConfigError(

@@ -301,6 +301,24 @@ Deno.test("a directory holding another format's marker is refused with ConfigErr
   }
 });
 
+Deno.test("a damaged marker (not JSON) is the store's own damage: UnobservableState, with a remedy", async () => {
+  const root = await Deno.makeTempDir({ prefix: "vf-file-store-" });
+  try {
+    await Deno.writeTextFile(join(root, "store.json"), "\u0000garbage");
+    await assert.rejects(FileRuntimeStore.open(root), (error: unknown) => {
+      assert.ok(error instanceof UnobservableState, String(error));
+      assert.match(
+        error.message,
+        /its marker store.json in the file runtime store is malformed: it is not JSON/,
+      );
+      assert.match(error.remedy ?? "", /damaged outside videoflow/);
+      return true;
+    });
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
 Deno.test("a root that cannot be a directory is ResourceUnavailable with a remedy", async () => {
   const root = await Deno.makeTempDir({ prefix: "vf-file-store-" });
   try {
