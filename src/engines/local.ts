@@ -270,6 +270,9 @@ export function forwardedSettings(env: Readonly<Record<string, string | undefine
   );
 }
 
+/** How long a forced stop waits for the replicas it killed to be reported gone. */
+const FORCED_EXIT_WAIT_SECONDS = 3;
+
 /** The exit status of a run stopped by a second interrupt. */
 export const EXIT_FORCED = 130;
 
@@ -1057,8 +1060,14 @@ export class LocalEngine {
     const refresh = (this.#options.refreshSeconds ?? 1) * 1000;
     const silence = this.#silence;
     let shownAt = -Infinity;
+    let forcedAt: number | null = null;
     while (!this.#replicas.every((r) => r.state === NodeState.done || r.state === NodeState.failed)) {
-      if (this.#forced) break;
+      // A forced stop kills every replica: their exits are awaited briefly, so the summary shows them ended.
+      if (this.#forced) {
+        forcedAt ??= performance.now() / 1000;
+        const killed = this.#replicas.every((r) => r.exitCode !== null || r.kill === null);
+        if (killed || performance.now() / 1000 - forcedAt > FORCED_EXIT_WAIT_SECONDS) break;
+      }
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, refresh);
         this.#wake = () => {

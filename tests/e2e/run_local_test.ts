@@ -1360,21 +1360,28 @@ Deno.test("one Ctrl-C that reaches vf twice at once (also forwarded by deno task
   });
 });
 
-Deno.test("a second SIGTERM forces a stop that cannot drain (a node hangs): exit 130", async () => {
-  await inTempDir(async (dir) => {
-    const flow = await hangingFlow(dir, "forced-story");
-    const child = startVf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
-    await waitForLines(join(dir, "out.jsonl"), 3, child);
-    child.kill("SIGTERM");
-    let exited = false;
-    child.status.then(() => (exited = true));
-    await new Promise((resolve) => setTimeout(resolve, 500));
-    assert.ok(!exited, "the first SIGTERM waits for the flow to drain");
-    child.kill("SIGTERM");
-    const run = await finished(child);
-    assert.equal(run.code, 130, run.text);
-    assert.match(run.text, /flow forced-story was forced to stop with exit code 130/);
-  });
+Deno.test("a second SIGTERM forces a stop that cannot drain (a node hangs): exit 130, every replica shown ended (both isolations)", async () => {
+  for (const isolation of ["worker", "process"]) {
+    await inTempDir(async (dir) => {
+      const flow = await hangingFlow(dir, "forced-story");
+      const child = startVf(["run-local", flow, "--state", join(dir, "state"), "--isolation", isolation], {
+        cwd: dir,
+      });
+      await waitForLines(join(dir, "out.jsonl"), 3, child);
+      child.kill("SIGTERM");
+      let exited = false;
+      child.status.then(() => (exited = true));
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      assert.ok(!exited, "the first SIGTERM waits for the flow to drain");
+      child.kill("SIGTERM");
+      const run = await finished(child);
+      assert.equal(run.code, 130, run.text);
+      assert.match(run.text, /flow forced-story was forced to stop with exit code 130/);
+      for (const node of ["count", "hang", "sink"]) {
+        assert.notEqual(summaryRow(run, node).state, "running", `${node} (${isolation}): ${run.stdout}`);
+      }
+    });
+  }
 });
 
 // ---- 9. a re-run after a crash ----------------------------------------------------------------------------
