@@ -868,6 +868,7 @@ export class LocalEngine {
     } else {
       replica.state = NodeState.failed;
       if (decision.event !== null) this.#event(decision.event);
+      this.#abandonInputsOf(replica);
       // A replica that failed after its stream ended cleanly left nothing undone: the flow goes on, and
       // the failure is the run's exit status.
       if (replica.streamEnded) {
@@ -990,6 +991,26 @@ export class LocalEngine {
    * Tells the broker which messages each partitioned replica's subscription owns, so that what a realtime
    * channel evicts counts as a drop for the one replica that would have processed it, not for each.
    */
+  /**
+   * The inputs of a replica given up on for good that no other replica will take: its partition's, or,
+   * for replicas that share one subscription, theirs once none of them is left. Its parents' channels no
+   * longer keep messages for it (each released one is a `consumer_gone` drop), so a producer it held back
+   * at the channel limit can take the flow's stop and end its stream.
+   */
+  #abandonInputsOf(replica: Replica): void {
+    const { spec } = replica;
+    const alive = (r: Replica) =>
+      r.spec === spec && r.state !== NodeState.failed && r.state !== NodeState.done;
+    if (!spec.isPartitioned && this.#replicas.some(alive)) return;
+    const { flowId, runId } = this.#options;
+    for (const parent of spec.parents) {
+      const channel = channelId(flowId, runId, parent);
+      this.#broker.messaging.abandon(
+        dataSubscriptionId(channel, spec.name, spec.isPartitioned ? replica.index : null),
+      );
+    }
+  }
+
   #ownPartitionDrops(): void {
     const { flowId, runId, specs } = this.#options;
     for (const spec of specs) {

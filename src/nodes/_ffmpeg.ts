@@ -2,6 +2,10 @@
  * Private helpers the video nodes share: starting `ffmpeg`/`ffprobe` with typed errors, reading a raw
  * video pipe one whole frame at a time into a fresh buffer, feeding one, and reaping the process.
  *
+ * The tools run in a session of their own (`detached`): a terminal's Ctrl-C reaches vf's process group,
+ * and vf answers it by stopping the flow the clean way, which a tool that got the signal too (an encoder
+ * ending its clip early) would undo. A tool still ends with its pipes when its node's process dies.
+ *
  * @module
  */
 
@@ -65,7 +69,8 @@ export async function runTool(
 ): Promise<{ code: number; stdout: string; stderr: string }> {
   let output: Deno.CommandOutput;
   try {
-    output = await new Deno.Command(program, { args: [...args], stdin: "null", signal }).output();
+    output = await new Deno.Command(program, { args: [...args], stdin: "null", signal, detached: true })
+      .output();
   } catch (error) {
     throw spawnError(program, error);
   }
@@ -109,6 +114,7 @@ export class ToolProcess {
         stdin: direction === "write" ? "piped" : "null",
         stdout: direction === "read" ? "piped" : "null",
         stderr: "piped",
+        detached: true,
       }).spawn();
     } catch (error) {
       throw spawnError(program, error);

@@ -280,16 +280,20 @@ async function videoMotionStory(env: Readonly<Record<string, string>>): Promise<
       assert.ok(motion.score >= 0 && motion.score <= 255, JSON.stringify(motion));
       assert.equal(typeof motion.moving, "boolean");
     }
-    const frameCount =
-      "-v error -count_frames -select_streams v:0 -show_entries stream=nb_read_frames -of csv=p=0";
-    const probe = await new Deno.Command("ffprobe", {
-      args: [...frameCount.split(" "), join(dir, "examples/out/motion_annotated.mp4")],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    assert.equal(probe.code, 0, new TextDecoder().decode(probe.stderr));
-    assert.equal(new TextDecoder().decode(probe.stdout).trim(), "60");
+    assert.equal(await framesIn(join(dir, "examples/out/motion_annotated.mp4")), 60);
   });
+}
+
+/** How many frames ffprobe decodes from the clip at `path`. */
+async function framesIn(path: string): Promise<number> {
+  const probe = await new Deno.Command("ffprobe", {
+    args: ["-v", "error", "-count_frames", "-select_streams", "v:0", "-show_entries", "stream=nb_read_frames"]
+      .concat(["-of", "csv=p=0", path]),
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(probe.code, 0, new TextDecoder().decode(probe.stderr));
+  return Number(new TextDecoder().decode(probe.stdout).trim());
 }
 
 /** Whether two event times are one moment within the example's 20 ms tolerance. */
@@ -400,6 +404,35 @@ Deno.test("a producer far ahead of a stalled node is held back after about 2,000
 });
 
 // ---- 2, 3. the delivery policy ----------------------------------------------------------------------------
+
+Deno.test("a decoder held back by its only consumer ends when that consumer is given up: exit 4, not a hang", async () => {
+  await inTempDir(async (dir) => {
+    const clip = await makeClip(join(dir, "clip.mp4"), { size: "1280x720", frames: 60 });
+    const flow = await writeFlow(
+      dir,
+      [],
+      [
+        `import { FrameWriter, VideoFileReader } from ${JSON.stringify(modUrl)};`,
+        `const decode = new VideoFileReader({ name: "decode", path: ${JSON.stringify(clip)} });`,
+        `const writer = new FrameWriter({ name: "writer", path: ${
+          JSON.stringify(join(dir, "out.mp4"))
+        }, fps: 25, codec: "nosuchcodec" })`,
+        `  .from(decode);`,
+        `export default new Flow([writer], { flowType: "batch", flowId: "gone-consumer" });`,
+      ].join("\n"),
+    );
+    const child = startVf(
+      ["run-local", flow, "--state", join(dir, "state"), "--channel-max-mib", "64", "--no-restart"],
+      { cwd: dir },
+    );
+    const hung = setTimeout(() => child.kill("SIGKILL"), 60_000);
+    const run = await finished(child).finally(() => clearTimeout(hung));
+    assert.equal(run.code, 4, run.text);
+    assert.match(run.text, /writer\[0\] exited with code 4/);
+    assert.equal(summaryRow(run, "decode").state, "done", run.stdout);
+    assert.match(summaryRow(run, "writer").drops, /consumer_gone \d+/, run.stdout);
+  });
+});
 
 Deno.test("a batch flow dead-letters exactly the poison items (VF_POISON, 1 delivery) and sinks all others", async () => {
   await inTempDir(async (dir) => {
@@ -1318,6 +1351,58 @@ Deno.test("SIGTERM to the process group while subprocess replicas are still star
       /exited with code 143|gave up/,
       "no replica was killed by the group's signal",
     );
+  });
+});
+
+Deno.test("Ctrl-C to the terminal's process group while a FrameWriter encodes stops cleanly with its clip; the resumed run completes it", async () => {
+  await inTempDir(async (dir) => {
+    // 720p frames against a 64 MiB channel: the decoder is held back, so the stop finds it mid-clip.
+    const clip = await makeClip(join(dir, "clip.mp4"), { size: "1280x720", frames: 150 });
+    const out = join(dir, "out.mkv");
+    const flow = await writeFlow(
+      dir,
+      ["SlowPass"],
+      [
+        `import { FrameWriter, VideoFileReader } from ${JSON.stringify(modUrl)};`,
+        `const decode = new VideoFileReader({ name: "decode", path: ${JSON.stringify(clip)} });`,
+        `const slow = new SlowPass({ name: "slow", delayMs: 20 }).from(decode);`,
+        `const writer = new FrameWriter({ name: "writer", path: ${
+          JSON.stringify(out)
+        }, fps: 25, codec: "ffv1" })`,
+        `  .from(slow);`,
+        `export default new Flow([writer], { flowType: "batch", flowId: "group-int-story" });`,
+      ].join("\n"),
+    );
+    const args = [
+      "run-local",
+      flow,
+      "--state",
+      join(dir, "state"),
+      "--run-id",
+      "r1",
+      "--channel-max-mib",
+      "64",
+    ];
+    const child = startVf(args, { cwd: dir, ownSession: true });
+    // Stopped once the encoder has written something, while the slow stage still holds most frames back.
+    const encoded = async () => {
+      const parts = await Array.fromAsync(Deno.readDir(`${out}.parts`)).catch(() => []);
+      const sizes = await Promise.all(
+        parts.map((p) => Deno.stat(`${out}.parts/${p.name}`).then((i) => i.size)),
+      );
+      return sizes.some((size) => size > 0);
+    };
+    while (!(await encoded())) await new Promise((resolve) => setTimeout(resolve, 50));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    Deno.kill(-child.pid, "SIGINT");
+    const run = await finished(child);
+    assert.equal(run.code, 0, run.text);
+    assert.match(run.text, /flow group-int-story stopped on SIGINT/);
+    const written = await framesIn(out);
+    assert.ok(written > 0 && written < 150, `the stopped run's clip holds ${written} frames\n${run.text}`);
+    const resumed = await vf(args, { cwd: dir });
+    assert.equal(resumed.code, 0, resumed.text);
+    assert.equal(await framesIn(out), 150, resumed.text);
   });
 });
 

@@ -153,6 +153,8 @@ export const DropReason = {
   slowConsumer: "slow_consumer",
   /** A core-only delivery was handed back for a retry no core broker can make. */
   noRedelivery: "no_redelivery",
+  /** Every consumer of the subscription was given up on ({@link MemoryMessagingBackend.abandon}). */
+  consumerGone: "consumer_gone",
 } as const;
 /** One of {@link DropReason}. */
 export type DropReason = typeof DropReason[keyof typeof DropReason];
@@ -1246,6 +1248,28 @@ export class MemoryMessagingBackend implements MessagingBackend {
    */
   setDropOwnership(subscription: SubscriptionId, owns: (envelope: Envelope) => boolean): void {
     this.#boundSub(subscription).owns = owns;
+  }
+
+  /**
+   * For an engine whose supervisor gave up on every consumer of `subscription` for good: the subscription
+   * holds nothing from now on. Each message it still held is released, a `consumer_gone` drop (an interest
+   * message nobody else holds leaves the channel, making room for the publishers it held back), and new
+   * messages are no longer handed to it. Returns how many it released; 0 for one already abandoned or
+   * unknown. A required subscription no consumer bound yet is abandoned alike.
+   */
+  abandon(subscription: SubscriptionId): number {
+    const state = this.#lookupSub(subscription);
+    if (state === undefined || state.closed) return 0;
+    state.closed = true;
+    const ch = state.channel;
+    ch.fanout[state.kind] = ch.fanout[state.kind].filter((other) => other !== state);
+    let released = 0;
+    for (const entry of [...state.outstanding.values()]) {
+      this.#logDrop(state, entry.msg, DropReason.consumerGone, entry.state === LEASED);
+      this.#finish(state, entry);
+      released++;
+    }
+    return released;
   }
 
   /** Installs the admission filter; a refused delivery is settled Completed at once and handed to `onSkip`. */

@@ -825,3 +825,29 @@ Deno.test("a subscription told which messages it owns counts only its own evicti
   assert.deepEqual(r.broker.drops(sub), { evicted: 2 }, "the broker lost p1 and p2 for this subscription");
   assert.deepEqual(r.broker.unseenDrops(sub), { evicted: 1 }, "only p1 was its own");
 });
+
+Deno.test("an abandoned subscription releases what it held (consumer_gone drops) and holds nothing new", async () => {
+  const r = rig();
+  const { spec, subs: [gone, other] } = await provisioned(r, "interest", [["writer"], ["sink"]], {
+    maxMsgs: 2,
+    overflow: Overflow.reject,
+  });
+  await publish(r, spec.id, "p1");
+  await publish(r, spec.id, "p2");
+  assert.equal((await poll(r, gone, 1)).length, 1, "one is handed to the writer, which then dies");
+  for (const delivery of await poll(r, other)) {
+    assert.equal(
+      (await r.broker.settle(delivery.token, completed(), `s-${delivery.token.messageId}`)).kind,
+      "settle_confirmed",
+    );
+  }
+  const full = await publish(r, spec.id, "p3");
+  assert.ok(full.kind === "rejected" && full.retryable, "the writer holds the channel full");
+  assert.equal(r.broker.abandon(gone), 2);
+  assert.equal(r.broker.abandon(gone), 0, "once");
+  assert.deepEqual(r.broker.drops(gone), { consumer_gone: 2 });
+  assert.deepEqual(r.broker.unseenDrops(gone), { consumer_gone: 1 }, "one of them had been handed out");
+  assert.equal((await publish(r, spec.id, "p3")).kind, "accepted", "room again");
+  assert.equal(r.broker.unsettled(gone), 0, "nothing new is held for it");
+  assert.deepEqual((await poll(r, other)).map((d) => d.token.messageId), ["p3"]);
+});
