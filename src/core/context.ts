@@ -129,4 +129,16 @@ export class RuntimeContext implements RuntimeIdentity {
   get inputKey(): string | null {
     return this.#messenger?.lastInputKey() ?? null;
   }
+
+  /**
+   * Aborted once the flow asks this replica to stop (the flow-wide stop, or a quiesce): a node waiting a
+   * long time inside a call (a live source between reconnections) can return early, a producer with
+   * {@link END}. Never aborted without a messenger that signals stops.
+   */
+  get stopSignal(): AbortSignal {
+    return this.#messenger?.stopSignal ?? NEVER_STOPPED;
+  }
 }
+
+/** The stop signal of a context whose messenger signals no stop. */
+const NEVER_STOPPED: AbortSignal = new AbortController().signal;

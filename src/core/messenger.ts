@@ -97,6 +97,11 @@ export interface Messenger {
   checkForTermination(): boolean;
   /** Which stop `checkForTermination` reports, or `null` while the flow runs. */
   stopReason(): StopReason | null;
+  /**
+   * Aborted once a stop is signalled (when `checkForTermination` turns true), so a long wait inside a
+   * node call can end early; absent where stops are only polled.
+   */
+  readonly stopSignal?: AbortSignal;
   /** Stops receiving new input while settling what is already held. */
   quiesce(): Promise<void>;
   /** Records the node's state with the identity of the group being processed, in one ledger write. */

@@ -615,7 +615,8 @@ export class ProducerTask extends NodeTask<ProducerNode> {
       if (faultsInstalled()) await barrier(Barrier.producerNextBefore, { node: producer.name });
       const item = await invokeNode((ctx) => producer.next(ctx), [], options);
       const callbackSeconds = elapsedSince(this.clock, started);
-      if (item === END) return await this.finish();
+      // An END that came with a stop (a source ending its wait at the context's stop signal) is that stop.
+      if (item === END) return this.messenger.checkForTermination() ? await this.end() : await this.finish();
       await this.publish(item, started, callbackSeconds, this.countProcessed);
       this.recordSuccess(callbackSeconds, elapsedSince(this.clock, started));
     }

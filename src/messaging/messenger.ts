@@ -643,6 +643,8 @@ export class BrokerMessenger implements Messenger {
   #control = false;
   #quiesced = false;
   #authorityLost = false;
+  /** Aborted with the first stop of any kind (see {@link stopSignal}). */
+  readonly #stopped = new AbortController();
   #current: ReadyGroup<Held> | null = null;
   #currentKey: string | null = null;
   #persistedGroup: string | null = null;
@@ -806,6 +808,7 @@ export class BrokerMessenger implements Messenger {
     }
     this.#backend.subscribeControl(() => {
       this.#control = true;
+      this.#stopped.abort();
     });
     if (this.#durable) await this.#restoreLedgerState();
     await this.#republishHandoffs();
@@ -1165,6 +1168,11 @@ export class BrokerMessenger implements Messenger {
     return this.stopReason() !== null;
   }
 
+  /** Aborted once a stop is signalled: the flow-wide stop, a quiesce or a lost authority. */
+  get stopSignal(): AbortSignal {
+    return this.#stopped.signal;
+  }
+
   /** Which stop {@link checkForTermination} reports: a quiesce and a lost authority outrank the control stop. */
   stopReason(): StopReason | null {
     if (this.#quiesced) return StopReason.quiesce;
@@ -1180,6 +1188,7 @@ export class BrokerMessenger implements Messenger {
   async quiesce(): Promise<void> {
     if (this.#quiesced) return;
     this.#quiesced = true;
+    this.#stopped.abort();
     await this.#work.idle();
     await this.#handBack();
     await this.#flushLedger();
@@ -1385,6 +1394,7 @@ export class BrokerMessenger implements Messenger {
     this.#lease = token;
     this.#leaseKeeper = this.#runtime.keepLease(token, (error) => {
       this.#authorityLost = true;
+      this.#stopped.abort();
       this.#logger.error("the partition lease was lost", { error: error.message });
     });
   }
@@ -2415,7 +2425,10 @@ export class BrokerMessenger implements Messenger {
     try {
       await this.#runtime.checkpoint(state, position);
     } catch (error) {
-      if (error instanceof StaleAuthority) this.#authorityLost = true;
+      if (error instanceof StaleAuthority) {
+        this.#authorityLost = true;
+        this.#stopped.abort();
+      }
       throw error;
     }
     this.#state = state;

@@ -160,7 +160,6 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
   #scale = true;
   #startTs = 0;
   #opened = false;
-  #closed = false;
   #ended = false;
   #nextIndex = 0;
   #failures = 0;
@@ -170,6 +169,8 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
   #silentFor: number | null = null;
   #decoder: ToolProcess | null = null;
   readonly #abort = new AbortController();
+  /** Ends every wait: aborted at `close()` or at the flow's stop (the context's stop signal). */
+  #waits: AbortSignal = this.#abort.signal;
 
   /** Whether `path` is a live stream. */
   get live(): boolean {
@@ -196,8 +197,9 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
    * Throws {@link ConfigError} for bad params, {@link ResourceUnavailable} for a missing or unreadable file
    * or a missing ffmpeg.
    */
-  override async open(_ctx: RuntimeContext): Promise<void> {
+  override async open(ctx: RuntimeContext): Promise<void> {
     refuseParamProblems(this, "fix the reader's params");
+    this.#waits = AbortSignal.any([this.#abort.signal, ctx.stopSignal]);
     const { path, width, height, fps } = this.params;
     this.#format = this.params.pixelFormat ?? DEFAULTS.pixelFormat;
     this.#startTs = this.params.startTs ?? systemClock.now();
@@ -228,10 +230,13 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
     this.#opened = true;
   }
 
-  /** The next frame, or {@link END} when a file ends or the reader is closed. */
+  /**
+   * The next frame, or {@link END} when a file ends, the reader is closed, or the flow stops while it waits
+   * (a live source between reconnections, or a silent one).
+   */
   async next(ctx: RuntimeContext): Promise<Frame | End> {
     this.#requireOpen("next");
-    while (!this.#closed && !this.#ended) {
+    while (!this.#waits.aborted && !this.#ended) {
       const decoder = this.#decoder ?? await this.#start(ctx);
       if (decoder === null) continue;
       const bytes = await this.#read(decoder);
@@ -240,7 +245,7 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
         this.#connectionFrames++;
         return this.#frame(bytes, ctx);
       }
-      if (this.#closed) break;
+      if (this.#waits.aborted) break;
       await this.#sourceEnded(decoder, ctx);
     }
     return END;
@@ -265,7 +270,6 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
 
   /** Ends any wait, kills and reaps the subprocess; a pending or later `next()` returns {@link END}. */
   override async close(_ctx: RuntimeContext): Promise<void> {
-    this.#closed = true;
     this.#abort.abort();
     await this.#stopDecoder();
   }
@@ -349,7 +353,7 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
       this.#geometry = outputGeometry(probe, this.params.width, this.params.height);
     }
     const plan = this.live ? { seekSeconds: null, select: null } : await this.#planFrom(this.#nextIndex);
-    if (this.#closed) return null;
+    if (this.#waits.aborted) return null;
     ctx.logger.debug("starting ffmpeg", {
       path: this.params.path,
       frame: this.#nextIndex,
@@ -443,7 +447,7 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
       timeout.abort();
     });
     try {
-      return await work(AbortSignal.any([this.#abort.signal, timeout.signal]));
+      return await work(AbortSignal.any([this.#waits, timeout.signal]));
     } finally {
       timer.cancel();
     }
@@ -484,8 +488,12 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
     this.#ended = true;
   }
 
-  /** Counts a failed connection, throws past the budget, else waits the backoff (cut short by close). */
+  /**
+   * Counts a failed connection, throws past the budget, else waits the backoff (cut short by close or the
+   * flow's stop, after which nothing is counted).
+   */
   async #backoff(reason: string, ctx: RuntimeContext): Promise<void> {
+    if (this.#waits.aborted) return;
     const budget = this.params.maxReconnects ?? DEFAULTS.maxReconnects;
     this.#failures += 1;
     if (this.#failures > budget) {
@@ -504,8 +512,8 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
       delay_seconds: delay,
       reason,
     });
-    await systemClock.sleep(delay, this.#abort.signal).catch((error) => {
-      if (!this.#abort.signal.aborted) throw error;
+    await systemClock.sleep(delay, this.#waits).catch((error) => {
+      if (!this.#waits.aborted) throw error;
     });
   }
 

@@ -1406,6 +1406,37 @@ Deno.test("Ctrl-C to the terminal's process group while a FrameWriter encodes st
   });
 });
 
+Deno.test("Ctrl-C while a live source waits to reconnect stops the run at once and cleanly, exit 0", async () => {
+  await inTempDir(async (dir) => {
+    const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const port = listener.addr.port;
+    listener.close();
+    const flow = await writeFlow(
+      dir,
+      [],
+      [
+        `import { VideoFileReader } from ${JSON.stringify(modUrl)};`,
+        `const camera = new VideoFileReader({ name: "camera", path: "tcp://127.0.0.1:${port}", width: 64, height: 48,`,
+        `  reconnectDelaySeconds: 30 });`,
+        `const sink = new JsonlSink({ name: "sink", path: ${
+          JSON.stringify(join(dir, "out.jsonl"))
+        } }).from(camera);`,
+        `export default new Flow([sink], { flowType: "realtime", flowId: "dead-camera" });`,
+      ].join("\n"),
+    );
+    const child = startVf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    const stoppedAt = performance.now();
+    child.kill("SIGINT");
+    const hung = setTimeout(() => child.kill("SIGKILL"), 20_000);
+    const run = await finished(child).finally(() => clearTimeout(hung));
+    assert.equal(run.code, 0, run.text);
+    assert.match(run.text, /live source lost; reconnecting/, "it was waiting to reconnect");
+    assert.match(run.text, /flow dead-camera stopped on SIGINT/);
+    assert.ok(performance.now() - stoppedAt < 10_000, "the stop did not wait out the 30 s backoff");
+  });
+});
+
 Deno.test("a second vf on a run that is running is refused (exit 3) and the first goes on", async () => {
   await inTempDir(async (dir) => {
     const flow = await slowFlow(dir, "twice-story");

@@ -439,6 +439,31 @@ Deno.test("close() during a reconnect wait ends the pending next() with END at o
   assert.ok(performance.now() - started < 2000, "close() did not wait out the 60 s backoff");
 });
 
+Deno.test("the flow's stop during a reconnect wait or a probe ends the pending next() with END, counting no failure", async () => {
+  for (const params of [{ width: 320, height: 240 }, {}]) {
+    const t = testContext();
+    const reader = await opened({
+      path: await deadUrl(),
+      reconnectDelaySeconds: 60,
+      maxReconnects: 1,
+      ...params,
+    }, t);
+    const pending = reader.next(t.ctx);
+    while (!t.logger.records.some((r) => r.level === "warn")) await new Promise((r) => setTimeout(r, 10));
+    const started = performance.now();
+    t.stop.abort();
+    assert.equal(await pending, END);
+    assert.ok(performance.now() - started < 2000, "the stop did not wait out the 60 s backoff");
+    assert.equal(
+      t.logger.records.filter((r) => r.level === "warn").length,
+      1,
+      "no failure counted past the stop",
+    );
+    assert.equal(await reader.next(t.ctx), END, "END stays END");
+    await reader.close(t.ctx);
+  }
+});
+
 Deno.test("with exactly the declared permissions, a worker's reader decodes frames", async () => {
   const body = `
     const reader = new VideoFileReader({ name: "r", path: ${JSON.stringify(clip)} });
