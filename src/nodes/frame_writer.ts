@@ -31,6 +31,8 @@ import {
 export const PARTS_SUFFIX = ".parts";
 /** The file in a parts directory naming the run its parts belong to. */
 const RUN_FILE = "run";
+/** The file in a parts directory holding the run's frame layout (JSON), fixed by the run's first frame. */
+const LAYOUT_FILE = "layout";
 /**
  * Containers whose parts are written in fragments of at most a second, and Matroska's in clusters of at
  * most a second, so a part cut short by a crash still decodes up to its last second.
@@ -44,7 +46,10 @@ export interface FrameWriterParams {
   readonly path: string;
   /** The frame rate the file declares. */
   readonly fps: number;
-  /** An ffmpeg encoder name (`ffv1`, `libx264` ...); default the container's own default encoder. */
+  /**
+   * An ffmpeg encoder name (`ffv1`, `libx264` ...); default the container's own default encoder, which for
+   * MP4 and MOV writes 4:2:0 chroma (what browsers and players decode) when both sides are even.
+   */
   readonly codec?: string;
 }
 
@@ -58,7 +63,8 @@ interface Layout {
 
 /**
  * Encodes received {@link Frame}s (`bgr8`, `rgb8` or `gray8`, `uint8` pixels of shape `[h, w, c]`, or
- * `[h, w]` for gray) into `path`. The first frame fixes the size and layout and starts `ffmpeg`; a later
+ * `[h, w]` for gray) into `path`. The run's first frame fixes the size and layout (for every later launch
+ * of the run too) and starts `ffmpeg`; a later
  * frame of another size or layout, or anything that is not such a frame, is a {@link SchemaError}
  * (poison: dead-lettered, the file goes on without it). An output directory that does not exist or
  * cannot be written is {@link ResourceUnavailable} at `open()`; an encoder that fails (an unknown codec)
@@ -76,6 +82,7 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
   /** Frames are encoded in the order they come: an upstream of several replicas shuffles them. */
   static override inputInOrder = true;
   #encoder: ToolProcess | null = null;
+  /** The run's frame layout: fixed by its first frame, kept in the parts directory for its later launches. */
   #layout: Layout | null = null;
   #opened = false;
   /** `<flow id>/<run id>` of the run this launch belongs to. */
@@ -125,6 +132,7 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
     });
     this.#run = `${ctx.flowId}/${ctx.runId}`;
     this.#newRun = await Deno.readTextFile(join(this.#partsDir, RUN_FILE)).catch(() => null) !== this.#run;
+    this.#layout = this.#newRun ? null : await readLayout(join(this.#partsDir, LAYOUT_FILE));
     this.#opened = true;
   }
 
@@ -154,21 +162,25 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
       );
     }
     const layout = this.#layoutOf(input);
-    if (this.#layout === null) {
-      await this.#claimParts();
-      const parts = await this.#parts();
-      const index = parts.length === 0 ? 0 : Number(parts[parts.length - 1].slice(0, 6)) + 1;
-      const part = join(this.#partsDir, `${String(index).padStart(6, "0")}${extname(this.params.path)}`);
-      this.#encoder = ToolProcess.spawn(FFMPEG, this.#encodeArgs(layout, part), "write");
-      this.#layout = layout;
-    } else if (!sameLayout(this.#layout, layout)) {
+    if (this.#layout !== null && !sameLayout(this.#layout, layout)) {
       throw new SchemaError(
         `node ${this.name}: a ${describe(layout)} frame cannot join a ${describe(this.#layout)} video`,
         "resize and convert frames to the first frame's size and format before the writer",
         { node: this.name },
       );
     }
-    const encoder = this.#encoder!;
+    let encoder = this.#encoder;
+    if (encoder === null) {
+      await this.#claimParts();
+      if (this.#layout === null) {
+        await Deno.writeTextFile(join(this.#partsDir, LAYOUT_FILE), JSON.stringify(layout));
+        this.#layout = layout;
+      }
+      const parts = await this.#parts();
+      const index = parts.length === 0 ? 0 : Number(parts[parts.length - 1].slice(0, 6)) + 1;
+      const part = join(this.#partsDir, `${String(index).padStart(6, "0")}${extname(this.params.path)}`);
+      encoder = this.#encoder = ToolProcess.spawn(FFMPEG, this.#encodeArgs(layout, part), "write");
+    }
     try {
       await encoder.write((input as Frame).pixels.data);
     } catch (error) {
@@ -295,6 +307,9 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
       ...["-f", "rawvideo", "-pix_fmt", layout.format, "-s", `${layout.width}x${layout.height}`],
       ...["-r", String(fps), "-i", "pipe:0"],
       ...(codec === undefined ? [] : ["-c:v", codec]),
+      ...(codec === undefined && FRAGMENTED.has(ext) && layout.width % 2 === 0 && layout.height % 2 === 0
+        ? ["-pix_fmt", "yuv420p"]
+        : []),
       ...bounded,
       ...["-flush_packets", "1", "-y", part],
     ];
@@ -308,6 +323,23 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
       { node: this.name, path: this.params.path },
     );
   }
+}
+
+/** The layout an earlier launch of the run recorded at `path`; null for none (or one cut short). */
+async function readLayout(path: string): Promise<Layout | null> {
+  let value: unknown;
+  try {
+    value = JSON.parse(await Deno.readTextFile(path));
+  } catch {
+    return null;
+  }
+  const layout = value as Partial<Layout> | null;
+  const whole = (n: unknown) => Number.isSafeInteger(n) && (n as number) > 0;
+  return layout !== null && typeof layout === "object" && typeof layout.format === "string" &&
+      layout.format in RAW_FORMATS && typeof layout.pixelFormat === "string" && whole(layout.width) &&
+      whole(layout.height)
+    ? layout as Layout
+    : null;
 }
 
 function sameLayout(a: Layout, b: Layout): boolean {

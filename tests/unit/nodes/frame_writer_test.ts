@@ -93,6 +93,16 @@ Deno.test("a lossy codec round trip keeps the frame count and stays close to the
   }
 });
 
+Deno.test("the default MP4 encoding is 4:2:0, what players decode, when both sides are even", async () => {
+  const t = testContext();
+  const frames = await sourceFrames("bgr24", "bgr8", 3);
+  const path = `${dir}/playable.mp4`;
+  const writer = await opened({ path, fps: 25 }, t);
+  for (const frame of frames) await writer.consume(frame, t.ctx);
+  await writer.close(t.ctx);
+  assert.equal(await probe(path, "stream=pix_fmt,nb_read_frames"), "yuv420p,20");
+});
+
 Deno.test("gray8 frames of shape [h, w] are accepted as [h, w, 1]", async () => {
   const t = testContext();
   const [frame] = await sourceFrames("gray", "gray8", 1);
@@ -259,6 +269,25 @@ Deno.test("a writer restarted after a crash adds to the frames its first launch 
   }
 });
 
+Deno.test("a restarted writer keeps the size its run's first frame fixed: a frame of another size is still poison", async () => {
+  const frames = await sourceFrames("bgr24", "bgr8", 3);
+  const small = new Frame(Tensor.from(new Uint8Array(80 * 60 * 3), [60, 80, 3]), "bgr8");
+  const path = `${dir}/resized.mkv`;
+  const first = await opened({ path, fps: 10, codec: "ffv1" }, testContext());
+  for (const frame of frames.slice(0, 5)) await first.consume(frame, testContext().ctx);
+  await first.close(testContext().ctx);
+  const t = testContext();
+  const second = await opened({ path, fps: 10, codec: "ffv1" }, t);
+  await assert.rejects(
+    second.consume(small, t.ctx),
+    SchemaError,
+    "the restart's first frame does not reset the size",
+  );
+  for (const frame of frames.slice(5, 10)) await second.consume(frame, t.ctx);
+  await second.close(t.ctx);
+  assert.equal(await probe(path, "stream=width,height,nb_read_frames"), "160,120,10");
+});
+
 Deno.test("a part whose encoder died before writing a frame is left out of the file, with a warning", async () => {
   const frames = await sourceFrames("bgr24", "bgr8", 3);
   const path = `${dir}/empty_part.mkv`;
@@ -287,7 +316,7 @@ Deno.test("a run resumed after a clean stop appends to the file its first part c
   assert.equal(back.length, frames.length);
   back.forEach((bytes, i) => assertSameBytes(bytes, frames[i].pixels.data, `frame ${i}`));
   const kept = [...Deno.readDirSync(`${path}.parts`)].map((entry) => entry.name).sort();
-  assert.deepEqual(kept, ["000000.mkv", "run"], "the file itself, linked as the first part");
+  assert.deepEqual(kept, ["000000.mkv", "layout", "run"], "the file itself, linked as the first part");
   assert.equal(Deno.statSync(`${path}.parts/000000.mkv`).ino, Deno.statSync(path).ino, "a link, not a copy");
 });
 
