@@ -61,8 +61,9 @@ export interface VideoFileReaderParams {
   /** Live sources: a connection that delivers no frame for this long is dropped and redialled (default 10 s). */
   readonly readTimeoutSeconds?: number;
   /**
-   * Live sources: how long a new connection may take to deliver its first frame (default `readTimeoutSeconds`
-   * plus {@link FIRST_FRAME_GRACE_SECONDS}, for ffmpeg's analysis of the stream).
+   * Live sources: how long a new connection may take to deliver its first frame, and ffprobe to size the
+   * stream (default `readTimeoutSeconds` plus {@link FIRST_FRAME_GRACE_SECONDS}, for ffmpeg's analysis of
+   * the stream).
    */
   readonly firstFrameTimeoutSeconds?: number;
 }
@@ -137,6 +138,9 @@ function firstSlot(framemd5: string): number | null {
  * sequence ffmpeg's `fps` filter makes, so `seek(k)` then `next()` yields frame `k` exactly. The decoder
  * restarts with an input seek {@link SEEK_MARGIN_SECONDS} before the frame, checked by a one-frame probe
  * that it lands before it, and falls back to decoding from the start (exact, slower) where it does not.
+ *
+ * A live source without both `width` and `height` is sized by ffprobe first, on a connection of its own: a
+ * server that serves a single client (ffmpeg's `tcp://...?listen=1`) needs both given.
  *
  * A live source has no position: `seek` does nothing, so after a restart its frames are new frames under
  * the offsets that follow the last accepted one, and it is not finite by default. When it ends, stalls
@@ -345,9 +349,15 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
   /** Starts a decoder at the next frame; for a live source, `null` after a failed connection and its wait. */
   async #start(ctx: RuntimeContext): Promise<ToolProcess | null> {
     if (this.live && this.#geometry === null) {
-      const probe = await this.#bounded((signal) => probeVideoStream(this.params.path, signal));
+      // ffprobe reads as much of the stream as the decoder's first frame takes: it gets that budget.
+      const seconds = this.#firstFrameSeconds();
+      const probe = await this.#bounded((signal) => probeVideoStream(this.params.path, signal), seconds);
       if (probe.kind === "failed") {
-        await this.#backoff(probe.detail, ctx);
+        const silent = this.#silentFor;
+        await this.#backoff(
+          silent === null ? probe.detail : `ffprobe found no video stream in ${silent} s`,
+          ctx,
+        );
         return null;
       }
       this.#geometry = outputGeometry(probe, this.params.width, this.params.height);
@@ -421,10 +431,9 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
    */
   #read(decoder: ToolProcess): Promise<Uint8Array<ArrayBuffer> | null> {
     if (!this.live) return decoder.readRecord(this.#frameBytes);
-    const readTimeout = this.params.readTimeoutSeconds ?? DEFAULTS.readTimeoutSeconds;
     const seconds = this.#connectionFrames > 0
-      ? readTimeout
-      : this.params.firstFrameTimeoutSeconds ?? readTimeout + FIRST_FRAME_GRACE_SECONDS;
+      ? this.params.readTimeoutSeconds ?? DEFAULTS.readTimeoutSeconds
+      : this.#firstFrameSeconds();
     return this.#bounded((signal) => {
       // A stop() failure is not lost: wait() (memoized) rethrows it where the reader reaps the decoder.
       signal.addEventListener("abort", () => decoder.stop().catch(() => {}), { once: true });
@@ -432,13 +441,19 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
     }, seconds);
   }
 
+  /** How long a new connection may take to its first frame (or ffprobe to its answer). */
+  #firstFrameSeconds(): number {
+    const readTimeout = this.params.readTimeoutSeconds ?? DEFAULTS.readTimeoutSeconds;
+    return this.params.firstFrameTimeoutSeconds ?? readTimeout + FIRST_FRAME_GRACE_SECONDS;
+  }
+
   /**
-   * Runs `work` with a signal that aborts after `seconds` (`readTimeoutSeconds` by default) or at
-   * `close()`; a timeout is remembered in {@link #silentFor} for the reason the source is redialled.
+   * Runs `work` with a signal that aborts after `seconds`, at `close()` or at the flow's stop; a timeout is
+   * remembered in {@link #silentFor} for the reason the source is redialled.
    */
   async #bounded<T>(
     work: (signal: AbortSignal) => Promise<T>,
-    seconds: number = this.params.readTimeoutSeconds ?? DEFAULTS.readTimeoutSeconds,
+    seconds: number,
   ): Promise<T> {
     const timeout = new AbortController();
     this.#silentFor = null;
@@ -473,6 +488,8 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
       await this.#backoff(
         silent !== null
           ? `the source sent no frame for ${silent} s, so the connection was dropped`
+          : status.success
+          ? "the source ended its stream"
           : `ffmpeg exited with code ${status.code}${said ? `: ${said}` : ""}`,
         ctx,
       );

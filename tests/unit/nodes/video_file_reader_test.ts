@@ -376,6 +376,10 @@ Deno.test("a live source that ends is redialled and frames keep coming", async (
   const reconnects = t.logger.records.filter((r) => r.level === "warn");
   assert.equal(reconnects.length, 2, "two ends, two redials");
   assert.ok(reconnects.every((r) => r.fields.attempt === 1), "a frame resets the failure count");
+  assert.ok(
+    reconnects.every((r) => r.fields.reason === "the source ended its stream"),
+    "a clean end says so",
+  );
   await reader.close(t.ctx);
   await server.stop();
 });
@@ -421,6 +425,28 @@ Deno.test("a live source that stalls is dropped after its first-frame timeout, s
       reasons.every((r) => r === "the source sent no frame for 0.3 s, so the connection was dropped"),
     reasons.join("\n"),
   );
+  await reader.close(t.ctx);
+  await server.stop();
+});
+
+Deno.test("an unsized live source's probe gets the first-frame budget, and a stalled one says it timed out", async () => {
+  const server = serve(null);
+  const t = testContext();
+  const reader = await opened({
+    path: server.url,
+    readTimeoutSeconds: 0.1,
+    firstFrameTimeoutSeconds: 0.6,
+    reconnectDelaySeconds: 0.02,
+    maxReconnects: 0,
+  }, t);
+  const started = performance.now();
+  await assert.rejects(reader.next(t.ctx), (error: unknown) => {
+    assert.ok(error instanceof ResourceUnavailable);
+    assert.match(error.message, /ffprobe found no video stream in 0.6 s/);
+    return true;
+  });
+  const seconds = (performance.now() - started) / 1000;
+  assert.ok(seconds >= 0.6 && seconds < 5, `the probe had 0.6 s, not the 0.1 s read timeout: ${seconds} s`);
   await reader.close(t.ctx);
   await server.stop();
 });
