@@ -531,7 +531,13 @@ export class LocalEngine {
     }
     if (this.#stopping) {
       this.#forced = true;
-      for (const replica of this.#replicas) replica.kill?.();
+      const forced = new FlowFailed("killed by a forced stop", "let a stop drain, or re-run to go on")
+        .toDict();
+      for (const replica of this.#replicas) {
+        if (replica.kill === null) continue;
+        replica.reason ??= { ...forced };
+        replica.kill();
+      }
       this.#wake?.();
       return;
     }

@@ -1493,6 +1493,7 @@ Deno.test("a second SIGTERM forces a stop that cannot drain (a node hangs): exit
       const run = await finished(child);
       assert.equal(run.code, 130, run.text);
       assert.match(run.text, /flow forced-story was forced to stop with exit code 130/);
+      assert.match(run.text, /exited with code \d+ \(VF_FLOW_FAILED: killed by a forced stop\)/);
       for (const node of ["count", "hang", "sink"]) {
         assert.notEqual(summaryRow(run, node).state, "running", `${node} (${isolation}): ${run.stdout}`);
       }
