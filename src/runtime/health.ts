@@ -165,6 +165,8 @@ export interface HealthStateOptions {
   readonly livenessTimeoutSeconds?: number;
   /** Called once, when the node becomes ready ({@link HealthState.markReady}); nothing by default. */
   readonly onReady?: () => void;
+  /** Called after a counter grows ({@link HealthState.incr}); nothing by default. */
+  readonly onCount?: () => void;
 }
 
 /**
@@ -181,6 +183,7 @@ export class HealthState {
   readonly #clock: Clock;
   #ready = false;
   readonly #onReady: (() => void) | null;
+  readonly #onCount: (() => void) | null;
   #lastBeat: number | null = null;
   readonly #histograms = new Map<string, Histogram>();
   readonly #counters = new Map<string, number>();
@@ -204,6 +207,7 @@ export class HealthState {
     this.livenessTimeoutSeconds = options.livenessTimeoutSeconds ?? LIVENESS_TIMEOUT_SECONDS;
     this.#clock = options.clock ?? systemClock;
     this.#onReady = options.onReady ?? null;
+    this.#onCount = options.onCount ?? null;
     for (const name of HISTOGRAMS) this.#histogramOf(name);
     for (const name of COUNTERS) this.#counters.set(name, 0);
   }
@@ -267,6 +271,7 @@ export class HealthState {
       );
     }
     this.#counters.set(counter, (this.#counters.get(counter) ?? 0) + amount);
+    this.#onCount?.();
   }
 
   /** One input group of real work handed to the node (markers are not work). */

@@ -47,7 +47,10 @@ export const EMBEDDED_RUNTIME_STORE_URL = "embedded://";
 
 /** What a worker tells whoever started it, besides its exit status. */
 export type WorkerReport =
-  /** Counters: every {@link REPORT_INTERVAL_SECONDS}, once as soon as the node opened, and once at the end. */
+  /**
+   * Counters: every {@link REPORT_INTERVAL_SECONDS}, {@link REPORT_SOON_SECONDS} after they grow, once as
+   * soon as the node opened, and once at the end.
+   */
   | {
     readonly kind: "stats";
     readonly node: string;
@@ -84,8 +87,10 @@ export type EndMarker = typeof EndMarker[keyof typeof EndMarker];
 /** Marks a subprocess's stdout line as a report (JSON follows); every other line is the node's own output. */
 export const REPORT_LINE_PREFIX = "\u001evf-report ";
 
-/** How often a running worker reports its counters. */
+/** How often a running worker reports its counters, whether or not they changed. */
 export const REPORT_INTERVAL_SECONDS = 0.5;
+/** How soon after its counters grow a running worker reports them (one report for all that grew meanwhile). */
+export const REPORT_SOON_SECONDS = 0.05;
 
 /** Where a worker runs: how it reaches the broker and how it reports. */
 export interface WorkerHost {
@@ -262,8 +267,16 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
         : null,
       logger,
     });
-    // A replica says at once that its node opened: the local engine starts a realtime flow's producers then.
-    const health = new HealthState(config.nodeName, { onReady: () => report() });
+    // A replica says at once that its node opened (the local engine starts a realtime flow's producers
+    // then), and reports its counts soon after they grow, so a replica killed mid-run leaves little uncounted.
+    let soon: ReturnType<typeof setTimeout> | null = null;
+    const reportSoon = () => {
+      soon ??= setTimeout(() => {
+        soon = null;
+        report();
+      }, REPORT_SOON_SECONDS * 1000);
+    };
+    const health = new HealthState(config.nodeName, { onReady: () => report(), onCount: reportSoon });
     const server = config.healthPort === null ? null : new HealthServer(health, { port: config.healthPort });
     server?.start();
     const running: Running = { node, replica, health, messenger };
@@ -344,6 +357,7 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
       return outcome.exitCode;
     } finally {
       clearInterval(reporter);
+      if (soon !== null) clearTimeout(soon);
       await server?.stop();
       await messenger.close();
     }

@@ -264,3 +264,12 @@ Deno.test("HealthState tells onReady once, when the node first becomes ready", (
   assert.equal(told, 1);
   assert.ok(state.isReady());
 });
+
+Deno.test("HealthState tells onCount after every counter that grows", () => {
+  let told = 0;
+  const state = new HealthState("detect", { onCount: () => told++ });
+  state.incr(Metric.processed);
+  state.incr(Metric.published, 3);
+  assert.equal(told, 2);
+  assert.equal(state.counter(Metric.processed), 1);
+});
