@@ -45,9 +45,14 @@ function readCmdline(): string | null {
   }
 }
 
-/** Whether command-line argument `arg` (a path relative to the working directory, or a URL) is `url`. */
-function namesModule(arg: string, url: string): boolean {
+/**
+ * Whether command-line argument `arg` (a path relative to the working directory, a URL, or a `jsr:`
+ * package, which Deno runs from `https://jsr.io/`) names the module at `url`.
+ */
+export function namesModule(arg: string, url: string): boolean {
   if (arg === url) return true;
+  const jsr = /^jsr:\/?(@[^/@]+\/[^/@]+)/.exec(arg);
+  if (jsr !== null) return url.startsWith(`https://jsr.io/${jsr[1]}/`);
   if (!url.startsWith("file:") || arg.startsWith("-")) return false;
   try {
     return (isAbsolute(arg) ? arg : join(Deno.cwd(), arg)) === fileURLToPath(url);

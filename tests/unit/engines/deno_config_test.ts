@@ -4,6 +4,7 @@ import { pathToFileURL } from "node:url";
 import {
   discoveredConfig,
   launchFlags,
+  namesModule,
   resolutionFlags,
   subprocessResolutionArgs,
   withoutComments,
@@ -103,4 +104,14 @@ Deno.test("workerOptionsEnabled: the flag, or the feature in the configuration f
 Deno.test("withoutComments: comments go, strings that look like them stay", () => {
   const text = '{ "a": "http://x//y", // line\n "b": "/* no */" /* block */, "c": "q\\"//" }';
   assert.deepEqual(JSON.parse(withoutComments(text)), { a: "http://x//y", b: "/* no */", c: 'q"//' });
+});
+
+Deno.test("namesModule: a path, a URL, or a jsr: package as Deno runs it", () => {
+  const jsr = "https://jsr.io/@videoflow/cli/0.1.0/mod.ts";
+  assert.ok(namesModule("jsr:@videoflow/cli", jsr));
+  assert.ok(namesModule("jsr:@videoflow/cli@0.1.0/mod.ts", jsr));
+  assert.ok(!namesModule("jsr:@videoflow/other", jsr));
+  assert.ok(namesModule(jsr, jsr));
+  assert.ok(namesModule("/work/x/mod.ts", "file:///work/x/mod.ts"));
+  assert.ok(!namesModule("--config", "file:///work/x/mod.ts"));
 });
