@@ -119,6 +119,7 @@ import {
   type ErrorRecord,
   errorToDict,
   PartitionKeyError,
+  PoisonMessage,
   StaleAuthority,
   TRANSIENT,
   TransientFailure,
@@ -171,6 +172,7 @@ import {
 import type { BlobRef, WireMap, WirePayload } from "../wire/value.ts";
 import {
   type CollectEntry,
+  DROP_JOIN_EVICTED,
   entryFromEnvelope,
   type EnvelopeEntry,
   type GroupAssembler,
@@ -178,6 +180,7 @@ import {
   makeAssembler,
   type ReadyGroup,
   type Release,
+  ReleaseReason,
   Settlement,
 } from "./grouping.ts";
 import { InFlight } from "./in_flight.ts";
@@ -649,6 +652,8 @@ export class BrokerMessenger implements Messenger {
   #currentKey: string | null = null;
   #persistedGroup: string | null = null;
   #ended: InputGroup | null = null;
+  /** The join's end group, held while an input of this node is still outstanding at the broker. */
+  #heldEnd: ReadyGroup<Held> | null = null;
   #outEventTs: number | null = null;
   #outPartitionKey: unknown = undefined;
   #count = 0;
@@ -833,9 +838,17 @@ export class BrokerMessenger implements Messenger {
         return this.#stopGroup();
       }
       if (this.#ended !== null) return this.#ended;
-      const group = this.#nextReady();
+      const group = this.#heldEnd ?? this.#nextReady();
+      this.#heldEnd = null;
       const releasing = this.#settleReleases();
       if (releasing !== null) await releasing;
+      // Every parent drained, but an input the join gave back for a retry may still come back: the end
+      // waits for it (it joins, finds its parent ended, and is settled), so no input is left behind.
+      if (group?.kind === GroupKind.end && await this.#inputsOutstanding()) {
+        this.#heldEnd = group;
+        await this.#pull();
+        continue;
+      }
       if (group !== null) {
         const input = await this.#handOut(group);
         if (input !== null) return input;
@@ -1760,6 +1773,10 @@ export class BrokerMessenger implements Messenger {
   async #applyReleases(releases: readonly Release<Held>[]): Promise<void> {
     const settling: Promise<unknown>[] = [];
     for (const release of releases) {
+      // A nak is a hand-back, or a group given up on under `missing: "error"`, which fails its members.
+      const failure = release.settlement !== Settlement.nak || release.reason === ReleaseReason.handedBack
+        ? null
+        : this.#incompleteGroup(release);
       for (const held of release.handles) {
         this.#leaveJoin(held);
         switch (release.settlement) {
@@ -1767,7 +1784,9 @@ export class BrokerMessenger implements Messenger {
             settling.push(this.#settle(held, completed()));
             break;
           case Settlement.nak:
-            settling.push(this.#settle(held, retry(null)));
+            settling.push(
+              failure === null ? this.#settle(held, retry(null)) : this.#applyLadder(held, failure),
+            );
             break;
           case Settlement.retire:
             this.#retire(held);
@@ -1776,6 +1795,32 @@ export class BrokerMessenger implements Messenger {
       }
     }
     await Promise.all(settling);
+  }
+
+  /**
+   * How a group given up on under `missing: "error"` fails its members, through the delivery ladder: one
+   * that timed out is transient (retried with backoff, then dead-lettered; under best-effort delivery given
+   * up at once, a join eviction), one a parent's end left unable to complete is poison (dead-lettered at
+   * once, a join eviction).
+   */
+  #incompleteGroup(release: Release<Held>): VideoflowRuntimeError {
+    const parents = [...new Set(release.parents)].join(", ");
+    if (release.reason === ReleaseReason.timeout) {
+      // Best-effort delivery never retries: the join's giving up is the input's end.
+      if (this.#delivery.delivery !== AT_LEAST_ONCE) this.#drop(DROP_JOIN_EVICTED, release.handles.length);
+      return new TransientFailure(
+        `node ${this.#node}: a join group of ${parents} was incomplete when its timeout ran out`,
+        'the join\'s missing: "error" retries it and dead-letters it past the retry budget; raise ' +
+          'timeout_seconds, or use missing: "drop" or a quorum',
+        { node: this.#node, reason: release.reason },
+      );
+    }
+    this.#drop(DROP_JOIN_EVICTED, release.handles.length);
+    return new PoisonMessage(
+      `node ${this.#node}: a join group of ${parents} can never complete: a parent it lacks has ended`,
+      "check why the other parents made no matching item (trace ids, event times within the tolerance)",
+      { node: this.#node, reason: release.reason },
+    );
   }
 
   /** Retires a delivery a newer attempt of the same message replaced: no broker settlement (MSG-011). */
@@ -1891,6 +1936,20 @@ export class BrokerMessenger implements Messenger {
   }
 
   // ---- end of stream ------------------------------------------------------------------------------------
+
+  /**
+   * Whether a parent's subscription still holds work for this node: waiting (a retry's delay included) or
+   * leased. A subscription that cannot be read counts as holding some (Unknown never passes for none).
+   */
+  async #inputsOutstanding(): Promise<boolean> {
+    for (const parent of this.#parents) {
+      const observed = await this.#backend.observeSubscription(parent.data);
+      if (observed.kind !== "known" || this.#waiting(observed.value) > 0 || observed.value.leased > 0) {
+        return true;
+      }
+    }
+    return false;
+  }
 
   /** Re-evaluates every parent whose end was seen; true when one drained (its EOS was fed to the join). */
   async #checkDrains(): Promise<boolean> {
@@ -2186,8 +2245,8 @@ export class BrokerMessenger implements Messenger {
     }
   }
 
-  #drop(reason: MessengerDropReason): void {
-    this.#drops.set(reason, (this.#drops.get(reason) ?? 0) + 1);
+  #drop(reason: MessengerDropReason | typeof DROP_JOIN_EVICTED, count = 1): void {
+    this.#drops.set(reason, (this.#drops.get(reason) ?? 0) + count);
   }
 
   // ---- publishing -----------------------------------------------------------------------------------------

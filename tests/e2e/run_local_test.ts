@@ -174,6 +174,7 @@ function summaryRow(run: Run, node: string) {
   return {
     state: cells[1],
     processed: Number(cells[3]),
+    inFlight: Number(cells[5]),
     drops: cells.slice(6, -2).join(" "),
     dlq: Number(cells.at(-2)),
     restarts: Number(cells.at(-1)),
@@ -557,6 +558,42 @@ Deno.test("a join that fails a group dead-letters every member of it, one letter
     const even = range(1, 20).filter((n) => n % 2 === 0);
     assert.deepEqual(members, [...even.map((n) => `left:${n}`), ...even.map((n) => `right:${n}`)].sort());
     assert.equal(summaryRow(run, "pair").dlq, 20);
+  });
+});
+
+Deno.test('a join with missing: "error" dead-letters the halves whose partner was dead-lettered upstream: none is left behind', async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "Poison", "Pair"],
+      [
+        `import { JoinPolicy } from ${JSON.stringify(modUrl)};`,
+        `const count = new Count({ name: "count", n: 20 });`,
+        `const left = new Poison({ name: "left", poison: [3, 7] }).from(count);`,
+        `const right = new Poison({ name: "right", poison: [] }).from(count);`,
+        `const policy = new JoinPolicy({ timeoutSeconds: 0.5, missing: "error" });`,
+        `const pair = new Pair({ name: "pair", joinPolicy: policy }).from(left, right);`,
+        `const sink = new JsonlSink({ name: "sink", path: ${
+          JSON.stringify(join(dir, "out.jsonl"))
+        } }).from(pair);`,
+        `export default new Flow([sink], { flowType: "batch", flowId: "join-error" });`,
+      ].join("\n"),
+    );
+    const state = join(dir, "state");
+    const run = await vf(["run-local", flow, "--state", state, "--run-id", "r1"], {
+      cwd: dir,
+      env: { VF_MAX_RETRIES: "1" },
+    });
+    assert.equal(run.code, 0, run.text);
+    assert.equal((await sinkLines(join(dir, "out.jsonl"))).length, 18, run.stdout);
+    for (const node of ["count", "left", "right", "pair"]) {
+      assert.equal(summaryRow(run, node).inFlight, 0, `nothing of ${node}'s left unsettled: ${run.stdout}`);
+    }
+    assert.equal(summaryRow(run, "pair").dlq, 2, run.stdout);
+    const values = (await deadLetters(flow, "r1", state, dir))
+      .filter((letter) => letter.node === "pair")
+      .map((letter) => deadLetterValue(letter)).sort();
+    assert.deepEqual(values, [3, 7], "the right halves of the two items the left dead-lettered");
   });
 });
 
