@@ -29,7 +29,9 @@ const FLOW_TYPE_MEANING: Record<FlowType, string> = {
   batch: "batch: nothing is lost. Each stream keeps an item until every consuming node acked it (interest " +
     `retention, at most ${LOCAL_BATCH_MAX_MSGS} per stream under run-local and ${DEFAULT_BATCH_MAX_MSGS} on ` +
     "JetStream; a full stream refuses and the publisher backs off), a failed item is retried and then " +
-    "dead-lettered, and a join waits for every member (a parent that runs ahead waits; no group is evicted).",
+    "dead-lettered, and a join waits for every member (a parent that runs ahead waits; no group is evicted " +
+    "while its parents run; one still incomplete when a parent it lacks has ended can never complete: it is " +
+    'dropped as join_evicted, or dead-lettered under missing "error").',
 };
 
 function plural(n: number, one: string, many = `${one}s`): string {
@@ -46,9 +48,9 @@ function replicasLine(spec: NodeSpec): string {
 
 /** What a join does with an incomplete group once its timeout passed, by `missing` policy. */
 const MISSING_TEXT: Record<string, string> = {
-  drop: "drops the incomplete group",
+  drop: "drops the incomplete group (join_evicted)",
   wait: "keeps waiting",
-  error: "fails the incomplete group",
+  error: "fails the incomplete group (retried, then dead-lettered)",
 };
 
 function joinLine(spec: NodeSpec, flowType: FlowType): string | null {

@@ -126,7 +126,7 @@ export function subprocessResolutionArgs(flags: readonly string[] | null = launc
  */
 export function workerOptionsEnabled(flags: readonly string[] | null = launchFlags()): boolean | null {
   if (flags === null) return null;
-  if (flags.some((flag) => flag === "--unstable-worker-options" || flag === "--unstable")) return true;
+  if (flags.includes("--unstable-worker-options")) return true;
   if (flags.includes("--no-config")) return false;
   const named = resolutionFlags(flags).find((flag) => flag.startsWith("--config="));
   const config = named === undefined ? discoveredConfig() : named.slice("--config=".length);

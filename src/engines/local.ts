@@ -270,6 +270,9 @@ export function forwardedSettings(env: Readonly<Record<string, string | undefine
   );
 }
 
+/** How long a realtime flow's producers wait before the live view names the replicas they wait for. */
+const HELD_NOTICE_SECONDS = 5;
+
 /** How long a forced stop waits for the replicas it killed to be reported gone. */
 const FORCED_EXIT_WAIT_SECONDS = 3;
 
@@ -449,6 +452,8 @@ export class LocalEngine {
   readonly #silence: number | null;
   /** Producers of a realtime flow not launched yet: they wait until every other replica is ready. */
   readonly #held: Replica[] = [];
+  /** Whether the replicas the held producers wait for were named (once). */
+  #heldNoticed = false;
   /** The module-resolution flags a process replica is started with: this process's own. */
   readonly #resolutionArgs: readonly string[];
 
@@ -563,12 +568,28 @@ export class LocalEngine {
    */
   #releaseHeld(): void {
     if (this.#held.length === 0 || this.#ending) return;
-    const starting = (r: Replica) => !r.ready && r.state !== NodeState.done && r.state !== NodeState.failed;
-    if (!this.#stopping && this.#replicas.some((r) => !this.#held.includes(r) && starting(r))) return;
+    if (!this.#stopping && this.#openingReplicas().length > 0) return;
     for (const replica of this.#held.splice(0)) {
       replica.state = NodeState.starting;
       this.#launch(replica);
     }
+  }
+
+  /** The replicas held producers wait for: not opened yet, and not ended. */
+  #openingReplicas(): Replica[] {
+    return this.#replicas.filter((r) =>
+      !this.#held.includes(r) && !r.ready && r.state !== NodeState.done && r.state !== NodeState.failed
+    );
+  }
+
+  /** Says once, after {@link HELD_NOTICE_SECONDS}, which replicas the held producers are waiting for. */
+  #noticeHeld(now: number): void {
+    if (this.#heldNoticed || this.#held.length === 0 || now - this.#started < HELD_NOTICE_SECONDS) return;
+    this.#heldNoticed = true;
+    const opening = this.#openingReplicas().map((r) => `${r.spec.name}[${r.index}]`).join(", ");
+    this.#view.event(
+      `the producers wait for ${opening} to open (a realtime flow starts once every other replica opened)`,
+    );
   }
 
   async #run(): Promise<LocalRunResult> {
@@ -1122,6 +1143,7 @@ export class LocalEngine {
           kill?.();
         }
       }
+      this.#noticeHeld(now);
       if (now - shownAt >= refresh / 1000) {
         shownAt = now;
         const snapshots = this.#snapshots();

@@ -1003,7 +1003,7 @@ Deno.test("--flow-type realtime runs a flow freshest-wins, and the summary count
   });
 });
 
-Deno.test("a realtime flow's producer waits until every other replica opened: a node loading for 1.5 s loses none of a paced stream", async () => {
+Deno.test("a realtime flow's producer waits until every other replica opened: a node loading for 5.5 s loses none of a paced stream, and the wait is named", async () => {
   await inTempDir(async (dir) => {
     const flow = await writeFlow(
       dir,
@@ -1011,7 +1011,7 @@ Deno.test("a realtime flow's producer waits until every other replica opened: a 
       pipeline(
         "slow-open-story",
         `new Count({ name: "count", n: 20, delayMs: 20 })`,
-        `new SlowOpen({ name: "model", openMs: 1500 })`,
+        `new SlowOpen({ name: "model", openMs: 5500 })`,
         dir,
       ),
     );
@@ -1022,6 +1022,7 @@ Deno.test("a realtime flow's producer waits until every other replica opened: a 
     assert.equal(summaryRow(run, "model").drops, "0", run.stdout);
     assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 20));
     assert.match(run.stdout, /count +waiting/, "the producer is shown waiting while the model loads");
+    assert.match(run.text, /the producers wait for model\[0\] to open/);
   });
 });
 

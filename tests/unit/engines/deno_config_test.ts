@@ -89,6 +89,11 @@ Deno.test("workerOptionsEnabled: the flag, or the feature in the configuration f
   assert.equal(workerOptionsEnabled(null), null, "unknown without the command line");
   assert.equal(workerOptionsEnabled(["run", "--unstable-worker-options", "--no-config"]), true);
   assert.equal(workerOptionsEnabled(["run", "--no-config"]), false);
+  assert.equal(
+    workerOptionsEnabled(["run", "--unstable", "--no-config"]),
+    false,
+    "Deno 2 removed --unstable",
+  );
   await inTempDir(async (dir) => {
     const config = join(dir, "proj/deno.jsonc");
     await Deno.mkdir(join(dir, "proj"));
