@@ -30,8 +30,10 @@ const UNCAUGHT_REFUSAL = /\bNotCapable: (Requires .*)$/s;
  * (`Deno.errors.NotCapable`); `null` for anything else.
  */
 export function undeclaredPermission(error: unknown, node: string): UndeclaredPermission | null {
-  if (!(error instanceof Deno.errors.NotCapable)) return null;
-  return undeclaredFrom(error.message, node, error);
+  // A refused remote import reaches the node as the module loader's TypeError, not as NotCapable.
+  const refusedImport = error instanceof Error && REFUSAL.exec(error.message)?.[1] === "import";
+  if (!(error instanceof Deno.errors.NotCapable) && !refusedImport) return null;
+  return undeclaredFrom((error as Error).message, node, error);
 }
 
 /**
@@ -50,6 +52,24 @@ export function undeclaredPermissionOnLoad(message: string, node: string): Undec
   );
 }
 
+/** How a node gets the permission Deno refused: a declaration, where one can grant it. */
+function remedyFor(permission: string | null, target: string | null): string {
+  if (permission === "import") {
+    return "a node may not import remote modules while it runs: import them statically at the top of its " +
+      "module, which loads before the sandbox applies";
+  }
+  if (permission !== null && target === null) {
+    return `a node is granted ${permission} permission only for named targets, and this operation needs it ` +
+      `for all of them (Deno.env.toObject(), Deno.kill() ...): use it on a named one (Deno.env.get("NAME")) ` +
+      `and declare that (static permissions = { ${permission}: ["NAME"] })`;
+  }
+  const declaration = permission === null
+    ? "static permissions = { read: [...], net: [...] }"
+    : `static permissions = { ${permission}: [${JSON.stringify(target)}] }`;
+  return `declare it on the node's class (${declaration}) or in its permissions() override; ` +
+    "`vf explain` shows what every node is granted";
+}
+
 /** The {@link UndeclaredPermission} of `node` for Deno's `refusal` text, `where` saying when it happened. */
 function undeclaredFrom(refusal: string, node: string, cause: unknown, where = ""): UndeclaredPermission {
   const match = refusal.match(REFUSAL);
@@ -58,13 +78,9 @@ function undeclaredFrom(refusal: string, node: string, cause: unknown, where = "
   const what = permission === null
     ? "a permission"
     : `${permission} permission${target === null ? "" : ` for ${JSON.stringify(target)}`}`;
-  const declaration = permission === null
-    ? "static permissions = { read: [...], net: [...] }"
-    : `static permissions = { ${permission}: [${target === null ? "" : JSON.stringify(target)}] }`;
   const failure = new UndeclaredPermission(
     `node ${node} needs ${what}${where}, which it does not declare${match === null ? ` (${refusal})` : ""}`,
-    `declare it on the node's class (${declaration}) or in its permissions() override; ` +
-      "`vf explain` shows what every node is granted",
+    remedyFor(permission, target),
     { node, permission, target },
   );
   (failure as { cause?: unknown }).cause = cause;

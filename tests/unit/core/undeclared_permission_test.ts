@@ -24,9 +24,23 @@ Deno.test("a refused read names the node, the permission and the path, with the 
 Deno.test("a refusal without a target, or in words it does not know, still names the node", () => {
   const bare = undeclaredPermission(new Deno.errors.NotCapable("Requires ffi access"), "gpu");
   assert.equal(bare?.message, "node gpu needs ffi permission, which it does not declare");
-  assert.match(bare?.remedy ?? "", /static permissions = \{ ffi: \[\] \}/);
+  assert.match(bare?.remedy ?? "", /only for named targets, and this operation needs it for all of them/);
+  assert.doesNotMatch(bare?.remedy ?? "", /ffi: \[\]/, "an empty list grants nothing");
   const odd = undeclaredPermission(new Deno.errors.NotCapable("no"), "gpu");
   assert.equal(odd?.message, "node gpu needs a permission, which it does not declare (no)");
+});
+
+Deno.test("a refused remote import (the loader's TypeError) is the node's contract error, with the way out", () => {
+  const refusal = new TypeError(
+    'Requires import access to "esm.sh:443", run again with the --allow-import flag',
+  );
+  const error = undeclaredPermission(refusal, "fetcher");
+  assert.equal(error?.code, "VF_NODE_CONTRACT");
+  assert.equal(
+    error?.message,
+    'node fetcher needs import permission for "esm.sh:443", which it does not declare',
+  );
+  assert.match(error?.remedy ?? "", /import them statically at the top of its module/);
 });
 
 Deno.test("anything but Deno's refusal is not a permission error", () => {
