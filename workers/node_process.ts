@@ -33,10 +33,16 @@ function takeSettings(names: readonly string[]): Record<string, string> {
   return settings;
 }
 
+/**
+ * The settings, taken as this module is evaluated: the replica's entry imports it before the node's
+ * module, so the node's top-level code already finds them hidden (the broker's secret among them).
+ */
+const SETTINGS = takeSettings(Deno.args);
+
 /** Runs the replica this process's settings describe, then exits with its status. */
 export async function serveNodeProcess(): Promise<never> {
   const encoder = new TextEncoder();
-  const env = takeSettings(Deno.args);
+  const env = SETTINGS;
   const underLocalEngine = env[EMBEDDED_BROKER_ENV] !== undefined;
   Deno.addSignalListener("SIGINT", () => {});
   if (underLocalEngine) Deno.addSignalListener("SIGTERM", () => {});

@@ -391,11 +391,13 @@ function moduleOf(nodeClass: string): string {
 export function bootstrapUrl(spec: NodeSpec, isolation: Isolation, preloads: readonly string[] = []): string {
   const imports = [...new Set([moduleOf(spec.nodeClass ?? ""), ...preloads])]
     .map((url) => `import ${JSON.stringify(url)};\n`).join("");
+  // A subprocess's entry imports its runtime first: modules are evaluated in import order, and the
+  // runtime hides the replica's settings from the environment as it is evaluated.
   const source = isolation === Isolation.worker
     ? `${imports}import { serveNodeWorker } from ${JSON.stringify(nodeWorkerUrl)};\nserveNodeWorker();\n`
-    : `${imports}import { serveNodeProcess } from ${
+    : `import { serveNodeProcess } from ${
       JSON.stringify(nodeProcessUrl)
-    };\nawait serveNodeProcess();\n`;
+    };\n${imports}await serveNodeProcess();\n`;
   return `data:application/typescript;base64,${btoa(unescape(encodeURIComponent(source)))}`;
 }
 

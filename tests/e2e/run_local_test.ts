@@ -1175,6 +1175,37 @@ Deno.test("a flow of another project, run with that project's deno.json, resolve
   });
 });
 
+Deno.test("a subprocess replica's settings (the broker's secret among them) are hidden from its node's module as it loads", async () => {
+  await inTempDir(async (dir) => {
+    const out = join(dir, "seen.txt");
+    await Deno.writeTextFile(
+      join(dir, "flow.ts"),
+      [
+        `import { ConsumerNode, Flow } from ${JSON.stringify(modUrl)};`,
+        `import { Count } from ${JSON.stringify(storyNodesUrl)};`,
+        `export { Count };`,
+        `let seen = "unset";`,
+        `try {`,
+        `  seen = Deno.env.get("VF_EMBEDDED_BROKER_SECRET") === undefined ? "unset" : "the secret";`,
+        `} catch (error) {`,
+        `  seen = (error as Error).name;`,
+        `}`,
+        `export class Spy extends ConsumerNode {`,
+        `  static override permissions = { write: [${JSON.stringify(out)}] };`,
+        `  async consume() { await Deno.writeTextFile(${JSON.stringify(out)}, seen); }`,
+        `}`,
+        `const count = new Count({ name: "count", n: 1 });`,
+        `export default new Flow([new Spy({ name: "spy" }).from(count)], { flowType: "batch", flowId: "spy" });`,
+      ].join("\n"),
+    );
+    const run = await vf(["run-local", "flow.ts", "--state", "state", "--isolation", "process"], {
+      cwd: dir,
+    });
+    assert.equal(run.code, 0, run.text);
+    assert.equal(await Deno.readTextFile(out), "NotCapable", "the node's top-level code could not read it");
+  });
+});
+
 Deno.test("a node reading a file it did not declare fails with a permission error naming both, exit 2", async () => {
   await inTempDir(async (dir) => {
     const secret = join(dir, "secret.txt");
