@@ -697,7 +697,7 @@ export class LocalEngine {
     return {
       ...workerEnvFor(replica.spec, specs, { flowId, flowType }, { runId, broker }, replica.index, {
         runtimeStoreUrl: EMBEDDED_RUNTIME_STORE_URL,
-        terminationLog: `${this.#runDir}/termination/${replica.spec.name}-${replica.index}.json`,
+        terminationLog: this.#terminationLog(replica),
         healthPort: null,
       }),
       [MAX_INLINE_PAYLOAD_ENV]: String(EMBEDDED_MAX_INLINE_PAYLOAD_BYTES),
@@ -722,6 +722,11 @@ export class LocalEngine {
       replica.streamEnded = report.streamEnded;
       replica.exitReported = true;
     }
+  }
+
+  /** The replica's termination log: the one file of the run directory a subprocess replica may write. */
+  #terminationLog(replica: Replica): string {
+    return `${this.#runDir}/termination/${replica.spec.name}-${replica.index}.json`;
   }
 
   #launch(replica: Replica): void {
@@ -791,7 +796,7 @@ export class LocalEngine {
     const { spec } = replica;
     const { env: declaredEnv = [], ...granted } = mergePermissions(this.#granted(spec), {
       net: [(this.#broker.address ?? "").replace("tcp://", "")],
-      write: [`${this.#runDir}/termination`],
+      write: [this.#terminationLog(replica)],
     });
     const hostEnv = Deno.env.toObject();
     const inherited = Object.fromEntries(

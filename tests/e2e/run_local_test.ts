@@ -1175,7 +1175,7 @@ Deno.test("a flow of another project, run with that project's deno.json, resolve
   });
 });
 
-Deno.test("a subprocess replica's settings (the broker's secret among them) are hidden from its node's module as it loads", async () => {
+Deno.test("a subprocess replica's settings (the broker's secret among them) are hidden from its node's module as it loads, and it writes only its own termination log", async () => {
   await inTempDir(async (dir) => {
     const out = join(dir, "seen.txt");
     await Deno.writeTextFile(
@@ -1192,17 +1192,30 @@ Deno.test("a subprocess replica's settings (the broker's secret among them) are 
         `}`,
         `export class Spy extends ConsumerNode {`,
         `  static override permissions = { write: [${JSON.stringify(out)}] };`,
-        `  async consume() { await Deno.writeTextFile(${JSON.stringify(out)}, seen); }`,
+        `  async consume() {`,
+        `    let other = "written";`,
+        `    try {`,
+        `      Deno.writeTextFileSync(${
+          JSON.stringify(join(dir, "state/spy/r1/termination/count-0.json"))
+        }, "{}");`,
+        `    } catch (error) {`,
+        `      other = (error as Error).name;`,
+        `    }`,
+        `    await Deno.writeTextFile(${JSON.stringify(out)}, seen + " " + other);`,
+        `  }`,
         `}`,
         `const count = new Count({ name: "count", n: 1 });`,
         `export default new Flow([new Spy({ name: "spy" }).from(count)], { flowType: "batch", flowId: "spy" });`,
       ].join("\n"),
     );
-    const run = await vf(["run-local", "flow.ts", "--state", "state", "--isolation", "process"], {
-      cwd: dir,
-    });
+    const run = await vf(
+      ["run-local", "flow.ts", "--state", "state", "--run-id", "r1", "--isolation", "process"],
+      { cwd: dir },
+    );
     assert.equal(run.code, 0, run.text);
-    assert.equal(await Deno.readTextFile(out), "NotCapable", "the node's top-level code could not read it");
+    const [secret, otherLog] = (await Deno.readTextFile(out)).split(" ");
+    assert.equal(secret, "NotCapable", "the node's top-level code could not read the secret");
+    assert.equal(otherLog, "NotCapable", "nor write another replica's termination log");
   });
 });
 
