@@ -32,6 +32,7 @@ import {
   OneTaskProcessorNode,
   parseExportRef,
   PERMISSION_KINDS,
+  type PermissionKind,
   ProcessorNode,
   ProducerNode,
   ReceiverNode,
@@ -484,14 +485,58 @@ function permissionsProblem(node: Node): string | null {
   return null;
 }
 
+/** What Deno's `sys` permission can name (`Deno.SysPermissionDescriptor`). */
+const SYS_NAMES: readonly string[] = [
+  "loadavg",
+  "hostname",
+  "systemMemoryInfo",
+  "networkInterfaces",
+  "osRelease",
+  "osUptime",
+  "uid",
+  "gid",
+  "username",
+  "cpus",
+  "homedir",
+  "statfs",
+  "getPriority",
+  "setPriority",
+  "ca",
+  "umask",
+];
+
+/** A host, or a host and port, as Deno's `net` permission takes it (no scheme, path or wildcard). */
+const NET_ENTRY = /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:[0-9]{1,5})?$/;
+
+/** Why a granted entry is one Deno would refuse (or read otherwise than meant); null when it is fine. */
+function entryProblem(kind: PermissionKind, entry: string): string | null {
+  if (kind === "net" && !NET_ENTRY.test(entry)) {
+    return `net entry ${JSON.stringify(entry)} is not a host or host:port (no scheme, path or wildcard)`;
+  }
+  if (kind === "sys" && !SYS_NAMES.includes(entry)) {
+    return `sys entry ${JSON.stringify(entry)} is none of ${SYS_NAMES.join(", ")}`;
+  }
+  if (kind === "env" && (entry === "*" || entry.includes("="))) {
+    return `env entry ${JSON.stringify(entry)} names no variable (name one, or a prefix ending in *)`;
+  }
+  return null;
+}
+
 function checkWorkerContract(node: Node, out: Diagnostic[]): void {
   const permissions = permissionsProblem(node) ?? attempt(out, node.name, () => {
     const granted = node.permissions();
-    return PERMISSION_KINDS.every((kind) =>
-        Array.isArray(granted[kind]) && granted[kind].every(isNonEmptyString)
-      )
-      ? null
-      : "permissions() must return a list of non-empty strings for every kind";
+    if (
+      !PERMISSION_KINDS.every((kind) => Array.isArray(granted[kind]) && granted[kind].every(isNonEmptyString))
+    ) {
+      return "permissions() must return a list of non-empty strings for every kind";
+    }
+    for (const kind of PERMISSION_KINDS) {
+      for (const entry of granted[kind]) {
+        const problem = entryProblem(kind, entry);
+        if (problem !== null) return `the ${problem}`;
+      }
+    }
+    return null;
   });
   if (permissions) {
     out.push(

@@ -386,6 +386,30 @@ Deno.test("invalid permissions and asset requirements break the worker contract"
   );
 });
 
+Deno.test("permission entries Deno would refuse or misread break the worker contract, one kind after another", () => {
+  const cases: [Record<string, string[]>, RegExp][] = [
+    [{ net: ["*"] }, /net entry "\*" is not a host or host:port/],
+    [{ net: ["http://example.com/path"] }, /net entry "http:\/\/example.com\/path"/],
+    [{ sys: ["bogus"] }, /sys entry "bogus" is none of loadavg/],
+    [{ env: ["*"] }, /env entry "\*" names no variable/],
+  ];
+  for (const [permissions, message] of cases) {
+    class Declares extends Proc {
+      static override permissions = permissions;
+    }
+    assertOnly(
+      check(new Sink({ name: "sink" }).from(new Declares({ name: "n" }).from(fresh()))),
+      "error VF_NODE_CONTRACT n",
+      message,
+    );
+  }
+  class Fine extends Proc {
+    static override permissions = { net: ["127.0.0.1:4222", "[::1]:80", "example.com"], sys: ["hostname"] };
+  }
+  const fine = check(new Sink({ name: "sink" }).from(new Fine({ name: "n" }).from(fresh())));
+  assert.equal(fine.filter((d) => d.severity === "error").length, 0, JSON.stringify(fine));
+});
+
 Deno.test("a TaskModuleNode in a flow is refused: it cannot be rebuilt in a worker", () => {
   const inner = new Proc({ name: "inner" });
   const task = new TaskModuleNode(inner, inner, { name: "task" }).from(new Src({ name: "src" }));
