@@ -400,6 +400,9 @@ export abstract class NodeTask<N extends Node = Node> {
       outcome = await this.loop();
     } catch (error) {
       if (error instanceof SimulatedCrash) throw error;
+      // The groups the node finished before it stopped are acked (and counted) before the task ends; a
+      // failure among them changes nothing about how it ends.
+      await this.messenger.awaitInFlight().catch(() => {});
       outcome = error instanceof UpstreamAborted ? upstreamAborted(error) : await this.#failed(error);
     } finally {
       this.#watchdog?.stop();

@@ -893,6 +893,7 @@ Deno.test("a producer failing with the author's mistake ends every downstream no
     // holds some of what the producer made before it failed, each once, and nothing after.
     const numbers = await sinkNumbers(join(dir, "out.jsonl"));
     assert.ok(numbers.every((n, i) => n === i + 1 && n <= 7), `at the sink: ${numbers}`);
+    assert.equal(summaryRow(run, "sink").processed, numbers.length, "what the aborted sink took is counted");
   });
 });
 

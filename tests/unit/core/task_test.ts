@@ -499,7 +499,7 @@ Deno.test("story 22: a producer whose next() throws publishes ABORT with the cla
   assert.ok(failure.error instanceof VideoflowRuntimeError);
   assert.equal(failure.error.message, "the camera hung up");
   assert.deepEqual(failure.error.context, { node: "cam", replica: 1, error_type: "TypeError" });
-  assert.deepEqual(messenger.names(), ["publishMessage", "publishMessage", "publishAbort"]);
+  assert.deepEqual(messenger.names(), ["publishMessage", "publishMessage", "awaitInFlight", "publishAbort"]);
   assert.equal(messenger.named("publishAbort")[0][1], failure.error);
   assert.deepEqual(node.seen, ["open:true", "close"]);
 });
@@ -659,7 +659,12 @@ Deno.test("the author's mistake (exit 2) is never restarted, so it publishes ABO
   assert.equal(failed.exitCode, 2);
   assert.equal(failed.error.code, "VF_CONFIG");
   assert.equal(failed.abortPublished, true);
-  assert.deepEqual(producer.messenger.names(), ["publishMessage", "publishMessage", "publishAbort"]);
+  assert.deepEqual(producer.messenger.names(), [
+    "publishMessage",
+    "publishMessage",
+    "awaitInFlight",
+    "publishAbort",
+  ]);
   const node = new Picky({ name: "detect", misconfigured: [2] });
   const processor = await runNode(node, { groups: stream(1, 2, 3) });
   const failure = outcomeOf(processor.outcome, TaskEnd.failed);
@@ -740,6 +745,7 @@ Deno.test("story 24: a worker_fatal failure is handed back, never ABORTed, and s
     "ackInputs",
     "receiveMessage",
     "failInputs",
+    "awaitInFlight",
   ]);
   assert.equal(messenger.named("failInputs")[0][1], failure.error);
   assert.deepEqual(node.seen, ["close"]);
@@ -752,7 +758,7 @@ Deno.test("story 24 through the barrier: a worker_fatal fault before process() i
   const { messenger, outcome } = await runNode(new Square({ name: "sq" }), { groups: stream(1) });
   schedule.assertAllFired();
   assert.equal(outcomeOf(outcome, TaskEnd.failed).error.code, "VF_WORKER_FATAL");
-  assert.deepEqual(messenger.names(), ["receiveMessage", "failInputs"]);
+  assert.deepEqual(messenger.names(), ["receiveMessage", "failInputs", "awaitInFlight"]);
 });
 
 Deno.test("a crash at a barrier ends the task like a death: no failInputs, no ABORT, no close", async () => {
@@ -785,6 +791,7 @@ Deno.test("story 21: a parent's ABORT outranks a sibling's EOS and is relayed wi
     "ackInputs",
     "receiveMessage",
     "publishAbort",
+    "awaitInFlight",
   ]);
   assert.equal(messenger.named("publishAbort")[0][1], ORIGIN_ERROR, "relayed unchanged");
 });
@@ -794,7 +801,7 @@ Deno.test("a sink that sees an ABORT stops with exit 4 and relays nothing (it ha
   const { messenger, outcome } = await runNode(node, { groups: [{ src: abort("cam", ORIGIN_ERROR) }] });
   assert.equal(outcome.kind, TaskEnd.upstreamAborted);
   assert.equal(outcome.exitCode, 4);
-  assert.deepEqual(messenger.names(), ["receiveMessage"]);
+  assert.deepEqual(messenger.names(), ["receiveMessage", "awaitInFlight"]);
   assert.deepEqual(node.seen, ["close"]);
 });
 
@@ -914,7 +921,7 @@ Deno.test("the progress deadline is checked between messages: a stall ends the t
   assert.ok(failure.error instanceof ProgressStalled);
   assert.equal(failure.exitCode, 5);
   assert.equal(failure.abortPublished, false);
-  assert.deepEqual(messenger.names(), [], "the stall is found before the first receive");
+  assert.deepEqual(messenger.names(), ["awaitInFlight"], "the stall is found before the first receive");
   assert.deepEqual(seen, ["close"]);
 });
 
@@ -992,7 +999,7 @@ Deno.test("a failing open() publishes ABORT, never starts the loop, and close() 
   assert.equal(failure.abortPublished, true);
   assert.equal(failure.streamEnded, false);
   assert.equal(failure.error.message, "the model file is missing");
-  assert.deepEqual(messenger.names(), ["publishAbort"]);
+  assert.deepEqual(messenger.names(), ["awaitInFlight", "publishAbort"]);
   assert.deepEqual(node.seen, ["close"]);
 });
 
