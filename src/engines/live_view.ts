@@ -8,7 +8,7 @@
 
 /** Where a node stands. */
 export const NodeState = {
-  /** A realtime flow's producer, held until every other replica has opened (nothing evicted at start). */
+  /** A realtime flow's producer, held until every non-producer replica has opened (nothing evicted at start). */
   waiting: "waiting",
   starting: "starting",
   running: "running",

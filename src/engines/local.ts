@@ -452,7 +452,7 @@ export class LocalEngine {
   #wake: (() => void) | null = null;
   /** Seconds of silence after which a replica counts as stalled; null for never. */
   readonly #silence: number | null;
-  /** Producers of a realtime flow not launched yet: they wait until every other replica is ready. */
+  /** Producers of a realtime flow not launched yet: they wait until every non-producer replica is ready. */
   readonly #held: Replica[] = [];
   /** Whether the replicas the held producers wait for were named (once). */
   #heldNoticed = false;
@@ -590,7 +590,7 @@ export class LocalEngine {
     this.#heldNoticed = true;
     const opening = this.#openingReplicas().map((r) => `${r.spec.name}[${r.index}]`).join(", ");
     this.#view.event(
-      `the producers wait for ${opening} to open (a realtime flow starts once every other replica opened)`,
+      `the producers wait for ${opening} to open (a realtime flow starts once every receiving replica opened)`,
     );
   }
 
@@ -617,7 +617,7 @@ export class LocalEngine {
     if (this.#options.signal?.aborted) onAbort();
     try {
       for (const spec of specs) {
-        // A realtime channel keeps only its freshest items: its producers wait until every other replica
+        // A realtime channel keeps only its freshest items: its producers wait until every receiving replica
         // opened, so that nothing they make is evicted while the rest of the flow is still starting.
         const held = flowType === FlowType.realtime && spec.kind === NodeKind.producer;
         for (let index = 0; index < spec.nbTasks; index++) {
