@@ -262,6 +262,17 @@ function checkParams(node: Node, out: Diagnostic[]): void {
       ),
     );
   }
+  if (node instanceof ProducerNode && params.nbTasks !== undefined && params.nbTasks !== 1) {
+    out.push(
+      fail(
+        CONFIG,
+        node.name,
+        `node ${node.name} is a producer, but asks for nbTasks ${JSON.stringify(params.nbTasks)}`,
+        "remove nbTasks: a producer runs as one replica (a source is not split); give the processors after " +
+          "it replicas instead",
+      ),
+    );
+  }
 }
 
 function checkNodeClass(node: Node, modules: ModuleIndex | undefined, out: Diagnostic[]): void {

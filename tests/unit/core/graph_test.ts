@@ -410,6 +410,15 @@ Deno.test("permission entries Deno would refuse or misread break the worker cont
   assert.equal(fine.filter((d) => d.severity === "error").length, 0, JSON.stringify(fine));
 });
 
+Deno.test("a producer that asks for replicas is a VF_CONFIG error: a source runs as one replica", () => {
+  const many = new Src({ name: "cam", nbTasks: 4 } as unknown as { name: string });
+  assertOnly(
+    check(new Sink({ name: "sink" }).from(many)),
+    "error VF_CONFIG cam",
+    /is a producer, but asks for nbTasks 4/,
+  );
+});
+
 Deno.test("a TaskModuleNode in a flow is refused: it cannot be rebuilt in a worker", () => {
   const inner = new Proc({ name: "inner" });
   const task = new TaskModuleNode(inner, inner, { name: "task" }).from(new Src({ name: "src" }));
