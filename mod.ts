@@ -19,7 +19,8 @@
  * export default new Flow([print], { flowType: "batch" }); // realtime keeps only the freshest item
  * ```
  *
- * Run as the main module, this file is the `vf` command line (`validate`, `explain`, `compile`, `decode`).
+ * Run as the main module, this file is the `vf` command line (`validate`, `explain`, `compile`, `decode`,
+ * `run-local`, `dlq`).
  *
  * @module
  */

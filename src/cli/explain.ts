@@ -16,6 +16,7 @@ import { JoinPolicy } from "../core/join_policy.ts";
 import type { PermissionKind } from "../core/node.ts";
 import { LOCAL_BATCH_MAX_MSGS } from "../engines/local.ts";
 import { DEFAULT_BATCH_MAX_MSGS } from "../messaging/topology.ts";
+import { parseWorkerSettings } from "../runtime/worker_config.ts";
 import { loadFlow } from "./load_flow.ts";
 import type { CommandOutput } from "./main.ts";
 
@@ -62,17 +63,19 @@ function joinLine(spec: NodeSpec, flowType: FlowType): string | null {
     : "by trace id (one item from each parent per source event)";
   const wait = policy.timeoutSeconds === null
     ? "waits for every member"
-    : `gives up after ${policy.timeoutSeconds} s and ${MISSING_TEXT[policy.missing]}`;
-  const quorum = policy.quorum === null ? "" : `, emits with a quorum of ${policy.quorum}`;
+    : policy.quorum === null
+    ? `gives up after ${policy.timeoutSeconds} s and ${MISSING_TEXT[policy.missing]}`
+    : `after ${policy.timeoutSeconds} s emits a group of at least ${policy.quorum} (the missing members null) ` +
+      `and ${MISSING_TEXT[policy.missing]} below that`;
   const source = declared ? "" : ` (the ${flowType} default)`;
   const bound = flowType === FlowType.batch
     ? `past ${policy.maxPending} incomplete groups a parent that runs ahead waits for the others`
     : `at most ${policy.maxPending} incomplete groups, the oldest dropped beyond`;
-  return `join of ${spec.parents.join(", ")} ${how}; ${wait}${quorum}; ${bound}${source}`;
+  return `join of ${spec.parents.join(", ")} ${how}; ${wait}; ${bound}${source}`;
 }
 
-function deliveryLine(spec: NodeSpec, flowType: FlowType): string {
-  const policy = DeliveryPolicy.resolve(flowType, spec.delivery);
+function deliveryLine(spec: NodeSpec, flowType: FlowType, maxRetries: number): string {
+  const policy = DeliveryPolicy.resolve(flowType, spec.delivery, maxRetries);
   const source = spec.delivery === null ? ` (the ${flowType} default)` : "";
   const retries = policy.delivery === "at-least-once"
     ? `, ${plural(policy.maxRetries, "retry", "retries")} then dead-letter (${policy.dlq} DLQ)`
@@ -91,12 +94,16 @@ function permissionsLine(name: string, permissions: Permissions): string {
   return `permissions: ${parts.join("; ")}`;
 }
 
-/** The text view: the flow type, the edges, then one block per node. */
+/**
+ * The text view: the flow type, the edges, then one block per node; `maxRetries` is the retry budget the
+ * replicas get (`VF_MAX_RETRIES`, as a worker reads it).
+ */
 export function explainText(
   flowId: string,
   flowType: FlowType,
   specs: readonly NodeSpec[],
   permissions: Permissions,
+  maxRetries: number,
 ): string {
   const width = Math.max(...specs.map((s) => s.name.length));
   const lines = [
@@ -119,7 +126,7 @@ export function explainText(
     const details = [
       spec.parents.length === 1 ? `input from ${spec.parents[0]}` : null,
       joinLine(spec, flowType),
-      spec.kind === "producer" ? null : deliveryLine(spec, flowType),
+      spec.kind === "producer" ? null : deliveryLine(spec, flowType, maxRetries),
       permissionsLine(spec.name, permissions),
     ];
     for (const detail of details) if (detail !== null) lines.push(`    ${detail}`);
@@ -169,9 +176,13 @@ export async function explainCommand(
   const flowType = options.flowType === undefined ? flow.flowType : checkFlowType(options.flowType);
   const specs = compileFlow(flow, { modules });
   io.out(
-    options.dot
-      ? explainDot(flow.flowId, specs)
-      : explainText(flow.flowId, flowType, specs, nodePermissions(flow)),
+    options.dot ? explainDot(flow.flowId, specs) : explainText(
+      flow.flowId,
+      flowType,
+      specs,
+      nodePermissions(flow),
+      parseWorkerSettings(Deno.env.toObject(), flowType).maxRetries,
+    ),
   );
   return 0;
 }

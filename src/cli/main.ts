@@ -1,5 +1,5 @@
 /**
- * The `vf` command line: `validate`, `compile`, `explain` and `decode`. Every failure prints one rendered error
+ * The `vf` command line: `validate`, `compile`, `explain`, `decode`, `run-local` and `dlq`. Every failure prints one rendered error
  * (what broke, what to do, the context) and exits with the taxonomy's code; never a stack trace.
  *
  * @module
@@ -39,8 +39,9 @@ commands:
                      would run it)
   decode FILE        print an envelope's bytes as JSON with the wire's field names
 
-exit codes: 0 ok, 2 the flow or its configuration is wrong, 3 the environment is not as required,
-4 the flow ran and failed, 5 the flow stalled`;
+exit codes: 0 ok (a run stopped cleanly by Ctrl-C or SIGTERM too), 2 the flow or its configuration is
+wrong, 3 the environment is not as required, 4 the flow ran and failed, 5 the flow stalled, 130 a run forced
+to stop by a second Ctrl-C`;
 
 /** Every option any command takes; each command names the ones it accepts. */
 const OPTIONS = {

@@ -52,6 +52,13 @@ export function undeclaredPermissionOnLoad(message: string, node: string): Undec
   );
 }
 
+/** The form of an operation that names its target, by permission kind. */
+const NAMED_USE: Readonly<Record<string, string>> = {
+  env: 'Deno.env.get("NAME")',
+  run: 'new Deno.Command("program") (a process the node started ends with it; it cannot signal others)',
+  sys: "the Deno.* call that needs one named sys permission",
+};
+
 /** How a node gets the permission Deno refused: a declaration, where one can grant it. */
 function remedyFor(permission: string | null, target: string | null): string {
   if (permission === "import") {
@@ -59,9 +66,10 @@ function remedyFor(permission: string | null, target: string | null): string {
       "module, which loads before the sandbox applies";
   }
   if (permission !== null && target === null) {
+    const named = NAMED_USE[permission] ?? "the operation on a named target";
     return `a node is granted ${permission} permission only for named targets, and this operation needs it ` +
-      `for all of them (Deno.env.toObject(), Deno.kill() ...): use it on a named one (Deno.env.get("NAME")) ` +
-      `and declare that (static permissions = { ${permission}: ["NAME"] })`;
+      `for all of them (Deno.env.toObject(), Deno.kill() ...): use ${named} instead, and declare that target ` +
+      `(static permissions = { ${permission}: ["..."] })`;
   }
   const declaration = permission === null
     ? "static permissions = { read: [...], net: [...] }"

@@ -100,6 +100,13 @@ Deno.test("vf explain shows the graph, replicas, join, delivery and permissions 
   assert.ok(join?.includes("waits for every member") && join.endsWith("(the batch default)"), join);
   assert.ok(join?.includes("past 256 incomplete groups a parent that runs ahead waits for the others"), join);
   assert.equal(lines.filter((line) => line === "    permissions: none").length, 4);
+  const fewer = await vfWith({ VF_MAX_RETRIES: "0" }, "explain", "examples/hello.ts");
+  assert.ok(
+    fewer.stdout.includes(
+      "    delivery at-least-once, 0 retries then dead-letter (full DLQ), at most 1 delivery",
+    ),
+    `VF_MAX_RETRIES, as the replicas read it:\n${fewer.stdout}`,
+  );
 });
 
 Deno.test("vf explain --flow-type realtime explains the flow as run-local --flow-type realtime runs it", async () => {
