@@ -655,7 +655,7 @@ export class LocalEngine {
         ? this.#stoppedBy === null
           ? `flow ${flowId} finished (run ${runId})`
           : `flow ${flowId} stopped on ${this.#stoppedBy} (run ${runId}): every item taken was finished; ` +
-            `run it again with --run-id ${runId} to go on`
+            `run it again with --run-id ${runId} to go on (replayable sources resume, others start over)`
         : `flow ${flowId} ${
           this.#forced ? "was forced to stop" : "failed"
         } with exit code ${exitCode} (run ${runId})`;
