@@ -651,10 +651,16 @@ export class LocalEngine {
       await this.#writeDeadLetters();
       const snapshots = this.#snapshots();
       const exitCode = this.#forced ? EXIT_FORCED : runExitCode(this.#statuses());
+      // A stop ends every producer's stream where it is, so a join of sources at different points gives up
+      // the groups the stopped ones never completed: those count as dropped, and the outcome says so.
+      const dropped = snapshots.reduce((n, s) => n + Object.values(s.drops).reduce((a, b) => a + b, 0), 0);
+      const taken = dropped === 0
+        ? "every item taken was finished"
+        : `every item taken was finished or given up (${dropped} dropped: see the drops column)`;
       const outcome = exitCode === 0
         ? this.#stoppedBy === null
           ? `flow ${flowId} finished (run ${runId})`
-          : `flow ${flowId} stopped on ${this.#stoppedBy} (run ${runId}): every item taken was finished; ` +
+          : `flow ${flowId} stopped on ${this.#stoppedBy} (run ${runId}): ${taken}; ` +
             `run it again with --run-id ${runId} to go on (replayable sources resume, others start over)`
         : `flow ${flowId} ${
           this.#forced ? "was forced to stop" : "failed"
@@ -874,13 +880,16 @@ export class LocalEngine {
 
   #exited(replica: Replica, status: number): void {
     if (replica.exitCode !== null) return;
-    // Status 0 is a clean end only when the task said so: node code that calls `Deno.exit(0)` ends the
-    // replica with its stream unfinished and its inputs unacked.
-    const unreported = status === 0 && !replica.exitReported;
+    // A status means what the task said only when it sent its exit report: node code that calls
+    // `Deno.exit(n)` ends the replica with its stream unfinished and its inputs unacked, whatever `n` says
+    // (0 is no clean end, 2 no author's mistake). A signal's status, or a reason found otherwise (a
+    // refusal while its module loaded), stands.
+    const unreported = !replica.exitReported && replica.reason === null && status < 128;
     if (unreported) {
       replica.reason = {
         code: "VF_WORKER_FATAL",
-        message: "the replica exited with status 0 before its task ended (node code called Deno.exit?)",
+        message: `the replica exited with status ${status} before its task ended, with no exit report ` +
+          "(node code called Deno.exit, or its module failed to load)",
         disposition: "worker_fatal",
       };
     }
@@ -1032,6 +1041,8 @@ export class LocalEngine {
    * at the channel limit can take the flow's stop and end its stream.
    */
   #abandonInputsOf(replica: Replica): void {
+    // A forced or ended run keeps its broker's work for nothing: it is not counted as dropped.
+    if (this.#forced || this.#ending) return;
     const { spec } = replica;
     const alive = (r: Replica) =>
       r.spec === spec && r.state !== NodeState.failed && r.state !== NodeState.done;
