@@ -715,7 +715,8 @@ export class LocalEngine {
     replica.lastReportAt = performance.now() / 1000;
     if (report.kind === "stats") {
       replica.stats = report;
-      if (replica.state === NodeState.starting || replica.state === NodeState.restarting) {
+      // A replica runs once its node opened: until then (a model loading) it is still starting.
+      if (report.ready && (replica.state === NodeState.starting || replica.state === NodeState.restarting)) {
         replica.state = NodeState.running;
       }
       if (report.ready && !replica.ready) {

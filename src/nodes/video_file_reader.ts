@@ -142,6 +142,11 @@ function firstSlot(framemd5: string): number | null {
  * A live source without both `width` and `height` is sized by ffprobe first, on a connection of its own: a
  * server that serves a single client (ffmpeg's `tcp://...?listen=1`) needs both given.
  *
+ * A live source's capture times are when its frames' bytes arrived: ffmpeg analyses the first seconds of
+ * each connection before it decodes, so the first frames after a (re)connection arrive together, their
+ * capture times a few milliseconds apart. A time join over live cameras should allow for that (a quorum, a
+ * timeout) rather than pair those frames by a tight tolerance.
+ *
  * A live source has no position: `seek` does nothing, so after a restart its frames are new frames under
  * the offsets that follow the last accepted one, and it is not finite by default. When it ends, stalls
  * for `readTimeoutSeconds` or cannot be reached, the reader redials with exponential backoff
@@ -516,7 +521,11 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
     if (this.#failures > budget) {
       throw new ResourceUnavailable(
         `node ${this.name}: live source ${this.params.path} failed ${this.#failures} times in a row: ${reason}`,
-        "check that the stream is up and reachable from the worker, or raise maxReconnects",
+        "check that the stream is up and reachable from the worker, or raise maxReconnects" +
+          (this.params.width === undefined || this.params.height === undefined
+            ? "; a source without width and height is sized by ffprobe on a connection of its own, which a " +
+              "server that serves one client (ffmpeg's ?listen=1) gives to ffprobe alone: give both"
+            : ""),
         { node: this.name, path: this.params.path },
       );
     }

@@ -1027,6 +1027,7 @@ Deno.test("a realtime flow's producer waits until every other replica opened: a 
     assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 20));
     assert.match(run.stdout, /count +waiting/, "the producer is shown waiting while the model loads");
     assert.match(run.text, /the producers wait for model\[0\] to open/);
+    assert.match(run.stdout, /model +starting/, "a node still opening is shown starting, not running");
   });
 });
 
