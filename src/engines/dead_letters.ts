@@ -180,14 +180,26 @@ function parsedLetter(line: string, path: string, lineNumber: number): DeadLette
 /**
  * The dead letters of a run its supervisor restarted: those an earlier supervisor wrote, then the current
  * broker's that are not the same message dead-lettered again by the same node (a replayed source
- * re-publishes the same messages). Earlier records come first and are kept as they were.
+ * re-publishes the same messages). Earlier records come first and are kept as they were. A new letter
+ * whose id an earlier, different letter holds (the new broker numbers its streams from 1 again, and a
+ * source that is not replayable makes new messages) is listed as `<id>#2` (`#3`, ...), so that every id
+ * names one letter.
  */
 export function mergeDeadLetters(
   earlier: readonly DeadLetterRecord[],
   current: readonly DeadLetterRecord[],
 ): DeadLetterRecord[] {
   const seen = new Set(earlier.map(sameLetter));
-  return [...earlier, ...current.filter((record) => !seen.has(sameLetter(record)))];
+  const ids = new Set(earlier.map((record) => record.id));
+  const merged = [...earlier];
+  for (const record of current) {
+    if (seen.has(sameLetter(record))) continue;
+    let id = record.id;
+    for (let k = 2; ids.has(id); k++) id = `${record.id}#${k}`;
+    ids.add(id);
+    merged.push(id === record.id ? record : { ...record, id });
+  }
+  return merged;
 }
 
 /**

@@ -53,7 +53,7 @@ Deno.test("a re-run's dead letters follow the earlier supervisor's; a message de
     earlier[0],
     earlier[1],
     current[1],
-    current[2],
+    { ...current[2], id: "dlq:f:r:mid:2#2" },
   ]);
   assert.deepEqual(mergeDeadLetters([], current), current);
   assert.deepEqual(mergeDeadLetters(earlier, []), earlier);
@@ -76,4 +76,27 @@ Deno.test("a message dead-lettered again after a replay is one letter, though it
   const other = { ...letter("dlq:f:r:sink:20", "sink", ""), envelope_b64: body(1) };
   assert.notEqual(first.envelope_b64, again.envelope_b64);
   assert.deepEqual(mergeDeadLetters([first], [again, other]), [first, other]);
+});
+
+Deno.test("a new letter whose id an earlier, different letter holds is listed under the id with #2, #3", () => {
+  const body = (trace: string) =>
+    encodeEnvelope(createEnvelope({
+      type: MsgType.data,
+      producerName: "count",
+      flowId: "f",
+      runId: "r",
+      traceId: trace,
+      seq: 10,
+    })).toBase64();
+  const first = { ...letter("dlq:f:r:bad:10", "bad", ""), envelope_b64: body("count:1:10") };
+  const second = { ...letter("dlq:f:r:bad:10", "bad", ""), envelope_b64: body("count:2:10") };
+  const third = { ...letter("dlq:f:r:bad:10", "bad", ""), envelope_b64: body("count:3:10") };
+  const once = mergeDeadLetters([first], [second]);
+  assert.deepEqual(once.map((r) => r.id), ["dlq:f:r:bad:10", "dlq:f:r:bad:10#2"]);
+  assert.deepEqual(mergeDeadLetters([first], [second]), once, "the same merge, the same ids");
+  assert.deepEqual(
+    mergeDeadLetters(once, [third, second]).map((r) => r.id),
+    ["dlq:f:r:bad:10", "dlq:f:r:bad:10#2", "dlq:f:r:bad:10#3"],
+    "a third run's new letter takes the next id; one already listed is not listed again",
+  );
 });
