@@ -68,6 +68,9 @@ import {
   writeDeadLetters,
 } from "./dead_letters.ts";
 import { EmbeddedBroker } from "./embedded_broker.ts";
+import { decodeEnvelope } from "../wire/codec.ts";
+import { DROP_JOIN_EVICTED } from "../messaging/grouping.ts";
+import { MsgType } from "../wire/identities.ts";
 import { subprocessResolutionArgs, workerOptionsEnabled } from "./deno_config.ts";
 import {
   clearRunEnd,
@@ -652,11 +655,12 @@ export class LocalEngine {
       const snapshots = this.#snapshots();
       const exitCode = this.#forced ? EXIT_FORCED : runExitCode(this.#statuses());
       // A stop ends every producer's stream where it is, so a join of sources at different points gives up
-      // the groups the stopped ones never completed: those count as dropped, and the outcome says so.
-      const dropped = snapshots.reduce((n, s) => n + Object.values(s.drops).reduce((a, b) => a + b, 0), 0);
-      const taken = dropped === 0
+      // the groups the stopped ones never completed: those are join evictions, and the outcome says so.
+      const givenUp = snapshots.reduce((n, s) => n + (s.drops[DROP_JOIN_EVICTED] ?? 0), 0);
+      const taken = givenUp === 0
         ? "every item taken was finished"
-        : `every item taken was finished or given up (${dropped} dropped: see the drops column)`;
+        : `every item taken was finished or given up (${givenUp} join members, ${DROP_JOIN_EVICTED} in the ` +
+          "drops column)";
       const outcome = exitCode === 0
         ? this.#stoppedBy === null
           ? `flow ${flowId} finished (run ${runId})`
@@ -846,7 +850,7 @@ export class LocalEngine {
       const code = status.signal === null ? status.code : signalStatus(status.signal);
       // A replica that dies loading its module reports nothing; Deno's refusal of a permission is on stderr.
       const refused = replica.reason === null && code !== 0 ? this.#refusedOnLoad(replica, tail) : null;
-      this.#exited(replica, refused ?? code);
+      this.#exited(replica, refused ?? code, status.signal !== null);
     });
   }
 
@@ -879,14 +883,19 @@ export class LocalEngine {
     }
   }
 
-  #exited(replica: Replica, status: number): void {
+  #exited(replica: Replica, status: number, bySignal = false): void {
     if (replica.exitCode !== null) return;
     // A status means what the task said only when it sent its exit report: node code that calls
     // `Deno.exit(n)` ends the replica with its stream unfinished and its inputs unacked, whatever `n` says
-    // (0 is no clean end, 2 no author's mistake). A signal's status, or a reason found otherwise (a
-    // refusal while its module loaded), stands.
-    const unreported = !replica.exitReported && replica.reason === null && status < 128;
+    // (0 is no clean end, 2 no author's mistake, 143 no SIGTERM). A signal's status, or a reason found
+    // otherwise (a refusal while its module loaded), stands.
+    const unreported = !replica.exitReported && replica.reason === null && !bySignal;
     if (unreported) {
+      // Its end marker at the broker says what its missing report would have: a stream already ended
+      // (node code exiting in close()) must not be made again.
+      const marker = this.#publishedEndMarker(replica);
+      replica.endMarker = marker;
+      replica.streamEnded = marker === EndMarker.eos;
       replica.reason = {
         code: "VF_WORKER_FATAL",
         message: `the replica exited with status ${status} before its task ended, with no exit report ` +
@@ -912,7 +921,6 @@ export class LocalEngine {
     } else {
       replica.state = NodeState.failed;
       if (decision.event !== null) this.#event(decision.event);
-      this.#abandonInputsOf(replica);
       // A replica that failed after its stream ended cleanly left nothing undone: the flow goes on, and
       // the failure is the run's exit status.
       if (replica.streamEnded) {
@@ -922,8 +930,21 @@ export class LocalEngine {
       } else if (replica.spec.hasChildren && replica.endMarker === null && !this.#forced) {
         this.#endRun(replica);
       } else if (!this.#stopping) this.#abortFlow(replica);
+      this.#abandonInputsOf(replica);
     }
     this.#wake?.();
+  }
+
+  /** The end marker (EOS or ABORT) the broker holds from `replica`, if it published one. */
+  #publishedEndMarker(replica: Replica): EndMarker | null {
+    const { flowId, runId } = this.#options;
+    for (const envelope of this.#broker.messaging.stored(channelId(flowId, runId, replica.spec.name))) {
+      if (envelope.kind !== MessageKind.eos) continue;
+      const marker = decodeEnvelope(envelope.body);
+      if (marker.replicaId !== replica.index) continue;
+      return marker.type === MsgType.abort ? EndMarker.abort : EndMarker.eos;
+    }
+    return null;
   }
 
   /**
