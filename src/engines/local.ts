@@ -778,7 +778,8 @@ export class LocalEngine {
       ended = true;
       worker.terminate();
       connection.disconnect(`${spec.name}[${index}] ended`);
-      this.#exited(replica, code);
+      // No signal reaches a Worker: a status past 128 is a kill the fault schedule simulates (137).
+      this.#exited(replica, code, code >= 128);
     };
     worker.onmessage = (event: MessageEvent<WorkerReport | { kind: "done"; code: number }>) => {
       const message = event.data;
