@@ -240,7 +240,7 @@ export function loggingConfigFromEnv(env: EnvSource = Deno.env): LoggingConfig {
     throw new ConfigError(
       `${STRUCTURED_LOGS_ENV} must be 1 or 0, got ${JSON.stringify(structured)}`,
       `set ${STRUCTURED_LOGS_ENV}=1 for JSON lines, or leave it unset for the human format`,
-      { [STRUCTURED_LOGS_ENV]: structured },
+      { variable: STRUCTURED_LOGS_ENV, value: structured },
     );
   }
   const rawLevel = (env.get(LOG_LEVEL_ENV) ?? "").trim().toLowerCase();
@@ -249,7 +249,7 @@ export function loggingConfigFromEnv(env: EnvSource = Deno.env): LoggingConfig {
     throw new ConfigError(
       `${LOG_LEVEL_ENV} must be debug, info, warn or error, got ${JSON.stringify(rawLevel)}`,
       `set ${LOG_LEVEL_ENV} to one of debug, info, warn, error`,
-      { [LOG_LEVEL_ENV]: rawLevel },
+      { variable: LOG_LEVEL_ENV, value: rawLevel },
     );
   }
   return { format: TRUE_WORDS.has(structured) ? LogFormat.json : LogFormat.human, level: level as LogLevel };

@@ -137,7 +137,13 @@ Deno.test("env: VF_STRUCTURED_LOGS picks the format, VF_LOG_LEVEL the level; oth
   assert.equal(loggingConfigFromEnv(env({ VF_LOG_LEVEL: "warning" })).level, "warn");
   assert.equal(loggingConfigFromEnv(env({ VF_STRUCTURED_LOGS: "true" })).format, "json");
   assert.throws(() => loggingConfigFromEnv(env({ VF_STRUCTURED_LOGS: "json" })), ConfigError);
-  assert.throws(() => loggingConfigFromEnv(env({ VF_LOG_LEVEL: "verbose" })), ConfigError);
+  assert.throws(
+    () => loggingConfigFromEnv(env({ VF_LOG_LEVEL: "verbose" })),
+    (error: unknown) =>
+      error instanceof ConfigError &&
+      JSON.stringify(error.context) === JSON.stringify({ variable: "VF_LOG_LEVEL", value: "verbose" }),
+    "the error names the variable that is wrong",
+  );
   assert.throws(() => loggingConfigFromEnv(env({ VF_LOG_LEVEL: "toString" })), ConfigError);
   const lines: string[] = [];
   const logger = configureLogging(scope, env({ VF_STRUCTURED_LOGS: "1", VF_LOG_LEVEL: "error" }), {
