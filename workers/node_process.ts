@@ -42,12 +42,11 @@ const SETTINGS = takeSettings(Deno.args);
 /** Runs the replica this process's settings describe, then exits with its status. */
 export async function serveNodeProcess(): Promise<never> {
   const encoder = new TextEncoder();
-  const env = SETTINGS;
-  const underLocalEngine = env[EMBEDDED_BROKER_ENV] !== undefined;
+  const underLocalEngine = SETTINGS[EMBEDDED_BROKER_ENV] !== undefined;
   Deno.addSignalListener("SIGINT", () => {});
   if (underLocalEngine) Deno.addSignalListener("SIGTERM", () => {});
   const code = await runWorker({
-    env,
+    env: SETTINGS,
     report: (report) =>
       Deno.stdout.writeSync(encoder.encode(`${REPORT_LINE_PREFIX}${JSON.stringify(report)}\n`)),
     onQuiesce: underLocalEngine ? undefined : (quiesce) => Deno.addSignalListener("SIGTERM", quiesce),

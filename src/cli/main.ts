@@ -1,6 +1,7 @@
 /**
- * The `vf` command line: `validate`, `compile`, `explain`, `decode`, `run-local` and `dlq`. Every failure prints one rendered error
- * (what broke, what to do, the context) and exits with the taxonomy's code; never a stack trace.
+ * The `vf` command line: `validate`, `compile`, `explain`, `decode`, `run-local` and `dlq`. Every failure
+ * prints one rendered error (what broke, what to do, the context) and exits with the taxonomy's code; never
+ * a stack trace.
  *
  * @module
  */

@@ -536,13 +536,12 @@ function entryProblem(kind: PermissionKind, entry: string): string | null {
 function checkWorkerContract(node: Node, out: Diagnostic[]): void {
   const permissions = permissionsProblem(node) ?? attempt(out, node.name, () => {
     const granted = node.permissions();
-    if (
-      !PERMISSION_KINDS.every((kind) => Array.isArray(granted[kind]) && granted[kind].every(isNonEmptyString))
-    ) {
-      return "permissions() must return a list of non-empty strings for every kind";
-    }
     for (const kind of PERMISSION_KINDS) {
-      for (const entry of granted[kind]) {
+      const list = granted[kind];
+      if (!Array.isArray(list) || !list.every(isNonEmptyString)) {
+        return "permissions() must return a list of non-empty strings for every kind";
+      }
+      for (const entry of list) {
         const problem = entryProblem(kind, entry);
         if (problem !== null) return `the ${problem}`;
       }

@@ -388,8 +388,8 @@ export abstract class NodeTask<N extends Node = Node> {
   /**
    * Opens the node, runs the loop and closes the node, whatever happened (a close that fails after a clean
    * loop turns the outcome into that failure). A failure in `open()` or in the loop publishes ABORT unless
-   * a restart would go on with the stream (worker_fatal, and not the author's mistake, exit 2). Rejects only with a {@link SimulatedCrash}, which, like a real death, skips
-   * everything after it.
+   * a restart would go on with the stream (worker_fatal, and not the author's mistake, exit 2). Rejects
+   * only with a {@link SimulatedCrash}, which, like a real death, skips everything after it.
    */
   async run(): Promise<TaskOutcome> {
     let outcome: TaskOutcome;

@@ -326,6 +326,11 @@ interface Replica {
   kill: (() => void) | null;
 }
 
+/** Whether a replica is over for this run: done, or failed for good. */
+function hasEnded(replica: Replica): boolean {
+  return replica.state === NodeState.done || replica.state === NodeState.failed;
+}
+
 const DENO_ENV_PASSTHROUGH = ["PATH", "HOME", "DENO_DIR", "TMPDIR", "NO_COLOR", "XDG_CACHE_HOME", "LANG"];
 
 /** How much of a subprocess replica's stderr is kept to read why it died. */
@@ -582,9 +587,7 @@ export class LocalEngine {
 
   /** The replicas held producers wait for: not opened yet, and not ended. */
   #openingReplicas(): Replica[] {
-    return this.#replicas.filter((r) =>
-      !this.#held.includes(r) && !r.ready && r.state !== NodeState.done && r.state !== NodeState.failed
-    );
+    return this.#replicas.filter((r) => !this.#held.includes(r) && !r.ready && !hasEnded(r));
   }
 
   /** Says once, after {@link HELD_NOTICE_SECONDS}, which replicas the held producers are waiting for. */
@@ -1054,10 +1057,6 @@ export class LocalEngine {
   }
 
   /**
-   * Tells the broker which messages each partitioned replica's subscription owns, so that what a realtime
-   * channel evicts counts as a drop for the one replica that would have processed it, not for each.
-   */
-  /**
    * The inputs of a replica given up on for good that no other replica will take: its partition's, or,
    * for replicas that share one subscription, theirs once none of them is left. Its parents' channels no
    * longer keep messages for it (each released one is a `consumer_gone` drop), so a producer it held back
@@ -1067,9 +1066,7 @@ export class LocalEngine {
     // A forced or ended run keeps its broker's work for nothing: it is not counted as dropped.
     if (this.#forced || this.#ending) return;
     const { spec } = replica;
-    const alive = (r: Replica) =>
-      r.spec === spec && r.state !== NodeState.failed && r.state !== NodeState.done;
-    if (!spec.isPartitioned && this.#replicas.some(alive)) return;
+    if (!spec.isPartitioned && this.#replicas.some((r) => r.spec === spec && !hasEnded(r))) return;
     const { flowId, runId } = this.#options;
     for (const parent of spec.parents) {
       const channel = channelId(flowId, runId, parent);
@@ -1079,6 +1076,10 @@ export class LocalEngine {
     }
   }
 
+  /**
+   * Tells the broker which messages each partitioned replica's subscription owns, so that what a realtime
+   * channel evicts counts as a drop for the one replica that would have processed it, not for each.
+   */
   #ownPartitionDrops(): void {
     const { flowId, runId, specs } = this.#options;
     for (const spec of specs) {
@@ -1150,7 +1151,7 @@ export class LocalEngine {
     const silence = this.#silence;
     let shownAt = -Infinity;
     let forcedAt: number | null = null;
-    while (!this.#replicas.every((r) => r.state === NodeState.done || r.state === NodeState.failed)) {
+    while (!this.#replicas.every(hasEnded)) {
       // A forced stop kills every replica: their exits are awaited briefly, so the summary shows them ended.
       if (this.#forced) {
         forcedAt ??= performance.now() / 1000;

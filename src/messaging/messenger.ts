@@ -1181,6 +1181,12 @@ export class BrokerMessenger implements Messenger {
     return this.stopReason() !== null;
   }
 
+  /** This replica's authority is gone (its lease, or a fenced write): it stops, and says so. */
+  #loseAuthority(): void {
+    this.#authorityLost = true;
+    this.#stopped.abort();
+  }
+
   /** Aborted once a stop is signalled: the flow-wide stop, a quiesce or a lost authority. */
   get stopSignal(): AbortSignal {
     return this.#stopped.signal;
@@ -1406,8 +1412,7 @@ export class BrokerMessenger implements Messenger {
     if (token === null) return;
     this.#lease = token;
     this.#leaseKeeper = this.#runtime.keepLease(token, (error) => {
-      this.#authorityLost = true;
-      this.#stopped.abort();
+      this.#loseAuthority();
       this.#logger.error("the partition lease was lost", { error: error.message });
     });
   }
@@ -2484,10 +2489,7 @@ export class BrokerMessenger implements Messenger {
     try {
       await this.#runtime.checkpoint(state, position);
     } catch (error) {
-      if (error instanceof StaleAuthority) {
-        this.#authorityLost = true;
-        this.#stopped.abort();
-      }
+      if (error instanceof StaleAuthority) this.#loseAuthority();
       throw error;
     }
     this.#state = state;
