@@ -23,6 +23,22 @@ function letter(id: string, node: string, body: string): DeadLetterRecord {
   };
 }
 
+/** A letter of `node` whose envelope is a data envelope of producer `count` with `fields`. */
+function envelopeLetter(
+  id: string,
+  node: string,
+  fields: { traceId: string; seq: number; replicaId?: number; spanId?: string },
+): DeadLetterRecord {
+  const envelope = createEnvelope({
+    type: MsgType.data,
+    producerName: "count",
+    flowId: "f",
+    runId: "r",
+    ...fields,
+  });
+  return { ...letter(id, node, ""), envelope_b64: encodeEnvelope(envelope).toBase64() };
+}
+
 Deno.test("dead letters written whole read back; a run without the file has none; no run is a ConfigError", async () => {
   const dir = await Deno.makeTempDir({ prefix: "vf-dlq-" });
   try {
@@ -60,37 +76,23 @@ Deno.test("a re-run's dead letters follow the earlier supervisor's; a message de
 });
 
 Deno.test("a message dead-lettered again after a replay is one letter, though its metadata differs", () => {
-  const body = (replica: number) =>
-    encodeEnvelope(createEnvelope({
-      type: MsgType.data,
-      producerName: "count",
-      flowId: "f",
-      runId: "r",
-      traceId: "count:20",
-      seq: 20,
-      replicaId: replica,
-      spanId: `span-${replica}`,
-    })).toBase64();
-  const first = { ...letter("dlq:f:r:work:20", "work", ""), envelope_b64: body(0) };
-  const again = { ...letter("dlq:f:r:work:20", "work", ""), envelope_b64: body(1), deliveries: 5 };
-  const other = { ...letter("dlq:f:r:sink:20", "sink", ""), envelope_b64: body(1) };
+  const at = (replicaId: number) => ({
+    traceId: "count:20",
+    seq: 20,
+    replicaId,
+    spanId: `span-${replicaId}`,
+  });
+  const first = envelopeLetter("dlq:f:r:work:20", "work", at(0));
+  const again = { ...envelopeLetter("dlq:f:r:work:20", "work", at(1)), deliveries: 5 };
+  const other = envelopeLetter("dlq:f:r:sink:20", "sink", at(1));
   assert.notEqual(first.envelope_b64, again.envelope_b64);
   assert.deepEqual(mergeDeadLetters([first], [again, other]), [first, other]);
 });
 
 Deno.test("a new letter whose id an earlier, different letter holds is listed under the id with #2, #3", () => {
-  const body = (trace: string) =>
-    encodeEnvelope(createEnvelope({
-      type: MsgType.data,
-      producerName: "count",
-      flowId: "f",
-      runId: "r",
-      traceId: trace,
-      seq: 10,
-    })).toBase64();
-  const first = { ...letter("dlq:f:r:bad:10", "bad", ""), envelope_b64: body("count:1:10") };
-  const second = { ...letter("dlq:f:r:bad:10", "bad", ""), envelope_b64: body("count:2:10") };
-  const third = { ...letter("dlq:f:r:bad:10", "bad", ""), envelope_b64: body("count:3:10") };
+  const first = envelopeLetter("dlq:f:r:bad:10", "bad", { traceId: "count:1:10", seq: 10 });
+  const second = envelopeLetter("dlq:f:r:bad:10", "bad", { traceId: "count:2:10", seq: 10 });
+  const third = envelopeLetter("dlq:f:r:bad:10", "bad", { traceId: "count:3:10", seq: 10 });
   const once = mergeDeadLetters([first], [second]);
   assert.deepEqual(once.map((r) => r.id), ["dlq:f:r:bad:10", "dlq:f:r:bad:10#2"]);
   assert.deepEqual(mergeDeadLetters([first], [second]), once, "the same merge, the same ids");
