@@ -392,6 +392,11 @@ interface ParentState {
   inJoin: number;
   quietSince: number | null;
   nextCheck: number;
+  /**
+   * At the last EOS-7 check, every replica had ended and the broker held nothing for this node, yet the
+   * ledger noted fewer ids received than the parent announced: the held end markers are work that waits.
+   */
+  barrierShort: boolean;
   /** Received ids waiting for the write running now to finish, and the write that will note them. */
   recordingNext: ReceivedWrite | null;
   /** The latest received-id write begun or queued. */
@@ -1264,8 +1269,10 @@ export class BrokerMessenger implements Messenger {
 
   /**
    * Messages waiting for this node across its parents (on the broker, leased, held in join groups, or,
-   * for an at-least-once node, retained unresolved), Unknown as soon as any parent's subscription could
-   * not be read; Known(0) for a producer.
+   * for an at-least-once node, retained unresolved), and the end markers held for a parent whose EOS-7
+   * barrier stays short with nothing left on the broker (so a barrier that can never complete is a stall
+   * the progress deadline ends, not an idle node); Unknown as soon as any parent's subscription could not
+   * be read; Known(0) for a producer.
    */
   async pendingObservation(): Promise<Observation<number>> {
     let total = 0;
@@ -1273,6 +1280,7 @@ export class BrokerMessenger implements Messenger {
       const observed = await this.#backend.observeSubscription(parent.data);
       if (observed.kind !== "known") return observed;
       total += this.#waiting(observed.value) + observed.value.leased;
+      if (parent.barrierShort && !parent.drained) total += parent.ends.size;
     }
     return known(total, this.#clock);
   }
@@ -1346,6 +1354,7 @@ export class BrokerMessenger implements Messenger {
       inJoin: 0,
       quietSince: null,
       nextCheck: 0,
+      barrierShort: false,
       recordingNext: null,
       recordingLast: Promise.resolve(),
     };
@@ -1995,8 +2004,12 @@ export class BrokerMessenger implements Messenger {
         : observed;
       // The barrier is never complete while the broker holds work for this node or cannot be read, so the
       // ledger (terminators, every received record) is read only when the broker's facts allow completion.
-      if (counts.kind !== "known" || counts.value[0] > 0 || counts.value[1] > 0) return false;
+      if (counts.kind !== "known" || counts.value[0] > 0 || counts.value[1] > 0) {
+        parent.barrierShort = false;
+        return false;
+      }
       const state = await this.#runtime.completionState(parent.name, parent.durable, counts, false);
+      parent.barrierShort = state === CompletionState.draining;
       if (state !== CompletionState.complete) return false;
       await this.#runtime.commitCompletion(parent.name, this.#lease);
       return true;
