@@ -68,6 +68,7 @@ import {
   writeDeadLetters,
 } from "./dead_letters.ts";
 import { EmbeddedBroker } from "./embedded_broker.ts";
+import { StopSignals } from "./stop_signals.ts";
 import { decodeEnvelope } from "../wire/codec.ts";
 import { DROP_JOIN_EVICTED } from "../messaging/grouping.ts";
 import { MsgType } from "../wire/identities.ts";
@@ -132,6 +133,12 @@ export interface LocalRunOptions {
    * "stopped on request"); the run can then go on with the same run id.
    */
   readonly signal?: AbortSignal;
+  /**
+   * Where SIGINT and SIGTERM come from: a listener the caller started before the run (the CLI, as it
+   * starts), so that one arriving while the flow loads already stops the run cleanly. By default the
+   * engine listens from the moment {@link LocalEngine.run} is called until it returns.
+   */
+  readonly stopSignals?: StopSignals;
   /**
    * Seconds without any report after which a replica counts as stalled: by default the progress timeout
    * its workers get (`VF_PROGRESS_TIMEOUT_SECONDS` in {@link extraEnv}, else 300), at least
@@ -372,13 +379,6 @@ function isEngineSetting(name: string): boolean {
   return name.startsWith("VF_") || name.startsWith("VIDEOFLOW_");
 }
 
-/**
- * What starts a process replica in a session of its own: a terminal's Ctrl-C or a service manager's
- * SIGTERM to vf's process group then reaches vf alone, which stops the flow the spec's way, instead of
- * killing a replica that has not yet installed its own handlers (its module graph still loading).
- */
-const SETSID = "setsid";
-
 /** Whether env permission `declared` (a name, or a prefix ending in `*`, as Deno reads it) covers `name`. */
 function envNameMatches(declared: string, name: string): boolean {
   return declared.endsWith("*") ? name.startsWith(declared.slice(0, -1)) : declared === name;
@@ -454,6 +454,7 @@ export class LocalEngine {
   /** When the latest stop signal arrived (seconds, `performance.now()`), if one did. */
   #signalledAt: number | null = null;
   #forced = false;
+  readonly #stopSignals: StopSignals;
   #ending = false;
   /** Every replica has ended; the run's records are being written, and no stop changes them. */
   #settled = false;
@@ -473,8 +474,10 @@ export class LocalEngine {
     ledger: FileRuntimeStore,
     runDir: string,
     earlierDeadLetters: readonly DeadLetterRecord[],
+    stopSignals: StopSignals,
   ) {
     this.#options = options;
+    this.#stopSignals = stopSignals;
     this.#silence = silenceLimit(options, settings);
     this.#resolutionArgs = options.isolation === Isolation.process ? subprocessResolutionArgs() : [];
     this.#runDir = runDir;
@@ -494,6 +497,20 @@ export class LocalEngine {
   /** Runs the flow and resolves with how it ended. */
   static async run(options: LocalRunOptions): Promise<LocalRunResult> {
     const settings = checkLocalRunOptions(options);
+    // Listened for before anything of the run exists, so no signal ends this process half way.
+    const stopSignals = options.stopSignals ?? StopSignals.listen();
+    try {
+      return await LocalEngine.#runListening(options, settings, stopSignals);
+    } finally {
+      if (options.stopSignals === undefined) stopSignals.close();
+    }
+  }
+
+  static async #runListening(
+    options: LocalRunOptions,
+    settings: WorkerSettings,
+    stopSignals: StopSignals,
+  ): Promise<LocalRunResult> {
     const runDir = runDirectory(options.stateDir, options.flowId, options.runId);
     try {
       await Deno.mkdir(`${runDir}/termination`, { recursive: true });
@@ -517,7 +534,7 @@ export class LocalEngine {
       await forgetEarlierBroker(ledger, options, previous);
       await clearRunEnd(runDir);
       const earlier = await readDeadLettersIfAny(runDir) ?? [];
-      const engine = new LocalEngine(options, settings, ledger, runDir, earlier);
+      const engine = new LocalEngine(options, settings, ledger, runDir, earlier, stopSignals);
       try {
         return await engine.#run();
       } finally {
@@ -615,9 +632,8 @@ export class LocalEngine {
     await provisionFlow(this.#broker.messaging, topology, `run-local/${runId}`);
     this.#ownPartitionDrops();
     if (this.#options.isolation === Isolation.process) await this.#broker.listen();
-    const signals: Deno.Signal[] = ["SIGINT", "SIGTERM"];
-    const listeners = signals.map((signal) => [signal, () => this.stop(signal)] as const);
-    for (const [signal, listener] of listeners) Deno.addSignalListener(signal, listener);
+    // A signal that came while the run was being set up is handed over now, before any replica starts.
+    const detachSignals = this.#stopSignals.attach((signal) => this.stop(signal));
     const onAbort = () => this.stop(STOP_REQUESTED);
     this.#options.signal?.addEventListener("abort", onAbort, { once: true });
     if (this.#options.signal?.aborted) onAbort();
@@ -680,7 +696,7 @@ export class LocalEngine {
       }
       return { exitCode, outcome, snapshots, runDir: this.#runDir };
     } finally {
-      for (const [signal, listener] of listeners) Deno.removeSignalListener(signal, listener);
+      detachSignals();
       this.#options.signal?.removeEventListener("abort", onAbort);
     }
   }
@@ -821,9 +837,8 @@ export class LocalEngine {
       ),
     );
     const settings = this.#envFor(replica);
-    const child = new Deno.Command(SETSID, {
+    const child = new Deno.Command(Deno.execPath(), {
       args: [
-        Deno.execPath(),
         "run",
         "--no-prompt",
         ...this.#resolutionArgs,
@@ -837,6 +852,11 @@ export class LocalEngine {
       stdin: "null",
       stdout: "piped",
       stderr: "piped",
+      // A session of its own from before it runs: a terminal's Ctrl-C or a service manager's SIGTERM to
+      // vf's process group then reaches vf alone, which stops the flow the spec's way, and never a replica
+      // still starting (the session is made in the forked child, which has vf's stop listeners until it
+      // runs deno; a `setsid` program in between would take the signal's default action).
+      detached: true,
     }).spawn();
     replica.kill = () => {
       try {

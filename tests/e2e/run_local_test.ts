@@ -57,11 +57,11 @@ function vf(args: readonly string[], options: VfOptions): Promise<Run> {
   return finished(startVf(args, options));
 }
 
-/** A temporary directory for one story, removed afterwards whatever happened. */
-async function inTempDir(body: (dir: string) => Promise<void>): Promise<void> {
+/** A temporary directory for one story, removed afterwards whatever happened; resolves with `body`'s result. */
+async function inTempDir<T>(body: (dir: string) => Promise<T>): Promise<T> {
   const dir = await Deno.makeTempDir({ prefix: "vf-e2e-" });
   try {
-    await body(dir);
+    return await body(dir);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
@@ -1517,6 +1517,126 @@ Deno.test("SIGTERM to the process group while subprocess replicas are still star
       run.text,
       /exited with code 143|gave up/,
       "no replica was killed by the group's signal",
+    );
+  });
+});
+
+/** Reads `stream` to its end; `seen(text)` resolves once `text` has appeared in it, `all` with all of it. */
+function watchText(stream: ReadableStream<Uint8Array>) {
+  let text = "";
+  const waiters: { text: string; resolve: () => void }[] = [];
+  const all = (async () => {
+    for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
+      text += chunk;
+      for (const waiter of waiters.filter((w) => text.includes(w.text))) waiter.resolve();
+    }
+    return text;
+  })();
+  const seen = (wanted: string) =>
+    text.includes(wanted)
+      ? Promise.resolve()
+      : new Promise<void>((resolve) => waiters.push({ text: wanted, resolve }));
+  return { seen, all };
+}
+
+interface EarlyStop {
+  readonly isolation: string;
+  readonly signal: Deno.Signal;
+  /** Awaited once vf says it runs the flow; the signal goes to vf's process group when it resolves. */
+  readonly when: () => Promise<void>;
+  readonly env?: Readonly<Record<string, string>>;
+}
+
+/**
+ * `count (40 items, replayable) → middle → sink` run as `flowId` in a session of its own and signalled as
+ * `stop` says. Resolves with what was not clean, or null for a clean stop: exit 0, the outcome in the
+ * summary, no replica ended by the signal, and a re-run with the same run id that ends every item once.
+ */
+async function stopEarly(dir: string, flowId: string, stop: EarlyStop): Promise<string | null> {
+  const flow = await writeFlow(
+    dir,
+    ["ReplayableCount", "Poison"],
+    pipeline(
+      flowId,
+      `new ReplayableCount({ name: "count", n: 40, delayMs: 20 })`,
+      `new Poison({ name: "middle", poison: [] })`,
+      dir,
+    ),
+  );
+  const args = [
+    "run-local",
+    flow,
+    "--state",
+    join(dir, "state"),
+    "--run-id",
+    "r1",
+    "--isolation",
+    stop.isolation,
+  ];
+  const child = startVf(args, { cwd: dir, ownSession: true, env: stop.env });
+  const hung = setTimeout(() => child.kill("SIGKILL"), 60_000);
+  const stdout = new Response(child.stdout).text();
+  const stderr = watchText(child.stderr);
+  // From here on the run is being set up: its lock, its ledger, its broker, its replicas starting.
+  await stderr.seen(`running flow ${flowId}`);
+  await stop.when();
+  Deno.kill(-child.pid, stop.signal);
+  const { code } = await child.status;
+  clearTimeout(hung);
+  const text = `${await stdout}\n${await stderr.all}`;
+  if (code !== 0) return `exit ${code}\n${text}`;
+  if (!new RegExp(`flow ${flowId} (stopped on ${stop.signal}|finished) \\(run r1\\)`).test(text)) {
+    return `no summary\n${text}`;
+  }
+  if (/exited with code (130|143)|gave up/.test(text)) return `a replica was ended by the signal\n${text}`;
+  const rerun = await vf(args, { cwd: dir });
+  if (rerun.code !== 0) return `the re-run exited ${rerun.code}\n${rerun.text}`;
+  const numbers = await sinkNumbers(join(dir, "out.jsonl"));
+  return numbers.join() === range(1, 40).join() ? null : `the sink holds ${numbers.join()}`;
+}
+
+Deno.test("SIGINT or SIGTERM to vf's process group at any moment after it says it runs the flow is a clean stop: exit 0, a summary, and the re-run ends every item once", async () => {
+  const moments = [
+    ...[0, 30, 80, 150, 300, 600, 1000].map((ms) => ({ isolation: "process", ms })),
+    ...[0, 50, 200].map((ms) => ({ isolation: "worker", ms })),
+  ];
+  const unclean: string[] = [];
+  for (const [trial, { isolation, ms }] of moments.entries()) {
+    const signal = trial % 2 === 0 ? "SIGINT" : "SIGTERM";
+    const when = () => new Promise<void>((resolve) => setTimeout(resolve, ms));
+    const wrong = await inTempDir((dir) => stopEarly(dir, "early-stop", { isolation, signal, when }));
+    if (wrong !== null) {
+      unclean.push(`${signal} ${ms} ms after the notice (${isolation} isolation): ${wrong}`);
+    }
+  }
+  assert.deepEqual(unclean, [], "every stop was clean");
+});
+
+Deno.test("a Ctrl-C to vf's process group while a host is slow to start a subprocess replica is a clean stop: no replica is caught before its own session", async () => {
+  await inTempDir(async (dir) => {
+    // A slow host: any `setsid` run from this PATH takes 300 ms before it makes its session, in vf's group.
+    const slow = join(dir, "slow-bin");
+    await Deno.mkdir(slow);
+    const starting = join(dir, "starting");
+    await Deno.mkdir(starting);
+    await Deno.writeTextFile(
+      join(slow, "setsid"),
+      `#!/bin/sh\ntouch "${starting}/$$"\nsleep 0.3\nexec /usr/bin/setsid "$@"\n`,
+      { mode: 0o755 },
+    );
+    const started = async () => (await Array.fromAsync(Deno.readDir(starting))).length;
+    // The moment a replica is being started through the slow `setsid`, if one is; else once it should be
+    // (vf itself may have been started through it, before its notice).
+    const when = async () => {
+      const before = await started();
+      for (const start = performance.now(); performance.now() - start < 1500 && await started() === before;) {
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+    };
+    const env = { PATH: `${slow}:${Deno.env.get("PATH")}` };
+    assert.equal(
+      await stopEarly(dir, "slow-spawn", { isolation: "process", signal: "SIGINT", when, env }),
+      null,
     );
   });
 });

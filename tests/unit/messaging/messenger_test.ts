@@ -39,6 +39,7 @@ import {
   MessengerFlow,
   produce,
   RUN,
+  settlesWithin,
 } from "../../conformance/messenger/support.ts";
 
 const PIPELINE: FlowOptions = {
@@ -1131,14 +1132,6 @@ const FAN_IN_CHAIN: FlowOptions = {
   durableLedger: true,
   nodes: [{ name: "cam" }, { name: "mid", parents: ["cam"], nbTasks: 2 }, { name: "sink", parents: ["mid"] }],
 };
-
-/** Whether `call` settles within `seconds` of fake time. */
-async function settlesWithin(flow: MessengerFlow, call: Promise<unknown>, seconds: number): Promise<boolean> {
-  let settled = false;
-  call.then(() => settled = true, () => settled = true);
-  await flow.drive(flow.clock.sleep(seconds));
-  return settled;
-}
 
 Deno.test("an output a killed replica noted and its sibling published again counts once: the child's EOS-7 barrier completes", async () => {
   await withFlow(FAN_IN_CHAIN, async (flow) => {
