@@ -14,13 +14,16 @@ import { CoalescedRun } from "../core/coalesced_run.ts";
 import type { NodeSpec } from "../core/compiler.ts";
 import {
   ConfigError,
+  EXIT_ENVIRONMENT,
   EXIT_FLOW_FAILED,
   EXIT_STALLED,
   EXIT_USER,
   FlowFailed,
+  isDiskFailure,
   ProgressStalled,
   ResourceUnavailable,
   UpstreamAborted,
+  type VideoflowError,
 } from "../core/errors.ts";
 import { writeAll } from "../core/bytes.ts";
 import { undeclaredPermissionOnLoad } from "../core/undeclared_permission.ts";
@@ -42,6 +45,7 @@ import { dataSubscriptionId, flowTopology, provisionFlow, type TopologyNode } fr
 import { envelopeOwner } from "../messaging/messenger.ts";
 import { forgetBrokerCounts, forgetReplayPositions, storeSharedAndDurable } from "../backends/runtime.ts";
 import { FileRuntimeStore } from "../runtime/file_store.ts";
+import { systemClock } from "../backends/clock.ts";
 import {
   EMBEDDED_RUNTIME_STORE_URL,
   EndMarker,
@@ -455,6 +459,11 @@ export class LocalEngine {
   #signalledAt: number | null = null;
   #forced = false;
   #ending = false;
+  /**
+   * The first disk failure of the run's state (its ledger, dead letters or end record): the run ended at it,
+   * with exit status 3.
+   */
+  #stateUnwritable: ResourceUnavailable | null = null;
   /** Every replica has ended; the run's records are being written, and no stop changes them. */
   #settled = false;
   #wake: (() => void) | null = null;
@@ -482,9 +491,15 @@ export class LocalEngine {
     this.#broker = new EmbeddedBroker({
       runtimeStore: ledger,
       messaging: new MemoryMessagingBackend({ maxPayloadBytes: EMBEDDED_MAX_ENVELOPE_BYTES }),
+      // A dead letter that cannot be kept fails its publication, so its input is not acked: the run ends.
       onDeadLetter: () =>
         this.#writeDeadLetters().catch((error) => {
-          this.#view.event(`the dead letters could not be written (again at the next one): ${error.message}`);
+          if (!isDiskFailure(error)) {
+            this.#view.event(`the dead letters could not be written (again at the next one): ${error.message}`);
+            return;
+          }
+          this.#endOnUnwritableState(error);
+          throw error;
         }),
     });
     this.#view = new LiveView(options.output, this.#started);
@@ -513,11 +528,16 @@ export class LocalEngine {
         options.output.write(`${outcome}\n`);
         return { exitCode: 0, outcome, snapshots: [], runDir };
       }
-      const ledger = await FileRuntimeStore.open(`${runDir}/ledger`);
+      let engine: LocalEngine | null = null;
+      const ledger = await FileRuntimeStore.open(`${runDir}/ledger`, systemClock, {
+        onDiskFailure: (error) => {
+          if (engine !== null) engine.#endOnUnwritableState(error);
+        },
+      });
       await forgetEarlierBroker(ledger, options, previous);
       await clearRunEnd(runDir);
       const earlier = await readDeadLettersIfAny(runDir) ?? [];
-      const engine = new LocalEngine(options, settings, ledger, runDir, earlier);
+      engine = new LocalEngine(options, settings, ledger, runDir, earlier);
       try {
         return await engine.#run();
       } finally {
@@ -654,9 +674,17 @@ export class LocalEngine {
       // Every replica has ended: a signal now changes nothing, and is caught so that it cannot cut the
       // run's dead letters, its run-end record or its summary short.
       this.#settled = true;
-      await this.#writeDeadLetters();
+      await this.#keepingState(() => this.#writeDeadLetters());
       const snapshots = this.#snapshots();
-      const exitCode = this.#forced ? EXIT_FORCED : runExitCode(this.#statuses());
+      let exitCode = this.#forced
+        ? EXIT_FORCED
+        : this.#stateUnwritable !== null
+        ? EXIT_ENVIRONMENT
+        : runExitCode(this.#statuses());
+      if (exitCode === 0) {
+        const end = this.#stoppedBy === null ? RunEnd.finished : RunEnd.stopped;
+        if (!await this.#keepingState(() => writeRunEnd(this.#runDir, end))) exitCode = EXIT_ENVIRONMENT;
+      }
       // A stop ends every producer's stream where it is, so a join of sources at different points gives up
       // the groups the stopped ones never completed: those are join evictions, and the outcome says so.
       const givenUp = snapshots.reduce((n, s) => n + (s.drops[DROP_JOIN_EVICTED] ?? 0), 0);
@@ -664,17 +692,14 @@ export class LocalEngine {
         ? "every item taken was finished"
         : `every item taken was finished or given up (${givenUp} join members, ${DROP_JOIN_EVICTED} in the ` +
           "drops column)";
+      const unwritable = this.#stateUnwritable;
       const outcome = exitCode === 0
         ? this.#stoppedBy === null
           ? `flow ${flowId} finished (run ${runId})`
           : `flow ${flowId} stopped on ${this.#stoppedBy} (run ${runId}): ${taken}; ` +
             `run it again with --run-id ${runId} to go on (replayable sources resume, others start over)`
-        : `flow ${flowId} ${
-          this.#forced ? "was forced to stop" : "failed"
-        } with exit code ${exitCode} (run ${runId})`;
-      if (exitCode === 0) {
-        await writeRunEnd(this.#runDir, this.#stoppedBy === null ? RunEnd.finished : RunEnd.stopped);
-      }
+        : `flow ${flowId} ${this.#forced ? "was forced to stop" : "failed"} with exit code ${exitCode} ` +
+          `(run ${runId})${unwritable === null ? "" : `: ${describeFailure(unwritable)}`}`;
       for (const line of renderSummary(performance.now() / 1000 - this.#started, snapshots, outcome)) {
         this.#options.output.write(`${line}\n`);
       }
@@ -981,30 +1006,65 @@ export class LocalEngine {
 
   /**
    * A replica the supervisor gave up on that ended without an end marker (killed, wedged, or a worker-fatal
-   * failure): its children would wait for it forever, so the run ends here. Every other replica is
-   * killed; their statuses do not count toward the run's, whose ledger keeps what was done for a re-run.
+   * failure): its children would wait for it forever, so the run ends here ({@link #killTheRest}).
    */
   #endRun(failed: Replica): void {
+    this.#killTheRest(
+      `giving up on ${failed.spec.name}[${failed.index}], which ended without telling its children: ` +
+        "ending the run",
+      new FlowFailed(
+        `stopped by the supervisor: ${failed.spec.name}[${failed.index}] was given up on without ending ` +
+          "its stream, so the run ends",
+        `see why ${failed.spec.name}[${failed.index}] failed above`,
+      ),
+      failed,
+    );
+  }
+
+  /**
+   * The run's state cannot be written (its ledger, its dead letters: a disk read-only, full or failing):
+   * nothing more can be recorded, so the run ends at once, with exit status 3 and `error` as its outcome
+   * ({@link #killTheRest}). What the ledger holds is whole, and a re-run once the disk is mended goes on
+   * from there.
+   */
+  #endOnUnwritableState(error: ResourceUnavailable): void {
+    if (this.#stateUnwritable !== null) return;
+    this.#stateUnwritable = error;
+    if (this.#settled) return;
+    this.#killTheRest(`${describeFailure(error)}: ending the run`, error, null);
+  }
+
+  /**
+   * Runs `write`, a write of the run's state after every replica ended; a disk failure ends the run as
+   * {@link #endOnUnwritableState} says and resolves with false. Anything else is thrown.
+   */
+  async #keepingState(write: () => Promise<void>): Promise<boolean> {
+    try {
+      await write();
+      return true;
+    } catch (error) {
+      if (!isDiskFailure(error)) throw error;
+      this.#endOnUnwritableState(error as ResourceUnavailable);
+      return false;
+    }
+  }
+
+  /**
+   * Ends the run here, saying `announcement`: every replica but `spared` is killed with `reason`; their
+   * statuses do not count toward the run's, whose ledger keeps what was done for a re-run.
+   */
+  #killTheRest(announcement: string, reason: VideoflowError, spared: Replica | null): void {
     if (this.#ending) return;
     this.#ending = true;
     this.#stopping = true;
-    this.#view.event(
-      `giving up on ${failed.spec.name}[${failed.index}], which ended without telling its children: ` +
-        "ending the run",
-    );
+    this.#view.event(announcement);
     for (const replica of this.#held.splice(0)) replica.state = NodeState.failed;
     for (const replica of this.#replicas) {
-      if (replica === failed) continue;
+      if (replica === spared) continue;
       if (replica.state === NodeState.restarting) replica.state = NodeState.failed;
       if (replica.exitCode !== null) continue;
       replica.endedBySupervisor = true;
-      replica.reason = {
-        ...new FlowFailed(
-          `stopped by the supervisor: ${failed.spec.name}[${failed.index}] was given up on without ending ` +
-            "its stream, so the run ends",
-          `see why ${failed.spec.name}[${failed.index}] failed above`,
-        ).toDict(),
-      };
+      replica.reason = { ...reason.toDict() };
       replica.kill?.();
     }
   }
@@ -1193,6 +1253,11 @@ export class LocalEngine {
       }
     }
   }
+}
+
+/** One line for a failure that ends a run: its code, message and remedy. */
+function describeFailure(error: VideoflowError): string {
+  return `${error.code}: ${error.message}${error.remedy === null ? "" : ` (remedy: ${error.remedy})`}`;
 }
 
 /** Linux's number of each signal, as a shell reports a process it ended (128 + the number). */

@@ -6,7 +6,7 @@
  */
 
 import { sanitize } from "../backends/names.ts";
-import { ConfigError, ResourceUnavailable } from "../core/errors.ts";
+import { ConfigError, diskFailure, ResourceUnavailable } from "../core/errors.ts";
 import { syncDirectory, writeAtomically } from "../runtime/file_store.ts";
 
 /**
@@ -42,6 +42,25 @@ export function runDirectory(stateDir: string, flowId: string, runId: string): s
   return `${stateDir}/${flowId}/${runId}`;
 }
 
+/** What to do once a disk failure of a run's state is mended: the run goes on from its ledger. */
+export const RESUME_AFTER_DISK_REMEDY = "then run vf again with the same --run-id: the run goes on from its " +
+  "ledger, whose every write happened whole or not at all";
+
+/**
+ * Runs `write`, which writes the run's state at `path` (`subject` says what that is: "the dead-letter
+ * file"), and resolves with what it returns.
+ *
+ * @throws ResourceUnavailable (a `diskFailure`, exit 3) naming the path when its disk is read-only, full or
+ * failing; any other failure as it is.
+ */
+export async function writingRunState<T>(subject: string, path: string, write: () => Promise<T>): Promise<T> {
+  try {
+    return await write();
+  } catch (error) {
+    throw diskFailure(error, `${subject} ${path}`, path, RESUME_AFTER_DISK_REMEDY) ?? error;
+  }
+}
+
 /**
  * Holds the run's lock (an exclusive flock on `{runDir}/run.lock`, released when closed or when the
  * process dies): one supervisor per run directory at a time.
@@ -51,7 +70,11 @@ export function runDirectory(stateDir: string, flowId: string, runId: string): s
  */
 export async function lockRun(runDir: string, flowId: string, runId: string): Promise<Deno.FsFile> {
   const path = `${runDir}/run.lock`;
-  const lock = await Deno.open(path, { read: true, write: true, create: true });
+  const lock = await writingRunState(
+    "the run's lock",
+    path,
+    () => Deno.open(path, { read: true, write: true, create: true }),
+  );
   let held: boolean;
   try {
     held = await lock.tryLock(true);
@@ -126,16 +149,20 @@ function unusableRunEnd(path: string, why: string): ResourceUnavailable {
 /** Records how this supervisor ended: written whole and synced (a temporary file renamed over it), or not at all. */
 export async function writeRunEnd(runDir: string, end: RunEnd): Promise<void> {
   const bytes = new TextEncoder().encode(JSON.stringify({ end, at: new Date().toISOString() }));
-  await writeAtomically(runDir, `${runDir}/${END_FILE}.tmp`, `${runDir}/${END_FILE}`, bytes);
+  const path = `${runDir}/${END_FILE}`;
+  await writingRunState("the run's end record", path, () => writeAtomically(runDir, `${path}.tmp`, path, bytes));
 }
 
 /** Removes the end record before a supervisor goes on with the run, so its own death leaves none. */
 export async function clearRunEnd(runDir: string): Promise<void> {
-  try {
-    await Deno.remove(`${runDir}/${END_FILE}`);
-  } catch (error) {
-    if (error instanceof Deno.errors.NotFound) return;
-    throw error;
-  }
-  await syncDirectory(runDir);
+  const path = `${runDir}/${END_FILE}`;
+  await writingRunState("the run's end record", path, async () => {
+    try {
+      await Deno.remove(path);
+    } catch (error) {
+      if (error instanceof Deno.errors.NotFound) return;
+      throw error;
+    }
+    await syncDirectory(runDir);
+  });
 }
