@@ -373,10 +373,16 @@ export class ResourceUnavailable extends VideoflowEnvironmentError {
  * Deno's fs calls throw these as a plain `Error` whose `code` names them (no `Deno.errors` class).
  */
 const DISK_ERRORS: Readonly<Record<string, { readonly state: string; readonly remedy: string }>> = {
-  EROFS: { state: "is read-only", remedy: "make the filesystem that holds it writable again (remount it read-write)" },
+  EROFS: {
+    state: "is read-only",
+    remedy: "make the filesystem that holds it writable again (remount it read-write)",
+  },
   ENOSPC: { state: "is full", remedy: "free space on the filesystem that holds it" },
   EDQUOT: { state: "is over its quota", remedy: "free space under the quota, or raise it" },
-  EIO: { state: "failed with an I/O error", remedy: "check the disk that holds it (dmesg, the device's health)" },
+  EIO: {
+    state: "failed with an I/O error",
+    remedy: "check the disk that holds it (dmesg, the device's health)",
+  },
 };
 
 /** The context key a {@link diskFailure} carries its OS error code under (`EROFS`, `ENOSPC`, ...). */
@@ -653,7 +659,9 @@ export function asRuntimeError(
   }
   if (error instanceof VideoflowError) {
     return new CarriedError(error, context).withDisposition(
-      error instanceof VideoflowUserError || isDiskFailure(error) ? WORKER_FATAL : requireDisposition(fallback),
+      error instanceof VideoflowUserError || isDiskFailure(error)
+        ? WORKER_FATAL
+        : requireDisposition(fallback),
     );
   }
   const disk = diskFailure(error, "to disk", null);

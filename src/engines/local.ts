@@ -495,7 +495,9 @@ export class LocalEngine {
       onDeadLetter: () =>
         this.#writeDeadLetters().catch((error) => {
           if (!isDiskFailure(error)) {
-            this.#view.event(`the dead letters could not be written (again at the next one): ${error.message}`);
+            this.#view.event(
+              `the dead letters could not be written (again at the next one): ${error.message}`,
+            );
             return;
           }
           this.#endOnUnwritableState(error);
@@ -693,13 +695,14 @@ export class LocalEngine {
         : `every item taken was finished or given up (${givenUp} join members, ${DROP_JOIN_EVICTED} in the ` +
           "drops column)";
       const unwritable = this.#stateUnwritable;
+      const mend = `once that is mended, run it again with --run-id ${runId} to go on`;
       const outcome = exitCode === 0
         ? this.#stoppedBy === null
           ? `flow ${flowId} finished (run ${runId})`
           : `flow ${flowId} stopped on ${this.#stoppedBy} (run ${runId}): ${taken}; ` +
             `run it again with --run-id ${runId} to go on (replayable sources resume, others start over)`
         : `flow ${flowId} ${this.#forced ? "was forced to stop" : "failed"} with exit code ${exitCode} ` +
-          `(run ${runId})${unwritable === null ? "" : `: ${describeFailure(unwritable)}`}`;
+          `(run ${runId})${unwritable === null ? "" : `: ${describeFailure(unwritable)}; ${mend}`}`;
       for (const line of renderSummary(performance.now() / 1000 - this.#started, snapshots, outcome)) {
         this.#options.output.write(`${line}\n`);
       }

@@ -43,7 +43,8 @@ export function runDirectory(stateDir: string, flowId: string, runId: string): s
 }
 
 /** What to do once a disk failure of a run's state is mended: the run goes on from its ledger. */
-export const RESUME_AFTER_DISK_REMEDY = "then run vf again with the same --run-id: the run goes on from its " +
+export const RESUME_AFTER_DISK_REMEDY =
+  "then run vf again with the same --run-id: the run goes on from its " +
   "ledger, whose every write happened whole or not at all";
 
 /**
@@ -150,7 +151,11 @@ function unusableRunEnd(path: string, why: string): ResourceUnavailable {
 export async function writeRunEnd(runDir: string, end: RunEnd): Promise<void> {
   const bytes = new TextEncoder().encode(JSON.stringify({ end, at: new Date().toISOString() }));
   const path = `${runDir}/${END_FILE}`;
-  await writingRunState("the run's end record", path, () => writeAtomically(runDir, `${path}.tmp`, path, bytes));
+  await writingRunState(
+    "the run's end record",
+    path,
+    () => writeAtomically(runDir, `${path}.tmp`, path, bytes),
+  );
 }
 
 /** Removes the end record before a supervisor goes on with the run, so its own death leaves none. */

@@ -309,7 +309,8 @@ async function midLedgerWrite(operation: string, name: string): Promise<void> {
  * What follows a disk failure's remedy: the store's writes are atomic, so what it holds stays consistent
  * and whoever uses it goes on from there.
  */
-const STORE_DISK_REMEDY = "then run again: every write either happened whole or not at all, so the store goes on " +
+const STORE_DISK_REMEDY =
+  "then run again: every write either happened whole or not at all, so the store goes on " +
   "from what it holds";
 
 /** Whether `error` came from the Deno runtime's I/O layer (and not from a fault barrier or a bug). */
@@ -426,11 +427,12 @@ export class FileRuntimeStore implements RuntimeStore {
       await store.#checkMarker();
     } catch (error) {
       if (error instanceof VideoflowError) throw error;
-      throw diskFailure(error, `the file runtime store at ${root}`, root, STORE_DISK_REMEDY) ?? new ResourceUnavailable(
-        `the file runtime store at ${root} cannot be opened: ${(error as Error).message}`,
-        "point VF_RUNTIME_STORE_URL (or --state) at a writable directory on a local disk",
-        { root, error_code: errorCode(error) ?? null },
-      );
+      throw diskFailure(error, `the file runtime store at ${root}`, root, STORE_DISK_REMEDY) ??
+        new ResourceUnavailable(
+          `the file runtime store at ${root} cannot be opened: ${(error as Error).message}`,
+          "point VF_RUNTIME_STORE_URL (or --state) at a writable directory on a local disk",
+          { root, error_code: errorCode(error) ?? null },
+        );
     }
     return store;
   }
@@ -713,7 +715,12 @@ export class FileRuntimeStore implements RuntimeStore {
    * `onDiskFailure` observer); anything else (ours, a fault barrier's) unchanged.
    */
   #typedFailure(operation: string, context: Record<string, string>, error: unknown): unknown {
-    const disk = diskFailure(error, `the file runtime store at ${this.root} (${operation})`, this.root, STORE_DISK_REMEDY);
+    const disk = diskFailure(
+      error,
+      `the file runtime store at ${this.root} (${operation})`,
+      this.root,
+      STORE_DISK_REMEDY,
+    );
     if (disk !== null) {
       Object.assign(disk.context, context, { operation });
       this.#onDiskFailure(disk);

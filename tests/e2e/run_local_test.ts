@@ -1835,3 +1835,159 @@ Deno.test("a restarted replayable producer resumes after its last accepted item 
     assert.deepEqual(restarted, range(restarted[0], 250));
   });
 });
+
+// ---- 10. a disk that cannot take a write -------------------------------------------------------------------
+
+/** Whether this process may mount filesystems (root), which the disk stories need to break a disk. */
+const MAY_MOUNT = Deno.uid() === 0;
+
+/** Runs `mount ARGS` (or `umount` when `args[0]` is "-u"), failing the story when it fails. */
+async function mountCommand(program: "mount" | "umount", args: readonly string[]): Promise<void> {
+  const result = await new Deno.Command(program, { args: [...args], stdout: "piped", stderr: "piped" })
+    .output();
+  assert.equal(result.code, 0, `${program} ${args.join(" ")}: ${new TextDecoder().decode(result.stderr)}`);
+}
+
+/**
+ * How a story breaks the disk under `dir` mid-run, and mends it: a read-only bind mount over it (EROFS), or
+ * a small tmpfs mounted on it that a filler file then fills (ENOSPC).
+ */
+const DISK_FAULTS = {
+  "read-only": {
+    prepare: (_dir: string) => Promise.resolve(),
+    breakIt: (dir: string) => mountCommand("mount", ["--bind", "-o", "ro", dir, dir]),
+    mend: (dir: string) => mountCommand("umount", [dir]),
+    release: (_dir: string) => Promise.resolve(),
+    code: "EROFS",
+    says: "is read-only",
+  },
+  full: {
+    prepare: (dir: string) => mountCommand("mount", ["-t", "tmpfs", "-o", "size=4M", "tmpfs", dir]),
+    breakIt: async (dir: string) => {
+      await new Deno.Command("dd", {
+        args: ["if=/dev/zero", `of=${join(dir, "filler")}`, "bs=4k"],
+        stderr: "null",
+      })
+        .output();
+    },
+    mend: (dir: string) => Deno.remove(join(dir, "filler")),
+    release: (dir: string) => mountCommand("umount", [dir]),
+    code: "ENOSPC",
+    says: "is full",
+  },
+} as const;
+
+/** A batch flow `count (300, replayable, paced) → middle (item 200 poison once) → sink` writing `sinkPath`. */
+async function diskStoryFlow(dir: string, flowId: string, sinkPath: string): Promise<string> {
+  const markers = join(dir, "poisoned");
+  await Deno.mkdir(markers);
+  return await writeFlow(
+    dir,
+    ["ReplayableCount", "PoisonOnce"],
+    [
+      `const count = new ReplayableCount({ name: "count", n: 300, delayMs: 10 });`,
+      `const middle = new PoisonOnce({ name: "middle", poison: [200], dir: ${JSON.stringify(markers)} })` +
+      ".from(count);",
+      `const sink = new JsonlSink({ name: "sink", path: ${JSON.stringify(sinkPath)} }).from(middle);`,
+      `export default new Flow([sink], { flowType: "batch", flowId: ${JSON.stringify(flowId)} });`,
+    ].join("\n"),
+  );
+}
+
+for (
+  const [fault, isolation] of [["read-only", "worker"], ["full", "process"]] as const
+) {
+  const disk = DISK_FAULTS[fault];
+  Deno.test({
+    name:
+      `a state directory whose disk turns ${fault} mid-run ends the run at once: VF_RESOURCE_UNAVAILABLE ` +
+      `naming it, exit 3, the summary; mended, the re-run ends with every item once (${isolation}; needs root ` +
+      "to mount, ignored otherwise)",
+    ignore: !MAY_MOUNT,
+    fn: async () => {
+      await inTempDir(async (dir) => {
+        const state = join(dir, "state");
+        await Deno.mkdir(state);
+        const flow = await diskStoryFlow(dir, "disk-story", join(dir, "out.jsonl"));
+        const args = ["run-local", flow, "--state", state, "--run-id", "r1", "--isolation", isolation];
+        await disk.prepare(state);
+        let broken = false;
+        try {
+          const run = startVf(args, { cwd: dir });
+          await waitForLines(join(dir, "out.jsonl"), 30, run);
+          await disk.breakIt(state);
+          broken = true;
+          const failed = await finished(run);
+          assert.equal(failed.code, 3, failed.text);
+          assert.match(
+            failed.stdout,
+            new RegExp(
+              `flow disk-story failed with exit code 3 \\(run r1\\): VF_RESOURCE_UNAVAILABLE: cannot write the ` +
+                `file runtime store at ${state}/disk-story/r1/ledger \\(\\w+\\): its filesystem ${disk.says} ` +
+                `\\(${disk.code}\\) \\(remedy: .+\\); once that is mended, run it again with --run-id r1`,
+            ),
+          );
+          assert.equal(summaryRow(failed, "sink").restarts, 0, "nothing restarted against a broken disk");
+          assert.doesNotMatch(failed.text, /VF_UNKNOWN/);
+          await disk.mend(state);
+          broken = false;
+          // Every key and record reads back whole (its checksum holds): a failed write left at most a temporary file.
+          const { keys } = await readLedgerBack(join(state, "disk-story", "r1", "ledger"));
+          assert.ok(keys > 0);
+          const rerun = await vf(args, { cwd: dir });
+          assert.equal(rerun.code, 0, rerun.text);
+          assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 300).filter((n) => n !== 200));
+          const letters = await deadLetters(flow, "r1", state, dir);
+          assert.deepEqual(letters.map(deadLetterValue), [200]);
+        } finally {
+          if (broken) await disk.mend(state);
+          await disk.release(state);
+        }
+      });
+    },
+  });
+}
+
+Deno.test({
+  name: "a sink whose disk fills mid-run fails once with VF_RESOURCE_UNAVAILABLE naming its file, is not " +
+    "restarted, and the run exits 3; with space freed, the re-run ends with every item once (needs root to " +
+    "mount, ignored otherwise)",
+  ignore: !MAY_MOUNT,
+  fn: async () => {
+    await inTempDir(async (dir) => {
+      const outputs = join(dir, "outputs");
+      await Deno.mkdir(outputs);
+      const sinkPath = join(outputs, "out.jsonl");
+      const flow = await diskStoryFlow(dir, "sink-disk-story", sinkPath);
+      const args = ["run-local", flow, "--state", join(dir, "state"), "--run-id", "r1"];
+      const disk = DISK_FAULTS.full;
+      await disk.prepare(outputs);
+      try {
+        const run = startVf(args, { cwd: dir });
+        await waitForLines(sinkPath, 30, run);
+        await disk.breakIt(outputs);
+        const failed = await finished(run);
+        assert.equal(failed.code, 3, failed.text);
+        assert.match(
+          failed.text,
+          new RegExp(
+            `sink\\[0\\] gave up after 0 restart\\(s\\): VF_RESOURCE_UNAVAILABLE: cannot write node sink's ` +
+              `output ${sinkPath}: its filesystem is full \\(ENOSPC\\) \\(remedy: free space on the filesystem`,
+          ),
+        );
+        assert.equal(summaryRow(failed, "sink").restarts, 0);
+        const letters = await deadLetters(flow, "r1", join(dir, "state"), dir);
+        assert.ok(
+          letters.every((letter) => letter.code === "VF_POISON"),
+          "none dead-lettered for the disk's sake",
+        );
+        await disk.mend(outputs);
+        const rerun = await vf(args, { cwd: dir });
+        assert.equal(rerun.code, 0, rerun.text);
+        assert.deepEqual(await sinkNumbers(sinkPath), range(1, 300).filter((n) => n !== 200));
+      } finally {
+        await disk.release(outputs);
+      }
+    });
+  },
+});
