@@ -53,6 +53,8 @@ import {
   type WorkerReport,
 } from "../runtime/worker.ts";
 import {
+  FLOW_SPECS_PATH_ENV,
+  paramsBySpecsFile,
   parseWorkerSettings,
   workerEnvFor,
   WorkerEnvVar,
@@ -83,7 +85,9 @@ import {
   runDirectory,
   RunEnd,
   type RunEndRecord,
+  SPECS_FILE,
   writeRunEnd,
+  writeSpecsDocument,
 } from "./run_directory.ts";
 import { MemoryMessagingBackend } from "../backends/memory/messaging.ts";
 import { MAX_INLINE_PAYLOAD_ENV } from "../backends/payload_bridge.ts";
@@ -475,6 +479,12 @@ export class LocalEngine {
   #heldNoticed = false;
   /** The module-resolution flags a process replica is started with: this process's own. */
   readonly #resolutionArgs: readonly string[];
+  /**
+   * Where the run's compiled specs document is, written before any subprocess replica starts (never for
+   * Workers, which are handed their params whole): a replica whose params no environment entry holds
+   * reads them there.
+   */
+  readonly #specsFile: string;
 
   private constructor(
     options: LocalRunOptions,
@@ -482,8 +492,10 @@ export class LocalEngine {
     ledger: FileRuntimeStore,
     runDir: string,
     earlierDeadLetters: readonly DeadLetterRecord[],
+    specsFile: string,
   ) {
     this.#options = options;
+    this.#specsFile = specsFile;
     this.#silence = silenceLimit(options, settings);
     this.#resolutionArgs = options.isolation === Isolation.process ? subprocessResolutionArgs() : [];
     this.#runDir = runDir;
@@ -539,7 +551,9 @@ export class LocalEngine {
       await forgetEarlierBroker(ledger, options, previous);
       await clearRunEnd(runDir);
       const earlier = await readDeadLettersIfAny(runDir) ?? [];
-      engine = new LocalEngine(options, settings, ledger, runDir, earlier);
+      const specsFile = `${runDir}/${SPECS_FILE}`;
+      if (options.isolation === Isolation.process) await writeSpecsDocument(specsFile, options.specs);
+      engine = new LocalEngine(options, settings, ledger, runDir, earlier, specsFile);
       try {
         return await engine.#run();
       } finally {
@@ -837,9 +851,12 @@ export class LocalEngine {
    */
   #launchProcess(replica: Replica): void {
     const { spec } = replica;
+    const settings = paramsBySpecsFile(this.#envFor(replica), this.#specsFile);
+    const specsPath = settings[FLOW_SPECS_PATH_ENV];
     const { env: declaredEnv = [], ...granted } = mergePermissions(this.#granted(spec), {
       net: [(this.#broker.address ?? "").replace("tcp://", "")],
       write: [this.#terminationLog(replica)],
+      ...(specsPath === undefined ? {} : { read: [specsPath] }),
     });
     const hostEnv = Deno.env.toObject();
     const inherited = Object.fromEntries(
@@ -848,7 +865,6 @@ export class LocalEngine {
         !isEngineSetting(name) && declaredEnv.some((declared) => envNameMatches(declared, name))
       ),
     );
-    const settings = this.#envFor(replica);
     const child = new Deno.Command(SETSID, {
       args: [
         Deno.execPath(),

@@ -1,11 +1,14 @@
 /**
  * A local run's directory, `{stateDir}/{flowId}/{runId}`: where it is, the lock that lets one supervisor
- * at a time run it, and the record of how its last supervisor ended, which decides what a re-run keeps.
+ * at a time run it, the record of how its last supervisor ended, which decides what a re-run keeps, and
+ * the compiled specs document its subprocess replicas read params from that no environment entry holds.
  *
  * @module
  */
 
+import { dirname } from "node:path";
 import { sanitize } from "../backends/names.ts";
+import type { NodeSpec } from "../core/compiler.ts";
 import { ConfigError, diskFailure, ResourceUnavailable } from "../core/errors.ts";
 import { syncDirectory, writeAtomically } from "../runtime/file_store.ts";
 
@@ -155,6 +158,22 @@ export async function writeRunEnd(runDir: string, end: RunEnd): Promise<void> {
     "the run's end record",
     path,
     () => writeAtomically(runDir, `${path}.tmp`, path, bytes),
+  );
+}
+
+/** The name of the compiled specs document in a run directory. */
+export const SPECS_FILE = "specs.json";
+
+/**
+ * Writes the compiled specs document at `path` (a run's {@link SPECS_FILE}: a JSON list of NodeSpecs, the
+ * document `VF_FLOW_SPECS_PATH` names) whole and synced, replacing an earlier one.
+ */
+export async function writeSpecsDocument(path: string, specs: readonly NodeSpec[]): Promise<void> {
+  const bytes = new TextEncoder().encode(JSON.stringify(specs.map((spec) => spec.toDict())));
+  await writingRunState(
+    "the run's specs document",
+    path,
+    () => writeAtomically(dirname(path), `${path}.tmp`, path, bytes),
   );
 }
 

@@ -1991,3 +1991,54 @@ Deno.test({
     });
   },
 });
+
+// ---- 11. params larger than an environment entry ---------------------------------------------------------
+
+/** A flow `count (20) → middle (item 3 poison; its params padded with `padding` numbers no item is) → sink`. */
+function bigParamsFlow(dir: string, flowId: string, padding: number): Promise<string> {
+  return writeFlow(
+    dir,
+    ["Count", "Poison"],
+    pipeline(
+      flowId,
+      `new Count({ name: "count", n: 20 })`,
+      `new Poison({ name: "middle", poison: [3, ...Array.from({ length: ${padding} }, (_, i) => 1_000_000 + i)] })`,
+      dir,
+    ),
+  );
+}
+
+for (const isolation of ["worker", "process"]) {
+  Deno.test(`a node whose params are about 300 KiB (more than one environment entry holds) runs and gives every item (${isolation} isolation)`, async () => {
+    await inTempDir(async (dir) => {
+      // 38,000 numbers of 7 digits and a comma: 304,000 bytes of JSON, over the 128 KiB of MAX_ARG_STRLEN.
+      const flow = await bigParamsFlow(dir, "big-params", 38_000);
+      const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--isolation", isolation], {
+        cwd: dir,
+      });
+      assert.equal(run.code, 0, run.text);
+      assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 20).filter((n) => n !== 3));
+      assert.deepEqual(
+        [summaryRow(run, "middle").processed, summaryRow(run, "middle").dlq],
+        [19, 1],
+        run.stdout,
+      );
+    });
+  });
+}
+
+Deno.test("a flow whose params exceed what a specs ConfigMap holds (1 MiB) is refused before it runs: exit 2, naming the node and the size", async () => {
+  await inTempDir(async (dir) => {
+    // 140,000 numbers of 7 digits and a comma: about 1.1 MB of JSON.
+    const flow = await bigParamsFlow(dir, "huge-params", 140_000);
+    const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--isolation", "process"], {
+      cwd: dir,
+    });
+    assert.equal(run.code, 2, run.text);
+    assert.match(
+      run.text,
+      /error VF_NODE_CONTRACT middle: node middle's params are 11200\d\d bytes of JSON, more than 1048576 bytes/,
+    );
+    assert.deepEqual(await sinkLines(join(dir, "out.jsonl")), [], "nothing ran");
+  });
+});
