@@ -10,6 +10,7 @@ import { decodeStoreName, FileRuntimeStore } from "../../src/runtime/file_store.
 import { decodeEnvelope, decodePayload } from "../../src/wire/codec.ts";
 import { Barrier, crash, FaultSchedule, nth } from "../../src/backends/faults.ts";
 import { makeClip } from "../fixtures/video/clips.ts";
+import { MAY_MOUNT, mountCommand } from "../support/mounts.ts";
 
 const root = new URL("../../", import.meta.url);
 const configPath = new URL("deno.json", root).pathname;
@@ -1837,16 +1838,6 @@ Deno.test("a restarted replayable producer resumes after its last accepted item 
 });
 
 // ---- 10. a disk that cannot take a write -------------------------------------------------------------------
-
-/** Whether this process may mount filesystems (root), which the disk stories need to break a disk. */
-const MAY_MOUNT = Deno.uid() === 0;
-
-/** Runs `mount ARGS` (or `umount` when `args[0]` is "-u"), failing the story when it fails. */
-async function mountCommand(program: "mount" | "umount", args: readonly string[]): Promise<void> {
-  const result = await new Deno.Command(program, { args: [...args], stdout: "piped", stderr: "piped" })
-    .output();
-  assert.equal(result.code, 0, `${program} ${args.join(" ")}: ${new TextDecoder().decode(result.stderr)}`);
-}
 
 /**
  * How a story breaks the disk under `dir` mid-run, and mends it: a read-only bind mount over it (EROFS), or
