@@ -11,7 +11,8 @@
  *   ends the node (it outranks a sibling's EOS, ABORT-3) → EOS from every parent is forwarded and ends it →
  *   otherwise the node gets its input, the output is published (a processor's deferred checkpoint rides
  *   with it) and the inputs are acked. A failure goes to `failInputs` (the delivery policy decides its
- *   cost), counts toward the breaker, and the loop goes on, unless the failure is worker_fatal: then the
+ *   cost), counts toward the breaker (which trips only on a run the policy gave up on once), and the loop
+ *   goes on, unless the failure is worker_fatal: then the
  *   loop ends so the inputs go to a healthy replica (story 24).
  * - {@link NodeTask.run}: `open()` → loop → `close()`, `close()` in every case. A failure in `open()` or in
  *   the loop publishes ABORT before the task ends, so the graph downstream terminates instead of waiting
@@ -520,12 +521,13 @@ export abstract class NodeTask<N extends Node = Node> {
   }
 
   /**
-   * Hands a failed input group to the delivery policy (`failInputs`), counts it toward the breaker, the
-   * metrics and the drops; throws the failure back when it is worker_fatal, which ends the loop.
+   * Hands a failed input group to the delivery policy (`failInputs`), counts it toward the breaker (with
+   * whether the policy gave it up), the metrics and the drops; throws the failure back when it is
+   * worker_fatal, which ends the loop.
    */
   protected async failInputs(failure: VideoflowRuntimeError): Promise<void> {
-    await this.messenger.failInputs(failure);
-    this.#breaker?.recordFailure(failure);
+    const givenUp = await this.messenger.failInputs(failure);
+    this.#breaker?.recordFailure(failure, givenUp);
     this.#deadline?.recordProgress();
     const disposition = failure.disposition;
     this.health?.incr(TaskMetric.failed);

@@ -905,16 +905,18 @@ export class BrokerMessenger implements Messenger {
 
   /**
    * Applies the delivery policy to every delivery of the group last received: `actionFor(disposition,
-   * numDelivered)` with the broker's (or, under the ledger budget, the ledger's) delivery count.
+   * numDelivered)` with the broker's (or, under the ledger budget, the ledger's) delivery count. Resolves
+   * `true` when any delivery's action was not a retry (the policy gave it up).
    */
-  async failInputs(error: unknown): Promise<void> {
+  async failInputs(error: unknown): Promise<boolean> {
     const group = this.#current;
-    if (group === null) return;
+    if (group === null) return false;
     this.#current = null;
     this.#outputs = [];
     const failure = asRuntimeError(error, this.#delivery.onError ?? DEFAULT_DISPOSITION);
-    await Promise.all(group.handles.map((h) => this.#applyLadder(h, failure)));
+    const actions = await Promise.all(group.handles.map((h) => this.#applyLadder(h, failure)));
     await this.#closeGroup();
+    return actions.some((action) => action !== ACTION_NAK);
   }
 
   /** Per-parent envelope facts of the group last received (`null` for a producer or before any group). */
@@ -2109,7 +2111,8 @@ export class BrokerMessenger implements Messenger {
     await this.#applyLadder(held, error);
   }
 
-  async #applyLadder(held: Held, failure: VideoflowRuntimeError): Promise<void> {
+  /** Applies the delivery policy's action to one failed delivery; resolves with that action. */
+  async #applyLadder(held: Held, failure: VideoflowRuntimeError): Promise<DeliveryAction> {
     const disposition = failure.disposition;
     const token = held.delivery.token;
     const numDelivered = this.#ledgerBudget
@@ -2127,21 +2130,21 @@ export class BrokerMessenger implements Messenger {
           ? null
           : this.#delivery.retryDelay(numDelivered, drawRetryJitter(this.#random));
         await this.#settle(held, retry(delay));
-        return;
+        return action;
       }
       case ACTION_TERM:
         await this.#terminate(held, failure, numDelivered, "term");
-        return;
+        return action;
       case ACTION_DLQ_SAMPLED:
         if (!this.#sampleAdmits(failure.code)) {
           await this.#terminate(held, failure, numDelivered, "dlq_sample_cap");
-          return;
+          return action;
         }
         await this.#deadLetter(held, failure, numDelivered);
-        return;
+        return action;
       case ACTION_DLQ:
         await this.#deadLetter(held, failure, numDelivered);
-        return;
+        return action;
     }
   }
 

@@ -662,6 +662,54 @@ Deno.test("a transient failure is retried and succeeds: every item at the sink o
   });
 });
 
+Deno.test("items that each fail twice with a transient error and succeed on the third attempt all reach the sink, with the default prefetch: no restarts, no dead letters", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "FlakyTimes"],
+      pipeline(
+        "flaky-story",
+        `new Count({ name: "count", n: 20 })`,
+        `new FlakyTimes({ name: "model", failures: 2 })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
+    assert.equal(run.code, 0, run.text);
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 20));
+    assert.doesNotMatch(run.text, /VF_WORKER_UNHEALTHY/);
+    const model = summaryRow(run, "model");
+    assert.equal(model.restarts, 0, run.stdout);
+    assert.equal(model.dlq, 0, run.stdout);
+  });
+});
+
+Deno.test("a node that fails every item is still taken out by the breaker: VF_WORKER_UNHEALTHY, restarted, given up, exit 4", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "FlakyTimes"],
+      pipeline(
+        "sick-story",
+        `new Count({ name: "count", n: 100 })`,
+        `new FlakyTimes({ name: "model" })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], {
+      cwd: dir,
+      env: { VF_MAX_RETRIES: "1" },
+    });
+    assert.equal(run.code, 4, run.text);
+    assert.match(
+      run.text,
+      /model\[0\] exited with code 4 \(VF_WORKER_UNHEALTHY: model failed \d+ attempts in a row/,
+    );
+    assert.match(run.text, /model\[0\] gave up after 3 restart\(s\)/);
+    assert.equal(summaryRow(run, "model").restarts, 3);
+  });
+});
+
 // ---- 4. a killed worker -----------------------------------------------------------------------------------
 
 Deno.test("a subprocess replica killed with SIGKILL mid-run is restarted and every item reaches the sink once", async () => {
