@@ -374,7 +374,8 @@ export function flowStalled(detail: string): FlowStalledEvent {
   return Object.freeze({ kind: "flow_stalled", detail });
 }
 
-function describeReason(reason: TerminationReason | null): string {
+/** A termination reason as one line: `CODE: message`, the code alone, or "no reason reported". */
+export function describeReason(reason: TerminationReason | null): string {
   if (reason === null) return "no reason reported";
   const code = typeof reason.code === "string" ? reason.code : "VF_UNKNOWN";
   return typeof reason.message === "string" ? `${code}: ${reason.message}` : code;

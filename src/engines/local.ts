@@ -19,6 +19,7 @@ import {
   EXIT_USER,
   FlowFailed,
   ProgressStalled,
+  ReplicaDeath,
   ResourceUnavailable,
   UpstreamAborted,
 } from "../core/errors.ts";
@@ -27,6 +28,7 @@ import { undeclaredPermissionOnLoad } from "../core/undeclared_permission.ts";
 import { FlowType } from "../core/flow_type.ts";
 import { NodeKind } from "../core/node.ts";
 import {
+  describeReason,
   type NodeExited,
   nodeExited,
   nodeGaveUp,
@@ -40,7 +42,12 @@ import {
 import { channelId, MessageKind } from "../backends/messaging.ts";
 import { dataSubscriptionId, flowTopology, provisionFlow, type TopologyNode } from "../messaging/topology.ts";
 import { envelopeOwner } from "../messaging/messenger.ts";
-import { forgetBrokerCounts, forgetReplayPositions, storeSharedAndDurable } from "../backends/runtime.ts";
+import {
+  FlowRuntime,
+  forgetBrokerCounts,
+  forgetReplayPositions,
+  storeSharedAndDurable,
+} from "../backends/runtime.ts";
 import { FileRuntimeStore } from "../runtime/file_store.ts";
 import {
   EMBEDDED_RUNTIME_STORE_URL,
@@ -321,6 +328,10 @@ interface Replica {
   exitReported: boolean;
   /** The running (or last) launch's counters. */
   stats: Counters | null;
+  /** The message ids its current launch last reported inside its node (`in_node`): none between calls. */
+  inNode: readonly string[];
+  /** The ledger's count of its last death against the inputs it held inside its node, once written. */
+  deathCharged: Promise<void>;
   /** The counters of its earlier launches, so a restart does not reset what the view shows. */
   earlier: Counters;
   kill: (() => void) | null;
@@ -440,6 +451,10 @@ export class LocalEngine {
   readonly #earlierDeadLetters: readonly DeadLetterRecord[];
   readonly #started = performance.now() / 1000;
   #stopping = false;
+  /** Whether the ledger keeps the retry budget (durable and shared): replica deaths are counted there. */
+  #ledgerBudget = false;
+  /** The ledger writes counting replica deaths against their inputs, until the run's end awaits them. */
+  readonly #deathCharges = new Set<Promise<void>>();
   /** The dead-letter file's writes, one after another: each writes the letters there are when it starts. */
   readonly #deadLetterWrites = new CoalescedRun(async () => {
     const records = await keepOffloadedPayloads(
@@ -604,6 +619,7 @@ export class LocalEngine {
     const { flowId, flowType, runId, specs } = this.#options;
     const ledger = this.#broker.runtimeStore;
     const ledgerBudget = ledger !== null && await storeSharedAndDurable(ledger);
+    this.#ledgerBudget = ledgerBudget;
     const topology = flowTopology(topologyNodes(specs), {
       flowId,
       runId,
@@ -641,6 +657,8 @@ export class LocalEngine {
             ready: false,
             exitReported: false,
             stats: null,
+            inNode: [],
+            deathCharged: Promise.resolve(),
             earlier: NO_COUNTS,
             kill: null,
           };
@@ -651,6 +669,7 @@ export class LocalEngine {
       }
       this.#releaseHeld();
       await this.#supervise();
+      await Promise.all(this.#deathCharges);
       // Every replica has ended: a signal now changes nothing, and is caught so that it cannot cut the
       // run's dead letters, its run-end record or its summary short.
       this.#settled = true;
@@ -720,7 +739,9 @@ export class LocalEngine {
 
   #onReport(replica: Replica, report: WorkerReport): void {
     replica.lastReportAt = performance.now() / 1000;
-    if (report.kind === "stats") {
+    if (report.kind === "in_node") {
+      replica.inNode = report.messageIds;
+    } else if (report.kind === "stats") {
       replica.stats = report;
       // A replica runs once its node opened: until then (a model loading) it is still starting.
       if (report.ready && (replica.state === NodeState.starting || replica.state === NodeState.restarting)) {
@@ -752,6 +773,7 @@ export class LocalEngine {
     replica.exitReported = false;
     replica.earlier = addCounts(replica.earlier, replica.stats);
     replica.stats = null;
+    replica.inNode = [];
     this.#event(nodeStarted(replica.spec.name, replica.index, replica.restarts));
     if (this.#options.isolation === Isolation.worker) this.#launchWorker(replica);
     else this.#launchProcess(replica);
@@ -910,6 +932,7 @@ export class LocalEngine {
     const code = unreported ? EXIT_FLOW_FAILED : status;
     replica.exitCode = code;
     replica.kill = null;
+    this.#chargeDeath(replica, code);
     const exited = nodeExited(replica.spec.name, replica.index, code, replica.reason);
     this.#event(exited);
     const decision = this.#decide(replica, exited);
@@ -920,7 +943,10 @@ export class LocalEngine {
       replica.restarts++;
       this.#event(decision.event);
       setTimeout(() => {
-        if (replica.state === NodeState.restarting && !this.#forced) this.#launch(replica);
+        // The replacement reads the ledger's count of this death before it takes the inputs again.
+        void replica.deathCharged.then(() => {
+          if (replica.state === NodeState.restarting && !this.#forced) this.#launch(replica);
+        });
       }, decision.delaySeconds * 1000);
     } else {
       replica.state = NodeState.failed;
@@ -937,6 +963,43 @@ export class LocalEngine {
       this.#abandonInputsOf(replica);
     }
     this.#wake?.();
+  }
+
+  /**
+   * Counts a replica's death as one delivery of each input it held inside its node (its last `in_node`
+   * report), as a broker counts an expired ack wait, so that an input that kills or wedges its replica on
+   * every delivery is dead-lettered once its budget is spent (`ReplicaDeath`: a stall when it exited as
+   * stalled, else a crash). Inputs prefetched but never handed to the node lose nothing. A death the
+   * supervisor caused (ending the run, a forced stop) charges nothing; neither does a ledger that does not
+   * keep the retry budget (the broker's delivery count does then).
+   */
+  #chargeDeath(replica: Replica, code: number): void {
+    const messageIds = replica.inNode;
+    replica.inNode = [];
+    const ledger = this.#broker.runtimeStore;
+    if (messageIds.length === 0 || !this.#ledgerBudget || ledger === null) return;
+    if (replica.endedBySupervisor || this.#forced) return;
+    const { flowId, runId } = this.#options;
+    const runtime = new FlowRuntime({
+      store: ledger,
+      flowId,
+      runId,
+      node: replica.spec.name,
+      replicaId: replica.index,
+    });
+    const death = code === EXIT_STALLED ? ReplicaDeath.stalled : ReplicaDeath.crashed;
+    const cause = describeReason(replica.reason);
+    const charged = Promise.all(messageIds.map((id) => runtime.recordReplicaDeath(id, death, cause))).then(
+      () => {},
+      (error) => {
+        this.#view.event(
+          `${replica.spec.name}[${replica.index}]'s death could not be counted against its inputs: ` +
+            `${(error as Error).message}`,
+        );
+      },
+    );
+    replica.deathCharged = charged;
+    this.#deathCharges.add(charged);
   }
 
   /** The end marker (EOS or ABORT) the broker holds from `replica`, if it published one. */

@@ -120,6 +120,7 @@ import {
   errorToDict,
   PartitionKeyError,
   PoisonMessage,
+  replicaDeathFailure,
   StaleAuthority,
   TRANSIENT,
   TransientFailure,
@@ -919,6 +920,14 @@ export class BrokerMessenger implements Messenger {
     return actions.some((action) => action !== ACTION_NAK);
   }
 
+  /**
+   * The message ids of the deliveries behind the group last received, until it is acked or failed (none
+   * before any group, or after): the inputs a replica that dies now was holding inside its node.
+   */
+  currentMessageIds(): string[] {
+    return this.#current?.handles.map((held) => held.delivery.token.messageId) ?? [];
+  }
+
   /** Per-parent envelope facts of the group last received (`null` for a producer or before any group). */
   lastInputInfo(): Readonly<Record<string, InputInfo | InputInfo[] | null>> | null {
     const group = this.#current;
@@ -1558,10 +1567,15 @@ export class BrokerMessenger implements Messenger {
         MessengerDropReason.partitionKey,
       );
     }
-    const blobRef = this.#blobKey(decoded);
-    const held = new Held(delivery, parent, decoded, blobRef, now);
+    const held = new Held(delivery, parent, decoded, this.#blobKey(decoded), now);
     this.#held.add(held);
-    if (blobRef !== null) return this.#fetchAndJoin(held, decoded);
+    if (this.#ledgerBudget && delivery.token.attempt > 1) return this.#joinRedelivered(held, decoded);
+    return this.#readAndJoin(held, decoded);
+  }
+
+  /** A held data delivery's payload, read (fetched when offloaded), then joined. */
+  #readAndJoin(held: Held, decoded: WireEnvelope): Promise<void> | null {
+    if (held.blobRef !== null) return this.#fetchAndJoin(held, decoded);
     let message: unknown;
     try {
       message = decodePayload(decoded.payloadType, decoded.payload);
@@ -1570,6 +1584,23 @@ export class BrokerMessenger implements Messenger {
     }
     this.#enter(held, decoded, message);
     return null;
+  }
+
+  /**
+   * A redelivery under the ledger budget: when replica deaths used up its budget (it was inside the node
+   * each time a replica crashed or stalled, the last counted attempt a death), it is dead-lettered with
+   * what that death was and never reaches the node again; otherwise it is joined.
+   */
+  async #joinRedelivered(held: Held, decoded: WireEnvelope): Promise<void> {
+    const record = await this.#runtime.replicaDeathOf(held.delivery.token.messageId);
+    if (record === null || record.count < this.#delivery.maxDeliver) {
+      await this.#readAndJoin(held, decoded);
+      return;
+    }
+    this.#drop(MessengerDropReason.exhausted);
+    await this.#applyLadder(held, replicaDeathFailure(record.death, this.#node, record.count, record.cause), {
+      counted: record.count,
+    });
   }
 
   /** An offloaded payload: fetched from the store (on this turn, after ownership was decided), then joined. */
@@ -2111,13 +2142,22 @@ export class BrokerMessenger implements Messenger {
     await this.#applyLadder(held, error);
   }
 
-  /** Applies the delivery policy's action to one failed delivery; resolves with that action. */
-  async #applyLadder(held: Held, failure: VideoflowRuntimeError): Promise<DeliveryAction> {
+  /**
+   * Applies the delivery policy's action to one failed delivery; resolves with that action. The attempt
+   * is counted here (the broker's delivery count, or one more in the ledger) unless `counted` says how
+   * many attempts the ledger already holds for it.
+   */
+  async #applyLadder(
+    held: Held,
+    failure: VideoflowRuntimeError,
+    { counted }: { readonly counted?: number } = {},
+  ): Promise<DeliveryAction> {
     const disposition = failure.disposition;
     const token = held.delivery.token;
-    const numDelivered = this.#ledgerBudget
-      ? Math.max(1, await this.#runtime.recordAttempt(token.messageId, disposition))
-      : token.attempt;
+    const numDelivered = counted ??
+      (this.#ledgerBudget
+        ? Math.max(1, await this.#runtime.recordAttempt(token.messageId, disposition))
+        : token.attempt);
     const action: DeliveryAction = this.#delivery.actionFor(disposition, numDelivered);
     if (
       action !== ACTION_NAK && disposition === TRANSIENT && this.#delivery.delivery === AT_LEAST_ONCE

@@ -1022,6 +1022,52 @@ for (const isolation of ["worker", "process"]) {
 }
 
 for (const isolation of ["worker", "process"]) {
+  const stories = [
+    {
+      what: "hangs in process",
+      node: `new HangAt({ name: "bad", at: 3 })`,
+      code: "VF_POISON_REPLICA_STALLED",
+    },
+    {
+      what: "calls Deno.exit",
+      node: `new ExitAt({ name: "bad", at: 3, code: 9 })`,
+      code: "VF_POISON_REPLICA_CRASHED",
+    },
+  ];
+  for (const story of stories) {
+    Deno.test(`an item that ${story.what} on every delivery is dead-lettered as ${story.code} once its deliveries are spent; every other item reaches the sink and the run finishes (${isolation} isolation)`, async () => {
+      await inTempDir(async (dir) => {
+        const flow = await writeFlow(
+          dir,
+          ["Count", "HangAt", "ExitAt"],
+          pipeline("killer-story", `new Count({ name: "count", n: 6 })`, story.node, dir),
+        );
+        const state = join(dir, "state");
+        const run = await vf(
+          ["run-local", flow, "--state", state, "--run-id", "r1", "--isolation", isolation],
+          {
+            cwd: dir,
+            env: {
+              VF_MAX_RETRIES: "1",
+              VF_PROGRESS_TIMEOUT_SECONDS: "1",
+              VF_WATCHDOG_INTERVAL_SECONDS: "0.2",
+            },
+          },
+        );
+        assert.equal(run.code, 0, run.text);
+        assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), [1, 2, 4, 5, 6]);
+        const bad = summaryRow(run, "bad");
+        assert.equal(bad.restarts, 2, "one launch per delivery the budget allows, then one that goes on");
+        assert.equal(bad.dlq, 1, run.stdout);
+        const letters = await deadLetters(flow, "r1", state, dir);
+        assert.deepEqual(letters.map((l) => [l.node, l.code, l.deliveries]), [["bad", story.code, 2]]);
+        assert.equal(deadLetterValue(letters[0]), 3);
+      });
+    });
+  }
+}
+
+for (const isolation of ["worker", "process"]) {
   Deno.test(`a node that blocks its event loop in process is stopped as stalled when it goes silent, exit 5 (${isolation} isolation)`, async () => {
     await inTempDir(async (dir) => {
       const flow = await writeFlow(
