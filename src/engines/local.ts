@@ -4,7 +4,8 @@
  * store, served to workers by the supervisor) with the run ledger in a file store under the state
  * directory (`.videoflow/<flow>/<run>/ledger`). Replicas are Deno Workers by default (frame bytes cross
  * as transferred buffers), or `deno run` subprocesses with matching `--allow-*` flags. The supervisor
- * restarts replicas per {@link SupervisionPolicy.local}, shows a live view, stops the flow the spec's way on
+ * restarts replicas per {@link SupervisionPolicy.local}, counts a replica's death as a delivery of the inputs
+ * inside its node (its `in_node` reports say which) in the run ledger, shows a live view, stops the flow the spec's way on
  * SIGINT/SIGTERM (a second signal forces), and resolves with the run's exit status.
  *
  * @module

@@ -27,7 +27,9 @@
  *   `dlq:{flow}:{run}:{node}:{stream_seq}`) and terminate only once the dead letter is accepted, else
  *   record a pending handoff and keep the delivery alive (DELIV-15); a termination without a dead letter
  *   references a terminal-log record. Undecodable input, a missing or corrupt payload and an unusable
- *   partition key take the same ladder as poison without reaching the node.
+ *   partition key take the same ladder as poison without reaching the node, and so does a redelivery whose
+ *   budget replica deaths used up under the ledger budget (its supervisor counted each death with it inside
+ *   the node, `FlowRuntime.recordReplicaDeath`): VF_POISON_REPLICA_CRASHED or VF_POISON_REPLICA_STALLED.
  * - Payloads above the inline threshold leave the envelope through the payload bridge under the readers'
  *   obligations; a reader's obligation is released only after a confirmed settlement (PAY-004).
  * - Checkpoints commit with their output in one ledger write (RUN-003, RUN-022; refused on a ledger that

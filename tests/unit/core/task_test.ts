@@ -715,6 +715,19 @@ Deno.test("story 25: failures the delivery policy retries never trip the breaker
   assert.equal(messenger.named("failInputs").length, 26, "25 retried failures in a row, then one given up");
 });
 
+Deno.test("the input-call watch is told around each call of the node only: not for EOS, and left even when the node throws", async () => {
+  const node = new Picky({ name: "watched", poison: [2] });
+  const told: string[] = [];
+  const inputCalls = {
+    entered: () => told.push(`entered ${messenger.names().length}`),
+    left: () => told.push(`left ${messenger.names().length}`),
+  };
+  const messenger = new ScriptedMessenger({ groups: stream(1, 2) });
+  const outcome = await createTask(node, optionsFor(node, messenger, { inputCalls })).run();
+  assert.equal(outcome.kind, TaskEnd.finished);
+  assert.deepEqual(told, ["entered 1", "left 1", "entered 4", "left 4"], messenger.names().join(", "));
+});
+
 Deno.test("story 25: an interleaved success resets the breaker's count", async () => {
   const failing = Array.from({ length: 9 }, (_, i) => i + 1);
   const later = failing.map((v) => v + 10);
