@@ -26,6 +26,7 @@ import {
 } from "../core/errors.ts";
 import { writeAll } from "../core/bytes.ts";
 import { undeclaredPermissionOnLoad } from "../core/undeclared_permission.ts";
+import { AT_LEAST_ONCE, DeliveryPolicy } from "../core/delivery_policy.ts";
 import { FlowType } from "../core/flow_type.ts";
 import { NodeKind } from "../core/node.ts";
 import {
@@ -33,8 +34,10 @@ import {
   type NodeExited,
   nodeExited,
   nodeGaveUp,
+  nodeRestarted,
   nodeStarted,
   renderEvent,
+  restartCanMend,
   type SupervisionDecision,
   type SupervisionEvent,
   SupervisionPolicy,
@@ -331,8 +334,8 @@ interface Replica {
   stats: Counters | null;
   /** The message ids its current launch last reported inside its node (`in_node`): none between calls. */
   inNode: readonly string[];
-  /** The ledger's count of its last death against the inputs it held inside its node, once written. */
-  deathCharged: Promise<void>;
+  /** Of its restarts, those after a death that used up the budget of an input inside its node. */
+  restartsForInputs: number;
   /** The counters of its earlier launches, so a restart does not reset what the view shows. */
   earlier: Counters;
   kill: (() => void) | null;
@@ -454,8 +457,8 @@ export class LocalEngine {
   #stopping = false;
   /** Whether the ledger keeps the retry budget (durable and shared): replica deaths are counted there. */
   #ledgerBudget = false;
-  /** The ledger writes counting replica deaths against their inputs, until the run's end awaits them. */
-  readonly #deathCharges = new Set<Promise<void>>();
+  /** `VF_MAX_RETRIES` as the replicas read it: with each node's delivery mode, its inputs' budget. */
+  readonly #maxRetries: number;
   /** The dead-letter file's writes, one after another: each writes the letters there are when it starts. */
   readonly #deadLetterWrites = new CoalescedRun(async () => {
     const records = await keepOffloadedPayloads(
@@ -492,6 +495,7 @@ export class LocalEngine {
   ) {
     this.#options = options;
     this.#silence = silenceLimit(options, settings);
+    this.#maxRetries = settings.maxRetries;
     this.#resolutionArgs = options.isolation === Isolation.process ? subprocessResolutionArgs() : [];
     this.#runDir = runDir;
     this.#earlierDeadLetters = earlierDeadLetters;
@@ -659,7 +663,7 @@ export class LocalEngine {
             exitReported: false,
             stats: null,
             inNode: [],
-            deathCharged: Promise.resolve(),
+            restartsForInputs: 0,
             earlier: NO_COUNTS,
             kill: null,
           };
@@ -670,7 +674,6 @@ export class LocalEngine {
       }
       this.#releaseHeld();
       await this.#supervise();
-      await Promise.all(this.#deathCharges);
       // Every replica has ended: a signal now changes nothing, and is caught so that it cannot cut the
       // run's dead letters, its run-end record or its summary short.
       this.#settled = true;
@@ -933,21 +936,36 @@ export class LocalEngine {
     const code = unreported ? EXIT_FLOW_FAILED : status;
     replica.exitCode = code;
     replica.kill = null;
-    this.#chargeDeath(replica, code);
     const exited = nodeExited(replica.spec.name, replica.index, code, replica.reason);
     this.#event(exited);
-    const decision = this.#decide(replica, exited);
+    const charge = this.#chargeDeath(replica, code);
+    if (charge === null) {
+      this.#settleExit(replica, exited, false);
+      return;
+    }
+    // What becomes of the replica waits for the ledger's count of its death (milliseconds), which also
+    // comes before any replacement takes the inputs again.
+    replica.state = NodeState.restarting;
+    void charge.then((inputSpent) => {
+      if (replica.state === NodeState.restarting) this.#settleExit(replica, exited, inputSpent);
+    });
+  }
+
+  /**
+   * Finishes, restarts or gives up on a replica that exited; `inputSpent`: its death used up the delivery
+   * budget of an input inside its node (see {@link #decide}).
+   */
+  #settleExit(replica: Replica, exited: NodeExited, inputSpent: boolean): void {
+    const decision = this.#decide(replica, exited, inputSpent);
     if (decision.kind === "finished") {
       replica.state = NodeState.done;
     } else if (decision.kind === "restart") {
       replica.state = NodeState.restarting;
       replica.restarts++;
+      if (inputSpent) replica.restartsForInputs++;
       this.#event(decision.event);
       setTimeout(() => {
-        // The replacement reads the ledger's count of this death before it takes the inputs again.
-        void replica.deathCharged.then(() => {
-          if (replica.state === NodeState.restarting && !this.#forced) this.#launch(replica);
-        });
+        if (replica.state === NodeState.restarting && !this.#forced) this.#launch(replica);
       }, decision.delaySeconds * 1000);
     } else {
       replica.state = NodeState.failed;
@@ -972,14 +990,16 @@ export class LocalEngine {
    * every delivery is dead-lettered once its budget is spent (`ReplicaDeath`: a stall when it exited as
    * stalled, else a crash). Inputs prefetched but never handed to the node lose nothing. A death the
    * supervisor caused (ending the run, a forced stop) charges nothing; neither does a ledger that does not
-   * keep the retry budget (the broker's delivery count does then).
+   * keep the retry budget, nor a best-effort node (the broker's delivery count is their budget). Resolves
+   * whether the death used up the budget of an input it held; null when it charged nothing.
    */
-  #chargeDeath(replica: Replica, code: number): void {
+  #chargeDeath(replica: Replica, code: number): Promise<boolean> | null {
     const messageIds = replica.inNode;
     replica.inNode = [];
     const ledger = this.#broker.runtimeStore;
-    if (messageIds.length === 0 || !this.#ledgerBudget || ledger === null) return;
-    if (replica.endedBySupervisor || this.#forced) return;
+    const budget = this.#deliveryBudget(replica.spec);
+    if (messageIds.length === 0 || !this.#ledgerBudget || ledger === null || budget === null) return null;
+    if (replica.endedBySupervisor || this.#forced) return null;
     const { flowId, runId } = this.#options;
     const runtime = new FlowRuntime({
       store: ledger,
@@ -990,17 +1010,22 @@ export class LocalEngine {
     });
     const death = code === EXIT_STALLED ? ReplicaDeath.stalled : ReplicaDeath.crashed;
     const cause = describeReason(replica.reason);
-    const charged = Promise.all(messageIds.map((id) => runtime.recordReplicaDeath(id, death, cause))).then(
-      () => {},
+    return Promise.all(messageIds.map((id) => runtime.recordReplicaDeath(id, death, cause))).then(
+      (counts) => counts.some((count) => count >= budget),
       (error) => {
         this.#view.event(
           `${replica.spec.name}[${replica.index}]'s death could not be counted against its inputs: ` +
             `${(error as Error).message}`,
         );
+        return false;
       },
     );
-    replica.deathCharged = charged;
-    this.#deathCharges.add(charged);
+  }
+
+  /** How many deliveries the ledger allows each input of an at-least-once node (`max_deliver`); null for best-effort. */
+  #deliveryBudget(spec: NodeSpec): number | null {
+    const policy = DeliveryPolicy.resolve(this.#options.flowType, spec.delivery, this.#maxRetries);
+    return policy.delivery === AT_LEAST_ONCE ? policy.maxDeliver : null;
   }
 
   /** The end marker (EOS or ABORT) the broker holds from `replica`, if it published one. */
@@ -1016,18 +1041,38 @@ export class LocalEngine {
   }
 
   /**
-   * What to do about a replica that exited: the supervision policy's decision, except that a replica
-   * that published ABORT is not restarted (its children have ended already, which no restart undoes), nor
-   * one whose stream had ended cleanly before it failed (a restart would make or take its stream again),
-   * and nothing is restarted while the flow stops.
+   * What to do about a replica that exited: the supervision policy's decision on the restarts it spent
+   * itself, except that a replica that published ABORT is not restarted (its children have ended already,
+   * which no restart undoes), nor one whose stream had ended cleanly before it failed (a restart would make
+   * or take its stream again), and nothing is restarted while the flow stops. A death that used up the
+   * delivery budget of an input inside the node (`inputSpent`) is that input's: the input is dead-lettered
+   * now, so a restart mends it, and it spends none of the replica's restarts (where restarts are allowed).
+   * Restarts are numbered among all of the replica's.
    */
-  #decide(replica: Replica, exited: NodeExited): SupervisionDecision | { kind: "give_up"; event: null } {
+  #decide(
+    replica: Replica,
+    exited: NodeExited,
+    inputSpent: boolean,
+  ): SupervisionDecision | { kind: "give_up"; event: null } {
     if (this.#forced || this.#ending || this.#stopping && exited.code !== 0) {
       return { kind: "give_up", event: null };
     }
-    const decision = this.#policy.decide(exited, replica.restarts);
+    const own = replica.restarts - replica.restartsForInputs;
+    const mended = inputSpent && restartCanMend(exited) && this.#policy.shouldRestart(0, exited.disposition);
+    const decision = mended
+      ? { kind: "restart" as const, delaySeconds: this.#policy.delayFor(own) }
+      : this.#policy.decide(exited, own);
     const over = replica.endMarker === EndMarker.abort || replica.streamEnded;
-    if (decision.kind !== "restart" || !over) return decision;
+    switch (decision.kind) {
+      case "finished":
+        return decision;
+      case "restart":
+        if (!over) {
+          const { delaySeconds } = decision;
+          const event = nodeRestarted(exited.node, exited.replica, replica.restarts + 1, delaySeconds);
+          return { kind: "restart", delaySeconds, event };
+        }
+    }
     return {
       kind: "give_up",
       event: nodeGaveUp(exited.node, exited.replica, replica.restarts, exited.reason),

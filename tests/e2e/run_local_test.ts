@@ -819,7 +819,7 @@ Deno.test("a producer whose close() fails after its stream ended is not run agai
   });
 });
 
-Deno.test("a replica that dies on every launch is restarted with backoff until its budget is spent, then the run exits 4", async () => {
+Deno.test("a replica that dies on every launch, whatever the item, is restarted with backoff until its budget is spent, then the run exits 4 (the restart after an item's last delivery is the item's, not the replica's)", async () => {
   await inTempDir(async (dir) => {
     const flow = await writeFlow(
       dir,
@@ -827,7 +827,7 @@ Deno.test("a replica that dies on every launch is restarted with backoff until i
       pipeline(
         "doomed-story",
         `new Count({ name: "count", n: 5 })`,
-        `new ExitAt({ name: "doomed", at: 2, code: 9 })`,
+        `new ExitAt({ name: "doomed", at: 2, code: 9, onward: true })`,
         dir,
       ),
     );
@@ -836,18 +836,19 @@ Deno.test("a replica that dies on every launch is restarted with backoff until i
       env: { VF_ACK_WAIT_SECONDS: "1" },
     });
     assert.equal(run.code, 4, run.text);
-    for (const restart of [1, 2, 3]) {
+    for (const restart of [1, 2, 3, 4]) {
       assert.match(run.text, new RegExp(`doomed\\[0\\] started \\(restart ${restart}\\)`));
     }
     assert.match(
       run.text,
       /doomed\[0\] exited with code 4 \(VF_WORKER_FATAL: the replica exited with status 9 before/,
     );
-    assert.match(run.text, /doomed\[0\] gave up after 3 restart\(s\)/);
-    assert.doesNotMatch(run.text, /started \(restart 4\)/);
+    assert.match(run.text, /doomed\[0\] gave up after 4 restart\(s\)/);
+    assert.doesNotMatch(run.text, /started \(restart 5\)/);
     const doomed = summaryRow(run, "doomed");
     assert.equal(doomed.state, "failed");
-    assert.equal(doomed.restarts, 3);
+    assert.equal(doomed.restarts, 4, "3 of its own, and the one after item 2's fourth and last delivery");
+    assert.equal(doomed.dlq, 1, "item 2, dead-lettered once its deliveries were spent");
   });
 });
 
@@ -860,7 +861,7 @@ Deno.test("a replica whose node code calls Deno.exit(0) or Deno.exit(143) mid-st
         pipeline(
           "exit-zero-story",
           `new Count({ name: "count", n: 5 })`,
-          `new ExitAt({ name: "quitter", at: 2, code: ${isolation === "worker" ? 0 : 143} })`,
+          `new ExitAt({ name: "quitter", at: 2, code: ${isolation === "worker" ? 0 : 143}, onward: true })`,
           dir,
         ),
       );
@@ -873,7 +874,7 @@ Deno.test("a replica whose node code calls Deno.exit(0) or Deno.exit(143) mid-st
         run.text,
         /quitter\[0\] exited with code 4 \(VF_WORKER_FATAL: the replica exited with status (0|143) before its task ended/,
       );
-      assert.match(run.text, /quitter\[0\] gave up after 3 restart\(s\)/);
+      assert.match(run.text, /quitter\[0\] gave up after 4 restart\(s\)/);
       assert.equal(summaryRow(run, "quitter").state, "failed", isolation);
       assert.equal(summaryRow(run, "quitter").drops, "0", "a run that ends keeps its inputs: none dropped");
     });
@@ -1021,50 +1022,63 @@ for (const isolation of ["worker", "process"]) {
   });
 }
 
-for (const isolation of ["worker", "process"]) {
-  const stories = [
-    {
-      what: "hangs in process",
-      node: `new HangAt({ name: "bad", at: 3 })`,
-      code: "VF_POISON_REPLICA_STALLED",
-    },
-    {
-      what: "calls Deno.exit",
-      node: `new ExitAt({ name: "bad", at: 3, code: 9 })`,
-      code: "VF_POISON_REPLICA_CRASHED",
-    },
-  ];
-  for (const story of stories) {
-    Deno.test(`an item that ${story.what} on every delivery is dead-lettered as ${story.code} once its deliveries are spent; every other item reaches the sink and the run finishes (${isolation} isolation)`, async () => {
-      await inTempDir(async (dir) => {
-        const flow = await writeFlow(
-          dir,
-          ["Count", "HangAt", "ExitAt"],
-          pipeline("killer-story", `new Count({ name: "count", n: 6 })`, story.node, dir),
-        );
-        const state = join(dir, "state");
-        const run = await vf(
-          ["run-local", flow, "--state", state, "--run-id", "r1", "--isolation", isolation],
-          {
-            cwd: dir,
-            env: {
-              VF_MAX_RETRIES: "1",
-              VF_PROGRESS_TIMEOUT_SECONDS: "1",
-              VF_WATCHDOG_INTERVAL_SECONDS: "0.2",
-            },
-          },
-        );
-        assert.equal(run.code, 0, run.text);
-        assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), [1, 2, 4, 5, 6]);
-        const bad = summaryRow(run, "bad");
-        assert.equal(bad.restarts, 2, "one launch per delivery the budget allows, then one that goes on");
-        assert.equal(bad.dlq, 1, run.stdout);
-        const letters = await deadLetters(flow, "r1", state, dir);
-        assert.deepEqual(letters.map((l) => [l.node, l.code, l.deliveries]), [["bad", story.code, 2]]);
-        assert.equal(deadLetterValue(letters[0]), 3);
-      });
+const KILLER_ITEMS = {
+  hang: {
+    what: "hangs in process",
+    node: `new HangAt({ name: "bad", at: 3 })`,
+    code: "VF_POISON_REPLICA_STALLED",
+  },
+  exit: {
+    what: "calls Deno.exit",
+    node: `new ExitAt({ name: "bad", at: 3, code: 9 })`,
+    code: "VF_POISON_REPLICA_CRASHED",
+  },
+} as const;
+
+/**
+ * The stories of an item (3 of 1..6) that kills or wedges its replica on every delivery, under `isolation`
+ * with `VF_MAX_RETRIES` at `maxRetries` (null: the default, 3).
+ */
+const killerStories: [isolation: string, kind: keyof typeof KILLER_ITEMS, maxRetries: number | null][] = [
+  ["worker", "hang", 1],
+  ["worker", "exit", 1],
+  ["process", "hang", 1],
+  ["process", "exit", 1],
+  ["worker", "hang", null],
+  ["process", "exit", null],
+];
+for (const [isolation, kind, maxRetries] of killerStories) {
+  const story = KILLER_ITEMS[kind];
+  const deliveries = (maxRetries ?? 3) + 1;
+  const budget = maxRetries === null ? "the default budgets" : `VF_MAX_RETRIES=${maxRetries}`;
+  Deno.test(`an item that ${story.what} on every delivery is dead-lettered as ${story.code} after its ${deliveries} deliveries; every other item reaches the sink and the run finishes (${budget}, ${isolation} isolation)`, async () => {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
+        dir,
+        ["Count", "HangAt", "ExitAt"],
+        pipeline("killer-story", `new Count({ name: "count", n: 6 })`, story.node, dir),
+      );
+      const state = join(dir, "state");
+      const retries: Record<string, string> = maxRetries === null
+        ? {}
+        : { VF_MAX_RETRIES: String(maxRetries) };
+      const run = await vf(
+        ["run-local", flow, "--state", state, "--run-id", "r1", "--isolation", isolation],
+        {
+          cwd: dir,
+          env: { ...retries, VF_PROGRESS_TIMEOUT_SECONDS: "1", VF_WATCHDOG_INTERVAL_SECONDS: "0.2" },
+        },
+      );
+      assert.equal(run.code, 0, run.text);
+      assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), [1, 2, 4, 5, 6]);
+      const bad = summaryRow(run, "bad");
+      assert.equal(bad.restarts, deliveries, "a launch per delivery, then one that goes on without the item");
+      assert.equal(bad.dlq, 1, run.stdout);
+      const letters = await deadLetters(flow, "r1", state, dir);
+      assert.deepEqual(letters.map((l) => [l.node, l.code, l.deliveries]), [["bad", story.code, deliveries]]);
+      assert.equal(deadLetterValue(letters[0]), 3);
     });
-  }
+  });
 }
 
 for (const isolation of ["worker", "process"]) {
