@@ -4,9 +4,9 @@
  * store, served to workers by the supervisor) with the run ledger in a file store under the state
  * directory (`.videoflow/<flow>/<run>/ledger`). Replicas are Deno Workers by default (frame bytes cross
  * as transferred buffers), or `deno run` subprocesses with matching `--allow-*` flags. The supervisor
- * restarts replicas per {@link SupervisionPolicy.local}, counts a replica's death as a delivery of the inputs
- * inside its node (its `in_node` reports say which) in the run ledger, shows a live view, stops the flow the spec's way on
- * SIGINT/SIGTERM (a second signal forces), and resolves with the run's exit status.
+ * restarts replicas per {@link SupervisionPolicy.local}, counts a replica's death as a delivery of the
+ * inputs inside its node (its `in_node` reports say which) in the run ledger, shows a live view, stops the
+ * flow the spec's way on SIGINT/SIGTERM (a second signal forces), and resolves with the run's exit status.
  *
  * @module
  */
@@ -1022,7 +1022,7 @@ export class LocalEngine {
     );
   }
 
-  /** How many deliveries the ledger allows each input of an at-least-once node (`max_deliver`); null for best-effort. */
+  /** How many deliveries the ledger allows an input of an at-least-once node; null for best-effort. */
   #deliveryBudget(spec: NodeSpec): number | null {
     const policy = DeliveryPolicy.resolve(this.#options.flowType, spec.delivery, this.#maxRetries);
     return policy.delivery === AT_LEAST_ONCE ? policy.maxDeliver : null;

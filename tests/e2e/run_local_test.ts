@@ -1006,6 +1006,32 @@ function hangingFlow(dir: string, flowId: string): Promise<string> {
   );
 }
 
+Deno.test("a node that hangs on every item, restarted, still runs out of restarts and the run exits 5 (the restart after an item's last delivery is the item's)", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "HangAt"],
+      pipeline(
+        "wedged-story",
+        `new Count({ name: "count", n: 6 })`,
+        `new HangAt({ name: "hang", at: 2, onward: true })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], {
+      cwd: dir,
+      env: { VF_PROGRESS_TIMEOUT_SECONDS: "1", VF_WATCHDOG_INTERVAL_SECONDS: "0.2" },
+    });
+    assert.equal(run.code, 5, run.text);
+    assert.match(run.text, /hang\[0\] exited with code 5 \(VF_PROGRESS_STALLED: node hang acked nothing/);
+    assert.match(run.text, /hang\[0\] gave up after 4 restart\(s\)/);
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), [1]);
+    const hang = summaryRow(run, "hang");
+    assert.equal(hang.restarts, 4, "3 of its own, and the one after item 2's fourth and last delivery");
+    assert.equal(hang.dlq, 1, "item 2, dead-lettered once its deliveries were spent");
+  });
+});
+
 for (const isolation of ["worker", "process"]) {
   Deno.test(`a node that hangs in process trips the watchdog and the run exits 5 (${isolation} isolation)`, async () => {
     await inTempDir(async (dir) => {
