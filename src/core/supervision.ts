@@ -32,6 +32,7 @@ import {
   DISPOSITIONS,
   errorToDict,
   EXIT_USER,
+  isDiskFailure,
   isDisposition,
   ProgressStalled,
   TRANSIENT,
@@ -278,11 +279,13 @@ export type TerminationReason = Readonly<Record<string, unknown>>;
 
 /**
  * Whether restarting could change how a replica ends: not for the author's mistake (exit 2: the same
- * configuration fails the same way) nor for a replica that stopped because a parent aborted (its input
- * stream is over).
+ * configuration fails the same way), nor for a replica that stopped because a parent aborted (its input
+ * stream is over), nor for a disk that is full or read-only (`isDiskFailure`: the same write fails the same
+ * way until an operator frees or remounts it).
  */
 export function restartCanMend(exited: NodeExited): boolean {
-  return exited.code !== EXIT_USER && exited.reason?.code !== UpstreamAborted.code;
+  return exited.code !== EXIT_USER && exited.reason?.code !== UpstreamAborted.code &&
+    !isDiskFailure(exited.reason);
 }
 
 /** A worker was launched; `attempt` is 0 for the first launch, n for the n-th restart. */

@@ -15,14 +15,17 @@ import { CoalescedRun } from "../core/coalesced_run.ts";
 import type { NodeSpec } from "../core/compiler.ts";
 import {
   ConfigError,
+  EXIT_ENVIRONMENT,
   EXIT_FLOW_FAILED,
   EXIT_STALLED,
   EXIT_USER,
   FlowFailed,
+  isDiskFailure,
   ProgressStalled,
   ReplicaDeath,
   ResourceUnavailable,
   UpstreamAborted,
+  type VideoflowError,
 } from "../core/errors.ts";
 import { writeAll } from "../core/bytes.ts";
 import { undeclaredPermissionOnLoad } from "../core/undeclared_permission.ts";
@@ -53,6 +56,7 @@ import {
   storeSharedAndDurable,
 } from "../backends/runtime.ts";
 import { FileRuntimeStore } from "../runtime/file_store.ts";
+import { systemClock } from "../backends/clock.ts";
 import {
   EMBEDDED_RUNTIME_STORE_URL,
   EndMarker,
@@ -60,6 +64,8 @@ import {
   type WorkerReport,
 } from "../runtime/worker.ts";
 import {
+  FLOW_SPECS_PATH_ENV,
+  paramsBySpecsFile,
   parseWorkerSettings,
   workerEnvFor,
   WorkerEnvVar,
@@ -90,7 +96,9 @@ import {
   runDirectory,
   RunEnd,
   type RunEndRecord,
+  SPECS_FILE,
   writeRunEnd,
+  writeSpecsDocument,
 } from "./run_directory.ts";
 import { MemoryMessagingBackend } from "../backends/memory/messaging.ts";
 import { MAX_INLINE_PAYLOAD_ENV } from "../backends/payload_bridge.ts";
@@ -474,6 +482,11 @@ export class LocalEngine {
   #signalledAt: number | null = null;
   #forced = false;
   #ending = false;
+  /**
+   * The first disk failure of the run's state (its ledger, dead letters or end record): the run ended at it,
+   * with exit status 3.
+   */
+  #stateUnwritable: ResourceUnavailable | null = null;
   /** Every replica has ended; the run's records are being written, and no stop changes them. */
   #settled = false;
   #wake: (() => void) | null = null;
@@ -485,6 +498,12 @@ export class LocalEngine {
   #heldNoticed = false;
   /** The module-resolution flags a process replica is started with: this process's own. */
   readonly #resolutionArgs: readonly string[];
+  /**
+   * Where the run's compiled specs document is, written before any subprocess replica starts (never for
+   * Workers, which are handed their params whole): a replica whose params no environment entry holds
+   * reads them there.
+   */
+  readonly #specsFile: string;
 
   private constructor(
     options: LocalRunOptions,
@@ -492,8 +511,10 @@ export class LocalEngine {
     ledger: FileRuntimeStore,
     runDir: string,
     earlierDeadLetters: readonly DeadLetterRecord[],
+    specsFile: string,
   ) {
     this.#options = options;
+    this.#specsFile = specsFile;
     this.#silence = silenceLimit(options, settings);
     this.#maxRetries = settings.maxRetries;
     this.#resolutionArgs = options.isolation === Isolation.process ? subprocessResolutionArgs() : [];
@@ -502,9 +523,17 @@ export class LocalEngine {
     this.#broker = new EmbeddedBroker({
       runtimeStore: ledger,
       messaging: new MemoryMessagingBackend({ maxPayloadBytes: EMBEDDED_MAX_ENVELOPE_BYTES }),
+      // A dead letter that cannot be kept fails its publication, so its input is not acked: the run ends.
       onDeadLetter: () =>
         this.#writeDeadLetters().catch((error) => {
-          this.#view.event(`the dead letters could not be written (again at the next one): ${error.message}`);
+          if (!isDiskFailure(error)) {
+            this.#view.event(
+              `the dead letters could not be written (again at the next one): ${error.message}`,
+            );
+            return;
+          }
+          this.#endOnUnwritableState(error);
+          throw error;
         }),
     });
     this.#view = new LiveView(options.output, this.#started);
@@ -533,11 +562,18 @@ export class LocalEngine {
         options.output.write(`${outcome}\n`);
         return { exitCode: 0, outcome, snapshots: [], runDir };
       }
-      const ledger = await FileRuntimeStore.open(`${runDir}/ledger`);
+      let engine: LocalEngine | null = null;
+      const ledger = await FileRuntimeStore.open(`${runDir}/ledger`, systemClock, {
+        onDiskFailure: (error) => {
+          if (engine !== null) engine.#endOnUnwritableState(error);
+        },
+      });
       await forgetEarlierBroker(ledger, options, previous);
       await clearRunEnd(runDir);
       const earlier = await readDeadLettersIfAny(runDir) ?? [];
-      const engine = new LocalEngine(options, settings, ledger, runDir, earlier);
+      const specsFile = `${runDir}/${SPECS_FILE}`;
+      if (options.isolation === Isolation.process) await writeSpecsDocument(specsFile, options.specs);
+      engine = new LocalEngine(options, settings, ledger, runDir, earlier, specsFile);
       try {
         return await engine.#run();
       } finally {
@@ -677,9 +713,17 @@ export class LocalEngine {
       // Every replica has ended: a signal now changes nothing, and is caught so that it cannot cut the
       // run's dead letters, its run-end record or its summary short.
       this.#settled = true;
-      await this.#writeDeadLetters();
+      await this.#keepingState(() => this.#writeDeadLetters());
       const snapshots = this.#snapshots();
-      const exitCode = this.#forced ? EXIT_FORCED : runExitCode(this.#statuses());
+      let exitCode = this.#forced
+        ? EXIT_FORCED
+        : this.#stateUnwritable !== null
+        ? EXIT_ENVIRONMENT
+        : runExitCode(this.#statuses());
+      if (exitCode === 0) {
+        const end = this.#stoppedBy === null ? RunEnd.finished : RunEnd.stopped;
+        if (!await this.#keepingState(() => writeRunEnd(this.#runDir, end))) exitCode = EXIT_ENVIRONMENT;
+      }
       // A stop ends every producer's stream where it is, so a join of sources at different points gives up
       // the groups the stopped ones never completed: those are join evictions, and the outcome says so.
       const givenUp = snapshots.reduce((n, s) => n + (s.drops[DROP_JOIN_EVICTED] ?? 0), 0);
@@ -687,17 +731,15 @@ export class LocalEngine {
         ? "every item taken was finished"
         : `every item taken was finished or given up (${givenUp} join members, ${DROP_JOIN_EVICTED} in the ` +
           "drops column)";
+      const unwritable = this.#stateUnwritable;
+      const mend = `once that is mended, run it again with --run-id ${runId} to go on`;
       const outcome = exitCode === 0
         ? this.#stoppedBy === null
           ? `flow ${flowId} finished (run ${runId})`
           : `flow ${flowId} stopped on ${this.#stoppedBy} (run ${runId}): ${taken}; ` +
             `run it again with --run-id ${runId} to go on (replayable sources resume, others start over)`
-        : `flow ${flowId} ${
-          this.#forced ? "was forced to stop" : "failed"
-        } with exit code ${exitCode} (run ${runId})`;
-      if (exitCode === 0) {
-        await writeRunEnd(this.#runDir, this.#stoppedBy === null ? RunEnd.finished : RunEnd.stopped);
-      }
+        : `flow ${flowId} ${this.#forced ? "was forced to stop" : "failed"} with exit code ${exitCode} ` +
+          `(run ${runId})${unwritable === null ? "" : `: ${describeFailure(unwritable)}; ${mend}`}`;
       for (const line of renderSummary(performance.now() / 1000 - this.#started, snapshots, outcome)) {
         this.#options.output.write(`${line}\n`);
       }
@@ -835,9 +877,12 @@ export class LocalEngine {
    */
   #launchProcess(replica: Replica): void {
     const { spec } = replica;
+    const settings = paramsBySpecsFile(this.#envFor(replica), this.#specsFile);
+    const specsPath = settings[FLOW_SPECS_PATH_ENV];
     const { env: declaredEnv = [], ...granted } = mergePermissions(this.#granted(spec), {
       net: [(this.#broker.address ?? "").replace("tcp://", "")],
       write: [this.#terminationLog(replica)],
+      ...(specsPath === undefined ? {} : { read: [specsPath] }),
     });
     const hostEnv = Deno.env.toObject();
     const inherited = Object.fromEntries(
@@ -846,7 +891,6 @@ export class LocalEngine {
         !isEngineSetting(name) && declaredEnv.some((declared) => envNameMatches(declared, name))
       ),
     );
-    const settings = this.#envFor(replica);
     const child = new Deno.Command(SETSID, {
       args: [
         Deno.execPath(),
@@ -1090,30 +1134,65 @@ export class LocalEngine {
 
   /**
    * A replica the supervisor gave up on that ended without an end marker (killed, wedged, or a worker-fatal
-   * failure): its children would wait for it forever, so the run ends here. Every other replica is
-   * killed; their statuses do not count toward the run's, whose ledger keeps what was done for a re-run.
+   * failure): its children would wait for it forever, so the run ends here ({@link #killTheRest}).
    */
   #endRun(failed: Replica): void {
+    this.#killTheRest(
+      `giving up on ${failed.spec.name}[${failed.index}], which ended without telling its children: ` +
+        "ending the run",
+      new FlowFailed(
+        `stopped by the supervisor: ${failed.spec.name}[${failed.index}] was given up on without ending ` +
+          "its stream, so the run ends",
+        `see why ${failed.spec.name}[${failed.index}] failed above`,
+      ),
+      failed,
+    );
+  }
+
+  /**
+   * The run's state cannot be written (its ledger, its dead letters: a disk read-only, full or failing):
+   * nothing more can be recorded, so the run ends at once, with exit status 3 and `error` as its outcome
+   * ({@link #killTheRest}). What the ledger holds is whole, and a re-run once the disk is mended goes on
+   * from there.
+   */
+  #endOnUnwritableState(error: ResourceUnavailable): void {
+    if (this.#stateUnwritable !== null) return;
+    this.#stateUnwritable = error;
+    if (this.#settled) return;
+    this.#killTheRest(`${describeFailure(error)}: ending the run`, error, null);
+  }
+
+  /**
+   * Runs `write`, a write of the run's state after every replica ended; a disk failure ends the run as
+   * {@link #endOnUnwritableState} says and resolves with false. Anything else is thrown.
+   */
+  async #keepingState(write: () => Promise<void>): Promise<boolean> {
+    try {
+      await write();
+      return true;
+    } catch (error) {
+      if (!isDiskFailure(error)) throw error;
+      this.#endOnUnwritableState(error as ResourceUnavailable);
+      return false;
+    }
+  }
+
+  /**
+   * Ends the run here, saying `announcement`: every replica but `spared` is killed with `reason`; their
+   * statuses do not count toward the run's, whose ledger keeps what was done for a re-run.
+   */
+  #killTheRest(announcement: string, reason: VideoflowError, spared: Replica | null): void {
     if (this.#ending) return;
     this.#ending = true;
     this.#stopping = true;
-    this.#view.event(
-      `giving up on ${failed.spec.name}[${failed.index}], which ended without telling its children: ` +
-        "ending the run",
-    );
+    this.#view.event(announcement);
     for (const replica of this.#held.splice(0)) replica.state = NodeState.failed;
     for (const replica of this.#replicas) {
-      if (replica === failed) continue;
+      if (replica === spared) continue;
       if (replica.state === NodeState.restarting) replica.state = NodeState.failed;
       if (replica.exitCode !== null) continue;
       replica.endedBySupervisor = true;
-      replica.reason = {
-        ...new FlowFailed(
-          `stopped by the supervisor: ${failed.spec.name}[${failed.index}] was given up on without ending ` +
-            "its stream, so the run ends",
-          `see why ${failed.spec.name}[${failed.index}] failed above`,
-        ).toDict(),
-      };
+      replica.reason = { ...reason.toDict() };
       replica.kill?.();
     }
   }
@@ -1302,6 +1381,11 @@ export class LocalEngine {
       }
     }
   }
+}
+
+/** One line for a failure that ends a run: its code, message and remedy. */
+function describeFailure(error: VideoflowError): string {
+  return `${error.code}: ${error.message}${error.remedy === null ? "" : ` (remedy: ${error.remedy})`}`;
 }
 
 /** Linux's number of each signal, as a shell reports a process it ended (128 + the number). */

@@ -37,7 +37,7 @@ import { configureLogging, type LogSink, type NodeLogger } from "./logging.ts";
 import { openRuntimeStore } from "./runtime_stores.ts";
 import { undeclaredPermission } from "../core/undeclared_permission.ts";
 import { buildWatchdog, exitOnStall, writeTerminationReason } from "./watchdog.ts";
-import { parseWorkerConfig, type WorkerConfig, WorkerEnvVar } from "./worker_config.ts";
+import { paramsFromSpecsFile, parseWorkerConfig, type WorkerConfig, WorkerEnvVar } from "./worker_config.ts";
 
 /**
  * The run ledger URL that names the ledger the embedded broker serves: the local engine's file store, which
@@ -387,7 +387,7 @@ export async function runWorker(host: WorkerHost): Promise<number> {
   let config: WorkerConfig | null = null;
   let logger: NodeLogger | null = null;
   try {
-    config = parseWorkerConfig(host.env);
+    config = parseWorkerConfig(await paramsFromSpecsFile(host.env));
     logger = configureLogging(
       {
         flowId: config.flowId,

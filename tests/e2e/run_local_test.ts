@@ -10,6 +10,7 @@ import { decodeStoreName, FileRuntimeStore } from "../../src/runtime/file_store.
 import { decodeEnvelope, decodePayload } from "../../src/wire/codec.ts";
 import { Barrier, crash, FaultSchedule, nth } from "../../src/backends/faults.ts";
 import { makeClip } from "../fixtures/video/clips.ts";
+import { MAY_MOUNT, mountCommand } from "../support/mounts.ts";
 
 const root = new URL("../../", import.meta.url);
 const configPath = new URL("deno.json", root).pathname;
@@ -1967,5 +1968,202 @@ Deno.test("a restarted replayable producer resumes after its last accepted item 
       `the replacement resumed after an item the ledger noted, not from 1: it began at ${restarted[0]}`,
     );
     assert.deepEqual(restarted, range(restarted[0], 250));
+  });
+});
+
+// ---- 10. a disk that cannot take a write -------------------------------------------------------------------
+
+/**
+ * How a story breaks the disk under `dir` mid-run, and mends it: a read-only bind mount over it (EROFS), or
+ * a small tmpfs mounted on it that a filler file then fills (ENOSPC).
+ */
+const DISK_FAULTS = {
+  "read-only": {
+    prepare: (_dir: string) => Promise.resolve(),
+    breakIt: (dir: string) => mountCommand("mount", ["--bind", "-o", "ro", dir, dir]),
+    mend: (dir: string) => mountCommand("umount", [dir]),
+    release: (_dir: string) => Promise.resolve(),
+    code: "EROFS",
+    says: "is read-only",
+  },
+  full: {
+    prepare: (dir: string) => mountCommand("mount", ["-t", "tmpfs", "-o", "size=4M", "tmpfs", dir]),
+    breakIt: async (dir: string) => {
+      await new Deno.Command("dd", {
+        args: ["if=/dev/zero", `of=${join(dir, "filler")}`, "bs=4k"],
+        stderr: "null",
+      })
+        .output();
+    },
+    mend: (dir: string) => Deno.remove(join(dir, "filler")),
+    release: (dir: string) => mountCommand("umount", [dir]),
+    code: "ENOSPC",
+    says: "is full",
+  },
+} as const;
+
+/** A batch flow `count (300, replayable, paced) → middle (item 200 poison once) → sink` writing `sinkPath`. */
+async function diskStoryFlow(dir: string, flowId: string, sinkPath: string): Promise<string> {
+  const markers = join(dir, "poisoned");
+  await Deno.mkdir(markers);
+  return await writeFlow(
+    dir,
+    ["ReplayableCount", "PoisonOnce"],
+    [
+      `const count = new ReplayableCount({ name: "count", n: 300, delayMs: 10 });`,
+      `const middle = new PoisonOnce({ name: "middle", poison: [200], dir: ${JSON.stringify(markers)} })` +
+      ".from(count);",
+      `const sink = new JsonlSink({ name: "sink", path: ${JSON.stringify(sinkPath)} }).from(middle);`,
+      `export default new Flow([sink], { flowType: "batch", flowId: ${JSON.stringify(flowId)} });`,
+    ].join("\n"),
+  );
+}
+
+for (
+  const [fault, isolation] of [["read-only", "worker"], ["full", "process"]] as const
+) {
+  const disk = DISK_FAULTS[fault];
+  Deno.test({
+    name:
+      `a state directory whose disk turns ${fault} mid-run ends the run at once: VF_RESOURCE_UNAVAILABLE ` +
+      `naming it, exit 3, the summary; mended, the re-run ends with every item once (${isolation}; needs root ` +
+      "to mount, ignored otherwise)",
+    ignore: !MAY_MOUNT,
+    fn: async () => {
+      await inTempDir(async (dir) => {
+        const state = join(dir, "state");
+        await Deno.mkdir(state);
+        const flow = await diskStoryFlow(dir, "disk-story", join(dir, "out.jsonl"));
+        const args = ["run-local", flow, "--state", state, "--run-id", "r1", "--isolation", isolation];
+        await disk.prepare(state);
+        let broken = false;
+        try {
+          const run = startVf(args, { cwd: dir });
+          await waitForLines(join(dir, "out.jsonl"), 30, run);
+          await disk.breakIt(state);
+          broken = true;
+          const failed = await finished(run);
+          assert.equal(failed.code, 3, failed.text);
+          assert.match(
+            failed.stdout,
+            new RegExp(
+              `flow disk-story failed with exit code 3 \\(run r1\\): VF_RESOURCE_UNAVAILABLE: cannot write the ` +
+                `file runtime store at ${state}/disk-story/r1/ledger \\(\\w+\\): its filesystem ${disk.says} ` +
+                `\\(${disk.code}\\) \\(remedy: .+\\); once that is mended, run it again with --run-id r1`,
+            ),
+          );
+          assert.equal(summaryRow(failed, "sink").restarts, 0, "nothing restarted against a broken disk");
+          assert.doesNotMatch(failed.text, /VF_UNKNOWN/);
+          await disk.mend(state);
+          broken = false;
+          // Every key and record reads back whole (its checksum holds): a failed write left at most a temporary file.
+          const { keys } = await readLedgerBack(join(state, "disk-story", "r1", "ledger"));
+          assert.ok(keys > 0);
+          const rerun = await vf(args, { cwd: dir });
+          assert.equal(rerun.code, 0, rerun.text);
+          assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 300).filter((n) => n !== 200));
+          const letters = await deadLetters(flow, "r1", state, dir);
+          assert.deepEqual(letters.map(deadLetterValue), [200]);
+        } finally {
+          if (broken) await disk.mend(state);
+          await disk.release(state);
+        }
+      });
+    },
+  });
+}
+
+Deno.test({
+  name: "a sink whose disk fills mid-run fails once with VF_RESOURCE_UNAVAILABLE naming its file, is not " +
+    "restarted, and the run exits 3; with space freed, the re-run ends with every item once (needs root to " +
+    "mount, ignored otherwise)",
+  ignore: !MAY_MOUNT,
+  fn: async () => {
+    await inTempDir(async (dir) => {
+      const outputs = join(dir, "outputs");
+      await Deno.mkdir(outputs);
+      const sinkPath = join(outputs, "out.jsonl");
+      const flow = await diskStoryFlow(dir, "sink-disk-story", sinkPath);
+      const args = ["run-local", flow, "--state", join(dir, "state"), "--run-id", "r1"];
+      const disk = DISK_FAULTS.full;
+      await disk.prepare(outputs);
+      try {
+        const run = startVf(args, { cwd: dir });
+        await waitForLines(sinkPath, 30, run);
+        await disk.breakIt(outputs);
+        const failed = await finished(run);
+        assert.equal(failed.code, 3, failed.text);
+        assert.match(
+          failed.text,
+          new RegExp(
+            `sink\\[0\\] gave up after 0 restart\\(s\\): VF_RESOURCE_UNAVAILABLE: cannot write node sink's ` +
+              `output ${sinkPath}: its filesystem is full \\(ENOSPC\\) \\(remedy: free space on the filesystem`,
+          ),
+        );
+        assert.equal(summaryRow(failed, "sink").restarts, 0);
+        const letters = await deadLetters(flow, "r1", join(dir, "state"), dir);
+        assert.ok(
+          letters.every((letter) => letter.code === "VF_POISON"),
+          "none dead-lettered for the disk's sake",
+        );
+        await disk.mend(outputs);
+        const rerun = await vf(args, { cwd: dir });
+        assert.equal(rerun.code, 0, rerun.text);
+        assert.deepEqual(await sinkNumbers(sinkPath), range(1, 300).filter((n) => n !== 200));
+      } finally {
+        await disk.release(outputs);
+      }
+    });
+  },
+});
+
+// ---- 11. params larger than an environment entry ---------------------------------------------------------
+
+/** A flow `count (20) → middle (item 3 poison; its params padded with `padding` numbers no item is) → sink`. */
+function bigParamsFlow(dir: string, flowId: string, padding: number): Promise<string> {
+  return writeFlow(
+    dir,
+    ["Count", "Poison"],
+    pipeline(
+      flowId,
+      `new Count({ name: "count", n: 20 })`,
+      `new Poison({ name: "middle", poison: [3, ...Array.from({ length: ${padding} }, (_, i) => 1_000_000 + i)] })`,
+      dir,
+    ),
+  );
+}
+
+for (const isolation of ["worker", "process"]) {
+  Deno.test(`a node whose params are about 300 KiB (more than one environment entry holds) runs and gives every item (${isolation} isolation)`, async () => {
+    await inTempDir(async (dir) => {
+      // 38,000 numbers of 7 digits and a comma: 304,000 bytes of JSON, over the 128 KiB of MAX_ARG_STRLEN.
+      const flow = await bigParamsFlow(dir, "big-params", 38_000);
+      const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--isolation", isolation], {
+        cwd: dir,
+      });
+      assert.equal(run.code, 0, run.text);
+      assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 20).filter((n) => n !== 3));
+      assert.deepEqual(
+        [summaryRow(run, "middle").processed, summaryRow(run, "middle").dlq],
+        [19, 1],
+        run.stdout,
+      );
+    });
+  });
+}
+
+Deno.test("a flow whose params exceed what a specs ConfigMap holds (1 MiB) is refused before it runs: exit 2, naming the node and the size", async () => {
+  await inTempDir(async (dir) => {
+    // 140,000 numbers of 7 digits and a comma: about 1.1 MB of JSON.
+    const flow = await bigParamsFlow(dir, "huge-params", 140_000);
+    const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--isolation", "process"], {
+      cwd: dir,
+    });
+    assert.equal(run.code, 2, run.text);
+    assert.match(
+      run.text,
+      /error VF_NODE_CONTRACT middle: node middle's params are 11200\d\d bytes of JSON, more than 1048576 bytes/,
+    );
+    assert.deepEqual(await sinkLines(join(dir, "out.jsonl")), [], "nothing ran");
   });
 });

@@ -19,6 +19,7 @@ import {
   BrokerUnavailable,
   ConfigError,
   DecodeError,
+  diskFailure,
   EXIT_STALLED,
   ProgressStalled,
   TransientFailure,
@@ -454,6 +455,22 @@ Deno.test("a restart cannot mend the author's mistake (exit 2) or a parent's abo
   );
   assert.equal(crashed.kind, "restart");
   assert.ok(restartCanMend(nodeExited("n", 0, 137)));
+});
+
+Deno.test("a restart cannot mend a disk that is full or read-only: the policy gives up at once, but restarts a lost broker", () => {
+  const policy = SupervisionPolicy.local();
+  const full = diskFailure(
+    Object.assign(new Error("No space left on device (os error 28)"), { code: "ENOSPC" }),
+    "x",
+    "/x",
+  );
+  assert.ok(full !== null);
+  assert.equal(
+    policy.decide(nodeExited("sink", 0, 3, { ...full.toDict(), disposition: "worker_fatal" }), 0).kind,
+    "give_up",
+  );
+  const lost = new BrokerUnavailable("the connection to the embedded broker ended").toDict();
+  assert.equal(policy.decide(nodeExited("sink", 0, 3, { ...lost }), 0).kind, "restart");
 });
 
 Deno.test("a replica given up on is rendered with its reason's remedy, when the reason has one", () => {
