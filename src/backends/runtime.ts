@@ -49,6 +49,7 @@ import {
   type Disposition,
   isDisposition,
   OwnershipConflict,
+  ReplicaDeath,
   ResourceUnavailable,
   StaleAuthority,
   TransientFailure,
@@ -692,10 +693,30 @@ function outboxEntryOf(document: OutboxDocument): OutboxEntry {
 interface AttemptDocument {
   readonly message_id: string;
   readonly count: number;
+  /** How the replica ended that had the message inside its node at the last attempt counted, when one did. */
+  readonly death?: ReplicaDeath;
+  /** That replica's exit reason, with `death`. */
+  readonly death_cause?: string;
 }
 
 function decodeAttempts(fields: Fields, key: string): AttemptDocument {
-  return { message_id: text(fields, "message_id", key), count: count(fields, "count", key) };
+  const document = { message_id: text(fields, "message_id", key), count: count(fields, "count", key) };
+  if (fields.death === undefined) return document;
+  return {
+    ...document,
+    death: oneOf(fields, "death", key, ReplicaDeath),
+    death_cause: text(fields, "death_cause", key),
+  };
+}
+
+/** The attempts of a message whose last counted attempt was a replica's death (see `recordReplicaDeath`). */
+export interface ReplicaDeathRecord {
+  /** Attempts counted against the message's budget, the deaths included. */
+  readonly count: number;
+  /** How the last replica ended. */
+  readonly death: ReplicaDeath;
+  /** Its exit reason, as its supervisor described it. */
+  readonly cause: string;
 }
 
 interface HandoffDocument {
@@ -1538,6 +1559,29 @@ export class FlowRuntime {
   /** Failed attempts of `messageId` that count against its budget; 0 when none was recorded. */
   async attemptsFor(messageId: string): Promise<number> {
     return (await this.#read(this.key("attempts", messageId), decodeAttempts)).document?.count ?? 0;
+  }
+
+  /**
+   * One delivery of `messageId` that was inside the node when its replica died (`death`, with the exit
+   * reason `cause`): it counts against the message's budget like a failed attempt, as a broker counts an
+   * expired ack wait; returns the budgeted count. A failed attempt recorded later supersedes the death.
+   */
+  async recordReplicaDeath(messageId: string, death: ReplicaDeath, cause: string): Promise<number> {
+    const key = this.key("attempts", messageId);
+    const { after } = await this.#update(
+      key,
+      decodeAttempts,
+      (current) => ({ message_id: messageId, count: (current?.count ?? 0) + 1, death, death_cause: cause }),
+      () => this.#busy(key),
+    );
+    return (after as AttemptDocument).count;
+  }
+
+  /** The attempts of `messageId` when the last one counted was a replica's death, else null. */
+  async replicaDeathOf(messageId: string): Promise<ReplicaDeathRecord | null> {
+    const document = (await this.#read(this.key("attempts", messageId), decodeAttempts)).document;
+    if (document?.death === undefined) return null;
+    return { count: document.count, death: document.death, cause: document.death_cause ?? "" };
   }
 
   /**

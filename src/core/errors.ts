@@ -459,6 +459,52 @@ export class PartitionKeyError extends PoisonMessage {
   static override readonly code: string = "VF_POISON_PARTITION_KEY";
 }
 
+/**
+ * How a replica ended while a message was inside its node, which counts as one delivery of that message
+ * (as a broker counts an expired ack wait): it crashed (an exit its task did not make: `Deno.exit`, a
+ * signal, an exhausted heap, a fault in native code) or it stalled (a call that never returned).
+ */
+export const ReplicaDeath = { crashed: "crashed", stalled: "stalled" } as const;
+/** One of {@link ReplicaDeath}. */
+export type ReplicaDeath = typeof ReplicaDeath[keyof typeof ReplicaDeath];
+
+/** The message was inside the node each time its replica crashed, until its delivery budget ran out. */
+export class ReplicaCrashed extends PoisonMessage {
+  /** Stable code of this class, `VF_POISON_REPLICA_CRASHED`. */
+  static override readonly code: string = "VF_POISON_REPLICA_CRASHED";
+}
+
+/** The message was inside the node each time its replica stalled, until its delivery budget ran out. */
+export class ReplicaStalled extends PoisonMessage {
+  /** Stable code of this class, `VF_POISON_REPLICA_STALLED`. */
+  static override readonly code: string = "VF_POISON_REPLICA_STALLED";
+}
+
+/**
+ * The dead-letter error of a message whose delivery budget replica deaths used up: {@link ReplicaStalled}
+ * when the last death was a stall, else {@link ReplicaCrashed}, naming the node, the deliveries counted and
+ * the last death's cause (the replica's exit reason).
+ */
+export function replicaDeathFailure(
+  death: ReplicaDeath,
+  node: string,
+  deliveries: number,
+  cause: string,
+): PoisonMessage {
+  const stalled = death === ReplicaDeath.stalled;
+  const what = stalled ? "stalled (a call that never returned)" : "crashed";
+  const message = `the input was inside ${node} when its replica ${what}, ${deliveries} time(s), its whole ` +
+    `delivery budget; the last: ${cause}`;
+  const remedy = stalled
+    ? "find why the node never returns on this input (`vf dlq` holds it); the other inputs went on"
+    : "find why the node kills its process on this input (`vf dlq` holds it): a Deno.exit, an exhausted " +
+      "heap, a fault in native code; the other inputs went on";
+  const context = { node, num_delivered: deliveries, replica_death: death };
+  return stalled
+    ? new ReplicaStalled(message, remedy, context)
+    : new ReplicaCrashed(message, remedy, context);
+}
+
 /** Something outside the worker was briefly unavailable: retry with backoff. */
 export class TransientFailure extends VideoflowRuntimeError {
   /** Stable code of this class, `VF_TRANSIENT`. */

@@ -4,8 +4,9 @@
  * store, served to workers by the supervisor) with the run ledger in a file store under the state
  * directory (`.videoflow/<flow>/<run>/ledger`). Replicas are Deno Workers by default (frame bytes cross
  * as transferred buffers), or `deno run` subprocesses with matching `--allow-*` flags. The supervisor
- * restarts replicas per {@link SupervisionPolicy.local}, shows a live view, stops the flow the spec's way on
- * SIGINT/SIGTERM (a second signal forces), and resolves with the run's exit status.
+ * restarts replicas per {@link SupervisionPolicy.local}, counts a replica's death as a delivery of the
+ * inputs inside its node (its `in_node` reports say which) in the run ledger, shows a live view, stops the
+ * flow the spec's way on SIGINT/SIGTERM (a second signal forces), and resolves with the run's exit status.
  *
  * @module
  */
@@ -21,20 +22,25 @@ import {
   FlowFailed,
   isDiskFailure,
   ProgressStalled,
+  ReplicaDeath,
   ResourceUnavailable,
   UpstreamAborted,
   type VideoflowError,
 } from "../core/errors.ts";
 import { writeAll } from "../core/bytes.ts";
 import { undeclaredPermissionOnLoad } from "../core/undeclared_permission.ts";
+import { AT_LEAST_ONCE, DeliveryPolicy } from "../core/delivery_policy.ts";
 import { FlowType } from "../core/flow_type.ts";
 import { NodeKind } from "../core/node.ts";
 import {
+  describeReason,
   type NodeExited,
   nodeExited,
   nodeGaveUp,
+  nodeRestarted,
   nodeStarted,
   renderEvent,
+  restartCanMend,
   type SupervisionDecision,
   type SupervisionEvent,
   SupervisionPolicy,
@@ -43,7 +49,12 @@ import {
 import { channelId, MessageKind } from "../backends/messaging.ts";
 import { dataSubscriptionId, flowTopology, provisionFlow, type TopologyNode } from "../messaging/topology.ts";
 import { envelopeOwner } from "../messaging/messenger.ts";
-import { forgetBrokerCounts, forgetReplayPositions, storeSharedAndDurable } from "../backends/runtime.ts";
+import {
+  FlowRuntime,
+  forgetBrokerCounts,
+  forgetReplayPositions,
+  storeSharedAndDurable,
+} from "../backends/runtime.ts";
 import { FileRuntimeStore } from "../runtime/file_store.ts";
 import { systemClock } from "../backends/clock.ts";
 import {
@@ -336,6 +347,10 @@ interface Replica {
   exitReported: boolean;
   /** The running (or last) launch's counters. */
   stats: Counters | null;
+  /** The message ids its current launch last reported inside its node (`in_node`): none between calls. */
+  inNode: readonly string[];
+  /** Of its restarts, those after a death that used up the budget of an input inside its node. */
+  restartsForInputs: number;
   /** The counters of its earlier launches, so a restart does not reset what the view shows. */
   earlier: Counters;
   kill: (() => void) | null;
@@ -448,6 +463,10 @@ export class LocalEngine {
   readonly #earlierDeadLetters: readonly DeadLetterRecord[];
   readonly #started = performance.now() / 1000;
   #stopping = false;
+  /** Whether the ledger keeps the retry budget (durable and shared): replica deaths are counted there. */
+  #ledgerBudget = false;
+  /** `VF_MAX_RETRIES` as the replicas read it: with each node's delivery mode, its inputs' budget. */
+  readonly #maxRetries: number;
   /** The dead-letter file's writes, one after another: each writes the letters there are when it starts. */
   readonly #deadLetterWrites = new CoalescedRun(async () => {
     const records = await keepOffloadedPayloads(
@@ -500,6 +519,7 @@ export class LocalEngine {
     this.#specsFile = specsFile;
     this.#stopSignals = stopSignals;
     this.#silence = silenceLimit(options, settings);
+    this.#maxRetries = settings.maxRetries;
     this.#resolutionArgs = options.isolation === Isolation.process ? subprocessResolutionArgs() : [];
     this.#runDir = runDir;
     this.#earlierDeadLetters = earlierDeadLetters;
@@ -658,6 +678,7 @@ export class LocalEngine {
     const { flowId, flowType, runId, specs } = this.#options;
     const ledger = this.#broker.runtimeStore;
     const ledgerBudget = ledger !== null && await storeSharedAndDurable(ledger);
+    this.#ledgerBudget = ledgerBudget;
     const topology = flowTopology(topologyNodes(specs), {
       flowId,
       runId,
@@ -694,6 +715,8 @@ export class LocalEngine {
             ready: false,
             exitReported: false,
             stats: null,
+            inNode: [],
+            restartsForInputs: 0,
             earlier: NO_COUNTS,
             kill: null,
           };
@@ -779,7 +802,9 @@ export class LocalEngine {
 
   #onReport(replica: Replica, report: WorkerReport): void {
     replica.lastReportAt = performance.now() / 1000;
-    if (report.kind === "stats") {
+    if (report.kind === "in_node") {
+      replica.inNode = report.messageIds;
+    } else if (report.kind === "stats") {
       replica.stats = report;
       // A replica runs once its node opened: until then (a model loading) it is still starting.
       if (report.ready && (replica.state === NodeState.starting || replica.state === NodeState.restarting)) {
@@ -811,6 +836,7 @@ export class LocalEngine {
     replica.exitReported = false;
     replica.earlier = addCounts(replica.earlier, replica.stats);
     replica.stats = null;
+    replica.inNode = [];
     this.#event(nodeStarted(replica.spec.name, replica.index, replica.restarts));
     if (this.#options.isolation === Isolation.worker) this.#launchWorker(replica);
     else this.#launchProcess(replica);
@@ -977,12 +1003,31 @@ export class LocalEngine {
     replica.kill = null;
     const exited = nodeExited(replica.spec.name, replica.index, code, replica.reason);
     this.#event(exited);
-    const decision = this.#decide(replica, exited);
+    const charge = this.#chargeDeath(replica, code);
+    if (charge === null) {
+      this.#settleExit(replica, exited, false);
+      return;
+    }
+    // What becomes of the replica waits for the ledger's count of its death (milliseconds), which also
+    // comes before any replacement takes the inputs again.
+    replica.state = NodeState.restarting;
+    void charge.then((inputSpent) => {
+      if (replica.state === NodeState.restarting) this.#settleExit(replica, exited, inputSpent);
+    });
+  }
+
+  /**
+   * Finishes, restarts or gives up on a replica that exited; `inputSpent`: its death used up the delivery
+   * budget of an input inside its node (see {@link #decide}).
+   */
+  #settleExit(replica: Replica, exited: NodeExited, inputSpent: boolean): void {
+    const decision = this.#decide(replica, exited, inputSpent);
     if (decision.kind === "finished") {
       replica.state = NodeState.done;
     } else if (decision.kind === "restart") {
       replica.state = NodeState.restarting;
       replica.restarts++;
+      if (inputSpent) replica.restartsForInputs++;
       this.#event(decision.event);
       setTimeout(() => {
         if (replica.state === NodeState.restarting && !this.#forced) this.#launch(replica);
@@ -1004,6 +1049,50 @@ export class LocalEngine {
     this.#wake?.();
   }
 
+  /**
+   * Counts a replica's death as one delivery of each input it held inside its node (its last `in_node`
+   * report), as a broker counts an expired ack wait, so that an input that kills or wedges its replica on
+   * every delivery is dead-lettered once its budget is spent (`ReplicaDeath`: a stall when it exited as
+   * stalled, else a crash). Inputs prefetched but never handed to the node lose nothing. A death the
+   * supervisor caused (ending the run, a forced stop) charges nothing; neither does a ledger that does not
+   * keep the retry budget, nor a best-effort node (the broker's delivery count is their budget). Resolves
+   * whether the death used up the budget of an input it held; null when it charged nothing.
+   */
+  #chargeDeath(replica: Replica, code: number): Promise<boolean> | null {
+    const messageIds = replica.inNode;
+    replica.inNode = [];
+    const ledger = this.#broker.runtimeStore;
+    const budget = this.#deliveryBudget(replica.spec);
+    if (messageIds.length === 0 || !this.#ledgerBudget || ledger === null || budget === null) return null;
+    if (replica.endedBySupervisor || this.#forced) return null;
+    const { flowId, runId } = this.#options;
+    const runtime = new FlowRuntime({
+      store: ledger,
+      flowId,
+      runId,
+      node: replica.spec.name,
+      replicaId: replica.index,
+    });
+    const death = code === EXIT_STALLED ? ReplicaDeath.stalled : ReplicaDeath.crashed;
+    const cause = describeReason(replica.reason);
+    return Promise.all(messageIds.map((id) => runtime.recordReplicaDeath(id, death, cause))).then(
+      (counts) => counts.some((count) => count >= budget),
+      (error) => {
+        this.#view.event(
+          `${replica.spec.name}[${replica.index}]'s death could not be counted against its inputs: ` +
+            `${(error as Error).message}`,
+        );
+        return false;
+      },
+    );
+  }
+
+  /** How many deliveries the ledger allows an input of an at-least-once node; null for best-effort. */
+  #deliveryBudget(spec: NodeSpec): number | null {
+    const policy = DeliveryPolicy.resolve(this.#options.flowType, spec.delivery, this.#maxRetries);
+    return policy.delivery === AT_LEAST_ONCE ? policy.maxDeliver : null;
+  }
+
   /** The end marker (EOS or ABORT) the broker holds from `replica`, if it published one. */
   #publishedEndMarker(replica: Replica): EndMarker | null {
     const { flowId, runId } = this.#options;
@@ -1017,18 +1106,38 @@ export class LocalEngine {
   }
 
   /**
-   * What to do about a replica that exited: the supervision policy's decision, except that a replica
-   * that published ABORT is not restarted (its children have ended already, which no restart undoes), nor
-   * one whose stream had ended cleanly before it failed (a restart would make or take its stream again),
-   * and nothing is restarted while the flow stops.
+   * What to do about a replica that exited: the supervision policy's decision on the restarts it spent
+   * itself, except that a replica that published ABORT is not restarted (its children have ended already,
+   * which no restart undoes), nor one whose stream had ended cleanly before it failed (a restart would make
+   * or take its stream again), and nothing is restarted while the flow stops. A death that used up the
+   * delivery budget of an input inside the node (`inputSpent`) is that input's: the input is dead-lettered
+   * now, so a restart mends it, and it spends none of the replica's restarts (where restarts are allowed).
+   * Restarts are numbered among all of the replica's.
    */
-  #decide(replica: Replica, exited: NodeExited): SupervisionDecision | { kind: "give_up"; event: null } {
+  #decide(
+    replica: Replica,
+    exited: NodeExited,
+    inputSpent: boolean,
+  ): SupervisionDecision | { kind: "give_up"; event: null } {
     if (this.#forced || this.#ending || this.#stopping && exited.code !== 0) {
       return { kind: "give_up", event: null };
     }
-    const decision = this.#policy.decide(exited, replica.restarts);
+    const own = replica.restarts - replica.restartsForInputs;
+    const mended = inputSpent && restartCanMend(exited) && this.#policy.shouldRestart(0, exited.disposition);
+    const decision = mended
+      ? { kind: "restart" as const, delaySeconds: this.#policy.delayFor(own) }
+      : this.#policy.decide(exited, own);
     const over = replica.endMarker === EndMarker.abort || replica.streamEnded;
-    if (decision.kind !== "restart" || !over) return decision;
+    switch (decision.kind) {
+      case "finished":
+        return decision;
+      case "restart":
+        if (!over) {
+          const { delaySeconds } = decision;
+          const event = nodeRestarted(exited.node, exited.replica, replica.restarts + 1, delaySeconds);
+          return { kind: "restart", delaySeconds, event };
+        }
+    }
     return {
       kind: "give_up",
       event: nodeGaveUp(exited.node, exited.replica, replica.restarts, exited.reason),

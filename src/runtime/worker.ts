@@ -63,6 +63,15 @@ export type WorkerReport =
     readonly ready: boolean;
   }
   /**
+   * The deliveries inside the node now, by message id: sent as the node is handed an input group, and
+   * (with none) as its call ends. A replica that dies with some inside has died of them (or with them): its
+   * supervisor counts that death as a delivery of each.
+   */
+  | {
+    readonly kind: "in_node";
+    readonly messageIds: readonly string[];
+  }
+  /**
    * The replica ended: its exit status, for a failure the error record, and the end marker it published
    * (or relayed) to its children. A replica with children that ends with no marker leaves them waiting:
    * its supervisor must restart it or end the run; one that published ABORT has ended them already.
@@ -337,6 +346,10 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
         onError: config.onError ?? undefined,
         delivery: config.delivery ?? undefined,
         health,
+        inputCalls: host.report === undefined ? null : {
+          entered: () => host.report?.({ kind: "in_node", messageIds: messenger.currentMessageIds() }),
+          left: () => host.report?.({ kind: "in_node", messageIds: [] }),
+        },
       });
       const outcome = await task.run();
       const reason = reasonOf(outcome);

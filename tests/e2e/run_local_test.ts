@@ -663,6 +663,54 @@ Deno.test("a transient failure is retried and succeeds: every item at the sink o
   });
 });
 
+Deno.test("items that each fail twice with a transient error and succeed on the third attempt all reach the sink, with the default prefetch: no restarts, no dead letters", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "FlakyTimes"],
+      pipeline(
+        "flaky-story",
+        `new Count({ name: "count", n: 20 })`,
+        `new FlakyTimes({ name: "model", failures: 2 })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
+    assert.equal(run.code, 0, run.text);
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 20));
+    assert.doesNotMatch(run.text, /VF_WORKER_UNHEALTHY/);
+    const model = summaryRow(run, "model");
+    assert.equal(model.restarts, 0, run.stdout);
+    assert.equal(model.dlq, 0, run.stdout);
+  });
+});
+
+Deno.test("a node that fails every item is still taken out by the breaker: VF_WORKER_UNHEALTHY, restarted, given up, exit 4", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "FlakyTimes"],
+      pipeline(
+        "sick-story",
+        `new Count({ name: "count", n: 100 })`,
+        `new FlakyTimes({ name: "model" })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], {
+      cwd: dir,
+      env: { VF_MAX_RETRIES: "1" },
+    });
+    assert.equal(run.code, 4, run.text);
+    assert.match(
+      run.text,
+      /model\[0\] exited with code 4 \(VF_WORKER_UNHEALTHY: model failed \d+ attempts in a row/,
+    );
+    assert.match(run.text, /model\[0\] gave up after 3 restart\(s\)/);
+    assert.equal(summaryRow(run, "model").restarts, 3);
+  });
+});
+
 // ---- 4. a killed worker -----------------------------------------------------------------------------------
 
 Deno.test("a subprocess replica killed with SIGKILL mid-run is restarted and every item reaches the sink once", async () => {
@@ -833,7 +881,7 @@ Deno.test("a producer whose close() fails after its stream ended is not run agai
   });
 });
 
-Deno.test("a replica that dies on every launch is restarted with backoff until its budget is spent, then the run exits 4", async () => {
+Deno.test("a replica that dies on every launch, whatever the item, is restarted with backoff until its budget is spent, then the run exits 4 (the restart after an item's last delivery is the item's, not the replica's)", async () => {
   await inTempDir(async (dir) => {
     const flow = await writeFlow(
       dir,
@@ -841,7 +889,7 @@ Deno.test("a replica that dies on every launch is restarted with backoff until i
       pipeline(
         "doomed-story",
         `new Count({ name: "count", n: 5 })`,
-        `new ExitAt({ name: "doomed", at: 2, code: 9 })`,
+        `new ExitAt({ name: "doomed", at: 2, code: 9, onward: true })`,
         dir,
       ),
     );
@@ -850,18 +898,19 @@ Deno.test("a replica that dies on every launch is restarted with backoff until i
       env: { VF_ACK_WAIT_SECONDS: "1" },
     });
     assert.equal(run.code, 4, run.text);
-    for (const restart of [1, 2, 3]) {
+    for (const restart of [1, 2, 3, 4]) {
       assert.match(run.text, new RegExp(`doomed\\[0\\] started \\(restart ${restart}\\)`));
     }
     assert.match(
       run.text,
       /doomed\[0\] exited with code 4 \(VF_WORKER_FATAL: the replica exited with status 9 before/,
     );
-    assert.match(run.text, /doomed\[0\] gave up after 3 restart\(s\)/);
-    assert.doesNotMatch(run.text, /started \(restart 4\)/);
+    assert.match(run.text, /doomed\[0\] gave up after 4 restart\(s\)/);
+    assert.doesNotMatch(run.text, /started \(restart 5\)/);
     const doomed = summaryRow(run, "doomed");
     assert.equal(doomed.state, "failed");
-    assert.equal(doomed.restarts, 3);
+    assert.equal(doomed.restarts, 4, "3 of its own, and the one after item 2's fourth and last delivery");
+    assert.equal(doomed.dlq, 1, "item 2, dead-lettered once its deliveries were spent");
   });
 });
 
@@ -874,7 +923,7 @@ Deno.test("a replica whose node code calls Deno.exit(0) or Deno.exit(143) mid-st
         pipeline(
           "exit-zero-story",
           `new Count({ name: "count", n: 5 })`,
-          `new ExitAt({ name: "quitter", at: 2, code: ${isolation === "worker" ? 0 : 143} })`,
+          `new ExitAt({ name: "quitter", at: 2, code: ${isolation === "worker" ? 0 : 143}, onward: true })`,
           dir,
         ),
       );
@@ -887,7 +936,7 @@ Deno.test("a replica whose node code calls Deno.exit(0) or Deno.exit(143) mid-st
         run.text,
         /quitter\[0\] exited with code 4 \(VF_WORKER_FATAL: the replica exited with status (0|143) before its task ended/,
       );
-      assert.match(run.text, /quitter\[0\] gave up after 3 restart\(s\)/);
+      assert.match(run.text, /quitter\[0\] gave up after 4 restart\(s\)/);
       assert.equal(summaryRow(run, "quitter").state, "failed", isolation);
       assert.equal(summaryRow(run, "quitter").drops, "0", "a run that ends keeps its inputs: none dropped");
     });
@@ -1019,6 +1068,32 @@ function hangingFlow(dir: string, flowId: string): Promise<string> {
   );
 }
 
+Deno.test("a node that hangs on every item, restarted, still runs out of restarts and the run exits 5 (the restart after an item's last delivery is the item's)", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "HangAt"],
+      pipeline(
+        "wedged-story",
+        `new Count({ name: "count", n: 6 })`,
+        `new HangAt({ name: "hang", at: 2, onward: true })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], {
+      cwd: dir,
+      env: { VF_PROGRESS_TIMEOUT_SECONDS: "1", VF_WATCHDOG_INTERVAL_SECONDS: "0.2" },
+    });
+    assert.equal(run.code, 5, run.text);
+    assert.match(run.text, /hang\[0\] exited with code 5 \(VF_PROGRESS_STALLED: node hang acked nothing/);
+    assert.match(run.text, /hang\[0\] gave up after 4 restart\(s\)/);
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), [1]);
+    const hang = summaryRow(run, "hang");
+    assert.equal(hang.restarts, 4, "3 of its own, and the one after item 2's fourth and last delivery");
+    assert.equal(hang.dlq, 1, "item 2, dead-lettered once its deliveries were spent");
+  });
+});
+
 for (const isolation of ["worker", "process"]) {
   Deno.test(`a node that hangs in process trips the watchdog and the run exits 5 (${isolation} isolation)`, async () => {
     await inTempDir(async (dir) => {
@@ -1031,6 +1106,65 @@ for (const isolation of ["worker", "process"]) {
       assert.match(run.text, /hang\[0\] exited with code 5 \(VF_PROGRESS_STALLED: node hang acked nothing/);
       assert.doesNotMatch(run.text, /went silent/, "the stall is reported, not guessed from silence");
       assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), [1, 2, 3]);
+    });
+  });
+}
+
+const KILLER_ITEMS = {
+  hang: {
+    what: "hangs in process",
+    node: `new HangAt({ name: "bad", at: 3 })`,
+    code: "VF_POISON_REPLICA_STALLED",
+  },
+  exit: {
+    what: "calls Deno.exit",
+    node: `new ExitAt({ name: "bad", at: 3, code: 9 })`,
+    code: "VF_POISON_REPLICA_CRASHED",
+  },
+} as const;
+
+/**
+ * The stories of an item (3 of 1..6) that kills or wedges its replica on every delivery, under `isolation`
+ * with `VF_MAX_RETRIES` at `maxRetries` (null: the default, 3).
+ */
+const killerStories: [isolation: string, kind: keyof typeof KILLER_ITEMS, maxRetries: number | null][] = [
+  ["worker", "hang", 1],
+  ["worker", "exit", 1],
+  ["process", "hang", 1],
+  ["process", "exit", 1],
+  ["worker", "hang", null],
+  ["process", "exit", null],
+];
+for (const [isolation, kind, maxRetries] of killerStories) {
+  const story = KILLER_ITEMS[kind];
+  const deliveries = (maxRetries ?? 3) + 1;
+  const budget = maxRetries === null ? "the default budgets" : `VF_MAX_RETRIES=${maxRetries}`;
+  Deno.test(`an item that ${story.what} on every delivery is dead-lettered as ${story.code} after its ${deliveries} deliveries; every other item reaches the sink and the run finishes (${budget}, ${isolation} isolation)`, async () => {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
+        dir,
+        ["Count", "HangAt", "ExitAt"],
+        pipeline("killer-story", `new Count({ name: "count", n: 6 })`, story.node, dir),
+      );
+      const state = join(dir, "state");
+      const retries: Record<string, string> = maxRetries === null
+        ? {}
+        : { VF_MAX_RETRIES: String(maxRetries) };
+      const run = await vf(
+        ["run-local", flow, "--state", state, "--run-id", "r1", "--isolation", isolation],
+        {
+          cwd: dir,
+          env: { ...retries, VF_PROGRESS_TIMEOUT_SECONDS: "1", VF_WATCHDOG_INTERVAL_SECONDS: "0.2" },
+        },
+      );
+      assert.equal(run.code, 0, run.text);
+      assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), [1, 2, 4, 5, 6]);
+      const bad = summaryRow(run, "bad");
+      assert.equal(bad.restarts, deliveries, "a launch per delivery, then one that goes on without the item");
+      assert.equal(bad.dlq, 1, run.stdout);
+      const letters = await deadLetters(flow, "r1", state, dir);
+      assert.deepEqual(letters.map((l) => [l.node, l.code, l.deliveries]), [["bad", story.code, deliveries]]);
+      assert.equal(deadLetterValue(letters[0]), 3);
     });
   });
 }

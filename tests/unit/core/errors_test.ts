@@ -48,6 +48,8 @@ const TAXONOMY: Record<string, [string, number, string, string | null]> = {
   DecodeError: ["VF_POISON_DECODE", 4, "PoisonMessage", "poison"],
   SchemaError: ["VF_POISON_SCHEMA", 4, "PoisonMessage", "poison"],
   PartitionKeyError: ["VF_POISON_PARTITION_KEY", 4, "PoisonMessage", "poison"],
+  ReplicaCrashed: ["VF_POISON_REPLICA_CRASHED", 4, "PoisonMessage", "poison"],
+  ReplicaStalled: ["VF_POISON_REPLICA_STALLED", 4, "PoisonMessage", "poison"],
   TransientFailure: ["VF_TRANSIENT", 4, "VideoflowRuntimeError", "transient"],
   UpstreamUnavailable: ["VF_UPSTREAM_UNAVAILABLE", 4, "TransientFailure", "transient"],
   WorkerFatal: ["VF_WORKER_FATAL", 4, "VideoflowRuntimeError", "worker_fatal"],

@@ -22,6 +22,7 @@ import {
   diskFailure,
   EXIT_STALLED,
   ProgressStalled,
+  TransientFailure,
   WorkerFatal,
   WorkerUnhealthy,
 } from "../../../src/core/errors.ts";
@@ -77,6 +78,21 @@ Deno.test("breaker: counts failures whatever their disposition, and threshold 0 
   for (let i = 0; i < 1000; i++) disabled.recordFailure(new Error("x"));
   assert.equal(disabled.tripped, false);
   disabled.check();
+});
+
+Deno.test("breaker: a run of failures that are all being retried never trips it, however long; the first one given up does", () => {
+  const breaker = new ConsecutiveFailureBreaker(10, "model");
+  for (let i = 0; i < 50; i++) breaker.recordFailure(new TransientFailure(`frame ${i}: try again`), false);
+  breaker.check();
+  assert.equal(breaker.tripped, false);
+  assert.equal(breaker.consecutiveFailures, 50);
+  breaker.recordFailure(new TransientFailure("frame 0: out of attempts"), true);
+  assert.throws(() => breaker.check(), WorkerUnhealthy);
+  breaker.recordSuccess();
+  for (let i = 0; i < 9; i++) breaker.recordFailure(new TransientFailure(`frame ${i}`), i === 0);
+  assert.equal(breaker.tripped, false, "a success starts the run over, what was given up included");
+  breaker.recordFailure(new TransientFailure("frame 9"), false);
+  assert.equal(breaker.tripped, true, "a give-up anywhere in the run counts");
 });
 
 Deno.test("breaker: a negative or fractional threshold is a ConfigError", () => {
