@@ -40,7 +40,13 @@ import {
   TaskModuleNode,
 } from "./node.ts";
 import { PartitionKeyPolicy } from "./partition_key_policy.ts";
-import { isNonEmptyString, isPositiveInteger, isPositiveNumber } from "./_predicates.ts";
+import {
+  isNodeName,
+  isNonEmptyString,
+  isPositiveInteger,
+  isPositiveNumber,
+  NODE_NAME_EXPECTED,
+} from "./_predicates.ts";
 
 const GRAPH = "VF_GRAPH";
 const CONFIG = "VF_CONFIG";
@@ -202,7 +208,7 @@ const isAbsent = (value: unknown): boolean => value === undefined || value === n
 type ParamRule = readonly [key: string, expected: string, passes: (value: unknown) => boolean];
 
 const NODE_RULES: readonly ParamRule[] = [
-  ["name", "a non-empty string", isNonEmptyString],
+  ["name", NODE_NAME_EXPECTED, isNodeName],
   ["image", "a non-empty string or null", (v) => v === null || isNonEmptyString(v)],
 ];
 const PRODUCER_RULES: readonly ParamRule[] = [["isFinite", "a boolean", (v) => typeof v === "boolean"]];
@@ -535,11 +541,16 @@ function entryProblem(kind: PermissionKind, entry: string): string | null {
 
 function checkWorkerContract(node: Node, out: Diagnostic[]): void {
   const permissions = permissionsProblem(node) ?? attempt(out, node.name, () => {
-    const granted = node.permissions();
+    const granted: Partial<Record<PermissionKind, unknown>> = node.permissions() ?? {};
+    const missing = PERMISSION_KINDS.filter((kind) => granted[kind] === undefined);
+    if (missing.length > 0) {
+      return `permissions() returned no list for ${missing.join(", ")}: it must return one for every kind ` +
+        `(${PERMISSION_KINDS.join(", ")}), empty where the node needs none`;
+    }
     for (const kind of PERMISSION_KINDS) {
       const list = granted[kind];
       if (!Array.isArray(list) || !list.every(isNonEmptyString)) {
-        return "permissions() must return a list of non-empty strings for every kind";
+        return `permissions().${kind} must be a list of non-empty strings`;
       }
       for (const entry of list) {
         const problem = entryProblem(kind, entry);
@@ -550,7 +561,14 @@ function checkWorkerContract(node: Node, out: Diagnostic[]): void {
   });
   if (permissions) {
     out.push(
-      fail(CONTRACT, node.name, `node ${node.name}: ${permissions}`, "fix the declaration"),
+      fail(
+        CONTRACT,
+        node.name,
+        `node ${node.name}: ${permissions}`,
+        'declare the node\'s needs on its class, `static override permissions = { read: ["./clips"] }`; ' +
+          "override permissions() only to derive them from the params, returning { ...super.permissions(), " +
+          "read: [...] }",
+      ),
     );
   }
   const assets = attempt(out, node.name, () => node.requiredAssets());
@@ -573,6 +591,31 @@ function checkWorkerContract(node: Node, out: Diagnostic[]): void {
   );
 }
 
+/** The method each kind of node does its work in, which a worker calls for every item. */
+const WORK_METHODS = [
+  [ProducerNode, "next"],
+  [ProcessorNode, "process"],
+  [ConsumerNode, "consume"],
+] as const;
+
+/** A node whose class lacks the method its kind works in (a misspelt `process`) would fail every item. */
+function checkWorkMethod(node: Node, out: Diagnostic[]): void {
+  const method = WORK_METHODS.find(([kind]) => node instanceof kind)?.[1];
+  if (method === undefined || typeof (node as unknown as Record<string, unknown>)[method] === "function") {
+    return;
+  }
+  const cls = node.constructor.name || "its class";
+  out.push(
+    fail(
+      CONTRACT,
+      node.name,
+      `node ${node.name} is a ${node.kind}, but ${cls} has no ${method}() method, so it could do nothing with ` +
+        "any item",
+      `define ${method}(...) in ${cls}: a ${node.kind} does its work in ${method}()`,
+    ),
+  );
+}
+
 function checkParentsOnce(node: Node, out: Diagnostic[]): void {
   const names = node.parents.map((parent) => parent.name);
   const repeated = node.parents.filter((parent, i) => node.parents.indexOf(parent) !== i);
@@ -591,6 +634,7 @@ function checkParentsOnce(node: Node, out: Diagnostic[]): void {
 function nodeErrors(node: Node, modules: ModuleIndex | undefined): Diagnostic[] {
   const out: Diagnostic[] = [];
   checkNodeClass(node, modules, out);
+  checkWorkMethod(node, out);
   attempt(out, node.name, () => node.getParams());
   if (node instanceof FunctionProcessorNode) checkFunctionRef(node, modules, out);
   checkParams(node, out);
