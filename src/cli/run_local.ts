@@ -82,6 +82,20 @@ function channelMaxBytesOf(value: string | undefined): number | undefined {
   return mib * MIB;
 }
 
+/** The terminal's width, when stdout (or another standard stream) is one; `null` otherwise. */
+function terminalColumns(): number | null {
+  try {
+    return Deno.consoleSize().columns;
+  } catch {
+    return null;
+  }
+}
+
+/** The live view on this process's stdout, written through `write`: on a terminal, as wide as it is. */
+function stdoutView(write: (text: string) => void): ViewOutput {
+  return { isTerminal: Deno.stdout.isTerminal(), write, columns: terminalColumns };
+}
+
 /** How {@link runLocal} runs a flow file: what `vf run-local`'s options say, typed. */
 export interface LocalFlowRunOptions {
   /** Deno Workers (the default) or subprocesses. */
@@ -129,10 +143,8 @@ export async function runLocal(path: string, options: LocalFlowRunOptions = {}):
   checkLocalRunOptions({ channelMaxBytes, extraEnv, flowType, isolation, permissions });
   const notices = options.notices ?? ((text: string) => console.error(text));
   for (const warning of warnings) notices(warning);
-  const output = options.output ?? {
-    isTerminal: Deno.stdout.isTerminal(),
-    write: (text: string) => Deno.stdout.writeSync(new TextEncoder().encode(text)),
-  };
+  const output = options.output ??
+    stdoutView((text) => Deno.stdout.writeSync(new TextEncoder().encode(text)));
   const as = isolation === Isolation.worker ? "Deno Workers" : "subprocesses";
   notices(`running flow ${flow.flowId} (${flowType}), run ${runId}, ${specs.length} nodes as ${as}`);
   return await LocalEngine.run({
@@ -166,7 +178,7 @@ export async function runLocalCommand(
     flowType: options.flowType === undefined ? undefined : checkFlowType(options.flowType),
     restart: !(options.noRestart ?? false),
     channelMaxBytes: channelMaxBytesOf(options.channelMaxMib),
-    output: { isTerminal: Deno.stdout.isTerminal(), write: (text) => io.write(text) },
+    output: stdoutView((text) => io.write(text)),
     notices: (text) => io.err(text),
   });
   const deadLetters = result.snapshots.reduce((sum, snapshot) => sum + snapshot.deadLetters, 0);

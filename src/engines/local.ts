@@ -675,7 +675,8 @@ export class LocalEngine {
       if (exitCode === 0) {
         await writeRunEnd(this.#runDir, this.#stoppedBy === null ? RunEnd.finished : RunEnd.stopped);
       }
-      for (const line of renderSummary(performance.now() / 1000 - this.#started, snapshots, outcome)) {
+      const elapsed = performance.now() / 1000 - this.#started;
+      for (const line of renderSummary(elapsed, snapshots, outcome, this.#view.columns)) {
         this.#options.output.write(`${line}\n`);
       }
       return { exitCode, outcome, snapshots, runDir: this.#runDir };
