@@ -146,8 +146,9 @@ export async function runLocal(path: string, options: LocalFlowRunOptions = {}):
   const output = options.output ??
     stdoutView((text) => Deno.stdout.writeSync(new TextEncoder().encode(text)));
   const as = isolation === Isolation.worker ? "Deno Workers" : "subprocesses";
-  notices(`running flow ${flow.flowId} (${flowType}), run ${runId}, ${specs.length} nodes as ${as}`);
   return await LocalEngine.run({
+    onStart: () =>
+      notices(`running flow ${flow.flowId} (${flowType}), run ${runId}, ${specs.length} nodes as ${as}`),
     flowId: flow.flowId,
     flowType,
     specs,

@@ -138,6 +138,11 @@ export interface LocalRunOptions {
    * {@link MIN_SILENCE_SECONDS}; none when that timeout is 0 (the watchdog disabled).
    */
   readonly silenceSeconds?: number;
+  /**
+   * Called once, when the run is sure to start: its lock is held (no other vf runs it) and it had not
+   * finished already. Nothing is called for a run refused or with nothing to do.
+   */
+  readonly onStart?: () => void;
 }
 
 /** What {@link LocalRunOptions.signal} is named as when it stops a run. */
@@ -451,6 +456,11 @@ export class LocalEngine {
   });
   /** What asked the flow to stop (a signal, or the caller's {@link LocalRunOptions.signal}), if anything did. */
   #stoppedBy: StopRequester | null = null;
+  /**
+   * Every producer replica had ended its stream on its own when the stop came: the stop cut nothing short,
+   * the rest of the flow finished what it held, and the run is finished (a re-run would make it all again).
+   */
+  #sourcesEndedBeforeStop = false;
   /** When the latest stop signal arrived (seconds, `performance.now()`), if one did. */
   #signalledAt: number | null = null;
   #forced = false;
@@ -513,6 +523,7 @@ export class LocalEngine {
         options.output.write(`${outcome}\n`);
         return { exitCode: 0, outcome, snapshots: [], runDir };
       }
+      options.onStart?.();
       const ledger = await FileRuntimeStore.open(`${runDir}/ledger`);
       await forgetEarlierBroker(ledger, options, previous);
       await clearRunEnd(runDir);
@@ -558,10 +569,16 @@ export class LocalEngine {
     }
     this.#stopping = true;
     this.#stoppedBy = signal;
+    this.#sourcesEndedBeforeStop = this.#replicas.every((r) =>
+      r.spec.kind !== NodeKind.producer || r.state === NodeState.done
+    );
+    const ending = this.#sourcesEndedBeforeStop
+      ? "every producer had already ended its stream, the rest finishes what it holds"
+      : "producers end their streams";
     this.#view.event(
       signal === null
-        ? `stopping flow ${this.#options.flowId}: producers end their streams`
-        : `stopping flow ${this.#options.flowId} on ${signal}: producers end their streams` +
+        ? `stopping flow ${this.#options.flowId}: ${ending}`
+        : `stopping flow ${this.#options.flowId} on ${signal}: ${ending}` +
           (signal === STOP_REQUESTED ? "" : " (again to force)"),
     );
     for (const spec of this.#options.specs) {
@@ -664,16 +681,20 @@ export class LocalEngine {
         ? "every item taken was finished"
         : `every item taken was finished or given up (${givenUp} join members, ${DROP_JOIN_EVICTED} in the ` +
           "drops column)";
+      const cutShort = this.#stoppedBy !== null && !this.#sourcesEndedBeforeStop;
       const outcome = exitCode === 0
-        ? this.#stoppedBy === null
-          ? `flow ${flowId} finished (run ${runId})`
+        ? !cutShort
+          ? `flow ${flowId} finished (run ${runId})` +
+            (this.#stoppedBy === null
+              ? ""
+              : `: every producer had ended its stream before the stop on ${this.#stoppedBy}, so nothing was left`)
           : `flow ${flowId} stopped on ${this.#stoppedBy} (run ${runId}): ${taken}; ` +
             `run it again with --run-id ${runId} to go on (replayable sources resume, others start over)`
         : `flow ${flowId} ${
           this.#forced ? "was forced to stop" : "failed"
         } with exit code ${exitCode} (run ${runId})`;
       if (exitCode === 0) {
-        await writeRunEnd(this.#runDir, this.#stoppedBy === null ? RunEnd.finished : RunEnd.stopped);
+        await writeRunEnd(this.#runDir, cutShort ? RunEnd.stopped : RunEnd.finished);
       }
       const elapsed = performance.now() / 1000 - this.#started;
       for (const line of renderSummary(elapsed, snapshots, outcome, this.#view.columns)) {
