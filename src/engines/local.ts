@@ -62,6 +62,7 @@ import { parseBrokerAddress } from "../runtime/embedded_rpc.ts";
 import {
   type DeadLetterRecord,
   deadLetterRecord,
+  dropsBesideDeadLetters,
   keepOffloadedPayloads,
   mergeDeadLetters,
   readDeadLettersIfAny,
@@ -1150,7 +1151,8 @@ export class LocalEngine {
         (sum, r) => addCounts(addCounts(sum, r.earlier), r.stats),
         { ...NO_COUNTS, drops: this.#brokerDrops(spec) },
       );
-      const stored = this.#broker.messaging.stored(channelId(flowId, runId, spec.name));
+      const letters = this.#broker.messaging.stored(channelId(flowId, runId, spec.name))
+        .filter((e) => e.kind === MessageKind.dlq);
       return {
         node: spec.name,
         state,
@@ -1161,8 +1163,8 @@ export class LocalEngine {
         processed: counts.processed,
         failed: counts.failed,
         inFlight: this.#unsettledOutputs(spec),
-        drops: counts.drops,
-        deadLetters: stored.filter((e) => e.kind === MessageKind.dlq).length,
+        drops: dropsBesideDeadLetters(counts.drops, letters.map((letter) => deadLetterRecord(letter).code)),
+        deadLetters: letters.length,
         restarts: replicas.reduce((sum, r) => sum + r.restarts, 0),
       };
     });

@@ -478,6 +478,11 @@ Deno.test("a batch flow dead-letters exactly the poison items (VF_POISON, 1 deli
       );
     }
     assert.equal(summaryRow(run, "poison").dlq, 4);
+    assert.equal(
+      summaryRow(run, "poison").drops,
+      "0",
+      `a dead letter is counted once, as one:\n${run.stdout}`,
+    );
     assert.ok(
       run.stderr.includes(`4 dead letters: \`vf dlq ${flow} --run-id r1 --state ${state}\` lists them`),
       run.stderr,
@@ -741,7 +746,8 @@ Deno.test("a partitioned node counts both what it processed and what it dropped 
     // Drops and processed inputs interleave: every drop must reach the summary, not only those after the last input.
     const middle = summaryRow(run, "middle");
     assert.equal(middle.processed, 100, run.stdout);
-    assert.equal(middle.drops, "partition_key 100", run.stdout);
+    assert.equal(middle.drops, "0", run.stdout);
+    assert.equal(middle.dlq, 100, `each unkeyed input is a dead letter, counted once:\n${run.stdout}`);
     assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 200).filter((x) => x % 2 === 1));
   });
 });
