@@ -498,3 +498,27 @@ Deno.test("every mistake in a flow file is a typed error with its remedy, from v
   }
   assert.deepEqual(failures, [], failures.join("\n\n"));
 });
+
+Deno.test("the first deno task vf of a fresh checkout prints no warning about protobufjs's build script", async () => {
+  const checkout = await Deno.makeTempDir({ prefix: "vf-checkout-" });
+  try {
+    for (const name of ["deno.json", "deno.lock", "mod.ts", "src"]) {
+      await new Deno.Command("cp", { args: ["-r", new URL(name, root).pathname, checkout] }).output();
+    }
+    // A fresh node_modules is made from Deno's cache: the moment Deno decides about lifecycle scripts.
+    const output = await new Deno.Command(Deno.execPath(), {
+      args: ["task", "vf", "--help"],
+      cwd: checkout,
+      env: { NO_COLOR: "1" },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const stderr = new TextDecoder().decode(output.stderr);
+    assert.equal(output.code, 0, stderr);
+    assert.ok((await Deno.stat(`${checkout}/node_modules`)).isDirectory, "the task made node_modules");
+    assert.doesNotMatch(stderr, /Ignored build scripts|approve-scripts/, stderr);
+    assert.match(new TextDecoder().decode(output.stdout), /^usage: vf <command>/);
+  } finally {
+    await Deno.remove(checkout, { recursive: true });
+  }
+});
