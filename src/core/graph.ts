@@ -630,11 +630,59 @@ function checkParentsOnce(node: Node, out: Diagnostic[]): void {
   );
 }
 
+/**
+ * Every accessor of the node's class chain is read as compiling reads the node's settings: a getter whose
+ * code throws (an override of `nbTasks` that fails) is the node's error, never a crash of `vf`.
+ */
+function checkAccessors(node: Node, out: Diagnostic[]): void {
+  const read = new Set<string>();
+  for (let proto = Object.getPrototypeOf(node); proto !== null; proto = Object.getPrototypeOf(proto)) {
+    for (const [key, descriptor] of Object.entries(Object.getOwnPropertyDescriptors(proto))) {
+      if (descriptor.get === undefined || read.has(key)) continue;
+      read.add(key);
+      try {
+        Reflect.get(node, key);
+      } catch (error) {
+        // One of ours is a setting the getter checked: the check of that setting reports it.
+        if (error instanceof VideoflowError) continue;
+        const why = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+        out.push(
+          fail(
+            CONTRACT,
+            node.name,
+            `node ${node.name}: reading its ${key} threw ${why}`,
+            `fix the ${key} getter of ${node.constructor.name || "its class"}: it must return the setting`,
+          ),
+        );
+      }
+    }
+  }
+}
+
+/** What `preloadModules()` returns must be a list of module URLs: anything else would be ignored. */
+function checkPreloads(node: Node, out: Diagnostic[]): void {
+  const modules = attempt(out, node.name, () => node.preloadModules());
+  if (modules === undefined || (Array.isArray(modules) && modules.every(isNonEmptyString))) return;
+  out.push(
+    fail(
+      CONTRACT,
+      node.name,
+      `node ${node.name}: preloadModules() returned ${
+        JSON.stringify(modules) ?? String(modules)
+      }, not a list ` +
+        "of module URLs",
+      "return the URLs of the modules the node imports when it opens, e.g. [new URL('./model.ts', " +
+        "import.meta.url).href], or [] for none",
+    ),
+  );
+}
+
 /** Every error of one node, in a fixed order. */
 function nodeErrors(node: Node, modules: ModuleIndex | undefined): Diagnostic[] {
   const out: Diagnostic[] = [];
   checkNodeClass(node, modules, out);
   checkWorkMethod(node, out);
+  checkAccessors(node, out);
   attempt(out, node.name, () => node.getParams());
   if (node instanceof FunctionProcessorNode) checkFunctionRef(node, modules, out);
   checkParams(node, out);
@@ -650,6 +698,7 @@ function nodeErrors(node: Node, modules: ModuleIndex | undefined): Diagnostic[] 
   }
   checkDeclarations(node, out);
   checkWorkerContract(node, out);
+  checkPreloads(node, out);
   return out;
 }
 

@@ -437,6 +437,26 @@ export default new Flow([new JsonlSink({ name: "sink", path: "o.jsonl" }).from(n
     says: [/error VF_NODE_CONTRACT sq: node sq is a processor, but Square has no process\(\) method/],
   },
   {
+    name: "a getter of a node's class that throws",
+    body: `export class Square extends ProcessorNode {
+  override get nbTasks(): number { throw new Error("no replica count yet"); }
+  process(x: number) { return x * x; }
+}
+export default new Flow([new JsonlSink({ name: "sink", path: "o.jsonl" }).from(new Square({ name: "sq" }).from(new Count({ name: "count", n: 3 })))]);`,
+    says: [/error VF_NODE_CONTRACT sq: node sq: reading its nbTasks threw Error: no replica count yet/],
+  },
+  {
+    name: "preloadModules() returning something that is not a list of URLs",
+    body: `export class Square extends ProcessorNode {
+  override preloadModules(): string[] { return "./model.ts" as never; }
+  process(x: number) { return x * x; }
+}
+export default new Flow([new JsonlSink({ name: "sink", path: "o.jsonl" }).from(new Square({ name: "sq" }).from(new Count({ name: "count", n: 3 })))]);`,
+    says: [
+      /error VF_NODE_CONTRACT sq: node sq: preloadModules\(\) returned "\.\/model\.ts", not a list of module URLs/,
+    ],
+  },
+  {
     name: "null for the Flow's options",
     body:
       `export default new Flow([new JsonlSink({ name: "sink", path: "o.jsonl" }).from(new Count({ name: "count", n: 3 }))], null as never);`,
