@@ -580,14 +580,24 @@ function checkWorkerContract(node: Node, out: Diagnostic[]): void {
     : assets;
   if (bad === undefined) return;
   out.push(
-    fail(
-      CONTRACT,
-      node.name,
-      `node ${node.name}: requiredAssets() returned ${
-        JSON.stringify(bad) ?? String(bad)
-      }, not an asset requirement`,
+    badReturn(
+      node,
+      "requiredAssets()",
+      bad,
+      "an asset requirement",
       "return AssetRequirement(path, sha256 as 64 lowercase hex digits, portable)",
     ),
+  );
+}
+
+/** The error of a node whose method `call` returned `value`, which is not `expected`. */
+function badReturn(node: Node, call: string, value: unknown, expected: string, remedy: string): Diagnostic {
+  const returned = JSON.stringify(value) ?? String(value);
+  return fail(
+    CONTRACT,
+    node.name,
+    `node ${node.name}: ${call} returned ${returned}, not ${expected}`,
+    remedy,
   );
 }
 
@@ -664,13 +674,11 @@ function checkPreloads(node: Node, out: Diagnostic[]): void {
   const modules = attempt(out, node.name, () => node.preloadModules());
   if (modules === undefined || (Array.isArray(modules) && modules.every(isNonEmptyString))) return;
   out.push(
-    fail(
-      CONTRACT,
-      node.name,
-      `node ${node.name}: preloadModules() returned ${
-        JSON.stringify(modules) ?? String(modules)
-      }, not a list ` +
-        "of module URLs",
+    badReturn(
+      node,
+      "preloadModules()",
+      modules,
+      "a list of module URLs",
       "return the URLs of the modules the node imports when it opens, e.g. [new URL('./model.ts', " +
         "import.meta.url).href], or [] for none",
     ),
