@@ -51,9 +51,8 @@ const STALL_PROBE_DELAY_MS = 1_000;
 const NEVER_SETTLES = /Top-level await promise never resolved[\s\S]*?\((file:\/\/[^\s)]+):(\d+):\d+\)/;
 
 /**
- * Where the flow file at `url` waits forever when Deno, running it as the main module of a process of its
- * own, reports a top-level await nothing can settle; `null` when that process loads it, fails otherwise,
- * or cannot start.
+ * Where the flow file at `url` waits forever when Deno, importing it in a process of its own, reports a
+ * top-level await nothing can settle; `null` when that process loads it, fails otherwise, or cannot start.
  */
 async function neverSettlingAwait(url: string, probe: AbortSignal): Promise<string | null> {
   let output: Deno.CommandOutput;
@@ -63,7 +62,9 @@ async function neverSettlingAwait(url: string, probe: AbortSignal): Promise<stri
         "run",
         "-A",
         ...subprocessResolutionArgs(),
-        url,
+        // A static import: Deno then points at the flow file's own await, and the file is not the main
+        // module (`import.meta.main` is false, as when vf imports it).
+        `data:text/javascript,${encodeURIComponent(`import ${JSON.stringify(url)};`)}`,
       ],
       env: { NO_COLOR: "1" },
       stdin: "null",

@@ -570,9 +570,8 @@ export class LocalEngine {
     }
     this.#stopping = true;
     this.#stoppedBy = signal;
-    this.#sourcesEndedBeforeStop = this.#replicas.every((r) =>
-      r.spec.kind !== NodeKind.producer || r.state === NodeState.done
-    );
+    const producers = this.#replicas.filter((r) => r.spec.kind === NodeKind.producer);
+    this.#sourcesEndedBeforeStop = producers.length > 0 && producers.every((r) => r.state === NodeState.done);
     const ending = this.#sourcesEndedBeforeStop
       ? "every producer had already ended its stream, the rest finishes what it holds"
       : "producers end their streams";

@@ -373,7 +373,7 @@ Deno.test("a decoder far ahead of a slow node is held back at the broker's chann
       cwd: dir,
     });
     assert.equal(refused.code, 2, refused.text);
-    assert.match(refused.text, /at least 67108864 bytes \(the largest envelope\)/);
+    assert.match(refused.text, /--channel-max-mib 8 is below 64 MiB, the largest envelope/);
   });
 });
 
