@@ -1595,7 +1595,7 @@ Deno.test("a stop that comes after every producer ended its stream finishes the 
       pipeline(
         "late-stop",
         `new Count({ name: "count", n: 8 })`,
-        `new SlowPass({ name: "middle", delayMs: 300 })`,
+        `new SlowPass({ name: "middle", delayMs: 500 })`,
         dir,
       ),
     );
@@ -1608,8 +1608,13 @@ Deno.test("a stop that comes after every producer ended its stream finishes the 
       for await (const chunk of child.stdout) stdout += decoder.decode(chunk, { stream: true });
     })();
     const stderr = new Response(child.stderr).text();
+    let exited = false;
+    child.status.then(() => (exited = true));
     while (!/\] count done /.test(stdout)) {
-      assert.ok(!/\] middle done /.test(stdout), "the stop came while the middle still worked");
+      assert.ok(
+        !exited && !/\] middle done /.test(stdout),
+        `the stop comes while the middle works:\n${stdout}`,
+      );
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
     child.kill("SIGINT");
