@@ -495,7 +495,8 @@ Deno.test("every mistake in a flow file is a typed error with its remedy, from v
         `import { Count } from ${JSON.stringify(countUrl)};`,
         "export { Count };",
         "",
-        mistake.body,
+        // A sink's file goes to the story's directory, should a regression let the flow run.
+        mistake.body.replaceAll('"o.jsonl"', JSON.stringify(`${dir}/o.jsonl`)),
       ].join("\n");
       await Deno.writeTextFile(`${dir}/flow.ts`, source);
       await Deno.writeTextFile(
