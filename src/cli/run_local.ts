@@ -18,6 +18,7 @@ import type { FlowType } from "../core/flow.ts";
 import {
   checkLocalRunOptions,
   DEFAULT_CHANNEL_MAX_BYTES,
+  EMBEDDED_MAX_ENVELOPE_BYTES,
   forwardedSettings,
   Isolation,
   LocalEngine,
@@ -61,16 +62,39 @@ function isolationOf(value: string | undefined): Isolation {
   return isolation;
 }
 
-/** `--channel-max-mib` in bytes; the engine refuses a limit below its largest envelope. */
+/** `--channel-max-mib` in bytes; refused, in the MiB it was given in, below the largest envelope. */
 function channelMaxBytesOf(value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
+  const remedy = `pass --channel-max-mib ${DEFAULT_CHANNEL_MAX_BYTES / MIB} (the default), or more for a ` +
+    `larger backlog; at least ${EMBEDDED_MAX_ENVELOPE_BYTES / MIB}`;
   if (!/^[0-9]{1,9}$/.test(value)) {
+    throw new ConfigError(`--channel-max-mib ${JSON.stringify(value)} is not a whole number of MiB`, remedy);
+  }
+  const mib = Number(value);
+  if (mib * MIB < EMBEDDED_MAX_ENVELOPE_BYTES) {
     throw new ConfigError(
-      `--channel-max-mib ${JSON.stringify(value)} is not a whole number of MiB`,
-      `pass --channel-max-mib ${DEFAULT_CHANNEL_MAX_BYTES / MIB} (the default), or more for a larger backlog`,
+      `--channel-max-mib ${mib} is below ${
+        EMBEDDED_MAX_ENVELOPE_BYTES / MIB
+      } MiB, the largest envelope one ` +
+        "channel must hold",
+      remedy,
     );
   }
-  return Number(value) * MIB;
+  return mib * MIB;
+}
+
+/** The terminal's width, when stdout (or another standard stream) is one; `null` otherwise. */
+function terminalColumns(): number | null {
+  try {
+    return Deno.consoleSize().columns;
+  } catch {
+    return null;
+  }
+}
+
+/** The live view on this process's stdout, written through `write`: on a terminal, as wide as it is. */
+function stdoutView(write: (text: string) => void): ViewOutput {
+  return { isTerminal: Deno.stdout.isTerminal(), write, columns: terminalColumns };
 }
 
 /** How {@link runLocal} runs a flow file: what `vf run-local`'s options say, typed. */
@@ -117,18 +141,20 @@ export async function runLocal(path: string, options: LocalFlowRunOptions = {}):
   const { flow, modules } = await loadFlow(path);
   checkRunNames(flow.flowId, runId);
   const flowType = options.flowType === undefined ? flow.flowType : checkFlowType(options.flowType);
+  // The flow is validated first, as a whole: every problem it has is reported at once, as `vf validate` does.
+  const warnings: string[] = [];
+  const specs = compileFlow(flow, { modules, onWarning: (warning) => warnings.push(warning.render()) });
   const permissions = nodePermissions(flow);
   const { channelMaxBytes } = options;
   checkLocalRunOptions({ channelMaxBytes, extraEnv, flowType, isolation, permissions });
   const notices = options.notices ?? ((text: string) => console.error(text));
-  const specs = compileFlow(flow, { modules, onWarning: (warning) => notices(warning.render()) });
-  const output = options.output ?? {
-    isTerminal: Deno.stdout.isTerminal(),
-    write: (text: string) => Deno.stdout.writeSync(new TextEncoder().encode(text)),
-  };
+  for (const warning of warnings) notices(warning);
+  const output = options.output ??
+    stdoutView((text) => Deno.stdout.writeSync(new TextEncoder().encode(text)));
   const as = isolation === Isolation.worker ? "Deno Workers" : "subprocesses";
-  notices(`running flow ${flow.flowId} (${flowType}), run ${runId}, ${specs.length} nodes as ${as}`);
   return await LocalEngine.run({
+    onStart: () =>
+      notices(`running flow ${flow.flowId} (${flowType}), run ${runId}, ${specs.length} nodes as ${as}`),
     flowId: flow.flowId,
     flowType,
     specs,
@@ -162,7 +188,7 @@ export async function runLocalCommand(
     flowType: options.flowType === undefined ? undefined : checkFlowType(options.flowType),
     restart: !(options.noRestart ?? false),
     channelMaxBytes: channelMaxBytesOf(options.channelMaxMib),
-    output: { isTerminal: Deno.stdout.isTerminal(), write: (text) => io.write(text) },
+    output: stdoutView((text) => io.write(text)),
     notices: (text) => io.err(text),
     stopSignals,
   });

@@ -18,7 +18,13 @@
 import { ConfigError, type Diagnostic, raiseForDiagnostics } from "./errors.ts";
 import type { Flow } from "./flow.ts";
 import { childrenWithin } from "./graph.ts";
-import { isNonEmptyString, isPositiveInteger, isPositiveNumber } from "./_predicates.ts";
+import {
+  isNodeName,
+  isNonEmptyString,
+  isPositiveInteger,
+  isPositiveNumber,
+  NODE_NAME_EXPECTED,
+} from "./_predicates.ts";
 import type { ModuleIndex } from "./node_class.ts";
 import type {
   BatchingPolicy,
@@ -162,8 +168,8 @@ const SPEC_FIELDS: readonly SpecField[] = [
     key: "name",
     prop: "name",
     fallback: REQUIRED,
-    expected: "a non-empty string",
-    accepts: isNonEmptyString,
+    expected: NODE_NAME_EXPECTED,
+    accepts: isNodeName,
   },
   {
     key: "node_class",

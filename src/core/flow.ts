@@ -10,12 +10,11 @@
  * @module
  */
 
-import type { Diagnostic } from "./errors.ts";
-import { ConfigError, raiseForDiagnostics } from "./errors.ts";
+import { ConfigError, Diagnostic, GraphError, raiseForDiagnostics } from "./errors.ts";
 import { childrenWithin, discoverNodes, topologicalSort, validate } from "./graph.ts";
 import type { ModuleIndex } from "./node_class.ts";
-import type { ConsumerNode, Node } from "./node.ts";
-import { ProducerNode } from "./node.ts";
+import type { ConsumerNode } from "./node.ts";
+import { describe, Node, ProducerNode } from "./node.ts";
 import { checkFlowType, FlowType } from "./flow_type.ts";
 import { randomHex } from "./hex.ts";
 
@@ -60,10 +59,31 @@ export class Flow {
   readonly #flowType: FlowType;
   readonly #flowId: string;
 
-  /** The flow ending in `consumers`; throws {@link ConfigError} for an unknown or bad option, or a non-list. */
+  /**
+   * The flow ending in `consumers`; throws {@link ConfigError} for an unknown or bad option or a non-list,
+   * and one {@link GraphError} naming every entry of the list that is not a node.
+   */
   constructor(consumers: readonly ConsumerNode[], options: FlowOptions = {}) {
     if (!Array.isArray(consumers)) {
       throw new ConfigError("a Flow takes the list of its consumers", "pass new Flow([sink, ...], options)");
+    }
+    const strangers = consumers.flatMap((entry, at) =>
+      entry instanceof Node ? [] : [
+        new Diagnostic(
+          "error",
+          GraphError.code,
+          null,
+          `the Flow's consumer list holds ${describe(entry)} at position ${at}, which is not a node`,
+          "list the flow's sink nodes (new Flow([sink, ...])), each built with new and wired with .from()",
+        ),
+      ]
+    );
+    raiseForDiagnostics(strangers);
+    if (typeof options !== "object" || options === null || Array.isArray(options)) {
+      throw new ConfigError(
+        `a Flow's options must be an object, got ${describe(options)}`,
+        `pass { ${FLOW_OPTION_KEYS.join(", ")} }, or nothing`,
+      );
     }
     const unknown = Object.keys(options).filter((key) => !FLOW_OPTION_KEYS.includes(key));
     if (unknown.length > 0) {

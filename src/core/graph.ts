@@ -40,7 +40,13 @@ import {
   TaskModuleNode,
 } from "./node.ts";
 import { PartitionKeyPolicy } from "./partition_key_policy.ts";
-import { isNonEmptyString, isPositiveInteger, isPositiveNumber } from "./_predicates.ts";
+import {
+  isNodeName,
+  isNonEmptyString,
+  isPositiveInteger,
+  isPositiveNumber,
+  NODE_NAME_EXPECTED,
+} from "./_predicates.ts";
 
 const GRAPH = "VF_GRAPH";
 const CONFIG = "VF_CONFIG";
@@ -202,7 +208,7 @@ const isAbsent = (value: unknown): boolean => value === undefined || value === n
 type ParamRule = readonly [key: string, expected: string, passes: (value: unknown) => boolean];
 
 const NODE_RULES: readonly ParamRule[] = [
-  ["name", "a non-empty string", isNonEmptyString],
+  ["name", NODE_NAME_EXPECTED, isNodeName],
   ["image", "a non-empty string or null", (v) => v === null || isNonEmptyString(v)],
 ];
 const PRODUCER_RULES: readonly ParamRule[] = [["isFinite", "a boolean", (v) => typeof v === "boolean"]];
@@ -535,11 +541,16 @@ function entryProblem(kind: PermissionKind, entry: string): string | null {
 
 function checkWorkerContract(node: Node, out: Diagnostic[]): void {
   const permissions = permissionsProblem(node) ?? attempt(out, node.name, () => {
-    const granted = node.permissions();
+    const granted: Partial<Record<PermissionKind, unknown>> = node.permissions() ?? {};
+    const missing = PERMISSION_KINDS.filter((kind) => granted[kind] === undefined);
+    if (missing.length > 0) {
+      return `permissions() returned no list for ${missing.join(", ")}: it must return one for every kind ` +
+        `(${PERMISSION_KINDS.join(", ")}), empty where the node needs none`;
+    }
     for (const kind of PERMISSION_KINDS) {
       const list = granted[kind];
       if (!Array.isArray(list) || !list.every(isNonEmptyString)) {
-        return "permissions() must return a list of non-empty strings for every kind";
+        return `permissions().${kind} must be a list of non-empty strings`;
       }
       for (const entry of list) {
         const problem = entryProblem(kind, entry);
@@ -550,7 +561,14 @@ function checkWorkerContract(node: Node, out: Diagnostic[]): void {
   });
   if (permissions) {
     out.push(
-      fail(CONTRACT, node.name, `node ${node.name}: ${permissions}`, "fix the declaration"),
+      fail(
+        CONTRACT,
+        node.name,
+        `node ${node.name}: ${permissions}`,
+        'declare the node\'s needs on its class, `static override permissions = { read: ["./clips"] }`; ' +
+          "override permissions() only to derive them from the params, returning { ...super.permissions(), " +
+          "read: [...] }",
+      ),
     );
   }
   const assets = attempt(out, node.name, () => node.requiredAssets());
@@ -562,13 +580,48 @@ function checkWorkerContract(node: Node, out: Diagnostic[]): void {
     : assets;
   if (bad === undefined) return;
   out.push(
+    badReturn(
+      node,
+      "requiredAssets()",
+      bad,
+      "an asset requirement",
+      "return AssetRequirement(path, sha256 as 64 lowercase hex digits, portable)",
+    ),
+  );
+}
+
+/** The error of a node whose method `call` returned `value`, which is not `expected`. */
+function badReturn(node: Node, call: string, value: unknown, expected: string, remedy: string): Diagnostic {
+  const returned = JSON.stringify(value) ?? String(value);
+  return fail(
+    CONTRACT,
+    node.name,
+    `node ${node.name}: ${call} returned ${returned}, not ${expected}`,
+    remedy,
+  );
+}
+
+/** The method each kind of node does its work in, which a worker calls for every item. */
+const WORK_METHODS = [
+  [ProducerNode, "next"],
+  [ProcessorNode, "process"],
+  [ConsumerNode, "consume"],
+] as const;
+
+/** A node whose class lacks the method its kind works in (a misspelt `process`) would fail every item. */
+function checkWorkMethod(node: Node, out: Diagnostic[]): void {
+  const method = WORK_METHODS.find(([kind]) => node instanceof kind)?.[1];
+  if (method === undefined || typeof (node as unknown as Record<string, unknown>)[method] === "function") {
+    return;
+  }
+  const cls = node.constructor.name || "its class";
+  out.push(
     fail(
       CONTRACT,
       node.name,
-      `node ${node.name}: requiredAssets() returned ${
-        JSON.stringify(bad) ?? String(bad)
-      }, not an asset requirement`,
-      "return AssetRequirement(path, sha256 as 64 lowercase hex digits, portable)",
+      `node ${node.name} is a ${node.kind}, but ${cls} has no ${method}() method, so it could do nothing with ` +
+        "any item",
+      `define ${method}(...) in ${cls}: a ${node.kind} does its work in ${method}()`,
     ),
   );
 }
@@ -587,10 +640,57 @@ function checkParentsOnce(node: Node, out: Diagnostic[]): void {
   );
 }
 
+/**
+ * Every accessor of the node's class chain is read as compiling reads the node's settings: a getter whose
+ * code throws (an override of `nbTasks` that fails) is the node's error, never a crash of `vf`.
+ */
+function checkAccessors(node: Node, out: Diagnostic[]): void {
+  const read = new Set<string>();
+  for (let proto = Object.getPrototypeOf(node); proto !== null; proto = Object.getPrototypeOf(proto)) {
+    for (const [key, descriptor] of Object.entries(Object.getOwnPropertyDescriptors(proto))) {
+      if (descriptor.get === undefined || read.has(key)) continue;
+      read.add(key);
+      try {
+        Reflect.get(node, key);
+      } catch (error) {
+        // One of ours is a setting the getter checked: the check of that setting reports it.
+        if (error instanceof VideoflowError) continue;
+        const why = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+        out.push(
+          fail(
+            CONTRACT,
+            node.name,
+            `node ${node.name}: reading its ${key} threw ${why}`,
+            `fix the ${key} getter of ${node.constructor.name || "its class"}: it must return the setting`,
+          ),
+        );
+      }
+    }
+  }
+}
+
+/** What `preloadModules()` returns must be a list of module URLs: anything else would be ignored. */
+function checkPreloads(node: Node, out: Diagnostic[]): void {
+  const modules = attempt(out, node.name, () => node.preloadModules());
+  if (modules === undefined || (Array.isArray(modules) && modules.every(isNonEmptyString))) return;
+  out.push(
+    badReturn(
+      node,
+      "preloadModules()",
+      modules,
+      "a list of module URLs",
+      "return the URLs of the modules the node imports when it opens, e.g. [new URL('./model.ts', " +
+        "import.meta.url).href], or [] for none",
+    ),
+  );
+}
+
 /** Every error of one node, in a fixed order. */
 function nodeErrors(node: Node, modules: ModuleIndex | undefined): Diagnostic[] {
   const out: Diagnostic[] = [];
   checkNodeClass(node, modules, out);
+  checkWorkMethod(node, out);
+  checkAccessors(node, out);
   attempt(out, node.name, () => node.getParams());
   if (node instanceof FunctionProcessorNode) checkFunctionRef(node, modules, out);
   checkParams(node, out);
@@ -606,6 +706,7 @@ function nodeErrors(node: Node, modules: ModuleIndex | undefined): Diagnostic[] 
   }
   checkDeclarations(node, out);
   checkWorkerContract(node, out);
+  checkPreloads(node, out);
   return out;
 }
 

@@ -196,8 +196,10 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
   return proto === Object.prototype || proto === null;
 }
 
-function describe(value: unknown): string {
+/** A short phrase naming what `value` is, for an error that says what was given instead of a node or params. */
+export function describe(value: unknown): string {
   if (value === undefined || value === null) return String(value);
+  if (typeof value === "string" || typeof value === "boolean") return JSON.stringify(value);
   if (typeof value === "function") return `a function${value.name ? ` (${value.name})` : ""}`;
   if (typeof value === "symbol") return "a symbol";
   if (typeof value === "bigint") return "a bigint";

@@ -9,9 +9,10 @@
  * @module
  */
 
-import { ConfigError } from "../core/errors.ts";
+import { ConfigError, DecodeError, PartitionKeyError } from "../core/errors.ts";
+import { TaskDropReason } from "../core/task.ts";
 import type { Envelope } from "../backends/messaging.ts";
-import { DeadLetterHeader } from "../messaging/messenger.ts";
+import { DeadLetterHeader, MessengerDropReason } from "../messaging/messenger.ts";
 import { decodeEnvelope, decodePayload, type Envelope as WireEnvelope } from "../wire/codec.ts";
 import { envelopeMessageId } from "../wire/message_id.ts";
 import { BlobRef } from "../wire/value.ts";
@@ -218,4 +219,41 @@ export function mergeDeadLetters(
 function sameLetter(record: DeadLetterRecord): string {
   const envelope = letterEnvelope(record);
   return `${record.node}\n${envelope === null ? record.envelope_b64 : envelopeMessageId(envelope)}`;
+}
+
+/**
+ * The drop reasons a dead letter is also counted under (a node gives up on the input, then keeps it as a
+ * letter), each with the code of the letters that belong to it; `null`: the letters no code places.
+ */
+const DEAD_LETTER_DROP_REASONS: readonly (readonly [reason: string, code: string | null])[] = [
+  [MessengerDropReason.undecodable, DecodeError.code],
+  [MessengerDropReason.partitionKey, PartitionKeyError.code],
+  [TaskDropReason.poison, null],
+  [MessengerDropReason.exhausted, null],
+];
+
+/**
+ * A node's drops by reason without those its dead letters (their codes, `codes`) account for, so that a
+ * dead letter is counted once, as a dead letter: each is taken off the reason its code names (an
+ * undecodable input, an unusable partition key), the others off poison, then off exhausted retries. What
+ * was given up without a letter (DLQ off, a sample cap, an eviction) stays.
+ */
+export function dropsBesideDeadLetters(
+  drops: Readonly<Record<string, number>>,
+  codes: readonly string[],
+): Record<string, number> {
+  const left: Record<string, number> = { ...drops };
+  let unplaced = 0;
+  for (const code of codes) {
+    const reason = DEAD_LETTER_DROP_REASONS.find(([, own]) => own === code)?.[0];
+    if (reason !== undefined && (left[reason] ?? 0) > 0) left[reason]--;
+    else unplaced++;
+  }
+  for (const [reason, code] of DEAD_LETTER_DROP_REASONS) {
+    if (code !== null || left[reason] === undefined) continue;
+    const taken = Math.min(unplaced, left[reason]);
+    left[reason] -= taken;
+    unplaced -= taken;
+  }
+  return Object.fromEntries(Object.entries(left).filter(([, n]) => n > 0));
 }

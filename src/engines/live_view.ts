@@ -60,8 +60,15 @@ function formatRate(rate: number | undefined): string {
 
 const HEADERS = ["node", "state", "replicas", "processed", "rate", "in flight", "drops", "dlq", "restarts"];
 
-/** The rows of the table, header first, as cells. */
-export function tableRows(snapshots: readonly NodeSnapshot[], rate: ReadonlyMap<string, number>): string[][] {
+/**
+ * The rows of the table, header first, as cells; with `dropsByReason` false a node's drops are one total
+ * (what a narrow terminal shows).
+ */
+export function tableRows(
+  snapshots: readonly NodeSnapshot[],
+  rate: ReadonlyMap<string, number>,
+  dropsByReason = true,
+): string[][] {
   return [
     HEADERS,
     ...snapshots.map((s) => [
@@ -71,18 +78,63 @@ export function tableRows(snapshots: readonly NodeSnapshot[], rate: ReadonlyMap<
       String(s.processed),
       formatRate(rate.get(s.node)),
       s.inFlight === null ? "?" : String(s.inFlight),
-      dropsText(s.drops),
+      dropsByReason ? dropsText(s.drops) : String(Object.values(s.drops).reduce((sum, n) => sum + n, 0)),
       String(s.deadLetters),
       String(s.restarts),
     ]),
   ];
 }
 
-/** The table as aligned lines. */
-export function renderTable(snapshots: readonly NodeSnapshot[], rate: ReadonlyMap<string, number>): string[] {
-  const rows = tableRows(snapshots, rate);
-  const widths = HEADERS.map((_, col) => Math.max(...rows.map((row) => row[col].length)));
-  return rows.map((row) => row.map((cell, col) => cell.padEnd(widths[col])).join("  ").trimEnd());
+/** The fewest characters of a node's name a table narrower than its names keeps (then `…`). */
+const NARROWEST_NODE_NAME = 8;
+
+/** The columns a terminal too narrow for every column goes without, in this order. */
+const OPTIONAL_COLUMNS: readonly string[] = ["rate", "replicas", "in flight"];
+
+/** `text` in at most `width` characters: cut, with `…` as its last, when longer. */
+function cut(text: string, width: number): string {
+  return text.length <= width ? text : `${text.slice(0, Math.max(0, width - 1))}…`;
+}
+
+/**
+ * `rows` as lines whose columns are `gap` spaces apart, each column as wide as its widest cell but the
+ * node names', which get what `columns` leaves them (at least {@link NARROWEST_NODE_NAME}).
+ */
+function aligned(rows: readonly string[][], gap: number, columns: number): string[] {
+  const widths = rows[0].map((_, col) => Math.max(...rows.map((row) => row[col].length)));
+  const others = widths.slice(1).reduce((sum, width) => sum + width + gap, 0);
+  widths[0] = Math.min(widths[0], Math.max(NARROWEST_NODE_NAME, columns - others));
+  return rows.map((row) =>
+    row.map((cell, col) => cut(cell, widths[col]).padEnd(widths[col])).join(" ".repeat(gap)).trimEnd()
+  );
+}
+
+/**
+ * The table as aligned lines, none longer than `columns` (a terminal's width; unbounded by default). A
+ * table too wide is narrowed step by step until it fits: node names cut short, drops shown as one total,
+ * one space between columns, then without rate, replicas and in flight; only a terminal too narrow for
+ * what is left gets its lines cut.
+ */
+export function renderTable(
+  snapshots: readonly NodeSnapshot[],
+  rate: ReadonlyMap<string, number>,
+  columns = Infinity,
+): string[] {
+  const fits = (lines: readonly string[]) => lines.every((line) => line.length <= columns);
+  let lines = aligned(tableRows(snapshots, rate), 2, columns);
+  if (fits(lines)) return lines;
+  let rows = tableRows(snapshots, rate, false);
+  for (const gap of [2, 1]) {
+    lines = aligned(rows, gap, columns);
+    if (fits(lines)) return lines;
+  }
+  for (const header of OPTIONAL_COLUMNS) {
+    const at = rows[0].indexOf(header);
+    rows = rows.map((row) => row.filter((_, col) => col !== at));
+    lines = aligned(rows, 1, columns);
+    if (fits(lines)) return lines;
+  }
+  return lines.map((line) => cut(line, columns));
 }
 
 /** One plain line per node, for logs and pipes: `[12.0s] square running 2/2 processed 120 (45/s) ...`. */
@@ -105,11 +157,22 @@ export function renderLines(
 export interface ViewOutput {
   readonly isTerminal: boolean;
   write(text: string): void;
+  /**
+   * The terminal's width now, in columns (`Deno.consoleSize().columns`), read at every redraw so that a
+   * resized terminal is followed; `null` (or absent) when it cannot be read: then
+   * {@link DEFAULT_TERMINAL_COLUMNS}.
+   */
+  columns?(): number | null;
 }
 
+/** The width a terminal that does not say its own is taken to have. */
+export const DEFAULT_TERMINAL_COLUMNS = 80;
+
 /**
- * Shows snapshots as they come: on a terminal the table is redrawn in place (cursor up, clear line); on
- * anything else each update is printed as plain lines.
+ * Shows snapshots as they come: on a terminal the table is redrawn in place (cursor up, clear line), each
+ * line within the terminal's width (a line that wrapped would take two rows, and the redraw, moving up one
+ * row a line, would leave a header behind each time); on anything else each update is printed as plain
+ * lines.
  */
 export class LiveView {
   #drawn = 0;
@@ -118,13 +181,21 @@ export class LiveView {
 
   constructor(readonly output: ViewOutput, readonly startedAt: number) {}
 
+  /**
+   * How wide a table written to the output may be: the terminal's width now (else
+   * {@link DEFAULT_TERMINAL_COLUMNS}); unbounded on anything but a terminal.
+   */
+  get columns(): number {
+    return this.output.isTerminal ? this.output.columns?.() ?? DEFAULT_TERMINAL_COLUMNS : Infinity;
+  }
+
   /** Shows the snapshots taken at `now` (monotonic seconds). */
   update(now: number, snapshots: readonly NodeSnapshot[]): void {
     const rate = rates(this.#previous, snapshots, this.#previousAt === null ? 0 : now - this.#previousAt);
     this.#previous = snapshots;
     this.#previousAt = now;
     if (this.output.isTerminal) {
-      const lines = renderTable(snapshots, rate);
+      const lines = renderTable(snapshots, rate, this.columns);
       const up = this.#drawn > 0 ? `\x1b[${this.#drawn}A` : "";
       this.output.write(`${up}${lines.map((line) => `\x1b[2K${line}`).join("\n")}\n`);
       this.#drawn = lines.length;
@@ -144,12 +215,13 @@ export class LiveView {
   }
 }
 
-/** The end-of-run summary: totals per node, then the outcome line. */
+/** The end-of-run summary: totals per node (a table within `columns`, unbounded by default), then the outcome line. */
 export function renderSummary(
   elapsedSeconds: number,
   snapshots: readonly NodeSnapshot[],
   outcome: string,
+  columns = Infinity,
 ): string[] {
   const rate = new Map(snapshots.map((s) => [s.node, elapsedSeconds > 0 ? s.processed / elapsedSeconds : 0]));
-  return [...renderTable(snapshots, rate), `${outcome} in ${elapsedSeconds.toFixed(1)}s`];
+  return [...renderTable(snapshots, rate, columns), `${outcome} in ${elapsedSeconds.toFixed(1)}s`];
 }

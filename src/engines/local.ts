@@ -79,6 +79,7 @@ import { parseBrokerAddress } from "../runtime/embedded_rpc.ts";
 import {
   type DeadLetterRecord,
   deadLetterRecord,
+  dropsBesideDeadLetters,
   keepOffloadedPayloads,
   mergeDeadLetters,
   readDeadLettersIfAny,
@@ -164,6 +165,11 @@ export interface LocalRunOptions {
    * {@link MIN_SILENCE_SECONDS}; none when that timeout is 0 (the watchdog disabled).
    */
   readonly silenceSeconds?: number;
+  /**
+   * Called once, when the run is sure to start: its lock is held (no other vf runs it) and it had not
+   * finished already. Nothing is called for a run refused or with nothing to do.
+   */
+  readonly onStart?: () => void;
 }
 
 /** What {@link LocalRunOptions.signal} is named as when it stops a run. */
@@ -478,6 +484,11 @@ export class LocalEngine {
   });
   /** What asked the flow to stop (a signal, or the caller's {@link LocalRunOptions.signal}), if anything did. */
   #stoppedBy: StopRequester | null = null;
+  /**
+   * Every producer replica had ended its stream on its own when the stop came: the stop cut nothing short,
+   * the rest of the flow finished what it held, and the run is finished (a re-run would make it all again).
+   */
+  #sourcesEndedBeforeStop = false;
   /** When the latest stop signal arrived (seconds, `performance.now()`), if one did. */
   #signalledAt: number | null = null;
   #forced = false;
@@ -580,6 +591,7 @@ export class LocalEngine {
         options.output.write(`${outcome}\n`);
         return { exitCode: 0, outcome, snapshots: [], runDir };
       }
+      options.onStart?.();
       let engine: LocalEngine | null = null;
       const ledger = await FileRuntimeStore.open(`${runDir}/ledger`, systemClock, {
         onDiskFailure: (error) => {
@@ -632,10 +644,15 @@ export class LocalEngine {
     }
     this.#stopping = true;
     this.#stoppedBy = signal;
+    const producers = this.#replicas.filter((r) => r.spec.kind === NodeKind.producer);
+    this.#sourcesEndedBeforeStop = producers.length > 0 && producers.every((r) => r.state === NodeState.done);
+    const ending = this.#sourcesEndedBeforeStop
+      ? "every producer had already ended its stream, the rest finishes what it holds"
+      : "producers end their streams";
     this.#view.event(
       signal === null
-        ? `stopping flow ${this.#options.flowId}: producers end their streams`
-        : `stopping flow ${this.#options.flowId} on ${signal}: producers end their streams` +
+        ? `stopping flow ${this.#options.flowId}: ${ending}`
+        : `stopping flow ${this.#options.flowId} on ${signal}: ${ending}` +
           (signal === STOP_REQUESTED ? "" : " (again to force)"),
     );
     for (const spec of this.#options.specs) {
@@ -737,8 +754,9 @@ export class LocalEngine {
         : this.#stateUnwritable !== null
         ? EXIT_ENVIRONMENT
         : runExitCode(this.#statuses());
+      const cutShort = this.#stoppedBy !== null && !this.#sourcesEndedBeforeStop;
       if (exitCode === 0) {
-        const end = this.#stoppedBy === null ? RunEnd.finished : RunEnd.stopped;
+        const end = cutShort ? RunEnd.stopped : RunEnd.finished;
         if (!await this.#keepingState(() => writeRunEnd(this.#runDir, end))) exitCode = EXIT_ENVIRONMENT;
       }
       // A stop ends every producer's stream where it is, so a join of sources at different points gives up
@@ -751,13 +769,17 @@ export class LocalEngine {
       const unwritable = this.#stateUnwritable;
       const mend = `once that is mended, run it again with --run-id ${runId} to go on`;
       const outcome = exitCode === 0
-        ? this.#stoppedBy === null
-          ? `flow ${flowId} finished (run ${runId})`
+        ? !cutShort
+          ? `flow ${flowId} finished (run ${runId})` +
+            (this.#stoppedBy === null
+              ? ""
+              : `: every producer had ended its stream before the stop on ${this.#stoppedBy}, so nothing was left`)
           : `flow ${flowId} stopped on ${this.#stoppedBy} (run ${runId}): ${taken}; ` +
             `run it again with --run-id ${runId} to go on (replayable sources resume, others start over)`
         : `flow ${flowId} ${this.#forced ? "was forced to stop" : "failed"} with exit code ${exitCode} ` +
           `(run ${runId})${unwritable === null ? "" : `: ${describeFailure(unwritable)}; ${mend}`}`;
-      for (const line of renderSummary(performance.now() / 1000 - this.#started, snapshots, outcome)) {
+      const elapsed = performance.now() / 1000 - this.#started;
+      for (const line of renderSummary(elapsed, snapshots, outcome, this.#view.columns)) {
         this.#options.output.write(`${line}\n`);
       }
       return { exitCode, outcome, snapshots, runDir: this.#runDir };
@@ -1337,7 +1359,8 @@ export class LocalEngine {
         (sum, r) => addCounts(addCounts(sum, r.earlier), r.stats),
         { ...NO_COUNTS, drops: this.#brokerDrops(spec) },
       );
-      const stored = this.#broker.messaging.stored(channelId(flowId, runId, spec.name));
+      const letters = this.#broker.messaging.stored(channelId(flowId, runId, spec.name))
+        .filter((e) => e.kind === MessageKind.dlq);
       return {
         node: spec.name,
         state,
@@ -1348,8 +1371,8 @@ export class LocalEngine {
         processed: counts.processed,
         failed: counts.failed,
         inFlight: this.#unsettledOutputs(spec),
-        drops: counts.drops,
-        deadLetters: stored.filter((e) => e.kind === MessageKind.dlq).length,
+        drops: dropsBesideDeadLetters(counts.drops, letters.map((letter) => deadLetterRecord(letter).code)),
+        deadLetters: letters.length,
         restarts: replicas.reduce((sum, r) => sum + r.restarts, 0),
       };
     });

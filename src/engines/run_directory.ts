@@ -13,8 +13,13 @@ import { ConfigError, diskFailure, ResourceUnavailable } from "../core/errors.ts
 import { syncDirectory, writeAtomically } from "../runtime/file_store.ts";
 
 /**
- * Refuses a flow id or run id that is not a plain name (letters, digits, `_`, `-`): each names a directory
- * of the run's state, and anything else could name one outside it.
+/** The longest flow id or run id: each is one directory's name, and a file system's names stop at 255 bytes. */
+export const MAX_RUN_NAME_LENGTH = 255;
+
+/**
+ * Refuses a flow id or run id that is not a plain name (letters, digits, `_`, `-`) of at most
+ * {@link MAX_RUN_NAME_LENGTH} characters: each names a directory of the run's state, and anything else could
+ * name one outside it, or one no file system holds.
  *
  * @throws ConfigError naming the id and how to fix it.
  */
@@ -34,6 +39,16 @@ export function checkRunNames(flowId: string, runId: string): void {
         `${what} ${JSON.stringify(value)} must be non-empty and use only letters, digits, '_' and '-'`,
         remedy,
         { [what.replace(" ", "_")]: value },
+      );
+    }
+    if (value.length > MAX_RUN_NAME_LENGTH) {
+      throw new ConfigError(
+        `${what} ${
+          JSON.stringify(`${value.slice(0, 40)}…`)
+        } is ${value.length} characters long, more than the ` +
+          `${MAX_RUN_NAME_LENGTH} a directory's name may have`,
+        remedy,
+        { [what.replace(" ", "_")]: `${value.slice(0, 40)}…` },
       );
     }
   }

@@ -257,8 +257,12 @@ Deno.test("run-local refuses, before it starts, a flow id that leaves --state, a
       const [args, message] of [
         [["--run-id", "../x"], /^VF_CONFIG: run id "\.\.\/x" must be non-empty/],
         [
+          ["--run-id", "r".repeat(5000)],
+          /^VF_CONFIG: run id "r{40}…" is 5000 characters long, more than the 255/,
+        ],
+        [
           ["--channel-max-mib", "10"],
-          /^VF_CONFIG: a channel's byte limit must be a whole number of at least/,
+          /^VF_CONFIG: --channel-max-mib 10 is below 64 MiB, the largest envelope/,
         ],
       ] as const
     ) {
@@ -332,5 +336,210 @@ Deno.test("vf dlq of a run that has no dead letter yet lists none; of a run that
     assert.match(never.stderr, /^VF_CONFIG: no run in .*squares\/r2/);
   } finally {
     await Deno.remove(state, { recursive: true });
+  }
+});
+
+/** A mistake a user makes in a flow file, and what `vf validate` and `vf run-local` must say about it. */
+interface FlowMistake {
+  readonly name: string;
+  /** The flow file's text after the imports (`Flow`, `JsonlSink`, the node bases and `Count` are in scope). */
+  readonly body: string;
+  /** What both commands print (on stdout or stderr) for it: each pattern must match. */
+  readonly says: readonly RegExp[];
+}
+
+const modUrl = new URL("mod.ts", root).href;
+const countUrl = new URL("tests/fixtures/e2e/story_nodes.ts", root).href;
+
+const FLOW_MISTAKES: readonly FlowMistake[] = [
+  {
+    name: "a node that declares permissions() as a method returning only the kinds it needs",
+    body:
+      `export class Sink extends ConsumerNode { permissions() { return { read: ["./clips"] }; } consume() {} }
+export default new Flow([new Sink({ name: "sink" }).from(new Count({ name: "count", n: 3 }))]);`,
+    says: [
+      /error VF_NODE_CONTRACT sink: node sink: permissions\(\) returned no list for write, net, env, run, ffi, sys/,
+      /remedy: declare the node's needs on its class, `static override permissions = /,
+    ],
+  },
+  {
+    name: "a consumer list of values that are not nodes",
+    body: `export default new Flow([42, "x", null] as never);`,
+    says: [
+      /VF_GRAPH: the flow is invalid: 3 problems/,
+      /holds 42 at position 0, which is not a node/,
+      /holds "x" at position 1/,
+      /holds null at position 2/,
+    ],
+  },
+  {
+    name: "a top-level await that never resolves",
+    body: `await new Promise(() => {});\nexport default new Flow([]);`,
+    says: [
+      /VF_CONFIG: flow file .*flow\.ts never finishes loading: its top-level await \(line 5\) waits on a promise/,
+      /remedy: build and export the Flow without waiting at module scope/,
+    ],
+  },
+  {
+    name: "a node name with a NUL byte",
+    body:
+      `export default new Flow([new JsonlSink({ name: "si\\0nk", path: "o.jsonl" }).from(new Count({ name: "count", n: 3 }))]);`,
+    says: [/error VF_CONFIG .*name must be a non-empty string without control characters, got "si\\u0000nk"/],
+  },
+  {
+    name: "the Flow class itself as the default export",
+    body: `export default Flow;`,
+    says: [/VF_CONFIG: flow file .*flow\.ts exports the Flow class itself/, /remedy: export an instance/],
+  },
+  {
+    name: "a node whose constructor throws",
+    body: `export class Camera extends ProducerNode {
+  constructor(params: { name: string }) { super(params); throw new Error("no camera at /dev/video0"); }
+  next() { return END; }
+}
+export default new Flow([new JsonlSink({ name: "sink", path: "o.jsonl" }).from(new Camera({ name: "cam" }))]);`,
+    says: [
+      /VF_CONFIG: flow file .*flow\.ts failed while loading \(line 6\): Error: no camera at \/dev\/video0/,
+    ],
+  },
+  {
+    name: "a function among a node's params",
+    body: `export default new Flow([
+  new JsonlSink({ name: "sink", path: "o.jsonl", format: (x: unknown) => String(x) } as never)
+    .from(new Count({ name: "count", n: 3 })),
+]);`,
+    says: [
+      /error VF_NODE_CONTRACT sink: node sink: params\.format is a function \(format\), which is not plain JSON/,
+    ],
+  },
+  {
+    name: "a flow module and a module of its nodes that import each other",
+    body: `import { Square } from "./nodes.ts";
+export class Base extends ProcessorNode { process(x: number) { return x; } }
+export default new Flow([new JsonlSink({ name: "sink", path: "o.jsonl" }).from(new Square({ name: "sq" }).from(new Count({ name: "count", n: 3 })))]);`,
+    says: [
+      /VF_CONFIG: flow file .*flow\.ts failed while loading.*: ReferenceError: Cannot access 'Base' before initialization/,
+      /remedy: two of the flow's modules import each other/,
+    ],
+  },
+  {
+    name: "a flow file that calls Deno.exit at top level",
+    body: `Deno.exit(0);`,
+    says: [
+      /VF_CONFIG: flow file .*flow\.ts calls Deno\.exit\(0\) while loading \(line 5\)/,
+      /remedy: remove the call/,
+    ],
+  },
+  {
+    name: "a processor whose process() is misspelt",
+    body: `export class Square extends ProcessorNode { proces(x: number) { return x * x; } }
+export default new Flow([new JsonlSink({ name: "sink", path: "o.jsonl" }).from(new Square({ name: "sq" }).from(new Count({ name: "count", n: 3 })))]);`,
+    says: [/error VF_NODE_CONTRACT sq: node sq is a processor, but Square has no process\(\) method/],
+  },
+  {
+    name: "a getter of a node's class that throws",
+    body: `export class Square extends ProcessorNode {
+  override get nbTasks(): number { throw new Error("no replica count yet"); }
+  process(x: number) { return x * x; }
+}
+export default new Flow([new JsonlSink({ name: "sink", path: "o.jsonl" }).from(new Square({ name: "sq" }).from(new Count({ name: "count", n: 3 })))]);`,
+    says: [/error VF_NODE_CONTRACT sq: node sq: reading its nbTasks threw Error: no replica count yet/],
+  },
+  {
+    name: "preloadModules() returning something that is not a list of URLs",
+    body: `export class Square extends ProcessorNode {
+  override preloadModules(): string[] { return "./model.ts" as never; }
+  process(x: number) { return x * x; }
+}
+export default new Flow([new JsonlSink({ name: "sink", path: "o.jsonl" }).from(new Square({ name: "sq" }).from(new Count({ name: "count", n: 3 })))]);`,
+    says: [
+      /error VF_NODE_CONTRACT sq: node sq: preloadModules\(\) returned "\.\/model\.ts", not a list of module URLs/,
+    ],
+  },
+  {
+    name: "null for the Flow's options",
+    body:
+      `export default new Flow([new JsonlSink({ name: "sink", path: "o.jsonl" }).from(new Count({ name: "count", n: 3 }))], null as never);`,
+    says: [/VF_CONFIG: a Flow's options must be an object, got null/],
+  },
+  {
+    name: "a flow with five kinds of problem, a cycle among them",
+    body: `export class Relay extends ProcessorNode { process(x: unknown) { return x; } }
+const count = new Count({ name: "count", n: 3 });
+const a = new Relay({ name: "a", nbTasks: 0 });
+const b = new Relay({ name: "b", deviceType: "tpu" } as never).from(a);
+a.from(count, b);
+export default new Flow([
+  new JsonlSink({ name: "sink", path: "" }).from(b),
+  new JsonlSink({ name: "sink", path: "o.jsonl" }).from(count),
+]);`,
+    says: [
+      /error VF_GRAPH b: nodes b, a form a cycle/,
+      /error VF_GRAPH sink: 2 nodes are named "sink"/,
+      /error VF_CONFIG sink: node sink: path must be a non-empty string/,
+      /error VF_CONFIG b: node b: deviceType must be one of cpu, gpu, got "tpu"/,
+      /error VF_CONFIG a: node a: nbTasks must be an integer >= 1, got 0/,
+    ],
+  },
+];
+
+Deno.test("every mistake in a flow file is a typed error with its remedy, from vf validate and vf run-local: exit 2", async () => {
+  const failures: string[] = [];
+  for (const mistake of FLOW_MISTAKES) {
+    const dir = await Deno.makeTempDir({ prefix: "vf-mistake-" });
+    try {
+      const source = [
+        `import { ConsumerNode, END, Flow, JsonlSink, ProcessorNode, ProducerNode } from ${
+          JSON.stringify(modUrl)
+        };`,
+        `import { Count } from ${JSON.stringify(countUrl)};`,
+        "export { Count };",
+        "",
+        // A sink's file goes to the story's directory, should a regression let the flow run.
+        mistake.body.replaceAll('"o.jsonl"', JSON.stringify(`${dir}/o.jsonl`)),
+      ].join("\n");
+      await Deno.writeTextFile(`${dir}/flow.ts`, source);
+      await Deno.writeTextFile(
+        `${dir}/nodes.ts`,
+        'import { Base } from "./flow.ts";\nexport class Square extends Base {}\n',
+      );
+      for (const args of [["validate"], ["run-local", "--state", `${dir}/state`]]) {
+        const run = await vf(args[0], `${dir}/flow.ts`, ...args.slice(1));
+        const text = run.stdout + run.stderr;
+        const missed = mistake.says.filter((pattern) => !pattern.test(text));
+        if (run.code !== 2 || missed.length > 0 || /VF_UNKNOWN|running flow|^\s+at /m.test(text)) {
+          failures.push(
+            `${mistake.name}, ${args[0]}: exit ${run.code}, missing ${missed.join(" ")}:\n${text}`,
+          );
+        }
+      }
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  }
+  assert.deepEqual(failures, [], failures.join("\n\n"));
+});
+
+Deno.test("the first deno task vf of a fresh checkout prints no warning about protobufjs's build script", async () => {
+  const checkout = await Deno.makeTempDir({ prefix: "vf-checkout-" });
+  try {
+    for (const name of ["deno.json", "deno.lock", "mod.ts", "src"]) {
+      await new Deno.Command("cp", { args: ["-r", new URL(name, root).pathname, checkout] }).output();
+    }
+    // A fresh node_modules is made from Deno's cache: the moment Deno decides about lifecycle scripts.
+    const output = await new Deno.Command(Deno.execPath(), {
+      args: ["task", "vf", "--help"],
+      cwd: checkout,
+      env: { NO_COLOR: "1" },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const stderr = new TextDecoder().decode(output.stderr);
+    assert.equal(output.code, 0, stderr);
+    assert.ok((await Deno.stat(`${checkout}/node_modules`)).isDirectory, "the task made node_modules");
+    assert.doesNotMatch(stderr, /Ignored build scripts|approve-scripts/, stderr);
+    assert.match(new TextDecoder().decode(output.stdout), /^usage: vf <command>/);
+  } finally {
+    await Deno.remove(checkout, { recursive: true });
   }
 });

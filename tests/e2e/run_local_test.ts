@@ -374,7 +374,7 @@ Deno.test("a decoder far ahead of a slow node is held back at the broker's chann
       cwd: dir,
     });
     assert.equal(refused.code, 2, refused.text);
-    assert.match(refused.text, /at least 67108864 bytes \(the largest envelope\)/);
+    assert.match(refused.text, /--channel-max-mib 8 is below 64 MiB, the largest envelope/);
   });
 });
 
@@ -479,6 +479,11 @@ Deno.test("a batch flow dead-letters exactly the poison items (VF_POISON, 1 deli
       );
     }
     assert.equal(summaryRow(run, "poison").dlq, 4);
+    assert.equal(
+      summaryRow(run, "poison").drops,
+      "0",
+      `a dead letter is counted once, as one:\n${run.stdout}`,
+    );
     assert.ok(
       run.stderr.includes(`4 dead letters: \`vf dlq ${flow} --run-id r1 --state ${state}\` lists them`),
       run.stderr,
@@ -851,7 +856,8 @@ Deno.test("a partitioned node counts both what it processed and what it dropped 
     // Drops and processed inputs interleave: every drop must reach the summary, not only those after the last input.
     const middle = summaryRow(run, "middle");
     assert.equal(middle.processed, 100, run.stdout);
-    assert.equal(middle.drops, "partition_key 100", run.stdout);
+    assert.equal(middle.drops, "0", run.stdout);
+    assert.equal(middle.dlq, 100, `each unkeyed input is a dead letter, counted once:\n${run.stdout}`);
     assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 200).filter((x) => x % 2 === 1));
   });
 });
@@ -1897,6 +1903,53 @@ Deno.test("a stop that leaves a join's groups incomplete says they were given up
   });
 });
 
+Deno.test("a stop that comes after every producer ended its stream finishes the run: nothing is left to go on with", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "SlowPass"],
+      pipeline(
+        "late-stop",
+        `new Count({ name: "count", n: 8 })`,
+        `new SlowPass({ name: "middle", delayMs: 500 })`,
+        dir,
+      ),
+    );
+    const args = ["run-local", flow, "--state", join(dir, "state"), "--run-id", "r1"];
+    const child = startVf(args, { cwd: dir });
+    // The plain live view says when the producer is done; the slow middle still holds most items then.
+    const decoder = new TextDecoder();
+    let stdout = "";
+    const reading = (async () => {
+      for await (const chunk of child.stdout) stdout += decoder.decode(chunk, { stream: true });
+    })();
+    const stderr = new Response(child.stderr).text();
+    let exited = false;
+    child.status.then(() => (exited = true));
+    while (!/\] count done /.test(stdout)) {
+      assert.ok(
+        !exited && !/\] middle done /.test(stdout),
+        `the stop comes while the middle works:\n${stdout}`,
+      );
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    child.kill("SIGINT");
+    const status = await child.status;
+    await reading;
+    const text = `${stdout}\n${await stderr}`;
+    assert.equal(status.code, 0, text);
+    assert.match(
+      text,
+      /flow late-stop finished \(run r1\): every producer had ended its stream before the stop on SIGINT, so nothing was left/,
+    );
+    assert.doesNotMatch(text, /run it again/);
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 8), "every item at the sink once");
+    const again = await vf(args, { cwd: dir });
+    assert.match(again.text, /flow late-stop run r1 already finished at \S+: nothing to do/);
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 8), "the re-run made nothing again");
+  });
+});
+
 Deno.test("a second vf on a run that is running is refused (exit 3) and the first goes on", async () => {
   await inTempDir(async (dir) => {
     const flow = await slowFlow(dir, "twice-story");
@@ -1906,6 +1959,7 @@ Deno.test("a second vf on a run that is running is refused (exit 3) and the firs
     const second = await vf(args, { cwd: dir });
     assert.equal(second.code, 3, second.text);
     assert.match(second.text, /VF_RESOURCE_UNAVAILABLE: run r1 of flow twice-story is already running/);
+    assert.doesNotMatch(second.text, /running flow/, "it never said it was running the flow it refused");
     first.kill("SIGTERM");
     await assertStoppedWithoutLoss(await finished(first), dir, "twice-story", "r1", "SIGTERM");
   });
@@ -2051,6 +2105,7 @@ Deno.test("a run that finished is not run again by the same --run-id: nothing to
     const again = await vf(args, { cwd: dir });
     assert.equal(again.code, 0, again.text);
     assert.match(again.text, /flow finished-story run r1 already finished at \S+: nothing to do/);
+    assert.doesNotMatch(again.text, /running flow/, "nothing ran");
     assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 5), "no item made twice");
   });
 });

@@ -3,6 +3,7 @@ import { ConfigError } from "../../../src/core/errors.ts";
 import {
   DEAD_LETTER_FILE,
   type DeadLetterRecord,
+  dropsBesideDeadLetters,
   mergeDeadLetters,
   readDeadLetters,
   readDeadLettersIfAny,
@@ -100,5 +101,20 @@ Deno.test("a new letter whose id an earlier, different letter holds is listed un
     mergeDeadLetters(once, [third, second]).map((r) => r.id),
     ["dlq:f:r:bad:10", "dlq:f:r:bad:10#2", "dlq:f:r:bad:10#3"],
     "a third run's new letter takes the next id; one already listed is not listed again",
+  );
+});
+
+Deno.test("a node's drops leave out what its dead letters account for, each by the reason its code names", () => {
+  const drops = { poison: 3, exhausted: 2, undecodable: 1, partition_key: 2, join_evicted: 5 };
+  assert.deepEqual(
+    dropsBesideDeadLetters(drops, ["VF_POISON_DECODE", "VF_POISON_PARTITION_KEY", "VF_POISON", "VF_RUNTIME"]),
+    { poison: 1, exhausted: 2, partition_key: 1, join_evicted: 5 },
+  );
+  assert.deepEqual(dropsBesideDeadLetters({ exhausted: 3 }, ["VF_RUNTIME", "VF_RUNTIME", "VF_RUNTIME"]), {});
+  assert.deepEqual(dropsBesideDeadLetters({ evicted: 4 }, []), { evicted: 4 }, "no letter, nothing off");
+  assert.deepEqual(
+    dropsBesideDeadLetters({ poison: 5 }, ["VF_POISON"]),
+    { poison: 4 },
+    "sampled: the four terminated without a letter stay drops",
   );
 });

@@ -76,3 +76,67 @@ Deno.test("the summary ends with the outcome and the elapsed time", () => {
   assert.equal(lines.at(-1), "flow squares finished in 4.0s");
   assert.ok(lines[1].includes("10.0/s"));
 });
+
+/** A busy flow: long node names, drops of several reasons, a restarting node, counts in the thousands. */
+function busyFlow(): NodeSnapshot[] {
+  return [
+    snap("camera-entrance-north-01", 123456, { replicas: 1, replicasRunning: 1 }),
+    snap("person-detector-yolov8-large", 98765, {
+      state: "restarting",
+      replicas: 12,
+      replicasRunning: 11,
+      inFlight: 12345,
+      drops: { join_evicted: 1234, exhausted: 56, undecodable: 7 },
+      deadLetters: 1234,
+      restarts: 1234,
+    }),
+    snap("archive-sink", 98000, { inFlight: null }),
+  ];
+}
+
+const busyRates = new Map([["camera-entrance-north-01", 1234.5], ["person-detector-yolov8-large", 987.6]]);
+
+Deno.test("the table fits a terminal 80 or 60 columns wide, whatever the names and drops", () => {
+  const natural = renderTable(busyFlow(), busyRates);
+  assert.ok(Math.max(...natural.map((line) => line.length)) > 80, "the busy flow is wider than 80 unbounded");
+  for (const columns of [80, 60, 40]) {
+    const lines = renderTable(busyFlow(), busyRates, columns);
+    assert.equal(lines.length, 4, `one line a row at ${columns}`);
+    for (const line of lines) assert.ok(line.length <= columns, `${line.length} > ${columns}: ${line}`);
+  }
+  const [header, camera, detector] = renderTable(busyFlow(), busyRates, 80);
+  assert.ok(header.startsWith("node "), header);
+  assert.ok(header.includes("dlq") && header.endsWith("restarts"), header);
+  assert.ok(camera.startsWith("camera-entr"), camera);
+  assert.match(detector, /restarting +11\/12 +98765 .* 12345 +1297 +1234 +1234$/, "drops as one total");
+  const [narrow] = renderTable(busyFlow(), busyRates, 60);
+  assert.ok(narrow.includes("processed") && narrow.includes("dlq") && narrow.includes("restarts"), narrow);
+});
+
+Deno.test("a table that fits is unchanged by the terminal's width", () => {
+  const rows = [snap("count", 120), snap("sink", 7, { drops: { exhausted: 2 } })];
+  assert.deepEqual(renderTable(rows, new Map(), 80), renderTable(rows, new Map()));
+});
+
+Deno.test("on a terminal each redraw fits the width the terminal has at that moment", () => {
+  const written: string[] = [];
+  let columns: number | null = 80;
+  const tty = new LiveView({ isTerminal: true, write: (t) => written.push(t), columns: () => columns }, 0);
+  const widest = (text: string) =>
+    Math.max(...text.split("\n").map((line) => line.replace(/\x1b\[\d*[A-Z]/g, "").length));
+  tty.update(1, busyFlow());
+  assert.ok(widest(written[0]) <= 80, written[0]);
+  columns = 60;
+  tty.update(2, busyFlow());
+  assert.ok(widest(written[1]) <= 60, written[1]);
+  assert.ok(written[1].startsWith("\x1b[4A"), "it moves up over the 4 lines it drew, each one row");
+  columns = null;
+  tty.update(3, busyFlow());
+  assert.ok(widest(written[2]) <= 80, "a width that cannot be read is taken as 80");
+});
+
+Deno.test("the summary's table fits the width it is given", () => {
+  const lines = renderSummary(4, busyFlow(), "flow wide finished", 80);
+  for (const line of lines.slice(0, -1)) assert.ok(line.length <= 80, line);
+  assert.equal(lines.at(-1), "flow wide finished in 4.0s");
+});
