@@ -2479,12 +2479,14 @@ export class BrokerMessenger implements Messenger {
 
   /**
    * One checkpoint write: the state, the group it covers, the output committed with it (and that output's
-   * bytes, so a replacement can confirm it), and a replayable source's last accepted offset.
+   * bytes, so a replacement can confirm it), and a replayable source's last accepted offset. What counts
+   * as saved is the offset this write carried: outputs accepted while it was on its way are still to save.
    */
   async #commitCheckpoint(state: Uint8Array | null, extra: ReplayPosition): Promise<void> {
     const position: Record<string, string | number> = {};
     if (this.#currentKey !== null && this.#current !== null) position.group = this.#currentKey;
-    if (this.#replayable) position.offset = this.#lastAcceptedOffset;
+    const offset = this.#lastAcceptedOffset;
+    if (this.#replayable) position.offset = offset;
     Object.assign(position, extra);
     try {
       await this.#runtime.checkpoint(state, position);
@@ -2493,7 +2495,7 @@ export class BrokerMessenger implements Messenger {
       throw error;
     }
     this.#state = state;
-    if (this.#replayable) this.#flushedOffset = this.#lastAcceptedOffset;
+    if (this.#replayable) this.#flushedOffset = offset;
   }
 
   /** Publishes an EOS or ABORT marker on the EOS subject, retrying until the broker takes it. */

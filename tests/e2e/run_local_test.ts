@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { decodeStoreName, FileRuntimeStore } from "../../src/runtime/file_store.ts";
 import { decodeEnvelope, decodePayload } from "../../src/wire/codec.ts";
-import { Barrier, crash, FaultSchedule, nth } from "../../src/backends/faults.ts";
+import { Barrier, crash, FaultSchedule, nth, pause } from "../../src/backends/faults.ts";
 import { makeClip } from "../fixtures/video/clips.ts";
 
 const root = new URL("../../", import.meta.url);
@@ -1835,3 +1835,69 @@ Deno.test("a restarted replayable producer resumes after its last accepted item 
     assert.deepEqual(restarted, range(restarted[0], 250));
   });
 });
+
+// ---- 10. stops and resumes over a long run ----------------------------------------------------------------
+
+/** The numbers a counting sink appended to `path`, one a line, in the order it consumed them. */
+async function countedItems(path: string): Promise<number[]> {
+  const text = await Deno.readTextFile(path).catch(() => "");
+  return text.split("\n").filter((line) => line !== "").map(Number);
+}
+
+for (const isolation of ["worker", "process"]) {
+  Deno.test(`a replayable source stopped and resumed three times, each stop while a position save is held open, makes no item twice: a sink without dedup sees each once (${isolation})`, async () => {
+    await inTempDir(async (dir) => {
+      const counted = join(dir, "counted.txt");
+      const stopMarker = join(dir, "stop-seen");
+      const flow = await writeFlow(
+        dir,
+        ["StopNotingCount", "AppendingSink"],
+        [
+          `const count = new StopNotingCount({ name: "count", n: 3000, delayMs: 2, stopMarker: ${
+            JSON.stringify(stopMarker)
+          } });`,
+          `const sink = new AppendingSink({ name: "sink", path: ${JSON.stringify(counted)} }).from(count);`,
+          `export default new Flow([sink], { flowType: "batch", flowId: "save-race-story" });`,
+        ].join("\n"),
+      );
+      const args = [
+        "run-local",
+        flow,
+        "--state",
+        join(dir, "state"),
+        "--run-id",
+        "r1",
+        "--isolation",
+        isolation,
+      ];
+      for (let cycle = 1; cycle <= 3; cycle++) {
+        await Deno.remove(stopMarker).catch(() => {});
+        // The source's first position save of this run is held open after it was written, while the
+        // outputs it made before and after it are accepted; the stop comes, and is seen, before it returns.
+        const schedule = new FaultSchedule(
+          { [Barrier.checkpointCommitAfter]: pause("offset-save") },
+          { markerDir: join(dir, `faults-${cycle}`) },
+        );
+        const child = startVf(args, { cwd: dir, env: schedule.toEnv() });
+        await schedule.untilFired(Barrier.checkpointCommitAfter, 1, 60);
+        const held = (await countedItems(counted)).length;
+        await waitForLines(counted, held + 20, child);
+        child.kill("SIGINT");
+        await waitForFile(stopMarker, child);
+        schedule.release("offset-save");
+        const run = await finished(child);
+        assert.equal(run.code, 0, run.text);
+        assert.match(run.text, /flow save-race-story stopped on SIGINT/, run.text);
+      }
+      const last = await vf(args, { cwd: dir });
+      assert.equal(last.code, 0, last.text);
+      assert.match(last.text, /flow save-race-story finished \(run r1\)/);
+      const items = await countedItems(counted);
+      assert.deepEqual(
+        [...items].sort((a, b) => a - b),
+        range(1, 3000),
+        "every item consumed once over four runs",
+      );
+    });
+  });
+}
