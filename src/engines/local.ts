@@ -38,7 +38,14 @@ import {
   type TerminationReason,
 } from "../core/supervision.ts";
 import { channelId, MessageKind } from "../backends/messaging.ts";
-import { dataSubscriptionId, flowTopology, provisionFlow, type TopologyNode } from "../messaging/topology.ts";
+import {
+  dataSubscriptionId,
+  flowTopology,
+  OUTPUT_BUFFER_ENV,
+  provisionFlow,
+  replicaOutputBufferBytes,
+  type TopologyNode,
+} from "../messaging/topology.ts";
 import { envelopeOwner } from "../messaging/messenger.ts";
 import { forgetBrokerCounts, forgetReplayPositions, storeSharedAndDurable } from "../backends/runtime.ts";
 import { FileRuntimeStore } from "../runtime/file_store.ts";
@@ -222,6 +229,22 @@ export function checkLocalRunOptions(
  * embedded payload store.
  */
 export const EMBEDDED_MAX_INLINE_PAYLOAD_BYTES = EMBEDDED_MAX_ENVELOPE_BYTES - MIB;
+
+/**
+ * What a replica of a node with `nbTasks` replicas gets of its node's byte limit `channelMaxBytes`: its
+ * own output buffer's share ({@link replicaOutputBufferBytes}), and an inline payload threshold (at most
+ * `maxInline`) that leaves room in that share for an envelope's other fields, so an inline output always
+ * fits it; a larger payload goes to the payload store.
+ */
+function outputBufferSettings(
+  channelMaxBytes: number,
+  nbTasks: number,
+  maxInline: number,
+): Record<string, string> {
+  const buffer = replicaOutputBufferBytes(channelMaxBytes, nbTasks);
+  const inline = Math.min(maxInline, buffer - Math.min(MIB, Math.floor(buffer / 2)));
+  return { [OUTPUT_BUFFER_ENV]: String(buffer), [MAX_INLINE_PAYLOAD_ENV]: String(inline) };
+}
 
 /**
  * The run-wide worker settings `vf run-local` passes on from its own environment to every replica: the
@@ -466,6 +489,8 @@ export class LocalEngine {
   #heldNoticed = false;
   /** The module-resolution flags a process replica is started with: this process's own. */
   readonly #resolutionArgs: readonly string[];
+  /** The inline payload threshold asked for: a forwarded `VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES`, or the local one. */
+  readonly #maxInline: number;
 
   private constructor(
     options: LocalRunOptions,
@@ -476,6 +501,9 @@ export class LocalEngine {
   ) {
     this.#options = options;
     this.#silence = silenceLimit(options, settings);
+    this.#maxInline = options.extraEnv?.[MAX_INLINE_PAYLOAD_ENV] === undefined
+      ? EMBEDDED_MAX_INLINE_PAYLOAD_BYTES
+      : settings.maxInlinePayloadBytes;
     this.#resolutionArgs = options.isolation === Isolation.process ? subprocessResolutionArgs() : [];
     this.#runDir = runDir;
     this.#earlierDeadLetters = earlierDeadLetters;
@@ -713,8 +741,12 @@ export class LocalEngine {
         terminationLog: this.#terminationLog(replica),
         healthPort: null,
       }),
-      [MAX_INLINE_PAYLOAD_ENV]: String(EMBEDDED_MAX_INLINE_PAYLOAD_BYTES),
       ...this.#options.extraEnv,
+      ...outputBufferSettings(
+        this.#options.channelMaxBytes ?? DEFAULT_CHANNEL_MAX_BYTES,
+        replica.spec.nbTasks,
+        this.#maxInline,
+      ),
     };
   }
 

@@ -1901,3 +1901,68 @@ for (const isolation of ["worker", "process"]) {
     });
   });
 }
+
+Deno.test("a source held back at --channel-max-mib 64 keeps its own buffer within the limit, and a stop publishes none of that buffer: the resumed run makes it, every item consumed once", async () => {
+  await inTempDir(async (dir) => {
+    const made = join(dir, "made.log");
+    const consumed = join(dir, "consumed.txt");
+    const gate = join(dir, "gate");
+    const stopMarker = join(dir, "stop-seen");
+    const flow = await writeFlow(
+      dir,
+      ["LoggedPayloads", "GatedSink"],
+      [
+        `const source = new LoggedPayloads({ name: "source", n: 200, bytes: ${1024 * 1024}, log: ${
+          JSON.stringify(made)
+        }, stopMarker: ${JSON.stringify(stopMarker)} });`,
+        `const sink = new GatedSink({ name: "sink", path: ${JSON.stringify(consumed)}, gate: ${
+          JSON.stringify(gate)
+        } }).from(source);`,
+        `export default new Flow([sink], { flowType: "batch", flowId: "buffer-story" });`,
+      ].join("\n"),
+    );
+    const args = [
+      "run-local",
+      flow,
+      "--state",
+      join(dir, "state"),
+      "--run-id",
+      "r1",
+      "--channel-max-mib",
+      "64",
+    ];
+    const child = startVf(args, { cwd: dir });
+    // The sink takes nothing yet: the source runs ahead until the broker and its own buffer are full.
+    let count = 0;
+    for (let stableSince = Date.now(); count <= 64 && (count < 40 || Date.now() - stableSince < 3000);) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const now = (await countedItems(made)).length;
+      if (now !== count) [count, stableSince] = [now, Date.now()];
+    }
+    // 1 MiB payloads: the node's unsettled data, at the broker and in its buffer, is at most 64 MiB; one
+    // more payload is in the source's hands, waiting for room.
+    assert.ok(count <= 64, `the source made ${count} payloads of 1 MiB while nothing was consumed`);
+    child.kill("SIGINT");
+    await waitForFile(stopMarker, child);
+    const madeAtStop = (await countedItems(made)).length;
+    await Deno.writeTextFile(gate, "open");
+    const stopped = await finished(child);
+    assert.equal(stopped.code, 0, stopped.text);
+    assert.match(stopped.text, /flow buffer-story stopped on SIGINT/);
+    const taken = await countedItems(consumed);
+    assert.deepEqual(taken, range(1, taken.length), "what the broker took, consumed once, in order");
+    assert.equal(summaryRow(stopped, "source").processed, taken.length, stopped.text);
+    assert.ok(
+      madeAtStop - taken.length >= 16,
+      `the ${madeAtStop - taken.length} payloads the broker had not taken at the stop were not published`,
+    );
+    const resumed = await vf(args, { cwd: dir });
+    assert.equal(resumed.code, 0, resumed.text);
+    assert.match(resumed.text, /flow buffer-story finished \(run r1\)/);
+    assert.deepEqual(
+      await countedItems(consumed),
+      range(1, 200),
+      "every payload consumed once over both runs",
+    );
+  });
+});
