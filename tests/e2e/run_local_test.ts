@@ -1860,16 +1860,8 @@ for (const isolation of ["worker", "process"]) {
           `export default new Flow([sink], { flowType: "batch", flowId: "save-race-story" });`,
         ].join("\n"),
       );
-      const args = [
-        "run-local",
-        flow,
-        "--state",
-        join(dir, "state"),
-        "--run-id",
-        "r1",
-        "--isolation",
-        isolation,
-      ];
+      const state = join(dir, "state");
+      const args = ["run-local", flow, "--state", state, "--run-id", "r1", "--isolation", isolation];
       for (let cycle = 1; cycle <= 3; cycle++) {
         await Deno.remove(stopMarker).catch(() => {});
         // The source's first position save of this run is held open after it was written, while the
@@ -1921,16 +1913,8 @@ Deno.test("a source held back at --channel-max-mib 64 keeps its own buffer withi
         `export default new Flow([sink], { flowType: "batch", flowId: "buffer-story" });`,
       ].join("\n"),
     );
-    const args = [
-      "run-local",
-      flow,
-      "--state",
-      join(dir, "state"),
-      "--run-id",
-      "r1",
-      "--channel-max-mib",
-      "64",
-    ];
+    const state = join(dir, "state");
+    const args = ["run-local", flow, "--state", state, "--run-id", "r1", "--channel-max-mib", "64"];
     const child = startVf(args, { cwd: dir });
     // The sink takes nothing yet: the source runs ahead until the broker and its own buffer are full.
     let count = 0;
