@@ -128,8 +128,9 @@ export interface LocalRunOptions {
    */
   readonly extraEnv?: Readonly<Record<string, string>>;
   /**
-   * The most bytes of unsettled data the embedded broker keeps for one node's output
-   * ({@link DEFAULT_CHANNEL_MAX_BYTES}); at least {@link EMBEDDED_MAX_ENVELOPE_BYTES}.
+   * The most bytes of one node's unsettled output, at the embedded broker and in its replicas' own output
+   * buffers, which get half of it ({@link DEFAULT_CHANNEL_MAX_BYTES}); at least
+   * {@link EMBEDDED_MAX_ENVELOPE_BYTES}.
    */
   readonly channelMaxBytes?: number;
   /** How often the live view refreshes, seconds (1). */
@@ -176,10 +177,11 @@ export const MIB = 1024 * 1024;
 export const EMBEDDED_MAX_ENVELOPE_BYTES = 64 * MIB;
 
 /**
- * How many bytes of unsettled data the embedded broker keeps for one node's output unless told otherwise:
- * its messages live in the supervisor's memory, so a producer faster than its consumers (a decoder ahead
- * of slow inference) is held back here, by the broker refusing and the producer backing off, instead of
- * filling the host's memory. 256 MiB is about 97 720p BGR frames, or 4 of the largest envelopes.
+ * How many bytes of one node's unsettled output, at the embedded broker and in its replicas' own output
+ * buffers, a run allows unless told otherwise: the broker's messages live in the supervisor's memory, so a
+ * producer faster than its consumers (a decoder ahead of slow inference) is held back here, by the broker
+ * refusing and the producer backing off, instead of filling the host's memory. 256 MiB is about 97 720p
+ * BGR frames, or 4 of the largest envelopes.
  */
 export const DEFAULT_CHANNEL_MAX_BYTES = 256 * MIB;
 
