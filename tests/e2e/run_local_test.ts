@@ -1844,6 +1844,15 @@ async function countedItems(path: string): Promise<number[]> {
   return text.split("\n").filter((line) => line !== "").map(Number);
 }
 
+/** The context the first hit of `name` recorded in `markerDir`, once its marker file is written out. */
+async function firstHitContext(markerDir: string, name: Barrier): Promise<Record<string, unknown>> {
+  for (;;) {
+    const text = await Deno.readTextFile(join(markerDir, `${name}#1.hit`)).catch(() => "");
+    if (text !== "") return JSON.parse(text).context;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
 for (const isolation of ["worker", "process"]) {
   Deno.test(`a replayable source stopped and resumed three times, each stop while a position save is held open, makes no item twice: a sink without dedup sees each once (${isolation})`, async () => {
     await inTempDir(async (dir) => {
@@ -1864,16 +1873,16 @@ for (const isolation of ["worker", "process"]) {
       const args = ["run-local", flow, "--state", state, "--run-id", "r1", "--isolation", isolation];
       for (let cycle = 1; cycle <= 3; cycle++) {
         await Deno.remove(stopMarker).catch(() => {});
-        // The source's first position save of this run is held open after it was written, while the
-        // outputs it made before and after it are accepted; the stop comes, and is seen, before it returns.
-        const schedule = new FaultSchedule(
-          { [Barrier.checkpointCommitAfter]: pause("offset-save") },
-          { markerDir: join(dir, `faults-${cycle}`) },
-        );
+        // The source's first position save of this run is held open after it was written, until outputs
+        // after the offset it saved were accepted (and consumed) and the stop came and was seen.
+        const markerDir = join(dir, `faults-${cycle}`);
+        const schedule = new FaultSchedule({ [Barrier.checkpointCommitAfter]: pause("offset-save") }, {
+          markerDir,
+        });
         const child = startVf(args, { cwd: dir, env: schedule.toEnv() });
         await schedule.untilFired(Barrier.checkpointCommitAfter, 1, 60);
-        const held = (await countedItems(counted)).length;
-        await waitForLines(counted, held + 20, child);
+        const { offset } = await firstHitContext(markerDir, Barrier.checkpointCommitAfter);
+        await waitForLines(counted, Number(offset) + 20, child);
         child.kill("SIGINT");
         await waitForFile(stopMarker, child);
         schedule.release("offset-save");
