@@ -80,12 +80,6 @@ export const BATCH_PREFETCH = 256;
 export function defaultPrefetch(flowType: FlowType): number {
   return flowType === FlowType.batch ? BATCH_PREFETCH : DEFAULT_PREFETCH;
 }
-/** What a node's channel keeps of its byte limit: the rest beside its replicas' output buffers. */
-function channelShare(channelMaxBytes: number | null, nbTasks: number): number | null {
-  if (channelMaxBytes === null) return null;
-  return channelMaxBytes - nbTasks * replicaOutputBufferBytes(channelMaxBytes, nbTasks);
-}
-
 /** Messages a realtime (live_latest) channel keeps: the freshest one. */
 export const DEFAULT_REALTIME_BUFFER = 1;
 /** Messages a batch (reliable_work) channel keeps before it refuses publications. */
@@ -116,6 +110,13 @@ export const OUTPUT_BUFFER_ENV = "VF_OUTPUT_BUFFER_BYTES";
 export function replicaOutputBufferBytes(channelMaxBytes: number, nbTasks: number): number {
   return Math.min(DEFAULT_IN_FLIGHT_BYTES, Math.floor(channelMaxBytes / 2 / nbTasks));
 }
+
+/** What a node's channel keeps of its byte limit: the rest beside its replicas' output buffers. */
+function channelShare(channelMaxBytes: number | null, nbTasks: number): number | null {
+  if (channelMaxBytes === null) return null;
+  return channelMaxBytes - nbTasks * replicaOutputBufferBytes(channelMaxBytes, nbTasks);
+}
+
 /** How long dead letters are retained (STREAM-8): 7 days, the forensic horizon a DLQ payload pin covers. */
 export const DLQ_RETENTION_SECONDS = 7 * 24 * 3600;
 /** The `instance` of a channel's end-of-stream anchor subscription. */
