@@ -1770,7 +1770,7 @@ export class FlowRuntime {
     const { version } = await this.#versionHolding(key, decodeCheckpoint, (d) => d.write_id === writeId);
     await passAfter(
       Barrier.checkpointCommitAfter,
-      { key, epoch },
+      { key, epoch, offset: replayPosition.offset ?? null },
       `committing the checkpoint of ${this.#node}`,
     );
     return version;

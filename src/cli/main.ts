@@ -33,7 +33,7 @@ commands:
   run-local FLOW.ts  run the flow on this machine, with a live view; options:
                      --isolation worker|process  --state DIR  --run-id ID
                      --flow-type realtime|batch  --no-restart
-                     --channel-max-mib N  (unsettled data the broker keeps per node; 256)
+                     --channel-max-mib N  (a node's unsettled data, its own buffers included; 256)
   dlq FLOW.ts        the dead letters of a run: --run-id ID [--state DIR] [--json]
   explain FLOW.ts    what the flow will do: graph, replicas, joins, delivery, permissions
                      (--dot: the graph for Graphviz; --flow-type realtime|batch: as run-local

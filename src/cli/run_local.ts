@@ -38,7 +38,7 @@ export interface RunLocalOptions {
   readonly runId?: string;
   readonly flowType?: string;
   readonly noRestart?: boolean;
-  /** `--channel-max-mib`: the embedded broker's limit on one node's unsettled data, in MiB. */
+  /** `--channel-max-mib`: the limit on one node's unsettled data, at the broker and in its buffers, in MiB. */
   readonly channelMaxMib?: string;
 }
 
@@ -109,7 +109,10 @@ export interface LocalFlowRunOptions {
   readonly flowType?: FlowType;
   /** Restart failed replicas (true by default). */
   readonly restart?: boolean;
-  /** The embedded broker's limit on one node's unsettled data, in bytes ({@link DEFAULT_CHANNEL_MAX_BYTES}). */
+  /**
+   * The limit on one node's unsettled data, at the embedded broker and in its replicas' output buffers, in
+   * bytes ({@link DEFAULT_CHANNEL_MAX_BYTES}).
+   */
   readonly channelMaxBytes?: number;
   /** Where the live view, the events and the summary go: stdout by default. */
   readonly output?: ViewOutput;

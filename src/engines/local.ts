@@ -47,7 +47,14 @@ import {
   type TerminationReason,
 } from "../core/supervision.ts";
 import { channelId, MessageKind } from "../backends/messaging.ts";
-import { dataSubscriptionId, flowTopology, provisionFlow, type TopologyNode } from "../messaging/topology.ts";
+import {
+  dataSubscriptionId,
+  flowTopology,
+  OUTPUT_BUFFER_ENV,
+  provisionFlow,
+  replicaOutputBufferBytes,
+  type TopologyNode,
+} from "../messaging/topology.ts";
 import { envelopeOwner } from "../messaging/messenger.ts";
 import {
   FlowRuntime,
@@ -142,8 +149,9 @@ export interface LocalRunOptions {
    */
   readonly extraEnv?: Readonly<Record<string, string>>;
   /**
-   * The most bytes of unsettled data the embedded broker keeps for one node's output
-   * ({@link DEFAULT_CHANNEL_MAX_BYTES}); at least {@link EMBEDDED_MAX_ENVELOPE_BYTES}.
+   * The most bytes of one node's unsettled output, at the embedded broker and in its replicas' own output
+   * buffers, which get half of it ({@link DEFAULT_CHANNEL_MAX_BYTES}); at least
+   * {@link EMBEDDED_MAX_ENVELOPE_BYTES}.
    */
   readonly channelMaxBytes?: number;
   /** How often the live view refreshes, seconds (1). */
@@ -201,10 +209,11 @@ export const MIB = 1024 * 1024;
 export const EMBEDDED_MAX_ENVELOPE_BYTES = 64 * MIB;
 
 /**
- * How many bytes of unsettled data the embedded broker keeps for one node's output unless told otherwise:
- * its messages live in the supervisor's memory, so a producer faster than its consumers (a decoder ahead
- * of slow inference) is held back here, by the broker refusing and the producer backing off, instead of
- * filling the host's memory. 256 MiB is about 97 720p BGR frames, or 4 of the largest envelopes.
+ * How many bytes of one node's unsettled output, at the embedded broker and in its replicas' own output
+ * buffers, a run allows unless told otherwise: the broker's messages live in the supervisor's memory, so a
+ * producer faster than its consumers (a decoder ahead of slow inference) is held back here, by the broker
+ * refusing and the producer backing off, instead of filling the host's memory. 256 MiB is about 97 720p
+ * BGR frames, or 4 of the largest envelopes.
  */
 export const DEFAULT_CHANNEL_MAX_BYTES = 256 * MIB;
 
@@ -254,6 +263,22 @@ export function checkLocalRunOptions(
  * embedded payload store.
  */
 export const EMBEDDED_MAX_INLINE_PAYLOAD_BYTES = EMBEDDED_MAX_ENVELOPE_BYTES - MIB;
+
+/**
+ * What a replica of a node with `nbTasks` replicas gets of its node's byte limit `channelMaxBytes`: its
+ * own output buffer's share ({@link replicaOutputBufferBytes}), and an inline payload threshold (at most
+ * `maxInline`) that leaves room in that share for an envelope's other fields, so an inline output always
+ * fits it; a larger payload goes to the payload store.
+ */
+function outputBufferSettings(
+  channelMaxBytes: number,
+  nbTasks: number,
+  maxInline: number,
+): Record<string, string> {
+  const buffer = replicaOutputBufferBytes(channelMaxBytes, nbTasks);
+  const inline = Math.min(maxInline, buffer - Math.min(MIB, Math.floor(buffer / 2)));
+  return { [OUTPUT_BUFFER_ENV]: String(buffer), [MAX_INLINE_PAYLOAD_ENV]: String(inline) };
+}
 
 /**
  * The run-wide worker settings `vf run-local` passes on from its own environment to every replica: the
@@ -510,6 +535,8 @@ export class LocalEngine {
   #heldNoticed = false;
   /** The module-resolution flags a process replica is started with: this process's own. */
   readonly #resolutionArgs: readonly string[];
+  /** The inline payload threshold asked for: a forwarded `VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES`, or the local one. */
+  readonly #maxInline: number;
   /**
    * Where the run's compiled specs document is, written before any subprocess replica starts (never for
    * Workers, which are handed their params whole): a replica whose params no environment entry holds
@@ -530,6 +557,9 @@ export class LocalEngine {
     this.#specsFile = specsFile;
     this.#stopSignals = stopSignals;
     this.#silence = silenceLimit(options, settings);
+    this.#maxInline = options.extraEnv?.[MAX_INLINE_PAYLOAD_ENV] === undefined
+      ? EMBEDDED_MAX_INLINE_PAYLOAD_BYTES
+      : settings.maxInlinePayloadBytes;
     this.#maxRetries = settings.maxRetries;
     this.#resolutionArgs = options.isolation === Isolation.process ? subprocessResolutionArgs() : [];
     this.#runDir = runDir;
@@ -817,8 +847,12 @@ export class LocalEngine {
         terminationLog: this.#terminationLog(replica),
         healthPort: null,
       }),
-      [MAX_INLINE_PAYLOAD_ENV]: String(EMBEDDED_MAX_INLINE_PAYLOAD_BYTES),
       ...this.#options.extraEnv,
+      ...outputBufferSettings(
+        this.#options.channelMaxBytes ?? DEFAULT_CHANNEL_MAX_BYTES,
+        replica.spec.nbTasks,
+        this.#maxInline,
+      ),
     };
   }
 

@@ -7,6 +7,7 @@
  * @example
  * ```ts
  * const work = new InFlight(2, 1024);
+ * await work.room(512); // resolves once 512 more bytes fit beside those running
  * work.track(Promise.resolve(), 512);
  * await work.admit(); // resolves once fewer than 2 operations, holding under 1024 bytes, run
  * await work.drain(); // resolves once none runs; throws the first failure, if any
@@ -87,6 +88,16 @@ export class InFlight {
     while (this.#running >= this.#depth || (this.#running > 0 && this.#bytes >= this.#maxBytes)) {
       await this.#next();
     }
+    this.check();
+  }
+
+  /**
+   * Resolves once an operation holding `bytes` fits beside those running (none runs, or they hold at most
+   * the bytes less `bytes`), then {@link check}s: called before the operation starts, it keeps the bytes
+   * held within the bound, one operation larger than the bound running alone.
+   */
+  async room(bytes: number): Promise<void> {
+    while (this.#running > 0 && this.#bytes + bytes > this.#maxBytes) await this.#next();
     this.check();
   }
 

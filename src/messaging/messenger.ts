@@ -193,6 +193,7 @@ import {
   dataSubscriptionSpec,
   DEFAULT_ACK_WAIT_SECONDS,
   DEFAULT_BYTE_CREDIT,
+  DEFAULT_IN_FLIGHT_BYTES,
   defaultPrefetch,
   defaultProfile,
   DLQ_RETENTION_SECONDS,
@@ -222,11 +223,6 @@ export const LEDGER_FLUSH_BATCH = 256;
  * still acked only after its outputs were accepted, and EOS only after all of them.
  */
 export const DEFAULT_IN_FLIGHT = 256;
-/**
- * The bytes the inline publications awaiting the broker may hold at once (64 MiB): many small items
- * overlap, a few large frames do.
- */
-export const DEFAULT_IN_FLIGHT_BYTES = 64 * 1024 * 1024;
 /** The longest accepted publications wait before they are noted in the ledger, in seconds. */
 export const LEDGER_FLUSH_SECONDS = 1;
 /**
@@ -337,7 +333,10 @@ export interface MessengerOptions {
    * ({@link DEFAULT_IN_FLIGHT}); 1 waits for each.
    */
   readonly inFlight?: number;
-  /** The bytes the inline publications in flight may hold at once ({@link DEFAULT_IN_FLIGHT_BYTES}). */
+  /**
+   * The bytes this replica's own output buffer may hold: its inline publications the broker has not taken
+   * yet ({@link DEFAULT_IN_FLIGHT_BYTES}). An output waits for room in it before it is sent.
+   */
   readonly inFlightBytes?: number;
   /** A producer that mints ids from its source offset (MSGID-6). */
   readonly replayable?: boolean;
@@ -622,6 +621,10 @@ export class BrokerMessenger implements Messenger {
   readonly #dlqSamples = new Map<string, { windowStart: number; count: number }>();
   readonly #stats: PublicationStats = { accepted: 0, duplicate: 0, unknown: 0, dropped: 0, rejected: 0 };
   readonly #recovered = new Map<string, RecoveredGroup>();
+  /** The outcomes of a source's outputs given up at the flow's stop (see {@link #givesUpAtStop}). */
+  readonly #givenUp = new WeakSet<PublicationOutcome>();
+  /** Whether this source gave up an output at the stop: every later one is given up too. */
+  #givingUp = false;
   readonly #recoveredReady: ReadyGroup<Held>[] = [];
   readonly #work: InFlight;
   /** Ids that send a lingering received-set write at once: half the in-flight depth. */
@@ -1027,6 +1030,7 @@ export class BrokerMessenger implements Messenger {
       const env = this.#dataEnvelope(publicationId, body, eventTs, partitionKey, identity.offset);
       // Read before the send: a body moved to the broker is detached by then.
       const bytes = body.byteLength;
+      await this.#work.room(bytes);
       const sending = this.#sendInline(env, identity.offset, onAccepted);
       this.#work.track(sending, bytes);
       if (this.#assembler !== null) this.#outputs.push(sending);
@@ -1110,7 +1114,7 @@ export class BrokerMessenger implements Messenger {
     outcome: PublicationOutcome,
     offset: number | null,
   ): Promise<void> {
-    if (this.#work.abandoned) return;
+    if (this.#work.abandoned || this.#givenUp.has(outcome)) return;
     if (offset !== null && (outcome.kind === "accepted" || !this.#reliableOutput)) this.#finalOffset(offset);
     if (outcome.kind === "accepted") {
       const noting = this.#noteAccepted(publicationId);
@@ -2439,6 +2443,7 @@ export class BrokerMessenger implements Messenger {
       let outcome: PublicationOutcome | null = null;
       for (let retries = 0;;) {
         if (this.#work.abandoned) return outcome ?? stoppedBeforeTurn(env);
+        if (this.#givesUpAtStop(env, outcome)) return this.#giveUp(env);
         const attempt = this.#publishOnce(env, true);
         place.sending();
         outcome = await attempt;
@@ -2448,6 +2453,27 @@ export class BrokerMessenger implements Messenger {
     } finally {
       place.finished();
     }
+  }
+
+  /**
+   * Whether a source's output is no longer tried because the flow stops (the control stop) while its
+   * consumers hold it back: one the full channel refused (`outcome`) is given up, and so is every later one,
+   * so what the broker took stays a prefix of what the source made (over a backend that keeps its order)
+   * and a resumed run, in which a replayable source makes the rest again, redoes nothing. The stop then
+   * waits only for the consumers to work through what the broker took. A receiver's outputs, made from
+   * inputs already taken, and the end markers are tried until taken.
+   */
+  #givesUpAtStop(env: BackendEnvelope, outcome: PublicationOutcome | null): boolean {
+    if (!this.#control || this.#parents.length > 0 || env.kind !== MessageKind.data) return false;
+    if (outcome?.kind === "rejected") this.#givingUp = true;
+    return this.#givingUp;
+  }
+
+  /** The outcome of an output given up at the stop: not taken, not counted, and no failure of the replica. */
+  #giveUp(env: BackendEnvelope): PublicationOutcome {
+    const outcome = rejected(env.publicationId, "the flow stopped before the broker took this output", false);
+    this.#givenUp.add(outcome);
+    return outcome;
   }
 
   /** One publication, then observations of it while its receipt is lost (a persistent one until known). */
@@ -2465,6 +2491,7 @@ export class BrokerMessenger implements Messenger {
   }
 
   #countPublication(outcome: PublicationOutcome, onAccepted?: () => void): void {
+    if (this.#givenUp.has(outcome)) return;
     switch (outcome.kind) {
       case "accepted":
         if (outcome.duplicate) {
@@ -2537,12 +2564,14 @@ export class BrokerMessenger implements Messenger {
 
   /**
    * One checkpoint write: the state, the group it covers, the output committed with it (and that output's
-   * bytes, so a replacement can confirm it), and a replayable source's last accepted offset.
+   * bytes, so a replacement can confirm it), and a replayable source's last accepted offset. What counts
+   * as saved is the offset this write carried: outputs accepted while it was on its way are still to save.
    */
   async #commitCheckpoint(state: Uint8Array | null, extra: ReplayPosition): Promise<void> {
     const position: Record<string, string | number> = {};
     if (this.#currentKey !== null && this.#current !== null) position.group = this.#currentKey;
-    if (this.#replayable) position.offset = this.#lastAcceptedOffset;
+    const offset = this.#lastAcceptedOffset;
+    if (this.#replayable) position.offset = offset;
     Object.assign(position, extra);
     try {
       await this.#runtime.checkpoint(state, position);
@@ -2551,7 +2580,7 @@ export class BrokerMessenger implements Messenger {
       throw error;
     }
     this.#state = state;
-    if (this.#replayable) this.#flushedOffset = this.#lastAcceptedOffset;
+    if (this.#replayable) this.#flushedOffset = offset;
   }
 
   /** Publishes an EOS or ABORT marker on the EOS subject, retrying until the broker takes it. */

@@ -92,6 +92,31 @@ export const DEFAULT_ACK_WAIT_SECONDS = 60;
 export const EOS_ACK_WAIT_SECONDS = 30;
 /** Bytes one receive of a subscription may hand out when nothing narrower is configured (64 MiB). */
 export const DEFAULT_BYTE_CREDIT = 64 * 1024 * 1024;
+/**
+ * The bytes a replica's own output buffer may hold (its publications made and not yet taken by the broker)
+ * when no channel limit narrows it (64 MiB): many small items overlap, a few large frames do.
+ */
+export const DEFAULT_IN_FLIGHT_BYTES = 64 * 1024 * 1024;
+
+/** The variable that gives a replica its output buffer's bytes ({@link replicaOutputBufferBytes}). */
+export const OUTPUT_BUFFER_ENV = "VF_OUTPUT_BUFFER_BYTES";
+
+/**
+ * The bytes each of a node's `nbTasks` replicas may hold in its own output buffer when the node's unsettled
+ * data is bounded by `channelMaxBytes` wherever it waits: half the limit, shared by the replicas, at most
+ * {@link DEFAULT_IN_FLIGHT_BYTES} each. The node's channel keeps the rest ({@link flowTopology}), so what
+ * the broker holds and what the replicas still hold together stay within the limit.
+ */
+export function replicaOutputBufferBytes(channelMaxBytes: number, nbTasks: number): number {
+  return Math.min(DEFAULT_IN_FLIGHT_BYTES, Math.floor(channelMaxBytes / 2 / nbTasks));
+}
+
+/** What a node's channel keeps of its byte limit: the rest beside its replicas' output buffers. */
+function channelShare(channelMaxBytes: number | null, nbTasks: number): number | null {
+  if (channelMaxBytes === null) return null;
+  return channelMaxBytes - nbTasks * replicaOutputBufferBytes(channelMaxBytes, nbTasks);
+}
+
 /** How long dead letters are retained (STREAM-8): 7 days, the forensic horizon a DLQ payload pin covers. */
 export const DLQ_RETENTION_SECONDS = 7 * 24 * 3600;
 /** The `instance` of a channel's end-of-stream anchor subscription. */
@@ -128,9 +153,10 @@ export interface TopologySettings {
   /** A reliable_work channel's message limit ({@link DEFAULT_BATCH_MAX_MSGS}). */
   readonly batchMaxMsgs?: number;
   /**
-   * The most bytes of data one node's channel keeps (`null`, the default: no byte limit, as a JetStream
-   * stream by default). A reliable_work channel at the limit refuses publications until its consumers
-   * settle (the publisher backs off); a live_latest one evicts its oldest.
+   * The most bytes of one node's unsettled data, at the broker and in its replicas' own output buffers
+   * (`null`, the default: no byte limit, as a JetStream stream by default). Its channel keeps what the
+   * buffers do not ({@link replicaOutputBufferBytes}). A reliable_work channel at its limit refuses
+   * publications until its consumers settle (the publisher backs off); a live_latest one evicts its oldest.
    */
   readonly channelMaxBytes?: number | null;
   /** Deliveries a replica takes per receive beyond its processing credit ({@link defaultPrefetch}). */
@@ -499,7 +525,7 @@ export function flowTopology(nodes: readonly TopologyNode[], settings: TopologyS
           required: [...data.map((spec) => spec.id), anchor.id],
           realtimeBuffer: Math.max(settings.realtimeBuffer ?? DEFAULT_REALTIME_BUFFER, node.nbTasks),
           batchMaxMsgs: settings.batchMaxMsgs,
-          maxBytes: settings.channelMaxBytes,
+          maxBytes: channelShare(settings.channelMaxBytes ?? null, node.nbTasks),
           replicas: settings.replicas,
           generation: settings.generation,
         },

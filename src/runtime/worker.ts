@@ -270,6 +270,7 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
       blobTtlSeconds: config.blobTtlSeconds,
       maxInlinePayloadBytes: config.maxInlinePayloadBytes,
       prefetchBytes: config.prefetchBytes,
+      inFlightBytes: config.outputBufferBytes ?? undefined,
       replayable: node instanceof ProducerNode && (node.constructor as typeof ProducerNode).replayable,
       analysisVersion: node instanceof ProducerNode
         ? (node.constructor as typeof ProducerNode).analysisVersion

@@ -33,7 +33,7 @@
  */
 
 import { DEFAULT_EOS_QUIESCENCE_MS } from "../messaging/messenger.ts";
-import { DEFAULT_ACK_WAIT_SECONDS } from "../messaging/topology.ts";
+import { DEFAULT_ACK_WAIT_SECONDS, OUTPUT_BUFFER_ENV } from "../messaging/topology.ts";
 import type { DeliveredGrant } from "../backends/allocation.ts";
 import { deliveredGrantFromDict, deliveredGrantToDict, GPU_GRANT_ENV } from "../backends/allocation.ts";
 import {
@@ -209,6 +209,11 @@ export interface WorkerConfig {
   readonly eosQuiescenceMs: number;
   /** `VF_PREFETCH_BYTES` (none: bounded by the prefetch count only). */
   readonly prefetchBytes: number | null;
+  /**
+   * `VF_OUTPUT_BUFFER_BYTES` (none: the messenger's 64 MiB): the bytes of outputs the broker has not taken
+   * yet that the replica may hold, the share of its node's byte limit an engine that sets one gives it.
+   */
+  readonly outputBufferBytes: number | null;
   /** `VF_ENVELOPE_VERSION` (4, the only one). */
   readonly envelopeVersion: number;
   /** `VF_BLOB_REDIS_URL` (none): the payload store, chosen by the URL's scheme. */
@@ -663,6 +668,12 @@ const SETTING_VARIABLES: readonly AnyVariable[] = [
   setting(
     WorkerEnvVar.prefetchBytes,
     "prefetchBytes",
+    integer(1),
+    never,
+  ),
+  setting(
+    OUTPUT_BUFFER_ENV,
+    "outputBufferBytes",
     integer(1),
     never,
   ),

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { decodeStoreName, FileRuntimeStore } from "../../src/runtime/file_store.ts";
 import { decodeEnvelope, decodePayload } from "../../src/wire/codec.ts";
-import { Barrier, crash, FaultSchedule, nth } from "../../src/backends/faults.ts";
+import { Barrier, crash, FaultSchedule, nth, pause } from "../../src/backends/faults.ts";
 import { makeClip } from "../fixtures/video/clips.ts";
 import { MAY_MOUNT, mountCommand } from "../support/mounts.ts";
 
@@ -2401,5 +2401,129 @@ Deno.test("a flow whose params exceed what a specs ConfigMap holds (1 MiB) is re
       /error VF_NODE_CONTRACT middle: node middle's params are 11200\d\d bytes of JSON, more than 1048576 bytes/,
     );
     assert.deepEqual(await sinkLines(join(dir, "out.jsonl")), [], "nothing ran");
+  });
+});
+
+// ---- 12. stops and resumes over a long run ----------------------------------------------------------------
+
+/** The numbers a counting sink appended to `path`, one a line, in the order it consumed them. */
+async function countedItems(path: string): Promise<number[]> {
+  const text = await Deno.readTextFile(path).catch(() => "");
+  return text.split("\n").filter((line) => line !== "").map(Number);
+}
+
+/** The context the first hit of `name` recorded in `markerDir`, once its marker file is written out. */
+async function firstHitContext(markerDir: string, name: Barrier): Promise<Record<string, unknown>> {
+  for (;;) {
+    const text = await Deno.readTextFile(join(markerDir, `${name}#1.hit`)).catch(() => "");
+    if (text !== "") return JSON.parse(text).context;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+for (const isolation of ["worker", "process"]) {
+  Deno.test(`a replayable source stopped and resumed three times, each stop while a position save is held open, makes no item twice: a sink without dedup sees each once (${isolation})`, async () => {
+    await inTempDir(async (dir) => {
+      const counted = join(dir, "counted.txt");
+      const stopMarker = join(dir, "stop-seen");
+      const flow = await writeFlow(
+        dir,
+        ["StopNotingCount", "AppendingSink"],
+        [
+          `const count = new StopNotingCount({ name: "count", n: 3000, delayMs: 2, stopMarker: ${
+            JSON.stringify(stopMarker)
+          } });`,
+          `const sink = new AppendingSink({ name: "sink", path: ${JSON.stringify(counted)} }).from(count);`,
+          `export default new Flow([sink], { flowType: "batch", flowId: "save-race-story" });`,
+        ].join("\n"),
+      );
+      const state = join(dir, "state");
+      const args = ["run-local", flow, "--state", state, "--run-id", "r1", "--isolation", isolation];
+      for (let cycle = 1; cycle <= 3; cycle++) {
+        await Deno.remove(stopMarker).catch(() => {});
+        // The source's first position save of this run is held open after it was written, until outputs
+        // after the offset it saved were accepted (and consumed) and the stop came and was seen.
+        const markerDir = join(dir, `faults-${cycle}`);
+        const schedule = new FaultSchedule({ [Barrier.checkpointCommitAfter]: pause("offset-save") }, {
+          markerDir,
+        });
+        const child = startVf(args, { cwd: dir, env: schedule.toEnv() });
+        await schedule.untilFired(Barrier.checkpointCommitAfter, 1, 60);
+        const { offset } = await firstHitContext(markerDir, Barrier.checkpointCommitAfter);
+        await waitForLines(counted, Number(offset) + 20, child);
+        child.kill("SIGINT");
+        await waitForFile(stopMarker, child);
+        schedule.release("offset-save");
+        const run = await finished(child);
+        assert.equal(run.code, 0, run.text);
+        assert.match(run.text, /flow save-race-story stopped on SIGINT/, run.text);
+      }
+      const last = await vf(args, { cwd: dir });
+      assert.equal(last.code, 0, last.text);
+      assert.match(last.text, /flow save-race-story finished \(run r1\)/);
+      const items = await countedItems(counted);
+      assert.deepEqual(
+        [...items].sort((a, b) => a - b),
+        range(1, 3000),
+        "every item consumed once over four runs",
+      );
+    });
+  });
+}
+
+Deno.test("a source held back at --channel-max-mib 64 keeps its own buffer within the limit, and a stop publishes none of that buffer: the resumed run makes it, every item consumed once", async () => {
+  await inTempDir(async (dir) => {
+    const made = join(dir, "made.log");
+    const consumed = join(dir, "consumed.txt");
+    const gate = join(dir, "gate");
+    const stopMarker = join(dir, "stop-seen");
+    const flow = await writeFlow(
+      dir,
+      ["LoggedPayloads", "GatedSink"],
+      [
+        `const source = new LoggedPayloads({ name: "source", n: 200, bytes: ${1024 * 1024}, log: ${
+          JSON.stringify(made)
+        }, stopMarker: ${JSON.stringify(stopMarker)} });`,
+        `const sink = new GatedSink({ name: "sink", path: ${JSON.stringify(consumed)}, gate: ${
+          JSON.stringify(gate)
+        } }).from(source);`,
+        `export default new Flow([sink], { flowType: "batch", flowId: "buffer-story" });`,
+      ].join("\n"),
+    );
+    const state = join(dir, "state");
+    const args = ["run-local", flow, "--state", state, "--run-id", "r1", "--channel-max-mib", "64"];
+    const child = startVf(args, { cwd: dir });
+    // The sink takes nothing yet: the source runs ahead until the broker and its own buffer are full.
+    let count = 0;
+    for (let stableSince = Date.now(); count <= 64 && (count < 40 || Date.now() - stableSince < 3000);) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const now = (await countedItems(made)).length;
+      if (now !== count) [count, stableSince] = [now, Date.now()];
+    }
+    // 1 MiB payloads: the node's unsettled data, at the broker and in its buffer, is at most 64 MiB; one
+    // more payload is in the source's hands, waiting for room.
+    assert.ok(count <= 64, `the source made ${count} payloads of 1 MiB while nothing was consumed`);
+    child.kill("SIGINT");
+    await waitForFile(stopMarker, child);
+    const madeAtStop = (await countedItems(made)).length;
+    await Deno.writeTextFile(gate, "open");
+    const stopped = await finished(child);
+    assert.equal(stopped.code, 0, stopped.text);
+    assert.match(stopped.text, /flow buffer-story stopped on SIGINT/);
+    const taken = await countedItems(consumed);
+    assert.deepEqual(taken, range(1, taken.length), "what the broker took, consumed once, in order");
+    assert.equal(summaryRow(stopped, "source").processed, taken.length, stopped.text);
+    assert.ok(
+      madeAtStop - taken.length >= 16,
+      `the ${madeAtStop - taken.length} payloads the broker had not taken at the stop were not published`,
+    );
+    const resumed = await vf(args, { cwd: dir });
+    assert.equal(resumed.code, 0, resumed.text);
+    assert.match(resumed.text, /flow buffer-story finished \(run r1\)/);
+    assert.deepEqual(
+      await countedItems(consumed),
+      range(1, 200),
+      "every payload consumed once over both runs",
+    );
   });
 });

@@ -48,6 +48,32 @@ Deno.test("admit also waits while the running operations hold the byte bound, bu
   assert.equal(work.running, 0);
 });
 
+Deno.test("room waits, before an operation starts, until its bytes fit beside those running: the bytes held never pass the bound, but one alone always runs", async () => {
+  const work = new InFlight(100, 1000);
+  await work.room(5000);
+  const large = Promise.withResolvers<void>();
+  work.track(large.promise, 5000);
+  let roomy = false;
+  const waiting = work.room(1).then(() => roomy = true);
+  await Promise.resolve();
+  await Promise.resolve();
+  assert.equal(roomy, false, "5000 bytes held: not one more fits");
+  large.resolve();
+  await waiting;
+  const first = Promise.withResolvers<void>();
+  await work.room(600);
+  work.track(first.promise, 600);
+  await work.room(400);
+  let second = false;
+  const next = work.room(401).then(() => second = true);
+  await Promise.resolve();
+  await Promise.resolve();
+  assert.equal(second, false, "600 held: 400 more fit, 401 do not");
+  first.resolve();
+  await next;
+  await work.drain();
+});
+
 Deno.test("the first failure is kept and thrown by every later check, admit and drain", async () => {
   const work = new InFlight(8);
   work.track(Promise.reject(new Error("first")));

@@ -27,6 +27,7 @@ import {
   nodeRouting,
   provisionFlow,
   publishBackoffSeconds,
+  replicaOutputBufferBytes,
   type TopologyNode,
 } from "../../../src/messaging/topology.ts";
 import { SeededRandom, testSeed } from "../../support/random.ts";
@@ -167,10 +168,15 @@ Deno.test("a realtime channel keeps one message per replica of its node, so no r
   assert.equal(routing.partitioned, false);
 });
 
-Deno.test("a channel byte limit, when given, bounds every channel of the flow; by default none has one", () => {
+Deno.test("a channel byte limit, when given, bounds every node's unsettled data: its channel keeps what its replicas' output buffers do not; by default none has one", () => {
   for (const flowType of ["batch", "realtime"] as const) {
     const bounded = flowTopology(FLOW_NODES, { flowId: "f", runId: "r", flowType, channelMaxBytes: 1 << 28 });
-    assert.ok(bounded.channels.every((c) => c.maxBytes === 1 << 28), flowType);
+    for (const channel of bounded.channels) {
+      const { nbTasks } = FLOW_NODES.find((n) => n.name === channel.id.node)!;
+      const buffers = nbTasks * replicaOutputBufferBytes(1 << 28, nbTasks);
+      assert.equal(channel.maxBytes! + buffers, 1 << 28, `${channel.id.node} (${flowType})`);
+      assert.ok(channel.maxBytes! >= 1 << 27, `${channel.id.node} keeps at least half the limit`);
+    }
     const unbounded = flowTopology(FLOW_NODES, { flowId: "f", runId: "r", flowType });
     assert.ok(unbounded.channels.every((c) => c.maxBytes === null), flowType);
   }
