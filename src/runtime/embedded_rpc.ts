@@ -750,6 +750,7 @@ export const FLUSH_BYTES = 8 * 1024 * 1024;
  */
 export class DeferredFlush {
   readonly #send: () => void;
+  readonly #now: () => number;
   #hopsLeft = 0;
   #armedAt = 0;
   readonly #hop = () => {
@@ -758,17 +759,19 @@ export class DeferredFlush {
     else this.#send();
   };
 
-  constructor(send: () => void) {
+  /** `now` reads milliseconds on a monotonic clock (`performance.now()` unless a test fixes it). */
+  constructor(send: () => void, now: () => number = () => performance.now()) {
     this.#send = send;
+    this.#now = now;
   }
 
   /** Arranges for `send` to run a few microtask turns from now (later, if already arranged recently). */
   schedule(): void {
     if (this.#hopsLeft === 0) {
       this.#hopsLeft = FLUSH_HOPS;
-      this.#armedAt = performance.now();
+      this.#armedAt = this.#now();
       queueMicrotask(this.#hop);
-    } else if (performance.now() - this.#armedAt < FLUSH_MAX_DELAY_MS) {
+    } else if (this.#now() - this.#armedAt < FLUSH_MAX_DELAY_MS) {
       this.#hopsLeft = FLUSH_HOPS;
     }
   }

@@ -1532,7 +1532,12 @@ Deno.test("a program runs a flow through mod.ts's runLocal, stops it with an Abo
           JSON.stringify(join(dir, "state"))
         }, runId: "r1", output: { isTerminal: false, write() {} } };`,
         `const controller = new AbortController();`,
-        `setTimeout(() => controller.abort(), 600);`,
+        // Stopped once the sink holds a few items (a fixed delay can come before the flow has even loaded).
+        `const sinkPath = ${JSON.stringify(join(dir, "out.jsonl"))};`,
+        `const poll = setInterval(async () => {`,
+        `  const lines = await Deno.readTextFile(sinkPath).then((t) => t.split("\\n").filter(Boolean).length, () => 0);`,
+        `  if (lines >= 5) { clearInterval(poll); controller.abort(); }`,
+        `}, 20);`,
         `const first = await runLocal(${JSON.stringify(flow)}, { ...options, signal: controller.signal });`,
         `const second = await runLocal(${JSON.stringify(flow)}, options);`,
         `const processed = (result) => result.snapshots.find((s) => s.node === "count")?.processed;`,
