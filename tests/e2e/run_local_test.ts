@@ -662,6 +662,35 @@ Deno.test("a transient failure is retried and succeeds: every item at the sink o
   });
 });
 
+Deno.test("a realtime node's transient failures are dropped, not dead-lettered: vf dlq lists none", async () => {
+  await inTempDir(async (dir) => {
+    const marks = join(dir, "marks");
+    await Deno.mkdir(marks);
+    const flow = await writeFlow(
+      dir,
+      ["Count", "FlakyOnce"],
+      pipeline(
+        "realtime-transient-story",
+        `new Count({ name: "count", n: 12, delayMs: 20 })`,
+        `new FlakyOnce({ name: "flaky", failOn: [2, 5, 9], dir: ${JSON.stringify(marks)} })`,
+        dir,
+      ),
+    );
+    const state = join(dir, "state");
+    const run = await vf(
+      ["run-local", flow, "--state", state, "--run-id", "r1", "--flow-type", "realtime"],
+      { cwd: dir },
+    );
+    assert.equal(run.code, 0, run.text);
+    const failed = [...Deno.readDirSync(marks)].map((entry) => entry.name).sort();
+    assert.deepEqual(failed, ["2.failed", "5.failed", "9.failed"], "each chosen item failed its one attempt");
+    assert.deepEqual(await deadLetters(flow, "r1", state, dir), []);
+    assert.equal(summaryRow(run, "flaky").dlq, 0, run.stdout);
+    const arrived = await sinkNumbers(join(dir, "out.jsonl"));
+    for (const item of [2, 5, 9]) assert.ok(!arrived.includes(item), `item ${item} was dropped: ${arrived}`);
+  });
+});
+
 // ---- 4. a killed worker -----------------------------------------------------------------------------------
 
 Deno.test("a subprocess replica killed with SIGKILL mid-run is restarted and every item reaches the sink once", async () => {

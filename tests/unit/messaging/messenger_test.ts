@@ -557,7 +557,7 @@ Deno.test("bytes that do not decode never reach the node: replica 0 of a partiti
   });
 });
 
-Deno.test("a best-effort node dead-letters a sample of its transient failures and terminates the rest", async () => {
+Deno.test("a best-effort node dead-letters a sample of its poison failures and terminates the rest", async () => {
   await withFlow(
     { flowType: "realtime", nodes: [{ name: "cam" }, { name: "det", parents: ["cam"] }] },
     async (flow) => {
@@ -566,7 +566,7 @@ Deno.test("a best-effort node dead-letters a sample of its transient failures an
       for (let i = 0; i < 7; i++) {
         await flow.drive(cam.publishMessage(i));
         await flow.drive(det.receiveMessage());
-        await flow.drive(det.failInputs(new TransientFailure("a stale frame")));
+        await flow.drive(det.failInputs(new PoisonMessage("a frame that will never parse")));
       }
       const letters = broker(flow).stored(channelId(FLOW, RUN, "det")).filter((e) =>
         e.kind === MessageKind.dlq
@@ -574,6 +574,27 @@ Deno.test("a best-effort node dead-letters a sample of its transient failures an
       assert.equal(letters.length, 5, "five per (code, node) per minute");
       const terminal = await flow.drive(det.terminalEntries());
       assert.deepEqual(terminal.map((r) => r.action), ["dlq_sample_cap", "dlq_sample_cap"]);
+    },
+  );
+});
+
+Deno.test("a best-effort node terminates its transient failures: none is dead-lettered", async () => {
+  await withFlow(
+    { flowType: "realtime", nodes: [{ name: "cam" }, { name: "det", parents: ["cam"] }] },
+    async (flow) => {
+      const cam = await flow.open("cam");
+      const det = await flow.open("det");
+      for (let i = 0; i < 3; i++) {
+        await flow.drive(cam.publishMessage(i));
+        await flow.drive(det.receiveMessage());
+        await flow.drive(det.failInputs(new TransientFailure("a stale frame")));
+      }
+      const letters = broker(flow).stored(channelId(FLOW, RUN, "det")).filter((e) =>
+        e.kind === MessageKind.dlq
+      );
+      assert.equal(letters.length, 0);
+      const terminal = await flow.drive(det.terminalEntries());
+      assert.deepEqual(terminal.map((r) => r.action), ["term", "term", "term"]);
     },
   );
 });
