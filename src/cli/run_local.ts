@@ -26,6 +26,7 @@ import {
 } from "../engines/local.ts";
 import type { ViewOutput } from "../engines/live_view.ts";
 import { checkRunNames } from "../engines/run_directory.ts";
+import { admitLocally } from "./admission.ts";
 import { loadFlow } from "./load_flow.ts";
 import type { CommandOutput } from "./main.ts";
 
@@ -110,6 +111,7 @@ export async function runLocal(path: string, options: LocalFlowRunOptions = {}):
   const runId = options.runId ?? generateRunId();
   const { flow, modules } = await loadFlow(path);
   checkRunNames(flow.flowId, runId);
+  admitLocally(flow);
   const flowType = options.flowType === undefined ? flow.flowType : checkFlowType(options.flowType);
   const permissions = nodePermissions(flow);
   const { channelMaxBytes } = options;

@@ -691,6 +691,35 @@ Deno.test("a realtime node's transient failures are dropped, not dead-lettered: 
   });
 });
 
+Deno.test("a node in an execution group or with a batching policy is refused at admission (VF_INCOMPATIBLE_PROFILE, exit 2) by validate and run-local: nothing runs", async () => {
+  await inTempDir(async (dir) => {
+    const out = join(dir, "out.jsonl");
+    const flow = await writeFlow(
+      dir,
+      ["Count", "FusedPass", "BatchedPass"],
+      [
+        `const count = new Count({ name: "count", n: 5 });`,
+        `const fused = new FusedPass({ name: "fused_pass" }).from(count);`,
+        `const batched = new BatchedPass({ name: "batched" }).from(fused);`,
+        `const sink = new JsonlSink({ name: "sink", path: ${JSON.stringify(out)} }).from(batched);`,
+        `export default new Flow([sink], { flowType: "batch", flowId: "refused-profile" });`,
+      ].join("\n"),
+    );
+    const validated = await vf(["validate", flow], { cwd: dir });
+    assert.equal(validated.code, 2, validated.text);
+    assert.match(validated.stdout, /^error VF_INCOMPATIBLE_PROFILE .*execution group fused \(fused_pass\)/m);
+    assert.match(validated.stdout, /^error VF_INCOMPATIBLE_PROFILE batched: .*batching policy/m);
+    assert.match(validated.stderr, /flow refused-profile: invalid \(2 errors/);
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
+    assert.equal(run.code, 2, run.text);
+    assert.match(run.stderr, /VF_INCOMPATIBLE_PROFILE/);
+    assert.match(run.stderr, /execution group fused \(fused_pass\) cannot be fused: engine local/);
+    assert.match(run.stderr, /node batched declares a batching policy: engine local has no dynamic batching/);
+    assert.doesNotMatch(run.text, /running flow/, "nothing started");
+    assert.deepEqual(await sinkLines(out), []);
+  });
+});
+
 // ---- 4. a killed worker -----------------------------------------------------------------------------------
 
 Deno.test("a subprocess replica killed with SIGKILL mid-run is restarted and every item reaches the sink once", async () => {
