@@ -144,12 +144,13 @@ export class LiveView {
   }
 }
 
-/** The end-of-run summary: totals per node, then the outcome line. */
+/** The end-of-run summary: totals per node, then `notes` (one line each), then the outcome line. */
 export function renderSummary(
   elapsedSeconds: number,
   snapshots: readonly NodeSnapshot[],
   outcome: string,
+  notes: readonly string[] = [],
 ): string[] {
   const rate = new Map(snapshots.map((s) => [s.node, elapsedSeconds > 0 ? s.processed / elapsedSeconds : 0]));
-  return [...renderTable(snapshots, rate), `${outcome} in ${elapsedSeconds.toFixed(1)}s`];
+  return [...renderTable(snapshots, rate), ...notes, `${outcome} in ${elapsedSeconds.toFixed(1)}s`];
 }

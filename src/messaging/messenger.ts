@@ -165,6 +165,7 @@ import {
   partitionKeyString,
   partitionOwner,
   producerTrace,
+  recordKeyError,
   replayableTraceId,
   type Seq,
   sourceEpochTraceId,
@@ -1687,19 +1688,11 @@ export class BrokerMessenger implements Messenger {
   /** The PartitionKeyError of an owned delivery whose key is unusable under the reject policy, else null. */
   #keyError(decoded: WireEnvelope): PartitionKeyError | null {
     if (this.#partitionBy === null || this.#keyPolicy?.invalid === INVALID_KEY_FALLBACK) return null;
-    const key = partitionKeyOf(this.#partitionBy, decoded.traceId, decoded.metadata);
-    if (isValidPartitionKey(key)) return null;
-    try {
-      partitionKeyString(key);
-    } catch (error) {
-      if (error instanceof PartitionKeyError) {
-        error.context.node = this.#node;
-        error.context.trace_id = decoded.traceId;
-        return error;
-      }
-      throw error;
-    }
-    return null;
+    const error = recordKeyError(this.#partitionBy, decoded.traceId, decoded.metadata);
+    if (error === null) return null;
+    error.context.node = this.#node;
+    error.context.trace_id = decoded.traceId;
+    return error;
   }
 
   #blobKey(decoded: WireEnvelope): string | null {

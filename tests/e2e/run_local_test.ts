@@ -848,6 +848,39 @@ Deno.test("a partitioned node counts both what it processed and what it dropped 
   });
 });
 
+Deno.test("a partitionBy field no item carries: each dead letter names the field and the item's fields, and the summary says no item passed", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "Poison"],
+      pipeline(
+        "absent-key",
+        `new Count({ name: "count", n: 6 })`,
+        `new Poison({ name: "middle", poison: [], nbTasks: 2, partitionBy: "camera_id" })`,
+        dir,
+      ),
+    );
+    const state = join(dir, "state");
+    const run = await vf(["run-local", flow, "--state", state, "--run-id", "r1"], { cwd: dir });
+    assert.equal(run.code, 0, run.text);
+    const letters = await deadLetters(flow, "r1", state, dir);
+    assert.equal(letters.length, 6, run.text);
+    for (const letter of letters as (DeadLetter & { error: string })[]) {
+      assert.equal(letter.code, "VF_POISON_PARTITION_KEY");
+      assert.match(
+        letter.error,
+        /^unusable partition key \(absent\): the item has no field "camera_id" \(partitionBy\), and has metadata fields actual_proctime, proctime;/,
+      );
+    }
+    assert.match(
+      run.stdout,
+      /^no item passed middle: all 6 of its dead letters are VF_POISON_PARTITION_KEY \(unusable partition key \(absent\): the item has no field "camera_id"/m,
+    );
+    assert.doesNotMatch(run.stdout, /^no item passed (count|sink)/m);
+    assert.equal(summaryRow(run, "middle").dlq, 6);
+  });
+});
+
 Deno.test("a producer whose close() fails after its stream ended is not run again: every item once, exit 4", async () => {
   await inTempDir(async (dir) => {
     const flow = await writeFlow(
