@@ -377,6 +377,35 @@ Deno.test("a decoder far ahead of a slow node is held back at the broker's chann
   });
 });
 
+Deno.test("a clip played at its frame rate (realtime: true) feeds a realtime flow as a camera would: almost nothing evicted", async () => {
+  await inTempDir(async (dir) => {
+    // 50 frames at 25 frames/s, 2 s of video, against a node that takes 15 ms a frame: unpaced, the decoder
+    // makes them hundreds a second and the one-message realtime channel evicts most of them.
+    const clip = await makeClip(join(dir, "clip.mp4"), { size: "160x120", frames: 50, rate: 25 });
+    const flow = await writeFlow(
+      dir,
+      ["SlowTrace"],
+      [
+        `import { VideoFileReader } from ${JSON.stringify(modUrl)};`,
+        pipeline(
+          "paced-clip",
+          `new VideoFileReader({ name: "camera", path: ${JSON.stringify(clip)}, realtime: true })`,
+          `new SlowTrace({ name: "slow", delayMs: 15 })`,
+          dir,
+        ),
+      ].join("\n"),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--flow-type", "realtime"], {
+      cwd: dir,
+    });
+    assert.equal(run.code, 0, run.text);
+    const evicted = Number(/evicted (\d+)/.exec(summaryRow(run, "slow").drops)?.[1] ?? 0);
+    // Unpaced, about 40 of the 50 are evicted; paced, none or a few (the host's load can delay the node).
+    assert.ok(evicted <= 10, `${evicted} of 50 frames evicted\n${run.stdout}`);
+    assert.ok((await sinkLines(join(dir, "out.jsonl"))).length >= 40, run.stdout);
+  });
+});
+
 Deno.test("a producer far ahead of a stalled node is held back after about 2,000 small items, then all arrive once", async () => {
   await inTempDir(async (dir) => {
     const log = join(dir, "made.log");
