@@ -15,7 +15,9 @@ import type { Flow } from "../core/flow.ts";
 export function localAdmissionRefusals(flow: Flow): readonly Diagnostic[] {
   const requirements = new FlowRequirements({
     executionGroups: executionGroups(flow),
-    batching: batchingPolicies(flow),
+    batching: Object.fromEntries(
+      Object.entries(batchingPolicies(flow)).map(([node, policy]) => [node, { ...policy }]),
+    ),
   });
   return executionRefusals(requirements, localExecutionCapabilities());
 }
