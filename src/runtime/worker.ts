@@ -254,6 +254,7 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
       partitionBy: config.partitionBy,
       partitionKeyPolicy: partitionKeyPolicyOf(node),
       joinPolicy: config.joinPolicy,
+      orderingPolicy: node instanceof ReceiverNode ? node.orderingPolicy : null,
       deliveryPolicy: DeliveryPolicy.resolve(
         config.flowType,
         DeliveryPolicy.nodeOverride(config.delivery, config.onError),

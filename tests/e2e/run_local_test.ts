@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { decodeStoreName, FileRuntimeStore } from "../../src/runtime/file_store.ts";
 import { decodeEnvelope, decodePayload } from "../../src/wire/codec.ts";
 import { Barrier, crash, FaultSchedule, nth } from "../../src/backends/faults.ts";
-import { makeClip } from "../fixtures/video/clips.ts";
+import { decodeAll, makeClip } from "../fixtures/video/clips.ts";
 
 const root = new URL("../../", import.meta.url);
 const configPath = new URL("deno.json", root).pathname;
@@ -432,6 +432,47 @@ Deno.test("a producer far ahead of a stalled node is held back after about 2,000
     assert.deepEqual(numbers.toSorted((a, b) => a - b), range(2, 5000));
   });
 });
+
+for (const ordered of [true, false]) {
+  Deno.test(
+    `a FrameWriter after a stage of 3 replicas writes its frames ${
+      ordered ? 'in their producer\'s order with ordering: { mode: "sequence" }' : "as they finish without it"
+    }`,
+    async () => {
+      await inTempDir(async (dir) => {
+        const clip = await makeClip(join(dir, "clip.mp4"), { size: "64x48", frames: 40 });
+        const out = join(dir, "stamped.mkv");
+        // Each of the 3 replicas takes up to 256 frames at once, so they run apart by up to the whole clip: the
+        // horizon covers it.
+        const ordering = ordered ? `, ordering: new OrderingPolicy({ mode: "sequence", horizon: 64 })` : "";
+        const flow = await writeFlow(
+          dir,
+          ["StampSeq"],
+          [
+            `import { FrameWriter, OrderingPolicy, VideoFileReader } from ${JSON.stringify(modUrl)};`,
+            `const decode = new VideoFileReader({ name: "decode", path: ${JSON.stringify(clip)} });`,
+            `const stamp = new StampSeq({ name: "stamp", nbTasks: 3 }).from(decode);`,
+            `const writer = new FrameWriter({ name: "writer", path: ${
+              JSON.stringify(out)
+            }, fps: 25, codec: "ffv1"${ordering} }).from(stamp);`,
+            `export default new Flow([writer], { flowType: "batch", flowId: "ordered-clip" });`,
+          ].join("\n"),
+        );
+        const run = await vf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
+        assert.equal(run.code, 0, run.text);
+        const written = (await decodeAll(out, 16 * 16, "gray")).map((frame) => frame[0]);
+        assert.deepEqual(written.toSorted((a, b) => a - b), range(1, 40), `every frame once\n${run.stdout}`);
+        if (ordered) {
+          assert.deepEqual(written, range(1, 40), `the clip's frames in decode order\n${run.text}`);
+          assert.doesNotMatch(run.text, /finish items out of order/);
+        } else {
+          assert.notDeepEqual(written, range(1, 40), "3 replicas finish their frames out of order");
+          assert.match(run.text, /give writer ordering: \{ mode: "sequence" \}/);
+        }
+      });
+    },
+  );
+}
 
 // ---- 2, 3. the delivery policy ----------------------------------------------------------------------------
 
