@@ -96,6 +96,15 @@ function pipeline(flowId: string, producer: string, middle: string, dir: string)
   ].join("\n");
 }
 
+/** {@link pipeline} with `VideoFileReader` imported, for a `producer` that decodes a clip. */
+function videoPipeline(flowId: string, producer: string, middle: string, dir: string): string {
+  return [
+    `import { VideoFileReader } from ${JSON.stringify(modUrl)};`,
+    pipeline(flowId, producer, middle, dir),
+  ]
+    .join("\n");
+}
+
 interface SinkLine {
   readonly key: string | null;
   readonly value: unknown;
@@ -179,6 +188,11 @@ function summaryRow(run: Run, node: string) {
     dlq: Number(cells.at(-2)),
     restarts: Number(cells.at(-1)),
   };
+}
+
+/** How many of `node`'s inputs the broker evicted, from the `evicted N` of its summary row's drops. */
+function evictedAt(run: Run, node: string): number {
+  return Number(/evicted (\d+)/.exec(summaryRow(run, node).drops)?.[1] ?? 0);
 }
 
 /** The names in directory `dir`; none when it does not exist. */
@@ -346,15 +360,12 @@ Deno.test("a decoder far ahead of a slow node is held back at the broker's chann
     const flow = await writeFlow(
       dir,
       ["SlowTrace"],
-      [
-        `import { VideoFileReader } from ${JSON.stringify(modUrl)};`,
-        pipeline(
-          "held-back",
-          `new VideoFileReader({ name: "decode", path: ${JSON.stringify(clip)} })`,
-          `new SlowTrace({ name: "slow", delayMs: 20 })`,
-          dir,
-        ),
-      ].join("\n"),
+      videoPipeline(
+        "held-back",
+        `new VideoFileReader({ name: "decode", path: ${JSON.stringify(clip)} })`,
+        `new SlowTrace({ name: "slow", delayMs: 20 })`,
+        dir,
+      ),
     );
     const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--channel-max-mib", "64"], {
       cwd: dir,
@@ -385,21 +396,18 @@ Deno.test("a clip played at its frame rate (realtime: true) feeds a realtime flo
     const flow = await writeFlow(
       dir,
       ["SlowTrace"],
-      [
-        `import { VideoFileReader } from ${JSON.stringify(modUrl)};`,
-        pipeline(
-          "paced-clip",
-          `new VideoFileReader({ name: "camera", path: ${JSON.stringify(clip)}, realtime: true })`,
-          `new SlowTrace({ name: "slow", delayMs: 15 })`,
-          dir,
-        ),
-      ].join("\n"),
+      videoPipeline(
+        "paced-clip",
+        `new VideoFileReader({ name: "camera", path: ${JSON.stringify(clip)}, realtime: true })`,
+        `new SlowTrace({ name: "slow", delayMs: 15 })`,
+        dir,
+      ),
     );
     const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--flow-type", "realtime"], {
       cwd: dir,
     });
     assert.equal(run.code, 0, run.text);
-    const evicted = Number(/evicted (\d+)/.exec(summaryRow(run, "slow").drops)?.[1] ?? 0);
+    const evicted = evictedAt(run, "slow");
     // Unpaced, about 40 of the 50 are evicted; paced, none or a few (the host's load can delay the node).
     assert.ok(evicted <= 10, `${evicted} of 50 frames evicted\n${run.stdout}`);
     assert.ok((await sinkLines(join(dir, "out.jsonl"))).length >= 40, run.stdout);
@@ -707,59 +715,52 @@ Deno.test("a dead letter whose payload went to the payload store keeps that payl
   });
 });
 
-Deno.test("a transient failure is retried and succeeds: every item at the sink once, none dead-lettered", async () => {
-  await inTempDir(async (dir) => {
-    const marks = join(dir, "marks");
-    await Deno.mkdir(marks);
-    const flow = await writeFlow(
-      dir,
-      ["Count", "FlakyOnce"],
-      pipeline(
-        "transient-story",
-        `new Count({ name: "count", n: 20 })`,
-        `new FlakyOnce({ name: "flaky", failOn: [2, 9, 15], dir: ${JSON.stringify(marks)} })`,
+for (
+  const [flowType, story] of [
+    ["batch", "a transient failure is retried and succeeds: every item at the sink once, none dead-lettered"],
+    ["realtime", "a realtime node's transient failures are dropped, not dead-lettered: vf dlq lists none"],
+  ] as const
+) {
+  Deno.test(story, async () => {
+    await inTempDir(async (dir) => {
+      const marks = join(dir, "marks");
+      await Deno.mkdir(marks);
+      const flow = await writeFlow(
         dir,
-      ),
-    );
-    const state = join(dir, "state");
-    const run = await vf(["run-local", flow, "--state", state, "--run-id", "r1"], { cwd: dir });
-    assert.equal(run.code, 0, run.text);
-    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 20));
-    assert.deepEqual(await deadLetters(flow, "r1", state, dir), []);
-    const failed = [...Deno.readDirSync(marks)].map((entry) => entry.name).sort();
-    assert.deepEqual(failed, ["15.failed", "2.failed", "9.failed"], "each chosen item failed once first");
-    assert.equal(run.text.match(/code=VF_TRANSIENT/g)?.length, 3, run.text);
+        ["Count", "FlakyOnce"],
+        pipeline(
+          "transient-story",
+          `new Count({ name: "count", n: 20, delayMs: ${flowType === "realtime" ? 50 : 0} })`,
+          `new FlakyOnce({ name: "flaky", failOn: [2, 9, 15], dir: ${JSON.stringify(marks)} })`,
+          dir,
+        ),
+      );
+      const state = join(dir, "state");
+      const run = await vf(
+        ["run-local", flow, "--state", state, "--run-id", "r1", "--flow-type", flowType],
+        { cwd: dir },
+      );
+      assert.equal(run.code, 0, run.text);
+      const failed = [...Deno.readDirSync(marks)].map((entry) => entry.name).sort();
+      assert.deepEqual(
+        failed,
+        ["15.failed", "2.failed", "9.failed"],
+        `each chosen item failed once first\n${run.stdout}`,
+      );
+      assert.deepEqual(await deadLetters(flow, "r1", state, dir), []);
+      assert.equal(summaryRow(run, "flaky").dlq, 0, run.stdout);
+      const arrived = await sinkNumbers(join(dir, "out.jsonl"));
+      if (flowType === "batch") {
+        assert.deepEqual(arrived, range(1, 20));
+        assert.equal(run.text.match(/code=VF_TRANSIENT/g)?.length, 3, run.text);
+      } else {
+        for (const item of [2, 9, 15]) {
+          assert.ok(!arrived.includes(item), `item ${item} was dropped: ${arrived}`);
+        }
+      }
+    });
   });
-});
-
-Deno.test("a realtime node's transient failures are dropped, not dead-lettered: vf dlq lists none", async () => {
-  await inTempDir(async (dir) => {
-    const marks = join(dir, "marks");
-    await Deno.mkdir(marks);
-    const flow = await writeFlow(
-      dir,
-      ["Count", "FlakyOnce"],
-      pipeline(
-        "realtime-transient-story",
-        `new Count({ name: "count", n: 12, delayMs: 20 })`,
-        `new FlakyOnce({ name: "flaky", failOn: [2, 5, 9], dir: ${JSON.stringify(marks)} })`,
-        dir,
-      ),
-    );
-    const state = join(dir, "state");
-    const run = await vf(
-      ["run-local", flow, "--state", state, "--run-id", "r1", "--flow-type", "realtime"],
-      { cwd: dir },
-    );
-    assert.equal(run.code, 0, run.text);
-    const failed = [...Deno.readDirSync(marks)].map((entry) => entry.name).sort();
-    assert.deepEqual(failed, ["2.failed", "5.failed", "9.failed"], "each chosen item failed its one attempt");
-    assert.deepEqual(await deadLetters(flow, "r1", state, dir), []);
-    assert.equal(summaryRow(run, "flaky").dlq, 0, run.stdout);
-    const arrived = await sinkNumbers(join(dir, "out.jsonl"));
-    for (const item of [2, 5, 9]) assert.ok(!arrived.includes(item), `item ${item} was dropped: ${arrived}`);
-  });
-});
+}
 
 Deno.test("a node in an execution group or with a batching policy is refused at admission (VF_INCOMPATIBLE_PROFILE, exit 2) by validate and run-local: nothing runs", async () => {
   await inTempDir(async (dir) => {
@@ -1222,7 +1223,7 @@ Deno.test("--flow-type realtime runs a flow freshest-wins, and the summary count
     assert.equal(run.code, 0, run.text);
     assert.match(run.text, /running flow evict-story \(realtime\)/);
     const slow = summaryRow(run, "slow");
-    const evicted = Number(/evicted (\d+)/.exec(slow.drops)?.[1] ?? 0);
+    const evicted = evictedAt(run, "slow");
     assert.ok(evicted > 0, `a slow node behind a one-message channel loses outputs: drops "${slow.drops}"`);
     const arrived = (await sinkLines(join(dir, "out.jsonl"))).length;
     assert.ok(arrived < 20, `${arrived} of 20 reached the sink`);
@@ -1273,7 +1274,7 @@ Deno.test("a realtime node partitioned over 3 replicas counts each item once: pr
     });
     assert.equal(run.code, 0, run.text);
     const slow = summaryRow(run, "slow");
-    const evicted = Number(/evicted (\d+)/.exec(slow.drops)?.[1] ?? 0);
+    const evicted = evictedAt(run, "slow");
     assert.ok(evicted > 0, `drops "${slow.drops}"`);
     // Each replica's subscription sees every item; an evicted item is a drop for its owner only.
     assert.equal(slow.processed + evicted, 30, run.stdout);
