@@ -33,7 +33,9 @@ interface KeyState<H> {
  * hands them out in order, and {@link takeDropped} the late groups the policy drops, for the messenger to
  * settle and count. A group whose `seq` was seen already (below the expected one and never given up, or
  * held: a redelivery, or a restarted source numbering its items again) is handed out at once rather than
- * swallowed: nothing accepted is lost. An end or abort group releases everything held first, in order.
+ * swallowed: nothing accepted is lost. An end group releases everything held first, in order, and a group
+ * after it (an input retried while the end waited for it) is handed out as it comes; an abort group goes
+ * ahead of everything.
  */
 export class OrderedRelease<H> {
   readonly #policy: OrderingPolicy;
@@ -41,6 +43,8 @@ export class OrderedRelease<H> {
   readonly #keys = new Map<string, KeyState<H>>();
   readonly #ready: ReadyGroup<H>[] = [];
   #dropped: ReadyGroup<H>[] = [];
+  /** An end or abort group came: the stream is over, and what comes after it (a retried input) passes. */
+  #over = false;
 
   /** Orders under `policy` (sequence mode), one buffer per `keyOf(group)`. */
   constructor(policy: OrderingPolicy, keyOf: (group: ReadyGroup<H>) => string) {
@@ -57,11 +61,22 @@ export class OrderedRelease<H> {
 
   /** Takes one group the assembler made. */
   push(group: ReadyGroup<H>): void {
-    if (group.kind !== GroupKind.data) {
+    if (group.kind === GroupKind.abort) {
+      // Surfaced ahead of everything (ABORT-3): what waits behind a gap stays unsettled, for the broker.
+      this.#over = true;
+      this.#ready.unshift(group);
+      return;
+    }
+    if (group.kind === GroupKind.end) {
       for (const state of this.#keys.values()) {
         for (const released of state.buffer.flush()) this.#ready.push(released.record);
       }
       this.#keys.clear();
+      this.#over = true;
+      this.#ready.push(group);
+      return;
+    }
+    if (this.#over) {
       this.#ready.push(group);
       return;
     }

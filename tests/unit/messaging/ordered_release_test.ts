@@ -51,8 +51,15 @@ Deno.test("a group seen already (a redelivery, a restarted source) is handed out
 
 Deno.test("an end group releases everything held first, in order", () => {
   const ordered = release(new OrderingPolicy({ mode: "sequence" }));
-  for (const g of [group(3), group(2), group(5, "", GroupKind.end)]) ordered.push(g);
-  assert.deepEqual(drain(ordered), ["2", "3", "end"]);
+  for (const g of [group(3), group(2), group(5, "", GroupKind.end), group(7)]) ordered.push(g);
+  assert.deepEqual(drain(ordered), ["2", "3", "end", "7"], "an input retried after the end is not held");
+});
+
+Deno.test("an abort group goes ahead of everything; what waits behind a gap stays held", () => {
+  const ordered = release(new OrderingPolicy({ mode: "sequence" }));
+  for (const g of [group(1), group(3), group(0, "", GroupKind.abort)]) ordered.push(g);
+  assert.deepEqual(drain(ordered), ["abort", "1"]);
+  assert.equal(ordered.holding, 1);
 });
 
 Deno.test("over a long run the order holds across the buffer's compaction", () => {
