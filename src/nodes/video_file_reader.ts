@@ -264,8 +264,8 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
       if (bytes !== null) {
         this.#failures = 0;
         this.#connectionFrames++;
-        if (this.params.realtime) await this.#pace();
-        if (this.#waits.aborted) break;
+        // A wait for the frame's turn cut short by close or the stop ends the stream there.
+        if (this.params.realtime && !await this.#pace()) break;
         return this.#frame(bytes, ctx);
       }
       if (this.#waits.aborted) break;
@@ -496,9 +496,9 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
 
   /**
    * Waits until one frame interval has passed since the last frame was handed out (none before the first
-   * since open or seek); a wait cut short by close or the flow's stop returns early.
+   * since open or seek); false when close or the flow's stop cut the wait short.
    */
-  async #pace(): Promise<void> {
+  async #pace(): Promise<boolean> {
     const last = this.#lastFrameAt;
     const wait = last === null ? 0 : last + 1 / this.#rate!.perSecond - systemClock.monotonic();
     if (wait > 0) {
@@ -507,6 +507,7 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
       });
     }
     this.#lastFrameAt = systemClock.monotonic();
+    return !this.#waits.aborted;
   }
 
   #frame(bytes: Uint8Array<ArrayBuffer>, ctx: RuntimeContext): Frame {
