@@ -76,3 +76,8 @@ Deno.test("the summary ends with the outcome and the elapsed time", () => {
   assert.equal(lines.at(-1), "flow squares finished in 4.0s");
   assert.ok(lines[1].includes("10.0/s"));
 });
+
+Deno.test("the summary's notes stand between the table and the outcome", () => {
+  const lines = renderSummary(4, [snap("a", 40, { state: "done" })], "flow squares finished", ["a note"]);
+  assert.deepEqual(lines.slice(-2), ["a note", "flow squares finished in 4.0s"]);
+});
