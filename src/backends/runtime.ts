@@ -49,6 +49,7 @@ import {
   type Disposition,
   isDisposition,
   OwnershipConflict,
+  ReplicaDeath,
   ResourceUnavailable,
   StaleAuthority,
   TransientFailure,
@@ -648,6 +649,11 @@ function decodeIds(fields: Fields, key: string): string[] {
     : [text(fields, "message_id", key)];
 }
 
+/** A batch {@link FlowRuntime.recordPublished} wrote: whose ids, and which. */
+function decodePublishedBatch(fields: Fields, key: string): { replicaId: number; ids: string[] } {
+  return { replicaId: count(fields, "replica_id", key), ids: decodeIds(fields, key) };
+}
+
 /**
  * The key segment of a batch record: the replica, the first id, the count and a digest of the ids, so the
  * same batch recorded twice is one record and two batches never share one.
@@ -687,10 +693,30 @@ function outboxEntryOf(document: OutboxDocument): OutboxEntry {
 interface AttemptDocument {
   readonly message_id: string;
   readonly count: number;
+  /** How the replica ended that had the message inside its node at the last attempt counted, when one did. */
+  readonly death?: ReplicaDeath;
+  /** That replica's exit reason, with `death`. */
+  readonly death_cause?: string;
 }
 
 function decodeAttempts(fields: Fields, key: string): AttemptDocument {
-  return { message_id: text(fields, "message_id", key), count: count(fields, "count", key) };
+  const document = { message_id: text(fields, "message_id", key), count: count(fields, "count", key) };
+  if (fields.death === undefined) return document;
+  return {
+    ...document,
+    death: oneOf(fields, "death", key, ReplicaDeath),
+    death_cause: text(fields, "death_cause", key),
+  };
+}
+
+/** The attempts of a message whose last counted attempt was a replica's death (see `recordReplicaDeath`). */
+export interface ReplicaDeathRecord {
+  /** Attempts counted against the message's budget, the deaths included. */
+  readonly count: number;
+  /** How the last replica ended. */
+  readonly death: ReplicaDeath;
+  /** Its exit reason, as its supervisor described it. */
+  readonly cause: string;
 }
 
 interface HandoffDocument {
@@ -1115,8 +1141,9 @@ export class FlowRuntime {
    * Where `parent` stands for this node (EOS-7). In order: an ABORT recorded → `aborted` once the broker
    * reports nothing pending (`draining` while it does, `unknown` when it cannot be read), whatever the
    * sibling replicas sent (ABORT-3); a replica without a terminator → `open`; received ids short of the
-   * sum of the terminators' seqs, or a join half held → `draining`; the broker unobservable → `unknown`;
-   * deliveries pending → `draining`; otherwise `complete`. Never complete on evidence never obtained.
+   * terminators' announced total ({@link #announced}: an id two replicas of the parent both published
+   * counts once), or a join half held → `draining`; the broker unobservable → `unknown`; deliveries
+   * pending → `draining`; otherwise `complete`. Never complete on evidence never obtained.
    *
    * @param observation the durable's `(num_pending, num_ack_pending)` as the messenger read it.
    * @throws ConfigError when `parent` has no barrier (absent from parentReplicas: drain it by EOS-3).
@@ -1144,12 +1171,30 @@ export class FlowRuntime {
       return brokerPending ? CompletionState.draining : CompletionState.aborted;
     }
     if (new Set(terminators.map((t) => t.replicaId)).size < expected) return CompletionState.open;
-    const announced = terminators.reduce((sum, t) => sum + t.seq, 0);
+    const announced = await this.#announced(parent, terminators);
     if ((await this.receivedIds(parent, durable)).size < announced || pendingHalves) {
       return CompletionState.draining;
     }
     if (brokerPending === null) return CompletionState.unknown;
     return brokerPending ? CompletionState.draining : CompletionState.complete;
+  }
+
+  /**
+   * How many distinct DATA ids `parent`'s terminators announce: the sum of their seqs, less every id that
+   * more than one replica of the parent counted. The replicas share their input, so an input a killed
+   * replica published for but never acked is redelivered to a sibling, which publishes the same id again
+   * (the broker takes it as a duplicate) and counts it too: a plain sum would then wait forever for ids
+   * that were never distinct. The ids each replica counted are read from the parent's own records.
+   */
+  async #announced(parent: string, terminators: readonly TerminatorRecord[]): Promise<number> {
+    const counted = terminators.reduce((sum, t) => sum + t.seq, 0);
+    const distinct = new Set<string>();
+    let noted = 0;
+    for (const ids of (await this.#publishedByReplica(parent)).values()) {
+      noted += ids.size;
+      for (const id of ids) distinct.add(id);
+    }
+    return counted - (noted - distinct.size);
   }
 
   /**
@@ -1162,7 +1207,7 @@ export class FlowRuntime {
   async commitCompletion(parent: string, token: OwnershipToken | null = null): Promise<CompletionReceipt> {
     const partitionId = token?.partitionId ?? this.partitionId();
     const fence = token ?? this.#held.get(partitionId) ?? null;
-    const finalSequence = (await this.terminators(parent)).reduce((sum, t) => sum + t.seq, 0);
+    const finalSequence = await this.#announced(parent, await this.terminators(parent));
     const key = this.key("partition", partitionId);
     const { after } = await this.#update(key, decodePartition, (current) => {
       if (fence !== null && !holdsToken(current, fence)) throw this.#superseded(fence, current, "commit");
@@ -1455,18 +1500,36 @@ export class FlowRuntime {
    * entries of its outbox together with the ids {@link recordPublished} noted. Its terminator's seq.
    */
   async publishedCount(): Promise<number> {
-    const ids = new Set(
-      (await this.#scan(this.key("published", String(this.#replicaId)) + "/", decodeIds)).flat(),
-    );
-    for (const d of await this.#outbox(this.#node)) {
+    return (await this.#publishedByReplica(this.#node, this.#replicaId)).get(this.#replicaId)?.size ?? 0;
+  }
+
+  /**
+   * The distinct DATA ids each replica of `node` (or only `replicaId`) noted published, by replica id:
+   * the batches {@link recordPublished} wrote and the accepted data entries of the node's outbox.
+   */
+  async #publishedByReplica(
+    node: string,
+    replicaId: number | null = null,
+  ): Promise<Map<number, Set<string>>> {
+    const parts = replicaId === null ? ["published"] : ["published", String(replicaId)];
+    const byReplica = new Map<number, Set<string>>();
+    const note = (replica: number, ids: readonly string[]) => {
+      let noted = byReplica.get(replica);
+      if (noted === undefined) byReplica.set(replica, noted = new Set());
+      for (const id of ids) noted.add(id);
+    };
+    for (const batch of await this.#scan(this.#keyOf(node, parts) + "/", decodePublishedBatch)) {
+      note(batch.replicaId, batch.ids);
+    }
+    for (const d of await this.#outbox(node)) {
       if (
-        d.replica_id === this.#replicaId && d.kind === PublicationKind.data &&
+        (replicaId === null || d.replica_id === replicaId) && d.kind === PublicationKind.data &&
         d.outcome === OutboxOutcome.accepted
       ) {
-        ids.add(d.publication_id);
+        note(d.replica_id, [d.publication_id]);
       }
     }
-    return ids.size;
+    return byReplica;
   }
 
   // ---- attempts, terminal log, dead-letter handoffs ----------------------------------------------------
@@ -1496,6 +1559,29 @@ export class FlowRuntime {
   /** Failed attempts of `messageId` that count against its budget; 0 when none was recorded. */
   async attemptsFor(messageId: string): Promise<number> {
     return (await this.#read(this.key("attempts", messageId), decodeAttempts)).document?.count ?? 0;
+  }
+
+  /**
+   * One delivery of `messageId` that was inside the node when its replica died (`death`, with the exit
+   * reason `cause`): it counts against the message's budget like a failed attempt, as a broker counts an
+   * expired ack wait; returns the budgeted count. A failed attempt recorded later supersedes the death.
+   */
+  async recordReplicaDeath(messageId: string, death: ReplicaDeath, cause: string): Promise<number> {
+    const key = this.key("attempts", messageId);
+    const { after } = await this.#update(
+      key,
+      decodeAttempts,
+      (current) => ({ message_id: messageId, count: (current?.count ?? 0) + 1, death, death_cause: cause }),
+      () => this.#busy(key),
+    );
+    return (after as AttemptDocument).count;
+  }
+
+  /** The attempts of `messageId` when the last one counted was a replica's death, else null. */
+  async replicaDeathOf(messageId: string): Promise<ReplicaDeathRecord | null> {
+    const document = (await this.#read(this.key("attempts", messageId), decodeAttempts)).document;
+    if (document?.death === undefined) return null;
+    return { count: document.count, death: document.death, cause: document.death_cause ?? "" };
   }
 
   /**

@@ -25,6 +25,7 @@ import {
   MIB,
 } from "../engines/local.ts";
 import type { ViewOutput } from "../engines/live_view.ts";
+import { StopSignals } from "../engines/stop_signals.ts";
 import { checkRunNames } from "../engines/run_directory.ts";
 import { admitLocally } from "./admission.ts";
 import { loadFlow } from "./load_flow.ts";
@@ -94,6 +95,11 @@ export interface LocalFlowRunOptions {
   /** Stops the run the clean way when it aborts (a re-run with the same run id goes on from there). */
   readonly signal?: AbortSignal;
   /**
+   * SIGINT and SIGTERM as listened for since before the flow loaded (`vf run-local` listens as it
+   * starts); by default the engine listens once the flow is loaded and compiled.
+   */
+  readonly stopSignals?: StopSignals;
+  /**
    * The run-wide worker settings replicas get (`FORWARDED_SETTINGS`: timeouts, retries, log level): those
    * of this process's environment by default.
    */
@@ -138,6 +144,7 @@ export async function runLocal(path: string, options: LocalFlowRunOptions = {}):
     extraEnv,
     channelMaxBytes,
     signal: options.signal,
+    stopSignals: options.stopSignals,
   });
 }
 
@@ -147,6 +154,8 @@ export async function runLocalCommand(
   options: RunLocalOptions,
   io: CommandOutput,
 ): Promise<number> {
+  // From now until the command returns, a Ctrl-C or SIGTERM is a request to stop, never the end of vf.
+  using stopSignals = StopSignals.listen();
   const runId = options.runId ?? generateRunId();
   const result = await runLocal(path, {
     isolation: isolationOf(options.isolation),
@@ -157,6 +166,7 @@ export async function runLocalCommand(
     channelMaxBytes: channelMaxBytesOf(options.channelMaxMib),
     output: { isTerminal: Deno.stdout.isTerminal(), write: (text) => io.write(text) },
     notices: (text) => io.err(text),
+    stopSignals,
   });
   const deadLetters = result.snapshots.reduce((sum, snapshot) => sum + snapshot.deadLetters, 0);
   if (deadLetters > 0) {

@@ -368,6 +368,65 @@ export class ResourceUnavailable extends VideoflowEnvironmentError {
   static override readonly code: string = "VF_RESOURCE_UNAVAILABLE";
 }
 
+/**
+ * What each OS error code of a disk that cannot take a write says about its filesystem, and what to do:
+ * Deno's fs calls throw these as a plain `Error` whose `code` names them (no `Deno.errors` class).
+ */
+const DISK_ERRORS: Readonly<Record<string, { readonly state: string; readonly remedy: string }>> = {
+  EROFS: {
+    state: "is read-only",
+    remedy: "make the filesystem that holds it writable again (remount it read-write)",
+  },
+  ENOSPC: { state: "is full", remedy: "free space on the filesystem that holds it" },
+  EDQUOT: { state: "is over its quota", remedy: "free space under the quota, or raise it" },
+  EIO: {
+    state: "failed with an I/O error",
+    remedy: "check the disk that holds it (dmesg, the device's health)",
+  },
+};
+
+/** The context key a {@link diskFailure} carries its OS error code under (`EROFS`, `ENOSPC`, ...). */
+export const DISK_ERROR_KEY = "disk_error";
+
+function diskErrorCode(error: unknown): string | null {
+  const code = typeof error === "object" && error !== null ? (error as { code?: unknown }).code : undefined;
+  return typeof code === "string" && Object.hasOwn(DISK_ERRORS, code) ? code : null;
+}
+
+/**
+ * The one mapping of a disk that cannot take a write (read-only, full, over quota, failing: EROFS, ENOSPC,
+ * EDQUOT, EIO) to the environment failure it is: a {@link ResourceUnavailable} (exit 3) saying that
+ * `subject` (what was being written, naming its path) cannot be written and why, with the remedy, then
+ * `next` when given; its context holds `path` (when known), the OS code under {@link DISK_ERROR_KEY} and
+ * the OS message (which names the file when the OS call had one). Null for any other error, ours included.
+ */
+export function diskFailure(
+  error: unknown,
+  subject: string,
+  path: string | null,
+  next?: string,
+): ResourceUnavailable | null {
+  const code = diskErrorCode(error);
+  if (code === null || error instanceof VideoflowError) return null;
+  const { state, remedy } = DISK_ERRORS[code];
+  return new ResourceUnavailable(
+    `cannot write ${subject}: its filesystem ${state} (${code})`,
+    next === undefined ? remedy : `${remedy}; ${next}`,
+    { ...(path === null ? {} : { path }), [DISK_ERROR_KEY]: code, os_error: errorMessage(error) },
+  );
+}
+
+/**
+ * Whether `failure` (an error, or the {@link ErrorRecord} of one: a replica's termination reason) is a
+ * {@link diskFailure}: the same write fails the same way until an operator frees or remounts the disk.
+ */
+export function isDiskFailure(failure: unknown): boolean {
+  if (typeof failure !== "object" || failure === null) return false;
+  const { code, context } = failure as { code?: unknown; context?: unknown };
+  return code === ResourceUnavailable.code && typeof context === "object" && context !== null &&
+    Object.hasOwn(DISK_ERRORS, String((context as Record<string, unknown>)[DISK_ERROR_KEY]));
+}
+
 /** A read a decision depended on could not be made; the decision is retried, never guessed. */
 export class UnobservableState extends VideoflowEnvironmentError {
   /** Stable code of this class, `VF_STATE_UNKNOWN`. */
@@ -398,6 +457,52 @@ export class SchemaError extends PoisonMessage {
 export class PartitionKeyError extends PoisonMessage {
   /** Stable code of this class, `VF_POISON_PARTITION_KEY`. */
   static override readonly code: string = "VF_POISON_PARTITION_KEY";
+}
+
+/**
+ * How a replica ended while a message was inside its node, which counts as one delivery of that message
+ * (as a broker counts an expired ack wait): it crashed (an exit its task did not make: `Deno.exit`, a
+ * signal, an exhausted heap, a fault in native code) or it stalled (a call that never returned).
+ */
+export const ReplicaDeath = { crashed: "crashed", stalled: "stalled" } as const;
+/** One of {@link ReplicaDeath}. */
+export type ReplicaDeath = typeof ReplicaDeath[keyof typeof ReplicaDeath];
+
+/** The message was inside the node each time its replica crashed, until its delivery budget ran out. */
+export class ReplicaCrashed extends PoisonMessage {
+  /** Stable code of this class, `VF_POISON_REPLICA_CRASHED`. */
+  static override readonly code: string = "VF_POISON_REPLICA_CRASHED";
+}
+
+/** The message was inside the node each time its replica stalled, until its delivery budget ran out. */
+export class ReplicaStalled extends PoisonMessage {
+  /** Stable code of this class, `VF_POISON_REPLICA_STALLED`. */
+  static override readonly code: string = "VF_POISON_REPLICA_STALLED";
+}
+
+/**
+ * The dead-letter error of a message whose delivery budget replica deaths used up: {@link ReplicaStalled}
+ * when the last death was a stall, else {@link ReplicaCrashed}, naming the node, the deliveries counted and
+ * the last death's cause (the replica's exit reason).
+ */
+export function replicaDeathFailure(
+  death: ReplicaDeath,
+  node: string,
+  deliveries: number,
+  cause: string,
+): PoisonMessage {
+  const stalled = death === ReplicaDeath.stalled;
+  const what = stalled ? "stalled (a call that never returned)" : "crashed";
+  const message = `the input was inside ${node} when its replica ${what}, ${deliveries} time(s), its whole ` +
+    `delivery budget; the last: ${cause}`;
+  const remedy = stalled
+    ? "find why the node never returns on this input (`vf dlq` holds it); the other inputs went on"
+    : "find why the node kills its process on this input (`vf dlq` holds it): a Deno.exit, an exhausted " +
+      "heap, a fault in native code; the other inputs went on";
+  const context = { node, num_delivered: deliveries, replica_death: death };
+  return stalled
+    ? new ReplicaStalled(message, remedy, context)
+    : new ReplicaCrashed(message, remedy, context);
 }
 
 /** Something outside the worker was briefly unavailable: retry with backoff. */
@@ -583,7 +688,8 @@ class CarriedError extends VideoflowRuntimeError {
  * Wraps whatever a node threw into a classified {@link VideoflowRuntimeError} carrying the message's
  * identity. A runtime error of ours is enriched in place; a user or environment error of ours keeps its
  * class name, code and exit status (worker_fatal for a user error: a misconfigured node fails every message
- * alike); anything else becomes a runtime error whose disposition comes from {@link classify} and whose
+ * alike; and for a {@link diskFailure}, which an OS error of a full or read-only disk becomes: the input is
+ * not to blame, and the next one fails the same way); anything else becomes a runtime error whose disposition comes from {@link classify} and whose
  * `cause` is the original.
  */
 export function asRuntimeError(
@@ -599,9 +705,13 @@ export function asRuntimeError(
   }
   if (error instanceof VideoflowError) {
     return new CarriedError(error, context).withDisposition(
-      error instanceof VideoflowUserError ? WORKER_FATAL : requireDisposition(fallback),
+      error instanceof VideoflowUserError || isDiskFailure(error)
+        ? WORKER_FATAL
+        : requireDisposition(fallback),
     );
   }
+  const disk = diskFailure(error, "to disk", null);
+  if (disk !== null) return asRuntimeError(disk, fallback, context);
   const disposition = classify(error, fallback);
   const type = error instanceof Error ? error.name : typeof error;
   const wrapped = new VideoflowRuntimeError(errorMessage(error), null, { ...context, error_type: type });

@@ -868,12 +868,62 @@ function nameErrors(nodes: readonly Node[]): Diagnostic[] {
 }
 
 /**
+ * The most bytes of JSON a flow's node params may take, every node's together: the spec's transport for
+ * them to a pod is the compiled specs document in a ConfigMap (VF_FLOW_SPECS_PATH), and Kubernetes holds
+ * at most 1 MiB of data in one; a subprocess reads the same document when one environment entry (128 KiB)
+ * cannot hold a node's params, and a Deno Worker is handed them whole. So a flow that validates has params
+ * every engine can carry.
+ */
+export const MAX_FLOW_PARAMS_BYTES = 1024 * 1024;
+
+const utf8 = new TextEncoder();
+
+/**
+ * The params that no transport can carry ({@link MAX_FLOW_PARAMS_BYTES}): each node whose params alone are
+ * over it, else the whole flow's when together they are, naming the largest. Params that are not JSON are
+ * reported by their node's own check.
+ */
+function paramsSizeErrors(nodes: readonly Node[]): Diagnostic[] {
+  const sizes = nodes.flatMap((node) => {
+    try {
+      return [{ node: node.name, bytes: utf8.encode(JSON.stringify(node.getParams())).length }];
+    } catch {
+      return [];
+    }
+  });
+  const limit =
+    `${MAX_FLOW_PARAMS_BYTES} bytes (1 MiB: the data a Kubernetes ConfigMap holds, which carries ` +
+    "the compiled specs to a worker)";
+  const remedy = "keep bulk data out of params: put it in a file the node reads (declare it in " +
+    "requiredAssets() and its read permission) and pass the file's path";
+  const over = sizes.filter((size) => size.bytes > MAX_FLOW_PARAMS_BYTES);
+  if (over.length > 0) {
+    return over.map(({ node, bytes }) =>
+      fail(CONTRACT, node, `node ${node}'s params are ${bytes} bytes of JSON, more than ${limit}`, remedy)
+    );
+  }
+  const total = sizes.reduce((sum, size) => sum + size.bytes, 0);
+  if (total <= MAX_FLOW_PARAMS_BYTES) return [];
+  const largest = sizes.toSorted((a, b) => b.bytes - a.bytes).slice(0, 3)
+    .map(({ node, bytes }) => `${node} ${bytes}`).join(", ");
+  return [
+    fail(
+      CONTRACT,
+      null,
+      `the nodes' params are ${total} bytes of JSON together (largest: ${largest}), more than ${limit}`,
+      remedy,
+    ),
+  ];
+}
+
+/**
  * Every problem with a graph, in one pass: structural errors (no consumer, a listed consumer that is not
  * a ConsumerNode, a root that is not a producer, cycles, consumers unreachable from any producer,
  * duplicate names, names that collide once encoded), then each node's errors (class not exported, params
  * not JSON, invalid framework params, a repeated parent, invalid delivery or join policy, a replicated
  * join without a partition key, a replicated time-mode join of several parents, GPU knobs on a CPU node,
- * gpuCount > 1 with gpuMemoryGib, invalid class declarations, permissions or assets), then warnings
+ * gpuCount > 1 with gpuMemoryGib, invalid class declarations, permissions or assets), then params too
+ * large for any transport ({@link MAX_FLOW_PARAMS_BYTES}), then warnings
  * (children outside the flow, ignored declarations, a given producer that feeds no consumer). Empty means
  * the graph is sound.
  */
@@ -891,6 +941,7 @@ export function validate(
   const errors = [
     ...structuralErrors(consumers, nodes, members, leftover),
     ...ordered.flatMap((node) => nodeErrors(node, options.modules)),
+    ...paramsSizeErrors(ordered),
   ];
   const warnings = ordered.flatMap((node) => nodeWarnings(node, members));
   for (const producer of producers) {

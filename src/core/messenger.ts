@@ -91,8 +91,12 @@ export interface Messenger {
    * first failure among them.
    */
   awaitInFlight(): Promise<void>;
-  /** Reports that the node failed on the last input group; the delivery policy decides the cost. */
-  failInputs(error: unknown): Promise<void>;
+  /**
+   * Reports that the node failed on the last input group; the delivery policy decides the cost. Resolves
+   * `true` when the policy gave up on an input of the group (dead-lettered or dropped it), `false` when
+   * every input goes back for another attempt (or there was no group).
+   */
+  failInputs(error: unknown): Promise<boolean>;
   /** Whether a stop was signalled; `stopReason()` says which. */
   checkForTermination(): boolean;
   /** Which stop `checkForTermination` reports, or `null` while the flow runs. */

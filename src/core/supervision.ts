@@ -3,8 +3,8 @@
  * pure (no I/O; time comes from an injected {@link Clock}), so the task loop, the local engine and the
  * Kubernetes renderer hold the same objects and agree by construction.
  *
- * - {@link ConsecutiveFailureBreaker}: worker-scoped; a run of failures in a row is a sick worker, not bad
- *   data (story 25).
+ * - {@link ConsecutiveFailureBreaker}: worker-scoped; a run of failures in a row that the delivery policy
+ *   gave up on at least once is a sick worker, not bad data (story 25).
  * - {@link ProgressDeadline}: node-scoped; "wedged" is work pending and nothing acked, read from the broker
  *   as an {@link Observation} so a failed read is never mistaken for an idle node (story 7).
  * - {@link SupervisionPolicy}: engine-scoped; how a dead worker is restarted, and when the engine gives up.
@@ -32,6 +32,7 @@ import {
   DISPOSITIONS,
   errorToDict,
   EXIT_USER,
+  isDiskFailure,
   isDisposition,
   ProgressStalled,
   TRANSIENT,
@@ -67,9 +68,13 @@ function requireSeconds(value: number, what: string): number {
 }
 
 /**
- * Trips when a worker fails `threshold` messages in a row. Any success resets the count, so poison messages
- * interleaved with good ones never trip it. It counts every failure whatever its disposition: its value is
- * catching the illness the taxonomy did not label.
+ * Trips when a worker fails `threshold` messages in a row and the delivery policy gave up on (dead-lettered
+ * or dropped) at least one of them. Any success resets the count, so poison messages interleaved with good
+ * ones never trip it. It counts every failure whatever its disposition: its value is catching the illness
+ * the taxonomy did not label. A run of failures that are all being retried does not trip it, however long
+ * the prefetch makes it: whether an item deserves another attempt is the delivery policy's to judge, and an
+ * item that succeeds within its retry budget is no sign of a sick worker. A worker that fails everything
+ * still trips it, at the first item whose budget runs out.
  */
 export class ConsecutiveFailureBreaker {
   /** Consecutive failures that trip it; 0 disables the breaker. */
@@ -77,6 +82,7 @@ export class ConsecutiveFailureBreaker {
   /** Named in the raised error, since that is what an operator reads. */
   readonly nodeName: string;
   #failures = 0;
+  #givenUp = false;
   #lastFailure: unknown = undefined;
 
   /** Throws ConfigError unless `threshold` is a whole number of 0 or more. */
@@ -90,20 +96,28 @@ export class ConsecutiveFailureBreaker {
     return this.#failures;
   }
 
-  /** Whether the run of failures reached the threshold (never, when disabled). */
+  /**
+   * Whether the run of failures reached the threshold and the delivery policy gave up on one of them
+   * (never, when disabled).
+   */
   get tripped(): boolean {
-    return this.threshold > 0 && this.#failures >= this.threshold;
+    return this.threshold > 0 && this.#failures >= this.threshold && this.#givenUp;
   }
 
-  /** A message failed; counts toward the trip regardless of its disposition. */
-  recordFailure(error: unknown): void {
+  /**
+   * A message failed; counts toward the trip regardless of its disposition. `givenUp` says whether the
+   * delivery policy gave the message up (dead-lettered or dropped it) rather than retrying it.
+   */
+  recordFailure(error: unknown, givenUp = true): void {
     this.#failures++;
+    this.#givenUp ||= givenUp;
     this.#lastFailure = error;
   }
 
   /** A message was processed and acked: the worker is demonstrably alive, so the run starts over. */
   recordSuccess(): void {
     this.#failures = 0;
+    this.#givenUp = false;
     this.#lastFailure = undefined;
   }
 
@@ -265,11 +279,13 @@ export type TerminationReason = Readonly<Record<string, unknown>>;
 
 /**
  * Whether restarting could change how a replica ends: not for the author's mistake (exit 2: the same
- * configuration fails the same way) nor for a replica that stopped because a parent aborted (its input
- * stream is over).
+ * configuration fails the same way), nor for a replica that stopped because a parent aborted (its input
+ * stream is over), nor for a disk that is full or read-only (`isDiskFailure`: the same write fails the same
+ * way until an operator frees or remounts it).
  */
 export function restartCanMend(exited: NodeExited): boolean {
-  return exited.code !== EXIT_USER && exited.reason?.code !== UpstreamAborted.code;
+  return exited.code !== EXIT_USER && exited.reason?.code !== UpstreamAborted.code &&
+    !isDiskFailure(exited.reason);
 }
 
 /** A worker was launched; `attempt` is 0 for the first launch, n for the n-th restart. */
@@ -361,7 +377,8 @@ export function flowStalled(detail: string): FlowStalledEvent {
   return Object.freeze({ kind: "flow_stalled", detail });
 }
 
-function describeReason(reason: TerminationReason | null): string {
+/** A termination reason as one line: `CODE: message`, the code alone, or "no reason reported". */
+export function describeReason(reason: TerminationReason | null): string {
   if (reason === null) return "no reason reported";
   const code = typeof reason.code === "string" ? reason.code : "VF_UNKNOWN";
   return typeof reason.message === "string" ? `${code}: ${reason.message}` : code;

@@ -11,7 +11,8 @@
  *   ends the node (it outranks a sibling's EOS, ABORT-3) → EOS from every parent is forwarded and ends it →
  *   otherwise the node gets its input, the output is published (a processor's deferred checkpoint rides
  *   with it) and the inputs are acked. A failure goes to `failInputs` (the delivery policy decides its
- *   cost), counts toward the breaker, and the loop goes on, unless the failure is worker_fatal: then the
+ *   cost), counts toward the breaker (which trips only on a run the policy gave up on once), and the loop
+ *   goes on, unless the failure is worker_fatal: then the
  *   loop ends so the inputs go to a healthy replica (story 24).
  * - {@link NodeTask.run}: `open()` → loop → `close()`, `close()` in every case. A failure in `open()` or in
  *   the loop publishes ABORT before the task ends, so the graph downstream terminates instead of waiting
@@ -192,6 +193,17 @@ export interface TaskWatchdog {
   stop(): void;
 }
 
+/**
+ * Told when a receiving node is handed an input group and when that call ended, so that a replica that
+ * dies inside the call (a crash, a stall) can be charged to the inputs it held, and only to those.
+ */
+export interface InputCallWatch {
+  /** The node is being handed the input group last received. */
+  entered(): void;
+  /** The node's call on it returned or threw. */
+  left(): void;
+}
+
 /** The effect markers an idempotent sink's task checks and sets; `IdempotencyStore` fits. */
 export interface EffectMarkers {
   /** Whether the effect keyed `key` was already applied. */
@@ -224,6 +236,8 @@ export interface NodeTaskOptions {
   readonly delivery?: DeliveryMode;
   /** Where the loop reports liveness, readiness and metrics; none: nothing is reported. */
   readonly health?: TaskHealth | null;
+  /** Told around each call of a receiving node on an input group; none: nobody is told. */
+  readonly inputCalls?: InputCallWatch | null;
   /** Times the node's calls (monotonic seconds); the system clock by default. */
   readonly clock?: Clock;
 }
@@ -520,12 +534,13 @@ export abstract class NodeTask<N extends Node = Node> {
   }
 
   /**
-   * Hands a failed input group to the delivery policy (`failInputs`), counts it toward the breaker, the
-   * metrics and the drops; throws the failure back when it is worker_fatal, which ends the loop.
+   * Hands a failed input group to the delivery policy (`failInputs`), counts it toward the breaker (with
+   * whether the policy gave it up), the metrics and the drops; throws the failure back when it is
+   * worker_fatal, which ends the loop.
    */
   protected async failInputs(failure: VideoflowRuntimeError): Promise<void> {
-    await this.messenger.failInputs(failure);
-    this.#breaker?.recordFailure(failure);
+    const givenUp = await this.messenger.failInputs(failure);
+    this.#breaker?.recordFailure(failure, givenUp);
     this.#deadline?.recordProgress();
     const disposition = failure.disposition;
     this.health?.incr(TaskMetric.failed);
@@ -634,9 +649,11 @@ export class ProducerTask extends NodeTask<ProducerNode> {
 export abstract class ReceiverTask<N extends ReceiverNode = ReceiverNode> extends NodeTask<N> {
   /** The parents, in `.from()` order. */
   protected readonly parentNames: readonly string[];
+  readonly #inputCalls: InputCallWatch | null;
 
   constructor(node: N, options: ReceiverTaskOptions) {
     super(node, options);
+    this.#inputCalls = options.inputCalls ?? null;
     if (options.parentNames.length === 0) {
       throw new ConfigError(
         `${node.name} is a ${node.kind} with no parents`,
@@ -698,7 +715,12 @@ export abstract class ReceiverTask<N extends ReceiverNode = ReceiverNode> extend
     try {
       if (faultsInstalled()) await barrier(Barrier.nodeProcessBefore, context);
       const started = this.clock.monotonic();
-      result = await this.apply(this.#input(present), this.invokeOptions(identity));
+      this.#inputCalls?.entered();
+      try {
+        result = await this.apply(this.#input(present), this.invokeOptions(identity));
+      } finally {
+        this.#inputCalls?.left();
+      }
       callbackSeconds = elapsedSince(this.clock, started);
       if (faultsInstalled()) await barrier(Barrier.nodeProcessAfter, context);
     } catch (error) {

@@ -15,6 +15,7 @@ import { DeadLetterHeader } from "../messaging/messenger.ts";
 import { decodeEnvelope, decodePayload, type Envelope as WireEnvelope } from "../wire/codec.ts";
 import { envelopeMessageId } from "../wire/message_id.ts";
 import { BlobRef } from "../wire/value.ts";
+import { writingRunState } from "./run_directory.ts";
 
 /** The name of the dead-letter file in a run directory. */
 export const DEAD_LETTER_FILE = "dead_letters.jsonl";
@@ -91,9 +92,11 @@ export async function keepOffloadedPayloads(
     const present = await Deno.stat(path).then(() => true, () => false);
     const bytes = present ? null : await read(offloaded.key);
     if (bytes !== null) {
-      await Deno.mkdir(`${runDir}/${DEAD_LETTER_PAYLOADS}`, { recursive: true });
-      await Deno.writeFile(`${path}.tmp`, bytes);
-      await Deno.rename(`${path}.tmp`, path);
+      await writingRunState("a dead letter's payload", path, async () => {
+        await Deno.mkdir(`${runDir}/${DEAD_LETTER_PAYLOADS}`, { recursive: true });
+        await Deno.writeFile(`${path}.tmp`, bytes);
+        await Deno.rename(`${path}.tmp`, path);
+      });
     }
     const where = present || bytes !== null ? file : null;
     kept.push({ ...record, payload: { type: offloaded.type, size: offloaded.size, file: where } });
@@ -118,12 +121,17 @@ export function deadLetterRecord(envelope: Envelope): DeadLetterRecord {
   };
 }
 
-/** Writes `records` as the run's dead-letter file, replacing it whole. */
+/**
+ * Writes `records` as the run's dead-letter file, replacing it whole; a disk that cannot take it is a
+ * `diskFailure` naming the file, and the file keeps what it held.
+ */
 export async function writeDeadLetters(runDir: string, records: readonly DeadLetterRecord[]): Promise<void> {
   const path = `${runDir}/${DEAD_LETTER_FILE}`;
   const temporary = `${path}.tmp`;
-  await Deno.writeTextFile(temporary, records.map((record) => `${JSON.stringify(record)}\n`).join(""));
-  await Deno.rename(temporary, path);
+  await writingRunState("the dead-letter file", path, async () => {
+    await Deno.writeTextFile(temporary, records.map((record) => `${JSON.stringify(record)}\n`).join(""));
+    await Deno.rename(temporary, path);
+  });
 }
 
 /**

@@ -4,8 +4,9 @@
  * store, served to workers by the supervisor) with the run ledger in a file store under the state
  * directory (`.videoflow/<flow>/<run>/ledger`). Replicas are Deno Workers by default (frame bytes cross
  * as transferred buffers), or `deno run` subprocesses with matching `--allow-*` flags. The supervisor
- * restarts replicas per {@link SupervisionPolicy.local}, shows a live view, stops the flow the spec's way on
- * SIGINT/SIGTERM (a second signal forces), and resolves with the run's exit status.
+ * restarts replicas per {@link SupervisionPolicy.local}, counts a replica's death as a delivery of the
+ * inputs inside its node (its `in_node` reports say which) in the run ledger, shows a live view, stops the
+ * flow the spec's way on SIGINT/SIGTERM (a second signal forces), and resolves with the run's exit status.
  *
  * @module
  */
@@ -14,24 +15,32 @@ import { CoalescedRun } from "../core/coalesced_run.ts";
 import type { NodeSpec } from "../core/compiler.ts";
 import {
   ConfigError,
+  EXIT_ENVIRONMENT,
   EXIT_FLOW_FAILED,
   EXIT_STALLED,
   EXIT_USER,
   FlowFailed,
+  isDiskFailure,
   ProgressStalled,
+  ReplicaDeath,
   ResourceUnavailable,
   UpstreamAborted,
+  type VideoflowError,
 } from "../core/errors.ts";
 import { writeAll } from "../core/bytes.ts";
 import { undeclaredPermissionOnLoad } from "../core/undeclared_permission.ts";
+import { AT_LEAST_ONCE, DeliveryPolicy } from "../core/delivery_policy.ts";
 import { FlowType } from "../core/flow_type.ts";
 import { NodeKind } from "../core/node.ts";
 import {
+  describeReason,
   type NodeExited,
   nodeExited,
   nodeGaveUp,
+  nodeRestarted,
   nodeStarted,
   renderEvent,
+  restartCanMend,
   type SupervisionDecision,
   type SupervisionEvent,
   SupervisionPolicy,
@@ -40,8 +49,14 @@ import {
 import { channelId, MessageKind } from "../backends/messaging.ts";
 import { dataSubscriptionId, flowTopology, provisionFlow, type TopologyNode } from "../messaging/topology.ts";
 import { envelopeOwner } from "../messaging/messenger.ts";
-import { forgetBrokerCounts, forgetReplayPositions, storeSharedAndDurable } from "../backends/runtime.ts";
+import {
+  FlowRuntime,
+  forgetBrokerCounts,
+  forgetReplayPositions,
+  storeSharedAndDurable,
+} from "../backends/runtime.ts";
 import { FileRuntimeStore } from "../runtime/file_store.ts";
+import { systemClock } from "../backends/clock.ts";
 import {
   EMBEDDED_RUNTIME_STORE_URL,
   EndMarker,
@@ -49,6 +64,8 @@ import {
   type WorkerReport,
 } from "../runtime/worker.ts";
 import {
+  FLOW_SPECS_PATH_ENV,
+  paramsBySpecsFile,
   parseWorkerSettings,
   workerEnvFor,
   WorkerEnvVar,
@@ -70,6 +87,7 @@ import {
   writeDeadLetters,
 } from "./dead_letters.ts";
 import { EmbeddedBroker } from "./embedded_broker.ts";
+import { StopSignals } from "./stop_signals.ts";
 import { decodeEnvelope } from "../wire/codec.ts";
 import { DROP_JOIN_EVICTED } from "../messaging/grouping.ts";
 import { MsgType } from "../wire/identities.ts";
@@ -81,7 +99,9 @@ import {
   runDirectory,
   RunEnd,
   type RunEndRecord,
+  SPECS_FILE,
   writeRunEnd,
+  writeSpecsDocument,
 } from "./run_directory.ts";
 import { MemoryMessagingBackend } from "../backends/memory/messaging.ts";
 import { MAX_INLINE_PAYLOAD_ENV } from "../backends/payload_bridge.ts";
@@ -134,6 +154,12 @@ export interface LocalRunOptions {
    * "stopped on request"); the run can then go on with the same run id.
    */
   readonly signal?: AbortSignal;
+  /**
+   * Where SIGINT and SIGTERM come from: a listener the caller started before the run (the CLI, as it
+   * starts), so that one arriving while the flow loads already stops the run cleanly. By default the
+   * engine listens from the moment {@link LocalEngine.run} is called until it returns.
+   */
+  readonly stopSignals?: StopSignals;
   /**
    * Seconds without any report after which a replica counts as stalled: by default the progress timeout
    * its workers get (`VF_PROGRESS_TIMEOUT_SECONDS` in {@link extraEnv}, else 300), at least
@@ -323,6 +349,10 @@ interface Replica {
   exitReported: boolean;
   /** The running (or last) launch's counters. */
   stats: Counters | null;
+  /** The message ids its current launch last reported inside its node (`in_node`): none between calls. */
+  inNode: readonly string[];
+  /** Of its restarts, those after a death that used up the budget of an input inside its node. */
+  restartsForInputs: number;
   /** The counters of its earlier launches, so a restart does not reset what the view shows. */
   earlier: Counters;
   kill: (() => void) | null;
@@ -373,13 +403,6 @@ async function forgetEarlierBroker(
 function isEngineSetting(name: string): boolean {
   return name.startsWith("VF_") || name.startsWith("VIDEOFLOW_");
 }
-
-/**
- * What starts a process replica in a session of its own: a terminal's Ctrl-C or a service manager's
- * SIGTERM to vf's process group then reaches vf alone, which stops the flow the spec's way, instead of
- * killing a replica that has not yet installed its own handlers (its module graph still loading).
- */
-const SETSID = "setsid";
 
 /** Whether env permission `declared` (a name, or a prefix ending in `*`, as Deno reads it) covers `name`. */
 function envNameMatches(declared: string, name: string): boolean {
@@ -461,6 +484,10 @@ export class LocalEngine {
   readonly #earlierDeadLetters: readonly DeadLetterRecord[];
   readonly #started = performance.now() / 1000;
   #stopping = false;
+  /** Whether the ledger keeps the retry budget (durable and shared): replica deaths are counted there. */
+  #ledgerBudget = false;
+  /** `VF_MAX_RETRIES` as the replicas read it: with each node's delivery mode, its inputs' budget. */
+  readonly #maxRetries: number;
   /** The dead-letter file's writes, one after another: each writes the letters there are when it starts. */
   readonly #deadLetterWrites = new CoalescedRun(async () => {
     const records = await keepOffloadedPayloads(
@@ -475,7 +502,13 @@ export class LocalEngine {
   /** When the latest stop signal arrived (seconds, `performance.now()`), if one did. */
   #signalledAt: number | null = null;
   #forced = false;
+  readonly #stopSignals: StopSignals;
   #ending = false;
+  /**
+   * The first disk failure of the run's state (its ledger, dead letters or end record): the run ended at it,
+   * with exit status 3.
+   */
+  #stateUnwritable: ResourceUnavailable | null = null;
   /** Every replica has ended; the run's records are being written, and no stop changes them. */
   #settled = false;
   #wake: (() => void) | null = null;
@@ -487,6 +520,12 @@ export class LocalEngine {
   #heldNoticed = false;
   /** The module-resolution flags a process replica is started with: this process's own. */
   readonly #resolutionArgs: readonly string[];
+  /**
+   * Where the run's compiled specs document is, written before any subprocess replica starts (never for
+   * Workers, which are handed their params whole): a replica whose params no environment entry holds
+   * reads them there.
+   */
+  readonly #specsFile: string;
 
   private constructor(
     options: LocalRunOptions,
@@ -494,18 +533,31 @@ export class LocalEngine {
     ledger: FileRuntimeStore,
     runDir: string,
     earlierDeadLetters: readonly DeadLetterRecord[],
+    specsFile: string,
+    stopSignals: StopSignals,
   ) {
     this.#options = options;
+    this.#specsFile = specsFile;
+    this.#stopSignals = stopSignals;
     this.#silence = silenceLimit(options, settings);
+    this.#maxRetries = settings.maxRetries;
     this.#resolutionArgs = options.isolation === Isolation.process ? subprocessResolutionArgs() : [];
     this.#runDir = runDir;
     this.#earlierDeadLetters = earlierDeadLetters;
     this.#broker = new EmbeddedBroker({
       runtimeStore: ledger,
       messaging: new MemoryMessagingBackend({ maxPayloadBytes: EMBEDDED_MAX_ENVELOPE_BYTES }),
+      // A dead letter that cannot be kept fails its publication, so its input is not acked: the run ends.
       onDeadLetter: () =>
         this.#writeDeadLetters().catch((error) => {
-          this.#view.event(`the dead letters could not be written (again at the next one): ${error.message}`);
+          if (!isDiskFailure(error)) {
+            this.#view.event(
+              `the dead letters could not be written (again at the next one): ${error.message}`,
+            );
+            return;
+          }
+          this.#endOnUnwritableState(error);
+          throw error;
         }),
     });
     this.#view = new LiveView(options.output, this.#started);
@@ -515,6 +567,21 @@ export class LocalEngine {
   /** Runs the flow and resolves with how it ended. */
   static async run(options: LocalRunOptions): Promise<LocalRunResult> {
     const settings = checkLocalRunOptions(options);
+    // Listened for before anything of the run exists, so no signal ends this process half way.
+    const stopSignals = options.stopSignals ?? StopSignals.listen();
+    try {
+      return await LocalEngine.#runListening(options, settings, stopSignals);
+    } finally {
+      if (options.stopSignals === undefined) stopSignals.close();
+    }
+  }
+
+  /** {@link run}, with the stop signals listened for. */
+  static async #runListening(
+    options: LocalRunOptions,
+    settings: WorkerSettings,
+    stopSignals: StopSignals,
+  ): Promise<LocalRunResult> {
     const runDir = runDirectory(options.stateDir, options.flowId, options.runId);
     try {
       await Deno.mkdir(`${runDir}/termination`, { recursive: true });
@@ -534,11 +601,18 @@ export class LocalEngine {
         options.output.write(`${outcome}\n`);
         return { exitCode: 0, outcome, snapshots: [], runDir };
       }
-      const ledger = await FileRuntimeStore.open(`${runDir}/ledger`);
+      let engine: LocalEngine | null = null;
+      const ledger = await FileRuntimeStore.open(`${runDir}/ledger`, systemClock, {
+        onDiskFailure: (error) => {
+          if (engine !== null) engine.#endOnUnwritableState(error);
+        },
+      });
       await forgetEarlierBroker(ledger, options, previous);
       await clearRunEnd(runDir);
       const earlier = await readDeadLettersIfAny(runDir) ?? [];
-      const engine = new LocalEngine(options, settings, ledger, runDir, earlier);
+      const specsFile = `${runDir}/${SPECS_FILE}`;
+      if (options.isolation === Isolation.process) await writeSpecsDocument(specsFile, options.specs);
+      engine = new LocalEngine(options, settings, ledger, runDir, earlier, specsFile, stopSignals);
       try {
         return await engine.#run();
       } finally {
@@ -625,6 +699,7 @@ export class LocalEngine {
     const { flowId, flowType, runId, specs } = this.#options;
     const ledger = this.#broker.runtimeStore;
     const ledgerBudget = ledger !== null && await storeSharedAndDurable(ledger);
+    this.#ledgerBudget = ledgerBudget;
     const topology = flowTopology(topologyNodes(specs), {
       flowId,
       runId,
@@ -636,9 +711,8 @@ export class LocalEngine {
     await provisionFlow(this.#broker.messaging, topology, `run-local/${runId}`);
     this.#ownPartitionDrops();
     if (this.#options.isolation === Isolation.process) await this.#broker.listen();
-    const signals: Deno.Signal[] = ["SIGINT", "SIGTERM"];
-    const listeners = signals.map((signal) => [signal, () => this.stop(signal)] as const);
-    for (const [signal, listener] of listeners) Deno.addSignalListener(signal, listener);
+    // A signal that came while the run was being set up is handed over now, before any replica starts.
+    const detachSignals = this.#stopSignals.attach((signal) => this.stop(signal));
     const onAbort = () => this.stop(STOP_REQUESTED);
     this.#options.signal?.addEventListener("abort", onAbort, { once: true });
     if (this.#options.signal?.aborted) onAbort();
@@ -662,6 +736,8 @@ export class LocalEngine {
             ready: false,
             exitReported: false,
             stats: null,
+            inNode: [],
+            restartsForInputs: 0,
             earlier: NO_COUNTS,
             kill: null,
           };
@@ -675,9 +751,17 @@ export class LocalEngine {
       // Every replica has ended: a signal now changes nothing, and is caught so that it cannot cut the
       // run's dead letters, its run-end record or its summary short.
       this.#settled = true;
-      await this.#writeDeadLetters();
+      await this.#keepingState(() => this.#writeDeadLetters());
       const snapshots = this.#snapshots();
-      const exitCode = this.#forced ? EXIT_FORCED : runExitCode(this.#statuses());
+      let exitCode = this.#forced
+        ? EXIT_FORCED
+        : this.#stateUnwritable !== null
+        ? EXIT_ENVIRONMENT
+        : runExitCode(this.#statuses());
+      if (exitCode === 0) {
+        const end = this.#stoppedBy === null ? RunEnd.finished : RunEnd.stopped;
+        if (!await this.#keepingState(() => writeRunEnd(this.#runDir, end))) exitCode = EXIT_ENVIRONMENT;
+      }
       // A stop ends every producer's stream where it is, so a join of sources at different points gives up
       // the groups the stopped ones never completed: those are join evictions, and the outcome says so.
       const givenUp = snapshots.reduce((n, s) => n + (s.drops[DROP_JOIN_EVICTED] ?? 0), 0);
@@ -685,24 +769,22 @@ export class LocalEngine {
         ? "every item taken was finished"
         : `every item taken was finished or given up (${givenUp} join members, ${DROP_JOIN_EVICTED} in the ` +
           "drops column)";
+      const unwritable = this.#stateUnwritable;
+      const mend = `once that is mended, run it again with --run-id ${runId} to go on`;
       const outcome = exitCode === 0
         ? this.#stoppedBy === null
           ? `flow ${flowId} finished (run ${runId})`
           : `flow ${flowId} stopped on ${this.#stoppedBy} (run ${runId}): ${taken}; ` +
             `run it again with --run-id ${runId} to go on (replayable sources resume, others start over)`
-        : `flow ${flowId} ${
-          this.#forced ? "was forced to stop" : "failed"
-        } with exit code ${exitCode} (run ${runId})`;
-      if (exitCode === 0) {
-        await writeRunEnd(this.#runDir, this.#stoppedBy === null ? RunEnd.finished : RunEnd.stopped);
-      }
+        : `flow ${flowId} ${this.#forced ? "was forced to stop" : "failed"} with exit code ${exitCode} ` +
+          `(run ${runId})${unwritable === null ? "" : `: ${describeFailure(unwritable)}; ${mend}`}`;
       const notes = failedEverything(snapshots, sharedFailures(this.#currentDeadLetters()));
       for (const line of renderSummary(performance.now() / 1000 - this.#started, snapshots, outcome, notes)) {
         this.#options.output.write(`${line}\n`);
       }
       return { exitCode, outcome, snapshots, runDir: this.#runDir };
     } finally {
-      for (const [signal, listener] of listeners) Deno.removeSignalListener(signal, listener);
+      detachSignals();
       this.#options.signal?.removeEventListener("abort", onAbort);
     }
   }
@@ -742,7 +824,9 @@ export class LocalEngine {
 
   #onReport(replica: Replica, report: WorkerReport): void {
     replica.lastReportAt = performance.now() / 1000;
-    if (report.kind === "stats") {
+    if (report.kind === "in_node") {
+      replica.inNode = report.messageIds;
+    } else if (report.kind === "stats") {
       replica.stats = report;
       // A replica runs once its node opened: until then (a model loading) it is still starting.
       if (report.ready && (replica.state === NodeState.starting || replica.state === NodeState.restarting)) {
@@ -774,6 +858,7 @@ export class LocalEngine {
     replica.exitReported = false;
     replica.earlier = addCounts(replica.earlier, replica.stats);
     replica.stats = null;
+    replica.inNode = [];
     this.#event(nodeStarted(replica.spec.name, replica.index, replica.restarts));
     if (this.#options.isolation === Isolation.worker) this.#launchWorker(replica);
     else this.#launchProcess(replica);
@@ -831,9 +916,12 @@ export class LocalEngine {
    */
   #launchProcess(replica: Replica): void {
     const { spec } = replica;
+    const settings = paramsBySpecsFile(this.#envFor(replica), this.#specsFile);
+    const specsPath = settings[FLOW_SPECS_PATH_ENV];
     const { env: declaredEnv = [], ...granted } = mergePermissions(this.#granted(spec), {
       net: [(this.#broker.address ?? "").replace("tcp://", "")],
       write: [this.#terminationLog(replica)],
+      ...(specsPath === undefined ? {} : { read: [specsPath] }),
     });
     const hostEnv = Deno.env.toObject();
     const inherited = Object.fromEntries(
@@ -842,10 +930,8 @@ export class LocalEngine {
         !isEngineSetting(name) && declaredEnv.some((declared) => envNameMatches(declared, name))
       ),
     );
-    const settings = this.#envFor(replica);
-    const child = new Deno.Command(SETSID, {
+    const child = new Deno.Command(Deno.execPath(), {
       args: [
-        Deno.execPath(),
         "run",
         "--no-prompt",
         ...this.#resolutionArgs,
@@ -859,6 +945,11 @@ export class LocalEngine {
       stdin: "null",
       stdout: "piped",
       stderr: "piped",
+      // A session of its own from before it runs: a terminal's Ctrl-C or a service manager's SIGTERM to
+      // vf's process group then reaches vf alone, which stops the flow the spec's way, and never a replica
+      // still starting (the session is made in the forked child, which has vf's stop listeners until it
+      // runs deno; a `setsid` program in between would take the signal's default action).
+      detached: true,
     }).spawn();
     replica.kill = () => {
       try {
@@ -934,12 +1025,31 @@ export class LocalEngine {
     replica.kill = null;
     const exited = nodeExited(replica.spec.name, replica.index, code, replica.reason);
     this.#event(exited);
-    const decision = this.#decide(replica, exited);
+    const charge = this.#chargeDeath(replica, code);
+    if (charge === null) {
+      this.#settleExit(replica, exited, false);
+      return;
+    }
+    // What becomes of the replica waits for the ledger's count of its death (milliseconds), which also
+    // comes before any replacement takes the inputs again.
+    replica.state = NodeState.restarting;
+    void charge.then((inputSpent) => {
+      if (replica.state === NodeState.restarting) this.#settleExit(replica, exited, inputSpent);
+    });
+  }
+
+  /**
+   * Finishes, restarts or gives up on a replica that exited; `inputSpent`: its death used up the delivery
+   * budget of an input inside its node (see {@link #decide}).
+   */
+  #settleExit(replica: Replica, exited: NodeExited, inputSpent: boolean): void {
+    const decision = this.#decide(replica, exited, inputSpent);
     if (decision.kind === "finished") {
       replica.state = NodeState.done;
     } else if (decision.kind === "restart") {
       replica.state = NodeState.restarting;
       replica.restarts++;
+      if (inputSpent) replica.restartsForInputs++;
       this.#event(decision.event);
       setTimeout(() => {
         if (replica.state === NodeState.restarting && !this.#forced) this.#launch(replica);
@@ -961,6 +1071,50 @@ export class LocalEngine {
     this.#wake?.();
   }
 
+  /**
+   * Counts a replica's death as one delivery of each input it held inside its node (its last `in_node`
+   * report), as a broker counts an expired ack wait, so that an input that kills or wedges its replica on
+   * every delivery is dead-lettered once its budget is spent (`ReplicaDeath`: a stall when it exited as
+   * stalled, else a crash). Inputs prefetched but never handed to the node lose nothing. A death the
+   * supervisor caused (ending the run, a forced stop) charges nothing; neither does a ledger that does not
+   * keep the retry budget, nor a best-effort node (the broker's delivery count is their budget). Resolves
+   * whether the death used up the budget of an input it held; null when it charged nothing.
+   */
+  #chargeDeath(replica: Replica, code: number): Promise<boolean> | null {
+    const messageIds = replica.inNode;
+    replica.inNode = [];
+    const ledger = this.#broker.runtimeStore;
+    const budget = this.#deliveryBudget(replica.spec);
+    if (messageIds.length === 0 || !this.#ledgerBudget || ledger === null || budget === null) return null;
+    if (replica.endedBySupervisor || this.#forced) return null;
+    const { flowId, runId } = this.#options;
+    const runtime = new FlowRuntime({
+      store: ledger,
+      flowId,
+      runId,
+      node: replica.spec.name,
+      replicaId: replica.index,
+    });
+    const death = code === EXIT_STALLED ? ReplicaDeath.stalled : ReplicaDeath.crashed;
+    const cause = describeReason(replica.reason);
+    return Promise.all(messageIds.map((id) => runtime.recordReplicaDeath(id, death, cause))).then(
+      (counts) => counts.some((count) => count >= budget),
+      (error) => {
+        this.#view.event(
+          `${replica.spec.name}[${replica.index}]'s death could not be counted against its inputs: ` +
+            `${(error as Error).message}`,
+        );
+        return false;
+      },
+    );
+  }
+
+  /** How many deliveries the ledger allows an input of an at-least-once node; null for best-effort. */
+  #deliveryBudget(spec: NodeSpec): number | null {
+    const policy = DeliveryPolicy.resolve(this.#options.flowType, spec.delivery, this.#maxRetries);
+    return policy.delivery === AT_LEAST_ONCE ? policy.maxDeliver : null;
+  }
+
   /** The end marker (EOS or ABORT) the broker holds from `replica`, if it published one. */
   #publishedEndMarker(replica: Replica): EndMarker | null {
     const { flowId, runId } = this.#options;
@@ -974,18 +1128,38 @@ export class LocalEngine {
   }
 
   /**
-   * What to do about a replica that exited: the supervision policy's decision, except that a replica
-   * that published ABORT is not restarted (its children have ended already, which no restart undoes), nor
-   * one whose stream had ended cleanly before it failed (a restart would make or take its stream again),
-   * and nothing is restarted while the flow stops.
+   * What to do about a replica that exited: the supervision policy's decision on the restarts it spent
+   * itself, except that a replica that published ABORT is not restarted (its children have ended already,
+   * which no restart undoes), nor one whose stream had ended cleanly before it failed (a restart would make
+   * or take its stream again), and nothing is restarted while the flow stops. A death that used up the
+   * delivery budget of an input inside the node (`inputSpent`) is that input's: the input is dead-lettered
+   * now, so a restart mends it, and it spends none of the replica's restarts (where restarts are allowed).
+   * Restarts are numbered among all of the replica's.
    */
-  #decide(replica: Replica, exited: NodeExited): SupervisionDecision | { kind: "give_up"; event: null } {
+  #decide(
+    replica: Replica,
+    exited: NodeExited,
+    inputSpent: boolean,
+  ): SupervisionDecision | { kind: "give_up"; event: null } {
     if (this.#forced || this.#ending || this.#stopping && exited.code !== 0) {
       return { kind: "give_up", event: null };
     }
-    const decision = this.#policy.decide(exited, replica.restarts);
+    const own = replica.restarts - replica.restartsForInputs;
+    const mended = inputSpent && restartCanMend(exited) && this.#policy.shouldRestart(0, exited.disposition);
+    const decision = mended
+      ? { kind: "restart" as const, delaySeconds: this.#policy.delayFor(own) }
+      : this.#policy.decide(exited, own);
     const over = replica.endMarker === EndMarker.abort || replica.streamEnded;
-    if (decision.kind !== "restart" || !over) return decision;
+    switch (decision.kind) {
+      case "finished":
+        return decision;
+      case "restart":
+        if (!over) {
+          const { delaySeconds } = decision;
+          const event = nodeRestarted(exited.node, exited.replica, replica.restarts + 1, delaySeconds);
+          return { kind: "restart", delaySeconds, event };
+        }
+    }
     return {
       kind: "give_up",
       event: nodeGaveUp(exited.node, exited.replica, replica.restarts, exited.reason),
@@ -1003,30 +1177,65 @@ export class LocalEngine {
 
   /**
    * A replica the supervisor gave up on that ended without an end marker (killed, wedged, or a worker-fatal
-   * failure): its children would wait for it forever, so the run ends here. Every other replica is
-   * killed; their statuses do not count toward the run's, whose ledger keeps what was done for a re-run.
+   * failure): its children would wait for it forever, so the run ends here ({@link #killTheRest}).
    */
   #endRun(failed: Replica): void {
+    this.#killTheRest(
+      `giving up on ${failed.spec.name}[${failed.index}], which ended without telling its children: ` +
+        "ending the run",
+      new FlowFailed(
+        `stopped by the supervisor: ${failed.spec.name}[${failed.index}] was given up on without ending ` +
+          "its stream, so the run ends",
+        `see why ${failed.spec.name}[${failed.index}] failed above`,
+      ),
+      failed,
+    );
+  }
+
+  /**
+   * The run's state cannot be written (its ledger, its dead letters: a disk read-only, full or failing):
+   * nothing more can be recorded, so the run ends at once, with exit status 3 and `error` as its outcome
+   * ({@link #killTheRest}). What the ledger holds is whole, and a re-run once the disk is mended goes on
+   * from there.
+   */
+  #endOnUnwritableState(error: ResourceUnavailable): void {
+    if (this.#stateUnwritable !== null) return;
+    this.#stateUnwritable = error;
+    if (this.#settled) return;
+    this.#killTheRest(`${describeFailure(error)}: ending the run`, error, null);
+  }
+
+  /**
+   * Runs `write`, a write of the run's state after every replica ended; a disk failure ends the run as
+   * {@link #endOnUnwritableState} says and resolves with false. Anything else is thrown.
+   */
+  async #keepingState(write: () => Promise<void>): Promise<boolean> {
+    try {
+      await write();
+      return true;
+    } catch (error) {
+      if (!isDiskFailure(error)) throw error;
+      this.#endOnUnwritableState(error as ResourceUnavailable);
+      return false;
+    }
+  }
+
+  /**
+   * Ends the run here, saying `announcement`: every replica but `spared` is killed with `reason`; their
+   * statuses do not count toward the run's, whose ledger keeps what was done for a re-run.
+   */
+  #killTheRest(announcement: string, reason: VideoflowError, spared: Replica | null): void {
     if (this.#ending) return;
     this.#ending = true;
     this.#stopping = true;
-    this.#view.event(
-      `giving up on ${failed.spec.name}[${failed.index}], which ended without telling its children: ` +
-        "ending the run",
-    );
+    this.#view.event(announcement);
     for (const replica of this.#held.splice(0)) replica.state = NodeState.failed;
     for (const replica of this.#replicas) {
-      if (replica === failed) continue;
+      if (replica === spared) continue;
       if (replica.state === NodeState.restarting) replica.state = NodeState.failed;
       if (replica.exitCode !== null) continue;
       replica.endedBySupervisor = true;
-      replica.reason = {
-        ...new FlowFailed(
-          `stopped by the supervisor: ${failed.spec.name}[${failed.index}] was given up on without ending ` +
-            "its stream, so the run ends",
-          `see why ${failed.spec.name}[${failed.index}] failed above`,
-        ).toDict(),
-      };
+      replica.reason = { ...reason.toDict() };
       replica.kill?.();
     }
   }
@@ -1219,6 +1428,11 @@ export class LocalEngine {
       }
     }
   }
+}
+
+/** One line for a failure that ends a run: its code, message and remedy. */
+function describeFailure(error: VideoflowError): string {
+  return `${error.code}: ${error.message}${error.remedy === null ? "" : ` (remedy: ${error.remedy})`}`;
 }
 
 /** Linux's number of each signal, as a shell reports a process it ended (128 + the number). */

@@ -1,12 +1,15 @@
 /**
  * A local run's directory, `{stateDir}/{flowId}/{runId}`: where it is, the lock that lets one supervisor
- * at a time run it, and the record of how its last supervisor ended, which decides what a re-run keeps.
+ * at a time run it, the record of how its last supervisor ended, which decides what a re-run keeps, and
+ * the compiled specs document its subprocess replicas read params from that no environment entry holds.
  *
  * @module
  */
 
+import { dirname } from "node:path";
 import { sanitize } from "../backends/names.ts";
-import { ConfigError, ResourceUnavailable } from "../core/errors.ts";
+import type { NodeSpec } from "../core/compiler.ts";
+import { ConfigError, diskFailure, ResourceUnavailable } from "../core/errors.ts";
 import { syncDirectory, writeAtomically } from "../runtime/file_store.ts";
 
 /**
@@ -42,6 +45,26 @@ export function runDirectory(stateDir: string, flowId: string, runId: string): s
   return `${stateDir}/${flowId}/${runId}`;
 }
 
+/** What to do once a disk failure of a run's state is mended: the run goes on from its ledger. */
+export const RESUME_AFTER_DISK_REMEDY =
+  "then run vf again with the same --run-id: the run goes on from its " +
+  "ledger, whose every write happened whole or not at all";
+
+/**
+ * Runs `write`, which writes the run's state at `path` (`subject` says what that is: "the dead-letter
+ * file"), and resolves with what it returns.
+ *
+ * @throws ResourceUnavailable (a `diskFailure`, exit 3) naming the path when its disk is read-only, full or
+ * failing; any other failure as it is.
+ */
+export async function writingRunState<T>(subject: string, path: string, write: () => Promise<T>): Promise<T> {
+  try {
+    return await write();
+  } catch (error) {
+    throw diskFailure(error, `${subject} ${path}`, path, RESUME_AFTER_DISK_REMEDY) ?? error;
+  }
+}
+
 /**
  * Holds the run's lock (an exclusive flock on `{runDir}/run.lock`, released when closed or when the
  * process dies): one supervisor per run directory at a time.
@@ -51,7 +74,11 @@ export function runDirectory(stateDir: string, flowId: string, runId: string): s
  */
 export async function lockRun(runDir: string, flowId: string, runId: string): Promise<Deno.FsFile> {
   const path = `${runDir}/run.lock`;
-  const lock = await Deno.open(path, { read: true, write: true, create: true });
+  const lock = await writingRunState(
+    "the run's lock",
+    path,
+    () => Deno.open(path, { read: true, write: true, create: true }),
+  );
   let held: boolean;
   try {
     held = await lock.tryLock(true);
@@ -126,16 +153,40 @@ function unusableRunEnd(path: string, why: string): ResourceUnavailable {
 /** Records how this supervisor ended: written whole and synced (a temporary file renamed over it), or not at all. */
 export async function writeRunEnd(runDir: string, end: RunEnd): Promise<void> {
   const bytes = new TextEncoder().encode(JSON.stringify({ end, at: new Date().toISOString() }));
-  await writeAtomically(runDir, `${runDir}/${END_FILE}.tmp`, `${runDir}/${END_FILE}`, bytes);
+  const path = `${runDir}/${END_FILE}`;
+  await writingRunState(
+    "the run's end record",
+    path,
+    () => writeAtomically(runDir, `${path}.tmp`, path, bytes),
+  );
+}
+
+/** The name of the compiled specs document in a run directory. */
+export const SPECS_FILE = "specs.json";
+
+/**
+ * Writes the compiled specs document at `path` (a run's {@link SPECS_FILE}: a JSON list of NodeSpecs, the
+ * document `VF_FLOW_SPECS_PATH` names) whole and synced, replacing an earlier one.
+ */
+export async function writeSpecsDocument(path: string, specs: readonly NodeSpec[]): Promise<void> {
+  const bytes = new TextEncoder().encode(JSON.stringify(specs.map((spec) => spec.toDict())));
+  await writingRunState(
+    "the run's specs document",
+    path,
+    () => writeAtomically(dirname(path), `${path}.tmp`, path, bytes),
+  );
 }
 
 /** Removes the end record before a supervisor goes on with the run, so its own death leaves none. */
 export async function clearRunEnd(runDir: string): Promise<void> {
-  try {
-    await Deno.remove(`${runDir}/${END_FILE}`);
-  } catch (error) {
-    if (error instanceof Deno.errors.NotFound) return;
-    throw error;
-  }
-  await syncDirectory(runDir);
+  const path = `${runDir}/${END_FILE}`;
+  await writingRunState("the run's end record", path, async () => {
+    try {
+      await Deno.remove(path);
+    } catch (error) {
+      if (error instanceof Deno.errors.NotFound) return;
+      throw error;
+    }
+    await syncDirectory(runDir);
+  });
 }

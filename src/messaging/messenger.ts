@@ -27,7 +27,9 @@
  *   `dlq:{flow}:{run}:{node}:{stream_seq}`) and terminate only once the dead letter is accepted, else
  *   record a pending handoff and keep the delivery alive (DELIV-15); a termination without a dead letter
  *   references a terminal-log record. Undecodable input, a missing or corrupt payload and an unusable
- *   partition key take the same ladder as poison without reaching the node.
+ *   partition key take the same ladder as poison without reaching the node, and so does a redelivery whose
+ *   budget replica deaths used up under the ledger budget (its supervisor counted each death with it inside
+ *   the node, `FlowRuntime.recordReplicaDeath`): VF_POISON_REPLICA_CRASHED or VF_POISON_REPLICA_STALLED.
  * - Payloads above the inline threshold leave the envelope through the payload bridge under the readers'
  *   obligations; a reader's obligation is released only after a confirmed settlement (PAY-004).
  * - Checkpoints commit with their output in one ledger write (RUN-003, RUN-022; refused on a ledger that
@@ -120,6 +122,7 @@ import {
   errorToDict,
   type PartitionKeyError,
   PoisonMessage,
+  replicaDeathFailure,
   StaleAuthority,
   TRANSIENT,
   TransientFailure,
@@ -399,6 +402,11 @@ interface ParentState {
   inJoin: number;
   quietSince: number | null;
   nextCheck: number;
+  /**
+   * At the last EOS-7 check, every replica had ended and the broker held nothing for this node, yet the
+   * ledger noted fewer ids received than the parent announced: the held end markers are work that waits.
+   */
+  barrierShort: boolean;
   /** Received ids waiting for the write running now to finish, and the write that will note them. */
   recordingNext: ReceivedWrite | null;
   /** The latest received-id write begun or queued. */
@@ -917,16 +925,26 @@ export class BrokerMessenger implements Messenger {
 
   /**
    * Applies the delivery policy to every delivery of the group last received: `actionFor(disposition,
-   * numDelivered)` with the broker's (or, under the ledger budget, the ledger's) delivery count.
+   * numDelivered)` with the broker's (or, under the ledger budget, the ledger's) delivery count. Resolves
+   * `true` when any delivery's action was not a retry (the policy gave it up).
    */
-  async failInputs(error: unknown): Promise<void> {
+  async failInputs(error: unknown): Promise<boolean> {
     const group = this.#current;
-    if (group === null) return;
+    if (group === null) return false;
     this.#current = null;
     this.#outputs = [];
     const failure = asRuntimeError(error, this.#delivery.onError ?? DEFAULT_DISPOSITION);
-    await Promise.all(group.handles.map((h) => this.#applyLadder(h, failure)));
+    const actions = await Promise.all(group.handles.map((h) => this.#applyLadder(h, failure)));
     await this.#closeGroup();
+    return actions.some((action) => action !== ACTION_NAK);
+  }
+
+  /**
+   * The message ids of the deliveries behind the group last received, until it is acked or failed (none
+   * before any group, or after): the inputs a replica that dies now was holding inside its node.
+   */
+  currentMessageIds(): string[] {
+    return this.#current?.handles.map((held) => held.delivery.token.messageId) ?? [];
   }
 
   /** Per-parent envelope facts of the group last received (`null` for a producer or before any group). */
@@ -1276,8 +1294,10 @@ export class BrokerMessenger implements Messenger {
 
   /**
    * Messages waiting for this node across its parents (on the broker, leased, held in join groups, or,
-   * for an at-least-once node, retained unresolved), Unknown as soon as any parent's subscription could
-   * not be read; Known(0) for a producer.
+   * for an at-least-once node, retained unresolved), and the end markers held for a parent whose EOS-7
+   * barrier stays short with nothing left on the broker (so a barrier that can never complete is a stall
+   * the progress deadline ends, not an idle node); Unknown as soon as any parent's subscription could not
+   * be read; Known(0) for a producer.
    */
   async pendingObservation(): Promise<Observation<number>> {
     let total = 0;
@@ -1285,6 +1305,7 @@ export class BrokerMessenger implements Messenger {
       const observed = await this.#backend.observeSubscription(parent.data);
       if (observed.kind !== "known") return observed;
       total += this.#waiting(observed.value) + observed.value.leased;
+      if (parent.barrierShort && !parent.drained) total += parent.ends.size;
     }
     return known(total, this.#clock);
   }
@@ -1358,6 +1379,7 @@ export class BrokerMessenger implements Messenger {
       inJoin: 0,
       quietSince: null,
       nextCheck: 0,
+      barrierShort: false,
       recordingNext: null,
       recordingLast: Promise.resolve(),
     };
@@ -1568,10 +1590,15 @@ export class BrokerMessenger implements Messenger {
         MessengerDropReason.partitionKey,
       );
     }
-    const blobRef = this.#blobKey(decoded);
-    const held = new Held(delivery, parent, decoded, blobRef, now);
+    const held = new Held(delivery, parent, decoded, this.#blobKey(decoded), now);
     this.#held.add(held);
-    if (blobRef !== null) return this.#fetchAndJoin(held, decoded);
+    if (this.#ledgerBudget && delivery.token.attempt > 1) return this.#joinRedelivered(held, decoded);
+    return this.#readAndJoin(held, decoded);
+  }
+
+  /** A held data delivery's payload, read (fetched when offloaded), then joined. */
+  #readAndJoin(held: Held, decoded: WireEnvelope): Promise<void> | null {
+    if (held.blobRef !== null) return this.#fetchAndJoin(held, decoded);
     let message: unknown;
     try {
       message = decodePayload(decoded.payloadType, decoded.payload);
@@ -1580,6 +1607,23 @@ export class BrokerMessenger implements Messenger {
     }
     this.#enter(held, decoded, message);
     return null;
+  }
+
+  /**
+   * A redelivery under the ledger budget: when replica deaths used up its budget (it was inside the node
+   * each time a replica crashed or stalled, the last counted attempt a death), it is dead-lettered with
+   * what that death was and never reaches the node again; otherwise it is joined.
+   */
+  async #joinRedelivered(held: Held, decoded: WireEnvelope): Promise<void> {
+    const record = await this.#runtime.replicaDeathOf(held.delivery.token.messageId);
+    if (record === null || record.count < this.#delivery.maxDeliver) {
+      await this.#readAndJoin(held, decoded);
+      return;
+    }
+    this.#drop(MessengerDropReason.exhausted);
+    await this.#applyLadder(held, replicaDeathFailure(record.death, this.#node, record.count, record.cause), {
+      counted: record.count,
+    });
   }
 
   /** An offloaded payload: fetched from the store (on this turn, after ownership was decided), then joined. */
@@ -2033,8 +2077,12 @@ export class BrokerMessenger implements Messenger {
         : observed;
       // The barrier is never complete while the broker holds work for this node or cannot be read, so the
       // ledger (terminators, every received record) is read only when the broker's facts allow completion.
-      if (counts.kind !== "known" || counts.value[0] > 0 || counts.value[1] > 0) return false;
+      if (counts.kind !== "known" || counts.value[0] > 0 || counts.value[1] > 0) {
+        parent.barrierShort = false;
+        return false;
+      }
       const state = await this.#runtime.completionState(parent.name, parent.durable, counts, false);
+      parent.barrierShort = state === CompletionState.draining;
       if (state !== CompletionState.complete) return false;
       await this.#runtime.commitCompletion(parent.name, this.#lease);
       return true;
@@ -2147,12 +2195,22 @@ export class BrokerMessenger implements Messenger {
     await this.#applyLadder(held, error);
   }
 
-  async #applyLadder(held: Held, failure: VideoflowRuntimeError): Promise<void> {
+  /**
+   * Applies the delivery policy's action to one failed delivery; resolves with that action. The attempt
+   * is counted here (the broker's delivery count, or one more in the ledger) unless `counted` says how
+   * many attempts the ledger already holds for it.
+   */
+  async #applyLadder(
+    held: Held,
+    failure: VideoflowRuntimeError,
+    { counted }: { readonly counted?: number } = {},
+  ): Promise<DeliveryAction> {
     const disposition = failure.disposition;
     const token = held.delivery.token;
-    const numDelivered = this.#ledgerBudget
-      ? Math.max(1, await this.#runtime.recordAttempt(token.messageId, disposition))
-      : token.attempt;
+    const numDelivered = counted ??
+      (this.#ledgerBudget
+        ? Math.max(1, await this.#runtime.recordAttempt(token.messageId, disposition))
+        : token.attempt);
     const action: DeliveryAction = this.#delivery.actionFor(disposition, numDelivered);
     if (
       action !== ACTION_NAK && disposition === TRANSIENT && this.#delivery.delivery === AT_LEAST_ONCE
@@ -2165,21 +2223,21 @@ export class BrokerMessenger implements Messenger {
           ? null
           : this.#delivery.retryDelay(numDelivered, drawRetryJitter(this.#random));
         await this.#settle(held, retry(delay));
-        return;
+        return action;
       }
       case ACTION_TERM:
         await this.#terminate(held, failure, numDelivered, "term");
-        return;
+        return action;
       case ACTION_DLQ_SAMPLED:
         if (!this.#sampleAdmits(failure.code)) {
           await this.#terminate(held, failure, numDelivered, "dlq_sample_cap");
-          return;
+          return action;
         }
         await this.#deadLetter(held, failure, numDelivered);
-        return;
+        return action;
       case ACTION_DLQ:
         await this.#deadLetter(held, failure, numDelivered);
-        return;
+        return action;
     }
   }
 

@@ -11,7 +11,13 @@
 
 import { basename, extname, join } from "node:path";
 import type { RuntimeContext } from "../core/context.ts";
-import { NodeContractError, ResourceUnavailable, SchemaError, WorkerFatal } from "../core/errors.ts";
+import {
+  diskFailure,
+  NodeContractError,
+  ResourceUnavailable,
+  SchemaError,
+  WorkerFatal,
+} from "../core/errors.ts";
 import type { NodePermissions } from "../core/node.ts";
 import { ConsumerNode, refuseParamProblems } from "../core/node.ts";
 import { Frame } from "../wire/value.ts";
@@ -271,11 +277,14 @@ export class FrameWriter extends ConsumerNode<FrameWriterParams> {
   }
 
   #unwritable(error: unknown): ResourceUnavailable {
-    return new ResourceUnavailable(
-      `node ${this.name}: the parts directory ${this.#partsDir} cannot be made: ${(error as Error).message}`,
-      "check that the output directory exists and is writable",
-      { node: this.name, path: this.params.path },
-    );
+    return diskFailure(error, `node ${this.name}'s parts directory ${this.#partsDir}`, this.#partsDir) ??
+      new ResourceUnavailable(
+        `node ${this.name}: the parts directory ${this.#partsDir} cannot be made: ${
+          (error as Error).message
+        }`,
+        "check that the output directory exists and is writable",
+        { node: this.name, path: this.params.path },
+      );
   }
 
   #layoutOf(input: unknown): Layout {

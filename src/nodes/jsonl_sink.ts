@@ -9,7 +9,7 @@
  */
 
 import type { RuntimeContext } from "../core/context.ts";
-import { NodeContractError, ResourceUnavailable, SchemaError } from "../core/errors.ts";
+import { diskFailure, NodeContractError, ResourceUnavailable, SchemaError } from "../core/errors.ts";
 import type { JsonValue, NodePermissions } from "../core/node.ts";
 import { ConsumerNode, EffectGuarantee, refuseParamProblems } from "../core/node.ts";
 import {
@@ -188,7 +188,10 @@ export class JsonlSink extends ConsumerNode<JsonlSinkParams> {
     });
   }
 
-  /** Appends the item's line unless its key was written already. */
+  /**
+   * Appends the item's line unless its key was written already. A disk that cannot take it (read-only,
+   * full) is ResourceUnavailable naming the file (a `diskFailure`: the input is handed back, not blamed).
+   */
   async consume(input: unknown, ctx: RuntimeContext): Promise<void> {
     const file = this.#file;
     if (file === null) {
@@ -200,8 +203,12 @@ export class JsonlSink extends ConsumerNode<JsonlSinkParams> {
     if (key !== null && this.#keys.has(key)) return;
     const record: JsonlRecord = { key, value: toJsonLine(input) };
     const bytes = new TextEncoder().encode(`${JSON.stringify(record)}\n`);
-    for (let written = 0; written < bytes.length;) written += await file.write(bytes.subarray(written));
-    if (this.params.durable ?? true) await file.syncData();
+    try {
+      for (let written = 0; written < bytes.length;) written += await file.write(bytes.subarray(written));
+      if (this.params.durable ?? true) await file.syncData();
+    } catch (error) {
+      throw diskFailure(error, `node ${this.name}'s output ${this.params.path}`, this.params.path) ?? error;
+    }
     if (key !== null) this.#keys.add(key);
   }
 

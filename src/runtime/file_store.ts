@@ -53,7 +53,7 @@ import { randomHex } from "../core/hex.ts";
 import { sha256, sha256Hex } from "../wire/sha256.ts";
 import {
   ConfigError,
-  ResourceExhausted,
+  diskFailure,
   ResourceUnavailable,
   UnobservableState,
   VideoflowError,
@@ -305,6 +305,14 @@ async function midLedgerWrite(operation: string, name: string): Promise<void> {
   if (faultsInstalled()) await barrier(Barrier.ledgerWriteMid, { store: "file", operation, name });
 }
 
+/**
+ * What follows a disk failure's remedy: the store's writes are atomic, so what it holds stays consistent
+ * and whoever uses it goes on from there.
+ */
+const STORE_DISK_REMEDY =
+  "then run again: every write either happened whole or not at all, so the store goes on " +
+  "from what it holds";
+
 /** Whether `error` came from the Deno runtime's I/O layer (and not from a fault barrier or a bug). */
 function isIoError(error: unknown): boolean {
   return Object.values(Deno.errors).some((cls) => error instanceof cls);
@@ -340,6 +348,16 @@ async function ensureDirectory(path: string, parent: string): Promise<void> {
   await syncDirectory(parent);
 }
 
+/** How a {@link FileRuntimeStore} is opened, besides its directory and clock. */
+export interface FileRuntimeStoreOptions {
+  /**
+   * Called with the typed error (a `diskFailure`: ResourceUnavailable) each time an operation fails
+   * because the store's disk is read-only, full or failing, before the operation rejects with it: the
+   * owner of the store can then end what depends on it at once instead of waiting for its callers to.
+   */
+  readonly onDiskFailure?: (error: ResourceUnavailable) => void;
+}
+
 /**
  * A file-directory RuntimeStore; create one with {@link FileRuntimeStore.open}.
  *
@@ -355,6 +373,7 @@ export class FileRuntimeStore implements RuntimeStore {
   /** The directory the store lives in. */
   readonly root: string;
   readonly #clock: Clock;
+  readonly #onDiskFailure: (error: ResourceUnavailable) => void;
   readonly #keysDir: string;
   readonly #logsDir: string;
   readonly #locksDir: string;
@@ -377,9 +396,10 @@ export class FileRuntimeStore implements RuntimeStore {
     await handle.sync();
   };
 
-  private constructor(root: string, clock: Clock) {
+  private constructor(root: string, clock: Clock, options: FileRuntimeStoreOptions) {
     this.root = root;
     this.#clock = clock;
+    this.#onDiskFailure = options.onDiskFailure ?? (() => {});
     this.#keysDir = join(root, "keys");
     this.#logsDir = join(root, "logs");
     this.#locksDir = join(root, "locks");
@@ -389,25 +409,30 @@ export class FileRuntimeStore implements RuntimeStore {
    * Opens (creating if needed) the store in `root`. Throws ResourceUnavailable when the directory cannot
    * be created or written, and ConfigError when it holds a store of another format.
    */
-  static async open(root: string, clock: Clock = systemClock): Promise<FileRuntimeStore> {
+  static async open(
+    root: string,
+    clock: Clock = systemClock,
+    options: FileRuntimeStoreOptions = {},
+  ): Promise<FileRuntimeStore> {
     if (root.length === 0) {
       throw new ConfigError(
         "the file runtime store needs a directory",
         "use file://<dir>, e.g. file://.videoflow",
       );
     }
-    const store = new FileRuntimeStore(root, clock);
+    const store = new FileRuntimeStore(root, clock, options);
     try {
       await Deno.mkdir(root, { recursive: true });
       for (const dir of [store.#keysDir, store.#logsDir, store.#locksDir]) await ensureDirectory(dir, root);
       await store.#checkMarker();
     } catch (error) {
       if (error instanceof VideoflowError) throw error;
-      throw new ResourceUnavailable(
-        `the file runtime store at ${root} cannot be opened: ${(error as Error).message}`,
-        "point VF_RUNTIME_STORE_URL (or --state) at a writable directory on a local disk",
-        { root, error_code: errorCode(error) ?? null },
-      );
+      throw diskFailure(error, `the file runtime store at ${root}`, root, STORE_DISK_REMEDY) ??
+        new ResourceUnavailable(
+          `the file runtime store at ${root} cannot be opened: ${(error as Error).message}`,
+          "point VF_RUNTIME_STORE_URL (or --state) at a writable directory on a local disk",
+          { root, error_code: errorCode(error) ?? null },
+        );
     }
     return store;
   }
@@ -685,19 +710,26 @@ export class FileRuntimeStore implements RuntimeStore {
     return run;
   }
 
-  /** An I/O failure as a typed error; anything else (ours, a fault barrier's) unchanged. */
+  /**
+   * An I/O failure as a typed error (a disk that cannot take a write: `diskFailure`, told to the
+   * `onDiskFailure` observer); anything else (ours, a fault barrier's) unchanged.
+   */
   #typedFailure(operation: string, context: Record<string, string>, error: unknown): unknown {
+    const disk = diskFailure(
+      error,
+      `the file runtime store at ${this.root} (${operation})`,
+      this.root,
+      STORE_DISK_REMEDY,
+    );
+    if (disk !== null) {
+      Object.assign(disk.context, context, { operation });
+      this.#onDiskFailure(disk);
+      return disk;
+    }
     if (!isIoError(error)) return error;
     const code = errorCode(error) ?? null;
     const message = error instanceof Error ? error.message : String(error);
     const where = { ...context, root: this.root, operation, error_code: code };
-    if (code === "ENOSPC" || code === "EDQUOT") {
-      return new ResourceExhausted(
-        `the file runtime store at ${this.root} is out of space: ${operation} failed`,
-        "free disk space on the store's filesystem",
-        where,
-      );
-    }
     return new UnobservableState(
       `the file runtime store at ${this.root} could not complete ${operation}: ${message}`,
       "check the directory's disk and permissions; re-read the ledger before deciding, the write may or " +

@@ -38,7 +38,7 @@ import { configureLogging, type LogSink, type NodeLogger } from "./logging.ts";
 import { openRuntimeStore } from "./runtime_stores.ts";
 import { undeclaredPermission } from "../core/undeclared_permission.ts";
 import { buildWatchdog, exitOnStall, writeTerminationReason } from "./watchdog.ts";
-import { parseWorkerConfig, type WorkerConfig, WorkerEnvVar } from "./worker_config.ts";
+import { paramsFromSpecsFile, parseWorkerConfig, type WorkerConfig, WorkerEnvVar } from "./worker_config.ts";
 
 /**
  * The run ledger URL that names the ledger the embedded broker serves: the local engine's file store, which
@@ -62,6 +62,15 @@ export type WorkerReport =
     readonly drops: Readonly<Record<string, number>>;
     /** Whether the node's `open()` returned: it takes (or makes) its first item now. */
     readonly ready: boolean;
+  }
+  /**
+   * The deliveries inside the node now, by message id: sent as the node is handed an input group, and
+   * (with none) as its call ends. A replica that dies with some inside has died of them (or with them): its
+   * supervisor counts that death as a delivery of each.
+   */
+  | {
+    readonly kind: "in_node";
+    readonly messageIds: readonly string[];
   }
   /**
    * The replica ended: its exit status, for a failure the error record, and the end marker it published
@@ -345,6 +354,10 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
         onError: config.onError ?? undefined,
         delivery: config.delivery ?? undefined,
         health,
+        inputCalls: host.report === undefined ? null : {
+          entered: () => host.report?.({ kind: "in_node", messageIds: messenger.currentMessageIds() }),
+          left: () => host.report?.({ kind: "in_node", messageIds: [] }),
+        },
       });
       const outcome = await task.run();
       const reason = reasonOf(outcome);
@@ -382,7 +395,7 @@ export async function runWorker(host: WorkerHost): Promise<number> {
   let config: WorkerConfig | null = null;
   let logger: NodeLogger | null = null;
   try {
-    config = parseWorkerConfig(host.env);
+    config = parseWorkerConfig(await paramsFromSpecsFile(host.env));
     logger = configureLogging(
       {
         flowId: config.flowId,

@@ -12,8 +12,10 @@
  *
  * The node class is read here as a reference only; whether the class really is of `VF_NODE_KIND` is
  * checked when the worker rebuilds it (`rebuildNode`). The fault schedule is validated here and installed
- * by the worker (`installFromEnv`). `VF_FLOW_SPECS_JSON`, `VF_FLOW_SPECS_PATH` and `VF_STREAM_REPLICAS`
- * belong to the provisioning job, not to a worker, and are not read.
+ * by the worker (`installFromEnv`). `VF_FLOW_SPECS_JSON` and `VF_STREAM_REPLICAS` belong to the
+ * provisioning job, not to a worker, and are not read. `VF_FLOW_SPECS_PATH` is read by a worker only in
+ * place of a missing `VF_NODE_PARAMS_JSON`, for params too long for one environment entry
+ * ({@link paramsBySpecsFile}, {@link paramsFromSpecsFile}); parsing itself reads no file.
  *
  * This project's additions, for local runs: `VF_EMBEDDED_BROKER` names the local engine's embedded broker
  * instead of `VF_NATS_URL`: `tcp://127.0.0.1:PORT` for a subprocess, which must also present the run's
@@ -64,7 +66,7 @@ import {
   RECONCILE_INTERVAL_ENV,
   reconcileIntervalFromEnv,
 } from "../backends/runtime.ts";
-import { blobReaderIds, type NodeSpec, parentReplicas } from "../core/compiler.ts";
+import { blobReaderIds, type NodeSpec, parentReplicas, specsFromDicts } from "../core/compiler.ts";
 import {
   checkNodeOverride,
   DEFAULT_MAX_RETRIES,
@@ -72,7 +74,7 @@ import {
   type DeliveryMode,
   DeliveryPolicy,
 } from "../core/delivery_policy.ts";
-import { ConfigError, type Disposition, DISPOSITIONS } from "../core/errors.ts";
+import { ConfigError, type Disposition, DISPOSITIONS, ResourceUnavailable } from "../core/errors.ts";
 import { checkFlowType, FLOW_TYPES, FlowType } from "../core/flow_type.ts";
 import { JoinPolicy } from "../core/join_policy.ts";
 import { type JsonObject, NODE_KINDS, NodeKind, parseExportRef } from "../core/node.ts";
@@ -1008,4 +1010,81 @@ export function deliveryPolicyOf(config: WorkerConfig): DeliveryPolicy {
     DeliveryPolicy.nodeOverride(config.delivery, config.onError),
     config.maxRetries,
   );
+}
+
+/** The variable naming the file of the compiled specs document (a JSON list of NodeSpecs; spec runtime.provision). */
+export const FLOW_SPECS_PATH_ENV = "VF_FLOW_SPECS_PATH";
+
+/**
+ * The most bytes one environment entry may take on Linux, `NAME=value` and its terminating NUL together
+ * (MAX_ARG_STRLEN, 32 pages of 4 KiB): a longer one makes the exec of a subprocess or a container fail
+ * with E2BIG ("Argument list too long").
+ */
+export const MAX_ENV_ENTRY_BYTES = 128 * 1024;
+
+const utf8 = new TextEncoder();
+
+/** Whether `NAME=value` fits one environment entry ({@link MAX_ENV_ENTRY_BYTES}). */
+export function fitsEnvEntry(name: string, value: string): boolean {
+  return utf8.encode(name).length + utf8.encode(value).length + 2 <= MAX_ENV_ENTRY_BYTES;
+}
+
+/**
+ * A replica's environment as a process can be started with: `env` itself when its node params fit one
+ * environment entry, else `env` without `VF_NODE_PARAMS_JSON` and with `VF_FLOW_SPECS_PATH` = `specsPath`,
+ * the compiled specs document (a JSON list of NodeSpecs) the replica then takes its params from
+ * ({@link paramsFromSpecsFile}).
+ */
+export function paramsBySpecsFile(
+  env: Readonly<Record<string, string>>,
+  specsPath: string,
+): Record<string, string> {
+  const params = env[WorkerEnvVar.nodeParams];
+  if (params === undefined || fitsEnvEntry(WorkerEnvVar.nodeParams, params)) return { ...env };
+  const { [WorkerEnvVar.nodeParams]: _moved, ...rest } = env;
+  return { ...rest, [FLOW_SPECS_PATH_ENV]: specsPath };
+}
+
+/**
+ * The worker's side of {@link paramsBySpecsFile}: `env` itself when it has `VF_NODE_PARAMS_JSON` or no
+ * `VF_FLOW_SPECS_PATH`, else `env` with `VF_NODE_PARAMS_JSON` set to the params of the node
+ * `VF_NODE_NAME` names in the specs document at that path, for {@link parseWorkerConfig}.
+ *
+ * @throws ResourceUnavailable when the document cannot be read; ConfigError when it is not a specs
+ * document, or holds no node of that name.
+ */
+export async function paramsFromSpecsFile(env: WorkerEnv): Promise<WorkerEnv> {
+  const path = env[FLOW_SPECS_PATH_ENV];
+  if (env[WorkerEnvVar.nodeParams] !== undefined || path === undefined) return env;
+  let text: string;
+  try {
+    text = await Deno.readTextFile(path);
+  } catch (error) {
+    throw new ResourceUnavailable(
+      `the specs document ${path} (${FLOW_SPECS_PATH_ENV}) cannot be read: ${(error as Error).message}`,
+      "mount or copy the compiled specs document there, readable by the worker",
+      { path, variable: FLOW_SPECS_PATH_ENV },
+    );
+  }
+  let list: unknown;
+  try {
+    list = JSON.parse(text);
+  } catch {
+    throw new ConfigError(
+      `the specs document ${path} (${FLOW_SPECS_PATH_ENV}) is not JSON`,
+      "write it as a JSON list of compiled node specs",
+      { path, variable: FLOW_SPECS_PATH_ENV },
+    );
+  }
+  const name = env[WorkerEnvVar.nodeName];
+  const spec = specsFromDicts(list).find((candidate) => candidate.name === name);
+  if (spec === undefined) {
+    throw new ConfigError(
+      `the specs document ${path} (${FLOW_SPECS_PATH_ENV}) has no node ${JSON.stringify(name ?? null)} ` +
+        `(${WorkerEnvVar.nodeName})`,
+      "give the worker the specs document of its own flow",
+      { path, node: name ?? null },
+    );
+  }
+  return { ...env, [WorkerEnvVar.nodeParams]: JSON.stringify(spec.params) };
 }

@@ -10,6 +10,7 @@ import { decodeStoreName, FileRuntimeStore } from "../../src/runtime/file_store.
 import { decodeEnvelope, decodePayload } from "../../src/wire/codec.ts";
 import { Barrier, crash, FaultSchedule, nth } from "../../src/backends/faults.ts";
 import { decodeAll, makeClip } from "../fixtures/video/clips.ts";
+import { MAY_MOUNT, mountCommand } from "../support/mounts.ts";
 
 const root = new URL("../../", import.meta.url);
 const configPath = new URL("deno.json", root).pathname;
@@ -57,11 +58,11 @@ function vf(args: readonly string[], options: VfOptions): Promise<Run> {
   return finished(startVf(args, options));
 }
 
-/** A temporary directory for one story, removed afterwards whatever happened. */
-async function inTempDir(body: (dir: string) => Promise<void>): Promise<void> {
+/** A temporary directory for one story, removed afterwards whatever happened; resolves with `body`'s result. */
+async function inTempDir<T>(body: (dir: string) => Promise<T>): Promise<T> {
   const dir = await Deno.makeTempDir({ prefix: "vf-e2e-" });
   try {
-    await body(dir);
+    return await body(dir);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
@@ -837,6 +838,54 @@ Deno.test('a GPU node with gpuFallback "cpu" (the default) opens under a grant n
   });
 });
 
+Deno.test("items that each fail twice with a transient error and succeed on the third attempt all reach the sink, with the default prefetch: no restarts, no dead letters", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "FlakyTimes"],
+      pipeline(
+        "flaky-story",
+        `new Count({ name: "count", n: 20 })`,
+        `new FlakyTimes({ name: "model", failures: 2 })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
+    assert.equal(run.code, 0, run.text);
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 20));
+    assert.doesNotMatch(run.text, /VF_WORKER_UNHEALTHY/);
+    const model = summaryRow(run, "model");
+    assert.equal(model.restarts, 0, run.stdout);
+    assert.equal(model.dlq, 0, run.stdout);
+  });
+});
+
+Deno.test("a node that fails every item is still taken out by the breaker: VF_WORKER_UNHEALTHY, restarted, given up, exit 4", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "FlakyTimes"],
+      pipeline(
+        "sick-story",
+        `new Count({ name: "count", n: 100 })`,
+        `new FlakyTimes({ name: "model" })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], {
+      cwd: dir,
+      env: { VF_MAX_RETRIES: "1" },
+    });
+    assert.equal(run.code, 4, run.text);
+    assert.match(
+      run.text,
+      /model\[0\] exited with code 4 \(VF_WORKER_UNHEALTHY: model failed \d+ attempts in a row/,
+    );
+    assert.match(run.text, /model\[0\] gave up after 3 restart\(s\)/);
+    assert.equal(summaryRow(run, "model").restarts, 3);
+  });
+});
+
 // ---- 4. a killed worker -----------------------------------------------------------------------------------
 
 Deno.test("a subprocess replica killed with SIGKILL mid-run is restarted and every item reaches the sink once", async () => {
@@ -865,6 +914,67 @@ Deno.test("a subprocess replica killed with SIGKILL mid-run is restarted and eve
     assert.match(run.text, /victim\[0\] started \(restart 1\)/);
     assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 30));
     assert.equal(summaryRow(run, "victim").restarts, 1);
+  });
+});
+
+/** Per replica of `node`, the distinct output ids its published records in the ledger at `ledger` note. */
+async function publishedIds(ledger: string, flowId: string, runId: string, node: string) {
+  const store = await FileRuntimeStore.open(ledger);
+  try {
+    const byReplica = new Map<number, Set<string>>();
+    for (const record of await store.scan(`vf/${flowId}/${runId}/${node}/published/`)) {
+      const { replica_id, message_ids } = JSON.parse(new TextDecoder().decode(record.value));
+      byReplica.set(replica_id, new Set([...byReplica.get(replica_id) ?? [], ...message_ids]));
+    }
+    return byReplica;
+  } finally {
+    await store.close();
+  }
+}
+
+Deno.test("a replica killed after its output was noted, whose input its sibling redoes, counts that output once: the run ends", async () => {
+  await inTempDir(async (dir) => {
+    const marks = join(dir, "marks");
+    await Deno.mkdir(marks);
+    const state = join(dir, "state");
+    const ledger = join(state, "noted-kill", "r1", "ledger");
+    const flow = await writeFlow(
+      dir,
+      ["Count", "DiesOnceNoted", "Poison"],
+      [
+        // A second between items: each output of `mid` is noted in the ledger before its input is acked.
+        `const count = new Count({ name: "count", n: 6, delayMs: 1100 });`,
+        `const mid = new DiesOnceNoted({ name: "mid", nbTasks: 2, at: 2, ledger: ${JSON.stringify(ledger)},`,
+        `  marks: ${JSON.stringify(marks)}, restartDelayMs: 6000 }).from(count);`,
+        `const after = new Poison({ name: "after", poison: [] }).from(mid);`,
+        `const sink = new JsonlSink({ name: "sink", path: ${
+          JSON.stringify(join(dir, "out.jsonl"))
+        } }).from(after);`,
+        `export default new Flow([sink], { flowType: "batch", flowId: "noted-kill" });`,
+      ].join("\n"),
+    );
+    const child = startVf(["run-local", flow, "--state", state, "--run-id", "r1", "--isolation", "process"], {
+      cwd: dir,
+      env: { VF_ACK_WAIT_SECONDS: "2" },
+    });
+    // Unfixed, `after` waits forever for a 7th distinct output of 6: bounded here, by a forced stop.
+    const hung = setTimeout(() => {
+      child.kill("SIGTERM");
+      setTimeout(() => child.kill("SIGTERM"), 1000);
+    }, 90_000);
+    const run = await finished(child);
+    clearTimeout(hung);
+    assert.equal(run.code, 0, run.text);
+    assert.match(run.text, /flow noted-kill finished/);
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 6));
+    const died = Number(await Deno.readTextFile(join(marks, "died")));
+    assert.match(run.text, new RegExp(`mid\\[${died}\\] started \\(restart 1\\)`));
+    // The story happened: both replicas noted the output of the input the killed one left.
+    const ids = await publishedIds(ledger, "noted-kill", "r1", "mid");
+    const [first, second] = [ids.get(0) ?? new Set(), ids.get(1) ?? new Set()];
+    const both = [...first].filter((id) => second.has(id));
+    assert.equal(both.length, 1, `one output noted by both replicas: ${JSON.stringify([...ids])}`);
+    assert.equal(new Set([...first, ...second]).size, 6);
   });
 });
 
@@ -979,7 +1089,7 @@ Deno.test("a producer whose close() fails after its stream ended is not run agai
   });
 });
 
-Deno.test("a replica that dies on every launch is restarted with backoff until its budget is spent, then the run exits 4", async () => {
+Deno.test("a replica that dies on every launch, whatever the item, is restarted with backoff until its budget is spent, then the run exits 4 (the restart after an item's last delivery is the item's, not the replica's)", async () => {
   await inTempDir(async (dir) => {
     const flow = await writeFlow(
       dir,
@@ -987,7 +1097,7 @@ Deno.test("a replica that dies on every launch is restarted with backoff until i
       pipeline(
         "doomed-story",
         `new Count({ name: "count", n: 5 })`,
-        `new ExitAt({ name: "doomed", at: 2, code: 9 })`,
+        `new ExitAt({ name: "doomed", at: 2, code: 9, onward: true })`,
         dir,
       ),
     );
@@ -996,18 +1106,19 @@ Deno.test("a replica that dies on every launch is restarted with backoff until i
       env: { VF_ACK_WAIT_SECONDS: "1" },
     });
     assert.equal(run.code, 4, run.text);
-    for (const restart of [1, 2, 3]) {
+    for (const restart of [1, 2, 3, 4]) {
       assert.match(run.text, new RegExp(`doomed\\[0\\] started \\(restart ${restart}\\)`));
     }
     assert.match(
       run.text,
       /doomed\[0\] exited with code 4 \(VF_WORKER_FATAL: the replica exited with status 9 before/,
     );
-    assert.match(run.text, /doomed\[0\] gave up after 3 restart\(s\)/);
-    assert.doesNotMatch(run.text, /started \(restart 4\)/);
+    assert.match(run.text, /doomed\[0\] gave up after 4 restart\(s\)/);
+    assert.doesNotMatch(run.text, /started \(restart 5\)/);
     const doomed = summaryRow(run, "doomed");
     assert.equal(doomed.state, "failed");
-    assert.equal(doomed.restarts, 3);
+    assert.equal(doomed.restarts, 4, "3 of its own, and the one after item 2's fourth and last delivery");
+    assert.equal(doomed.dlq, 1, "item 2, dead-lettered once its deliveries were spent");
   });
 });
 
@@ -1020,7 +1131,7 @@ Deno.test("a replica whose node code calls Deno.exit(0) or Deno.exit(143) mid-st
         pipeline(
           "exit-zero-story",
           `new Count({ name: "count", n: 5 })`,
-          `new ExitAt({ name: "quitter", at: 2, code: ${isolation === "worker" ? 0 : 143} })`,
+          `new ExitAt({ name: "quitter", at: 2, code: ${isolation === "worker" ? 0 : 143}, onward: true })`,
           dir,
         ),
       );
@@ -1033,7 +1144,7 @@ Deno.test("a replica whose node code calls Deno.exit(0) or Deno.exit(143) mid-st
         run.text,
         /quitter\[0\] exited with code 4 \(VF_WORKER_FATAL: the replica exited with status (0|143) before its task ended/,
       );
-      assert.match(run.text, /quitter\[0\] gave up after 3 restart\(s\)/);
+      assert.match(run.text, /quitter\[0\] gave up after 4 restart\(s\)/);
       assert.equal(summaryRow(run, "quitter").state, "failed", isolation);
       assert.equal(summaryRow(run, "quitter").drops, "0", "a run that ends keeps its inputs: none dropped");
     });
@@ -1165,6 +1276,32 @@ function hangingFlow(dir: string, flowId: string): Promise<string> {
   );
 }
 
+Deno.test("a node that hangs on every item, restarted, still runs out of restarts and the run exits 5 (the restart after an item's last delivery is the item's)", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "HangAt"],
+      pipeline(
+        "wedged-story",
+        `new Count({ name: "count", n: 6 })`,
+        `new HangAt({ name: "hang", at: 2, onward: true })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], {
+      cwd: dir,
+      env: { VF_PROGRESS_TIMEOUT_SECONDS: "1", VF_WATCHDOG_INTERVAL_SECONDS: "0.2" },
+    });
+    assert.equal(run.code, 5, run.text);
+    assert.match(run.text, /hang\[0\] exited with code 5 \(VF_PROGRESS_STALLED: node hang acked nothing/);
+    assert.match(run.text, /hang\[0\] gave up after 4 restart\(s\)/);
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), [1]);
+    const hang = summaryRow(run, "hang");
+    assert.equal(hang.restarts, 4, "3 of its own, and the one after item 2's fourth and last delivery");
+    assert.equal(hang.dlq, 1, "item 2, dead-lettered once its deliveries were spent");
+  });
+});
+
 for (const isolation of ["worker", "process"]) {
   Deno.test(`a node that hangs in process trips the watchdog and the run exits 5 (${isolation} isolation)`, async () => {
     await inTempDir(async (dir) => {
@@ -1177,6 +1314,65 @@ for (const isolation of ["worker", "process"]) {
       assert.match(run.text, /hang\[0\] exited with code 5 \(VF_PROGRESS_STALLED: node hang acked nothing/);
       assert.doesNotMatch(run.text, /went silent/, "the stall is reported, not guessed from silence");
       assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), [1, 2, 3]);
+    });
+  });
+}
+
+const KILLER_ITEMS = {
+  hang: {
+    what: "hangs in process",
+    node: `new HangAt({ name: "bad", at: 3 })`,
+    code: "VF_POISON_REPLICA_STALLED",
+  },
+  exit: {
+    what: "calls Deno.exit",
+    node: `new ExitAt({ name: "bad", at: 3, code: 9 })`,
+    code: "VF_POISON_REPLICA_CRASHED",
+  },
+} as const;
+
+/**
+ * The stories of an item (3 of 1..6) that kills or wedges its replica on every delivery, under `isolation`
+ * with `VF_MAX_RETRIES` at `maxRetries` (null: the default, 3).
+ */
+const killerStories: [isolation: string, kind: keyof typeof KILLER_ITEMS, maxRetries: number | null][] = [
+  ["worker", "hang", 1],
+  ["worker", "exit", 1],
+  ["process", "hang", 1],
+  ["process", "exit", 1],
+  ["worker", "hang", null],
+  ["process", "exit", null],
+];
+for (const [isolation, kind, maxRetries] of killerStories) {
+  const story = KILLER_ITEMS[kind];
+  const deliveries = (maxRetries ?? 3) + 1;
+  const budget = maxRetries === null ? "the default budgets" : `VF_MAX_RETRIES=${maxRetries}`;
+  Deno.test(`an item that ${story.what} on every delivery is dead-lettered as ${story.code} after its ${deliveries} deliveries; every other item reaches the sink and the run finishes (${budget}, ${isolation} isolation)`, async () => {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
+        dir,
+        ["Count", "HangAt", "ExitAt"],
+        pipeline("killer-story", `new Count({ name: "count", n: 6 })`, story.node, dir),
+      );
+      const state = join(dir, "state");
+      const retries: Record<string, string> = maxRetries === null
+        ? {}
+        : { VF_MAX_RETRIES: String(maxRetries) };
+      const run = await vf(
+        ["run-local", flow, "--state", state, "--run-id", "r1", "--isolation", isolation],
+        {
+          cwd: dir,
+          env: { ...retries, VF_PROGRESS_TIMEOUT_SECONDS: "1", VF_WATCHDOG_INTERVAL_SECONDS: "0.2" },
+        },
+      );
+      assert.equal(run.code, 0, run.text);
+      assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), [1, 2, 4, 5, 6]);
+      const bad = summaryRow(run, "bad");
+      assert.equal(bad.restarts, deliveries, "a launch per delivery, then one that goes on without the item");
+      assert.equal(bad.dlq, 1, run.stdout);
+      const letters = await deadLetters(flow, "r1", state, dir);
+      assert.deepEqual(letters.map((l) => [l.node, l.code, l.deliveries]), [["bad", story.code, deliveries]]);
+      assert.equal(deadLetterValue(letters[0]), 3);
     });
   });
 }
@@ -1668,6 +1864,126 @@ Deno.test("SIGTERM to the process group while subprocess replicas are still star
   });
 });
 
+/** Reads `stream` to its end; `seen(text)` resolves once `text` has appeared in it, `all` with all of it. */
+function watchText(stream: ReadableStream<Uint8Array>) {
+  let text = "";
+  const waiters: { text: string; resolve: () => void }[] = [];
+  const all = (async () => {
+    for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
+      text += chunk;
+      for (const waiter of waiters.filter((w) => text.includes(w.text))) waiter.resolve();
+    }
+    return text;
+  })();
+  const seen = (wanted: string) =>
+    text.includes(wanted)
+      ? Promise.resolve()
+      : new Promise<void>((resolve) => waiters.push({ text: wanted, resolve }));
+  return { seen, all };
+}
+
+interface EarlyStop {
+  readonly isolation: string;
+  readonly signal: Deno.Signal;
+  /** Awaited once vf says it runs the flow; the signal goes to vf's process group when it resolves. */
+  readonly when: () => Promise<void>;
+  readonly env?: Readonly<Record<string, string>>;
+}
+
+/**
+ * `count (40 items, replayable) → middle → sink` run as `flowId` in a session of its own and signalled as
+ * `stop` says. Resolves with what was not clean, or null for a clean stop: exit 0, the outcome in the
+ * summary, no replica ended by the signal, and a re-run with the same run id that ends every item once.
+ */
+async function stopEarly(dir: string, flowId: string, stop: EarlyStop): Promise<string | null> {
+  const flow = await writeFlow(
+    dir,
+    ["ReplayableCount", "Poison"],
+    pipeline(
+      flowId,
+      `new ReplayableCount({ name: "count", n: 40, delayMs: 20 })`,
+      `new Poison({ name: "middle", poison: [] })`,
+      dir,
+    ),
+  );
+  const args = [
+    "run-local",
+    flow,
+    "--state",
+    join(dir, "state"),
+    "--run-id",
+    "r1",
+    "--isolation",
+    stop.isolation,
+  ];
+  const child = startVf(args, { cwd: dir, ownSession: true, env: stop.env });
+  const hung = setTimeout(() => child.kill("SIGKILL"), 60_000);
+  const stdout = new Response(child.stdout).text();
+  const stderr = watchText(child.stderr);
+  // From here on the run is being set up: its lock, its ledger, its broker, its replicas starting.
+  await stderr.seen(`running flow ${flowId}`);
+  await stop.when();
+  Deno.kill(-child.pid, stop.signal);
+  const { code } = await child.status;
+  clearTimeout(hung);
+  const text = `${await stdout}\n${await stderr.all}`;
+  if (code !== 0) return `exit ${code}\n${text}`;
+  if (!new RegExp(`flow ${flowId} (stopped on ${stop.signal}|finished) \\(run r1\\)`).test(text)) {
+    return `no summary\n${text}`;
+  }
+  if (/exited with code (130|143)|gave up/.test(text)) return `a replica was ended by the signal\n${text}`;
+  const rerun = await vf(args, { cwd: dir });
+  if (rerun.code !== 0) return `the re-run exited ${rerun.code}\n${rerun.text}`;
+  const numbers = await sinkNumbers(join(dir, "out.jsonl"));
+  return numbers.join() === range(1, 40).join() ? null : `the sink holds ${numbers.join()}`;
+}
+
+Deno.test("SIGINT or SIGTERM to vf's process group at any moment after it says it runs the flow is a clean stop: exit 0, a summary, and the re-run ends every item once", async () => {
+  const moments = [
+    ...[0, 30, 80, 150, 300, 600, 1000].map((ms) => ({ isolation: "process", ms })),
+    ...[0, 50, 200].map((ms) => ({ isolation: "worker", ms })),
+  ];
+  const unclean: string[] = [];
+  for (const [trial, { isolation, ms }] of moments.entries()) {
+    const signal = trial % 2 === 0 ? "SIGINT" : "SIGTERM";
+    const when = () => new Promise<void>((resolve) => setTimeout(resolve, ms));
+    const wrong = await inTempDir((dir) => stopEarly(dir, "early-stop", { isolation, signal, when }));
+    if (wrong !== null) {
+      unclean.push(`${signal} ${ms} ms after the notice (${isolation} isolation): ${wrong}`);
+    }
+  }
+  assert.deepEqual(unclean, [], "every stop was clean");
+});
+
+Deno.test("a Ctrl-C to vf's process group while a host is slow to start a subprocess replica is a clean stop: no replica is caught before its own session", async () => {
+  await inTempDir(async (dir) => {
+    // A slow host: any `setsid` run from this PATH takes 300 ms before it makes its session, in vf's group.
+    const slow = join(dir, "slow-bin");
+    await Deno.mkdir(slow);
+    const starting = join(dir, "starting");
+    await Deno.mkdir(starting);
+    await Deno.writeTextFile(
+      join(slow, "setsid"),
+      `#!/bin/sh\ntouch "${starting}/$$"\nsleep 0.3\nexec /usr/bin/setsid "$@"\n`,
+      { mode: 0o755 },
+    );
+    const started = async () => (await Array.fromAsync(Deno.readDir(starting))).length;
+    // The moment a replica is being started through the slow `setsid`, if one is; else once it should be
+    // (vf itself may have been started through it, before its notice).
+    const when = async () => {
+      const before = await started();
+      for (const start = performance.now(); performance.now() - start < 1500 && await started() === before;) {
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+    };
+    const env = { PATH: `${slow}:${Deno.env.get("PATH")}` };
+    assert.equal(
+      await stopEarly(dir, "slow-spawn", { isolation: "process", signal: "SIGINT", when, env }),
+      null,
+    );
+  });
+});
+
 Deno.test("Ctrl-C to the terminal's process group while a FrameWriter encodes stops cleanly with its clip; the resumed run completes it", async () => {
   await inTempDir(async (dir) => {
     // 720p frames against a 64 MiB channel: the decoder is held back, so the stop finds it mid-clip.
@@ -2041,5 +2357,202 @@ Deno.test("a restarted replayable producer resumes after its last accepted item 
       `the replacement resumed after an item the ledger noted, not from 1: it began at ${restarted[0]}`,
     );
     assert.deepEqual(restarted, range(restarted[0], 250));
+  });
+});
+
+// ---- 10. a disk that cannot take a write -------------------------------------------------------------------
+
+/**
+ * How a story breaks the disk under `dir` mid-run, and mends it: a read-only bind mount over it (EROFS), or
+ * a small tmpfs mounted on it that a filler file then fills (ENOSPC).
+ */
+const DISK_FAULTS = {
+  "read-only": {
+    prepare: (_dir: string) => Promise.resolve(),
+    breakIt: (dir: string) => mountCommand("mount", ["--bind", "-o", "ro", dir, dir]),
+    mend: (dir: string) => mountCommand("umount", [dir]),
+    release: (_dir: string) => Promise.resolve(),
+    code: "EROFS",
+    says: "is read-only",
+  },
+  full: {
+    prepare: (dir: string) => mountCommand("mount", ["-t", "tmpfs", "-o", "size=4M", "tmpfs", dir]),
+    breakIt: async (dir: string) => {
+      await new Deno.Command("dd", {
+        args: ["if=/dev/zero", `of=${join(dir, "filler")}`, "bs=4k"],
+        stderr: "null",
+      })
+        .output();
+    },
+    mend: (dir: string) => Deno.remove(join(dir, "filler")),
+    release: (dir: string) => mountCommand("umount", [dir]),
+    code: "ENOSPC",
+    says: "is full",
+  },
+} as const;
+
+/** A batch flow `count (300, replayable, paced) → middle (item 200 poison once) → sink` writing `sinkPath`. */
+async function diskStoryFlow(dir: string, flowId: string, sinkPath: string): Promise<string> {
+  const markers = join(dir, "poisoned");
+  await Deno.mkdir(markers);
+  return await writeFlow(
+    dir,
+    ["ReplayableCount", "PoisonOnce"],
+    [
+      `const count = new ReplayableCount({ name: "count", n: 300, delayMs: 10 });`,
+      `const middle = new PoisonOnce({ name: "middle", poison: [200], dir: ${JSON.stringify(markers)} })` +
+      ".from(count);",
+      `const sink = new JsonlSink({ name: "sink", path: ${JSON.stringify(sinkPath)} }).from(middle);`,
+      `export default new Flow([sink], { flowType: "batch", flowId: ${JSON.stringify(flowId)} });`,
+    ].join("\n"),
+  );
+}
+
+for (
+  const [fault, isolation] of [["read-only", "worker"], ["full", "process"]] as const
+) {
+  const disk = DISK_FAULTS[fault];
+  Deno.test({
+    name:
+      `a state directory whose disk turns ${fault} mid-run ends the run at once: VF_RESOURCE_UNAVAILABLE ` +
+      `naming it, exit 3, the summary; mended, the re-run ends with every item once (${isolation}; needs root ` +
+      "to mount, ignored otherwise)",
+    ignore: !MAY_MOUNT,
+    fn: async () => {
+      await inTempDir(async (dir) => {
+        const state = join(dir, "state");
+        await Deno.mkdir(state);
+        const flow = await diskStoryFlow(dir, "disk-story", join(dir, "out.jsonl"));
+        const args = ["run-local", flow, "--state", state, "--run-id", "r1", "--isolation", isolation];
+        await disk.prepare(state);
+        let broken = false;
+        try {
+          const run = startVf(args, { cwd: dir });
+          await waitForLines(join(dir, "out.jsonl"), 30, run);
+          await disk.breakIt(state);
+          broken = true;
+          const failed = await finished(run);
+          assert.equal(failed.code, 3, failed.text);
+          assert.match(
+            failed.stdout,
+            new RegExp(
+              `flow disk-story failed with exit code 3 \\(run r1\\): VF_RESOURCE_UNAVAILABLE: cannot write the ` +
+                `file runtime store at ${state}/disk-story/r1/ledger \\(\\w+\\): its filesystem ${disk.says} ` +
+                `\\(${disk.code}\\) \\(remedy: .+\\); once that is mended, run it again with --run-id r1`,
+            ),
+          );
+          assert.equal(summaryRow(failed, "sink").restarts, 0, "nothing restarted against a broken disk");
+          assert.doesNotMatch(failed.text, /VF_UNKNOWN/);
+          await disk.mend(state);
+          broken = false;
+          // Every key and record reads back whole (its checksum holds): a failed write left at most a temporary file.
+          const { keys } = await readLedgerBack(join(state, "disk-story", "r1", "ledger"));
+          assert.ok(keys > 0);
+          const rerun = await vf(args, { cwd: dir });
+          assert.equal(rerun.code, 0, rerun.text);
+          assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 300).filter((n) => n !== 200));
+          const letters = await deadLetters(flow, "r1", state, dir);
+          assert.deepEqual(letters.map(deadLetterValue), [200]);
+        } finally {
+          if (broken) await disk.mend(state);
+          await disk.release(state);
+        }
+      });
+    },
+  });
+}
+
+Deno.test({
+  name: "a sink whose disk fills mid-run fails once with VF_RESOURCE_UNAVAILABLE naming its file, is not " +
+    "restarted, and the run exits 3; with space freed, the re-run ends with every item once (needs root to " +
+    "mount, ignored otherwise)",
+  ignore: !MAY_MOUNT,
+  fn: async () => {
+    await inTempDir(async (dir) => {
+      const outputs = join(dir, "outputs");
+      await Deno.mkdir(outputs);
+      const sinkPath = join(outputs, "out.jsonl");
+      const flow = await diskStoryFlow(dir, "sink-disk-story", sinkPath);
+      const args = ["run-local", flow, "--state", join(dir, "state"), "--run-id", "r1"];
+      const disk = DISK_FAULTS.full;
+      await disk.prepare(outputs);
+      try {
+        const run = startVf(args, { cwd: dir });
+        await waitForLines(sinkPath, 30, run);
+        await disk.breakIt(outputs);
+        const failed = await finished(run);
+        assert.equal(failed.code, 3, failed.text);
+        assert.match(
+          failed.text,
+          new RegExp(
+            `sink\\[0\\] gave up after 0 restart\\(s\\): VF_RESOURCE_UNAVAILABLE: cannot write node sink's ` +
+              `output ${sinkPath}: its filesystem is full \\(ENOSPC\\) \\(remedy: free space on the filesystem`,
+          ),
+        );
+        assert.equal(summaryRow(failed, "sink").restarts, 0);
+        const letters = await deadLetters(flow, "r1", join(dir, "state"), dir);
+        assert.ok(
+          letters.every((letter) => letter.code === "VF_POISON"),
+          "none dead-lettered for the disk's sake",
+        );
+        await disk.mend(outputs);
+        const rerun = await vf(args, { cwd: dir });
+        assert.equal(rerun.code, 0, rerun.text);
+        assert.deepEqual(await sinkNumbers(sinkPath), range(1, 300).filter((n) => n !== 200));
+      } finally {
+        await disk.release(outputs);
+      }
+    });
+  },
+});
+
+// ---- 11. params larger than an environment entry ---------------------------------------------------------
+
+/** A flow `count (20) → middle (item 3 poison; its params padded with `padding` numbers no item is) → sink`. */
+function bigParamsFlow(dir: string, flowId: string, padding: number): Promise<string> {
+  return writeFlow(
+    dir,
+    ["Count", "Poison"],
+    pipeline(
+      flowId,
+      `new Count({ name: "count", n: 20 })`,
+      `new Poison({ name: "middle", poison: [3, ...Array.from({ length: ${padding} }, (_, i) => 1_000_000 + i)] })`,
+      dir,
+    ),
+  );
+}
+
+for (const isolation of ["worker", "process"]) {
+  Deno.test(`a node whose params are about 300 KiB (more than one environment entry holds) runs and gives every item (${isolation} isolation)`, async () => {
+    await inTempDir(async (dir) => {
+      // 38,000 numbers of 7 digits and a comma: 304,000 bytes of JSON, over the 128 KiB of MAX_ARG_STRLEN.
+      const flow = await bigParamsFlow(dir, "big-params", 38_000);
+      const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--isolation", isolation], {
+        cwd: dir,
+      });
+      assert.equal(run.code, 0, run.text);
+      assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 20).filter((n) => n !== 3));
+      assert.deepEqual(
+        [summaryRow(run, "middle").processed, summaryRow(run, "middle").dlq],
+        [19, 1],
+        run.stdout,
+      );
+    });
+  });
+}
+
+Deno.test("a flow whose params exceed what a specs ConfigMap holds (1 MiB) is refused before it runs: exit 2, naming the node and the size", async () => {
+  await inTempDir(async (dir) => {
+    // 140,000 numbers of 7 digits and a comma: about 1.1 MB of JSON.
+    const flow = await bigParamsFlow(dir, "huge-params", 140_000);
+    const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--isolation", "process"], {
+      cwd: dir,
+    });
+    assert.equal(run.code, 2, run.text);
+    assert.match(
+      run.text,
+      /error VF_NODE_CONTRACT middle: node middle's params are 11200\d\d bytes of JSON, more than 1048576 bytes/,
+    );
+    assert.deepEqual(await sinkLines(join(dir, "out.jsonl")), [], "nothing ran");
   });
 });

@@ -60,6 +60,7 @@ import {
   type MessengerProvider,
   produce,
   RUN,
+  settlesWithin,
 } from "./support.ts";
 
 type Story = readonly [name: string, run: (provider: MessengerProvider) => Promise<void>];
@@ -117,14 +118,6 @@ async function observed(flow: MessengerFlow, parent: string, child: string, part
   );
   assert.equal(observation.kind, "known");
   return observation.kind === "known" ? observation.value : null as never;
-}
-
-/** Starts `call` and reports, after `seconds` of fake time, whether it has settled. */
-async function settlesWithin<T>(flow: MessengerFlow, call: Promise<T>, seconds: number): Promise<boolean> {
-  let settled = false;
-  call.then(() => settled = true, () => settled = true);
-  await flow.drive(flow.clock.sleep(seconds));
-  return settled;
 }
 
 /** A crashed worker: nothing handed back, nothing flushed; its replacement reopens the ledger. */

@@ -310,6 +310,18 @@ export class MessengerFlow {
   }
 }
 
+/** Starts `call` and reports, after `seconds` of fake time, whether it has settled. */
+export async function settlesWithin<T>(
+  flow: MessengerFlow,
+  call: Promise<T>,
+  seconds: number,
+): Promise<boolean> {
+  let settled = false;
+  call.then(() => settled = true, () => settled = true);
+  await flow.drive(flow.clock.sleep(seconds));
+  return settled;
+}
+
 /** Whether every present entry of `group` ends its parent (EOS or ABORT): the task's loop would stop. */
 export function isTerminal(group: InputGroup): boolean {
   const entries = Object.values(group).filter((entry) => entry !== null);

@@ -514,6 +514,28 @@ export function runtimeScenarios(provider: RuntimeProvider): void {
   );
 
   story(
+    "a replica's death with a message inside its node counts as one of its attempts, read back with how it died until a failed attempt supersedes it",
+    async (ledger, clock) => {
+      const supervisor = runtimeOn(ledger.store, clock, { node: "detect" });
+      assert.equal(await supervisor.replicaDeathOf("m1"), null);
+      assert.equal(await supervisor.recordAttempt("m1", "transient"), 1);
+      assert.equal(await supervisor.replicaDeathOf("m1"), null, "a failed attempt is no death");
+      assert.equal(await supervisor.recordReplicaDeath("m1", "stalled", "VF_PROGRESS_STALLED: wedged"), 2);
+      const replacement = runtimeOn(await ledger.reopen(), clock, { node: "detect", replicaId: 1 });
+      assert.deepEqual(await replacement.replicaDeathOf("m1"), {
+        count: 2,
+        death: "stalled",
+        cause: "VF_PROGRESS_STALLED: wedged",
+      });
+      assert.equal(await replacement.recordReplicaDeath("m1", "crashed", "VF_WORKER_FATAL: exit 9"), 3);
+      assert.equal((await replacement.replicaDeathOf("m1"))?.death, "crashed");
+      assert.equal(await replacement.attemptsFor("m1"), 3);
+      assert.equal(await replacement.recordAttempt("m1", "transient"), 4);
+      assert.equal(await replacement.replicaDeathOf("m1"), null, "the last attempt counted was a failure");
+    },
+  );
+
+  story(
     "RUN-017: an effect marker is seen for its retention, by a replacement too, and may be marked again after",
     async (ledger, clock) => {
       const sink = runtimeOn(ledger.store, clock, { node: "sink" });

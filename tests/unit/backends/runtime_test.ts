@@ -256,6 +256,28 @@ Deno.test("completionState over random facts is complete exactly when every EOS-
   }
 });
 
+Deno.test("completionState counts once an id two replicas of the parent both published (an input redelivered after a kill)", async () => {
+  const store = new MemoryRuntimeStore();
+  const cam0 = runtime(store, { node: "cam", nbTasks: 2 });
+  const cam1 = runtime(store, { node: "cam", nbTasks: 2, replicaId: 1 });
+  // cam0 published m2 and died before acking its input, which cam1 then took and published again.
+  await cam0.recordPublished(["m1", "m2"]);
+  await cam1.recordPublished(["m2", "m3"]);
+  await cam1.intendPublication("m4", "sha256:4", { payloadRefs: ["b/4"] });
+  await cam1.resolvePublication("m4", accepted("m4", 4, false, "memory"));
+  assert.equal(await cam0.publishedCount(), 2);
+  assert.equal(await cam1.publishedCount(), 3);
+  const sink = runtime(store, { node: "sink", parentReplicas: { cam: 2 } });
+  await sink.recordTerminator("cam", 0, "eos", await cam0.publishedCount());
+  await sink.recordTerminator("cam", 1, "eos", await cam1.publishedCount());
+  const idle = known<PendingCounts>([0, 0]);
+  await sink.recordReceivedMany("cam", "d", ["m1", "m2", "m3"]);
+  assert.equal(await sink.completionState("cam", "d", idle), "draining", "m4 has not arrived");
+  await sink.recordReceived("cam", "d", "m4");
+  assert.equal(await sink.completionState("cam", "d", idle), "complete", "4 distinct ids, all received");
+  assert.equal((await sink.commitCompletion("cam")).finalSequence, 4);
+});
+
 Deno.test("completionState refuses a parent that has no completion barrier", async () => {
   const ledger = runtime(new MemoryRuntimeStore(), { parentReplicas: { cam: 1 } });
   await assert.rejects(ledger.completionState("mic", "d", known<PendingCounts>([0, 0])), ConfigError);

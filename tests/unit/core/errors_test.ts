@@ -6,8 +6,11 @@ import {
   ConfigError,
   DecodeError,
   Diagnostic,
+  DISK_ERROR_KEY,
+  diskFailure,
   errorToDict,
   GraphError,
+  isDiskFailure,
   POISON,
   raiseForDiagnostics,
   registerClassifierFor,
@@ -45,6 +48,8 @@ const TAXONOMY: Record<string, [string, number, string, string | null]> = {
   DecodeError: ["VF_POISON_DECODE", 4, "PoisonMessage", "poison"],
   SchemaError: ["VF_POISON_SCHEMA", 4, "PoisonMessage", "poison"],
   PartitionKeyError: ["VF_POISON_PARTITION_KEY", 4, "PoisonMessage", "poison"],
+  ReplicaCrashed: ["VF_POISON_REPLICA_CRASHED", 4, "PoisonMessage", "poison"],
+  ReplicaStalled: ["VF_POISON_REPLICA_STALLED", 4, "PoisonMessage", "poison"],
   TransientFailure: ["VF_TRANSIENT", 4, "VideoflowRuntimeError", "transient"],
   UpstreamUnavailable: ["VF_UPSTREAM_UNAVAILABLE", 4, "TransientFailure", "transient"],
   WorkerFatal: ["VF_WORKER_FATAL", 4, "VideoflowRuntimeError", "worker_fatal"],
@@ -231,4 +236,54 @@ Deno.test("asRuntimeError keeps a user or environment error's code, exit status 
   assert.equal(environment.code, "VF_RESOURCE_UNAVAILABLE");
   assert.equal(environment.exitCode, 3);
   assert.equal(environment.disposition, POISON, "the caller's fallback for the environment");
+});
+
+/** An error as Deno's fs throws one for an OS error it has no class for: a plain Error with a `code`. */
+function osError(code: string, message: string): Error {
+  return Object.assign(new Error(message), { code });
+}
+
+Deno.test("diskFailure maps a read-only, full, over-quota or failing disk to ResourceUnavailable naming the path and the remedy; nothing else", () => {
+  const cases = [
+    ["EROFS", "is read-only", /writable again/],
+    ["ENOSPC", "is full", /free space/],
+    ["EDQUOT", "is over its quota", /quota/],
+    ["EIO", "failed with an I/O error", /check the disk/],
+  ] as const;
+  for (const [code, says, remedy] of cases) {
+    const failure = diskFailure(
+      osError(code, `os says ${code}`),
+      "the ledger at /s/l",
+      "/s/l",
+      "then re-run",
+    );
+    assert.ok(failure instanceof errors.ResourceUnavailable, code);
+    assert.equal(failure.exitCode, 3);
+    assert.equal(failure.message, `cannot write the ledger at /s/l: its filesystem ${says} (${code})`);
+    assert.match(failure.remedy ?? "", remedy);
+    assert.match(failure.remedy ?? "", /; then re-run$/);
+    assert.deepEqual(failure.context, { path: "/s/l", [DISK_ERROR_KEY]: code, os_error: `os says ${code}` });
+    assert.ok(isDiskFailure(failure) && isDiskFailure(failure.toDict()), "the error and its record");
+  }
+  assert.equal(diskFailure(osError("EACCES", "denied"), "x", "/x"), null);
+  assert.equal(diskFailure(new Deno.errors.NotFound("gone"), "x", "/x"), null);
+  assert.equal(
+    diskFailure(new errors.ResourceUnavailable("ours"), "x", "/x"),
+    null,
+    "ours is not mapped again",
+  );
+  assert.ok(!isDiskFailure(new errors.ResourceUnavailable("no clip", null, { path: "/c" })));
+});
+
+Deno.test("asRuntimeError makes a full disk a node hit the worker-fatal ResourceUnavailable (exit 3): the input is not to blame", () => {
+  const raw = asRuntimeError(osError("ENOSPC", "No space left on device (os error 28)"), POISON, {
+    node: "sink",
+  });
+  assert.equal(raw.code, "VF_RESOURCE_UNAVAILABLE");
+  assert.equal(raw.exitCode, 3);
+  assert.equal(raw.disposition, WORKER_FATAL);
+  assert.equal(raw.context.node, "sink");
+  assert.equal(raw.context[DISK_ERROR_KEY], "ENOSPC");
+  const named = diskFailure(osError("EROFS", "read-only"), "node sink's output /o", "/o");
+  assert.equal(asRuntimeError(named, TRANSIENT).disposition, WORKER_FATAL);
 });

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { type Diagnostic, GraphError, raiseForDiagnostics } from "../../../src/core/errors.ts";
-import { discoverNodes, topologicalSort, validate } from "../../../src/core/graph.ts";
+import { discoverNodes, MAX_FLOW_PARAMS_BYTES, topologicalSort, validate } from "../../../src/core/graph.ts";
 import { JoinPolicy } from "../../../src/core/join_policy.ts";
 import {
   AssetRequirement,
@@ -794,4 +794,24 @@ Deno.test("a delivery override beyond delivery and on_error is a VF_CONFIG error
     "error VF_CONFIG greedy",
     /^the delivery override of greedy sets max_retries, which only the deployment decides$/,
   );
+});
+
+Deno.test("params no transport can carry (over 1 MiB of JSON) are refused: a node's alone, naming it and the size; or the flow's together, naming the largest", () => {
+  const padded = (name: string, bytes: number) => new Proc({ name, tag: "x".repeat(bytes) });
+  const huge = padded("huge", MAX_FLOW_PARAMS_BYTES);
+  const size = new TextEncoder().encode(JSON.stringify(huge.getParams())).length;
+  assertOnly(
+    check(new Sink({ name: "sink" }).from(huge.from(fresh())), { modules: INDEX }),
+    "error VF_NODE_CONTRACT huge",
+    new RegExp(`^node huge's params are ${size} bytes of JSON, more than 1048576 bytes`),
+  );
+  const source = fresh();
+  const halves = [padded("a", 600_000).from(source), padded("b", 500_000).from(source)];
+  assertOnly(
+    check(new Sink({ name: "sink" }).from(new Proc({ name: "join" }).from(...halves)), { modules: INDEX }),
+    "error VF_NODE_CONTRACT null",
+    /^the nodes' params are 11000\d\d bytes of JSON together \(largest: a 6000\d\d, b 5000\d\d, /,
+  );
+  const fits = padded("fits", 300_000).from(fresh());
+  assert.deepEqual(errorsOf(check(new Sink({ name: "sink" }).from(fits), { modules: INDEX })), []);
 });

@@ -19,8 +19,10 @@ import {
   BrokerUnavailable,
   ConfigError,
   DecodeError,
+  diskFailure,
   EXIT_STALLED,
   ProgressStalled,
+  TransientFailure,
   WorkerFatal,
   WorkerUnhealthy,
 } from "../../../src/core/errors.ts";
@@ -76,6 +78,21 @@ Deno.test("breaker: counts failures whatever their disposition, and threshold 0 
   for (let i = 0; i < 1000; i++) disabled.recordFailure(new Error("x"));
   assert.equal(disabled.tripped, false);
   disabled.check();
+});
+
+Deno.test("breaker: a run of failures that are all being retried never trips it, however long; the first one given up does", () => {
+  const breaker = new ConsecutiveFailureBreaker(10, "model");
+  for (let i = 0; i < 50; i++) breaker.recordFailure(new TransientFailure(`frame ${i}: try again`), false);
+  breaker.check();
+  assert.equal(breaker.tripped, false);
+  assert.equal(breaker.consecutiveFailures, 50);
+  breaker.recordFailure(new TransientFailure("frame 0: out of attempts"), true);
+  assert.throws(() => breaker.check(), WorkerUnhealthy);
+  breaker.recordSuccess();
+  for (let i = 0; i < 9; i++) breaker.recordFailure(new TransientFailure(`frame ${i}`), i === 0);
+  assert.equal(breaker.tripped, false, "a success starts the run over, what was given up included");
+  breaker.recordFailure(new TransientFailure("frame 9"), false);
+  assert.equal(breaker.tripped, true, "a give-up anywhere in the run counts");
 });
 
 Deno.test("breaker: a negative or fractional threshold is a ConfigError", () => {
@@ -438,6 +455,22 @@ Deno.test("a restart cannot mend the author's mistake (exit 2) or a parent's abo
   );
   assert.equal(crashed.kind, "restart");
   assert.ok(restartCanMend(nodeExited("n", 0, 137)));
+});
+
+Deno.test("a restart cannot mend a disk that is full or read-only: the policy gives up at once, but restarts a lost broker", () => {
+  const policy = SupervisionPolicy.local();
+  const full = diskFailure(
+    Object.assign(new Error("No space left on device (os error 28)"), { code: "ENOSPC" }),
+    "x",
+    "/x",
+  );
+  assert.ok(full !== null);
+  assert.equal(
+    policy.decide(nodeExited("sink", 0, 3, { ...full.toDict(), disposition: "worker_fatal" }), 0).kind,
+    "give_up",
+  );
+  const lost = new BrokerUnavailable("the connection to the embedded broker ended").toDict();
+  assert.equal(policy.decide(nodeExited("sink", 0, 3, { ...lost }), 0).kind, "restart");
 });
 
 Deno.test("a replica given up on is rendered with its reason's remedy, when the reason has one", () => {

@@ -76,6 +76,8 @@ interface Script {
   readonly duplicates?: readonly number[];
   /** The acks (1-based) whose confirmation never comes back: their `onAcked` never runs. */
   readonly unconfirmedAcks?: readonly number[];
+  /** The failures (1-based) the delivery policy retries; every other failure is given up (dead-lettered). */
+  readonly retriedFailures?: readonly number[];
 }
 
 class ScriptedMessenger implements Messenger {
@@ -90,6 +92,7 @@ class ScriptedMessenger implements Messenger {
   readonly #inFlightFailure: Error | undefined;
   readonly #duplicates: readonly number[];
   readonly #unconfirmedAcks: readonly number[];
+  readonly #retriedFailures: readonly number[];
   #received = 0;
   #last: InputGroup | null = null;
 
@@ -102,6 +105,7 @@ class ScriptedMessenger implements Messenger {
     this.#inFlightFailure = script.inFlightFailure;
     this.#duplicates = script.duplicates ?? [];
     this.#unconfirmedAcks = script.unconfirmedAcks ?? [];
+    this.#retriedFailures = script.retriedFailures ?? [];
   }
 
   #record(...call: Call): Promise<void> {
@@ -154,8 +158,10 @@ class ScriptedMessenger implements Messenger {
     this.calls.push(["awaitInFlight"]);
     return this.#inFlightFailure === undefined ? Promise.resolve() : Promise.reject(this.#inFlightFailure);
   }
-  failInputs(error: unknown): Promise<void> {
-    return this.#record("failInputs", error);
+  /** The script's delivery policy gives every failure up but its {@link Script.retriedFailures}. */
+  failInputs(error: unknown): Promise<boolean> {
+    const retried = this.#retriedFailures.includes(this.named("failInputs").length + 1);
+    return this.#record("failInputs", error).then(() => !retried);
   }
   checkForTermination(): boolean {
     return this.stopReason() !== null;
@@ -691,6 +697,35 @@ Deno.test("story 25: ten consecutive unclassified failures trip the breaker; no 
   assert.equal(messenger.named("publishAbort").length, 0);
   assert.equal(messenger.named("publishStopSignal").length, 0);
   assert.deepEqual(node.seen, ["close"]);
+});
+
+Deno.test("story 25: failures the delivery policy retries never trip the breaker; the first it gives up does", async () => {
+  const values = Array.from({ length: 30 }, (_, i) => i + 1);
+  const node = new Picky({ name: "flaky", plain: values });
+  const retried = values.slice(0, 25);
+  const { messenger, outcome } = await runNode(
+    node,
+    { groups: stream(...values), retriedFailures: retried },
+    {
+      breaker: new ConsecutiveFailureBreaker(10, "flaky"),
+    },
+  );
+  const failure = outcomeOf(outcome, TaskEnd.failed);
+  assert.ok(failure.error instanceof WorkerUnhealthy);
+  assert.equal(messenger.named("failInputs").length, 26, "25 retried failures in a row, then one given up");
+});
+
+Deno.test("the input-call watch is told around each call of the node only: not for EOS, and left even when the node throws", async () => {
+  const node = new Picky({ name: "watched", poison: [2] });
+  const told: string[] = [];
+  const inputCalls = {
+    entered: () => told.push(`entered ${messenger.names().length}`),
+    left: () => told.push(`left ${messenger.names().length}`),
+  };
+  const messenger = new ScriptedMessenger({ groups: stream(1, 2) });
+  const outcome = await createTask(node, optionsFor(node, messenger, { inputCalls })).run();
+  assert.equal(outcome.kind, TaskEnd.finished);
+  assert.deepEqual(told, ["entered 1", "left 1", "entered 4", "left 4"], messenger.names().join(", "));
 });
 
 Deno.test("story 25: an interleaved success resets the breaker's count", async () => {

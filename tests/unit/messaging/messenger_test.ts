@@ -39,6 +39,7 @@ import {
   MessengerFlow,
   produce,
   RUN,
+  settlesWithin,
 } from "../../conformance/messenger/support.ts";
 
 const PIPELINE: FlowOptions = {
@@ -1140,5 +1141,64 @@ Deno.test("an event time that is not finite epoch seconds is a VF_CONFIG naming 
           error.message === `an event time must be finite epoch seconds, got ${shown}`,
       );
     }
+  });
+});
+
+const FAN_IN_CHAIN: FlowOptions = {
+  flowType: "batch",
+  durableLedger: true,
+  nodes: [{ name: "cam" }, { name: "mid", parents: ["cam"], nbTasks: 2 }, { name: "sink", parents: ["mid"] }],
+};
+
+Deno.test("an output a killed replica noted and its sibling published again counts once: the child's EOS-7 barrier completes", async () => {
+  await withFlow(FAN_IN_CHAIN, async (flow) => {
+    const cam = await flow.open("cam");
+    await produce(flow, cam, [1, 2]);
+    const killed = await flow.open("mid", 0, { prefetch: 0 });
+    // A second on, the output's acceptance is due to be noted in the ledger before its input's ack.
+    await flow.drive(flow.clock.sleep(1.5));
+    const first = await flow.drive(killed.receiveMessage());
+    await flow.drive(killed.publishMessage(first.cam?.message));
+    await flow.drive(killed.awaitInFlight());
+    assert.equal(await flow.drive(flow.runtime("mid", 0).publishedCount()), 1);
+    await killed.close({ handBack: false });
+    // The input it never acked comes back to the sibling, which publishes the same output id again.
+    const sibling = await flow.open("mid", 1);
+    const taken = await consume(flow, sibling, (g) => g.cam?.message);
+    assert.deepEqual(taken.groups.map((g) => g.cam?.message).sort(), [1, 2]);
+    const replacement = await flow.open("mid", 0);
+    assert.deepEqual((await consume(flow, replacement, (g) => g.cam?.message)).groups, []);
+    const sink = await flow.open("sink");
+    for (let i = 0; i < 2; i++) {
+      await flow.drive(sink.receiveMessage());
+      await flow.drive(sink.ackInputs());
+    }
+    const ending = sink.receiveMessage();
+    assert.ok(await settlesWithin(flow, ending, 30), "the sink ends: 2 distinct outputs, both received");
+    assert.equal((await ending).mid?.isStopSignal, true);
+    const terminators = await flow.drive(flow.runtime("sink").terminators("mid"));
+    assert.deepEqual(terminators.map((t) => [t.replicaId, t.seq]), [[0, 1], [1, 2]], "both counted the id");
+    assert.deepEqual([...await flow.drive(flow.runtime("sink").completedParents())], ["mid"]);
+  });
+});
+
+Deno.test("a barrier short of its parent's count with nothing left on the broker is pending work, not an idle node", async () => {
+  await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
+    const cam = await flow.open("cam");
+    await produce(flow, cam, ["x", "y"], false);
+    // An id the ledger says cam published that never reaches the broker: det's barrier can never complete.
+    await flow.drive(flow.runtime("cam").recordPublished(["never-sent"]));
+    await flow.drive(cam.publishStopSignal());
+    const det = await flow.open("det");
+    for (let i = 0; i < 2; i++) {
+      await flow.drive(det.receiveMessage());
+      await flow.drive(det.ackInputs());
+    }
+    const ending = det.receiveMessage();
+    assert.equal(await settlesWithin(flow, ending, 10), false, "the barrier stays short");
+    const pending = await flow.drive(det.pendingObservation());
+    assert.equal(pending.kind === "known" && pending.value, 1, "the held EOS marker waits on work");
+    await flow.drive(det.quiesce());
+    await flow.drive(ending);
   });
 });

@@ -5,7 +5,13 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { ConfigError, ResourceUnavailable, UnobservableState } from "../../../src/core/errors.ts";
+import {
+  ConfigError,
+  DISK_ERROR_KEY,
+  isDiskFailure,
+  ResourceUnavailable,
+  UnobservableState,
+} from "../../../src/core/errors.ts";
 import {
   Barrier,
   crash,
@@ -20,6 +26,7 @@ import {
   FileRuntimeStore,
   MAX_READABLE_NAME_LENGTH,
 } from "../../../src/runtime/file_store.ts";
+import { MAY_MOUNT, mountCommand } from "../../support/mounts.ts";
 import { SeededRandom } from "../../support/random.ts";
 
 const encoder = new TextEncoder();
@@ -331,4 +338,52 @@ Deno.test("a root that cannot be a directory is ResourceUnavailable with a remed
   } finally {
     await Deno.remove(root, { recursive: true });
   }
+});
+
+Deno.test({
+  name:
+    "a store whose disk turns read-only refuses each write with the typed disk failure, tells its observer, " +
+    "and still reads what it held (needs root to mount, ignored otherwise)",
+  ignore: !MAY_MOUNT,
+  fn: async () => {
+    const root = await Deno.makeTempDir({ prefix: "vf-file-store-" });
+    const told: ResourceUnavailable[] = [];
+    const store = await FileRuntimeStore.open(root, undefined, {
+      onDiskFailure: (error) => told.push(error),
+    });
+    let mounted = false;
+    try {
+      assert.ok(await store.cas("k", null, bytes("v1")));
+      await store.append("log", bytes("r1"));
+      await mountCommand("mount", ["--bind", "-o", "ro", root, root]);
+      mounted = true;
+      const version = (await store.get("k")) as { version: string };
+      for (
+        const write of [
+          () => store.cas("k", version.version, bytes("v2")),
+          () => store.append("log", bytes("r2")),
+        ]
+      ) {
+        await assert.rejects(write(), (error: unknown) => {
+          assert.ok(error instanceof ResourceUnavailable && isDiskFailure(error), String(error));
+          assert.equal(error.exitCode, 3);
+          assert.equal(error.context[DISK_ERROR_KEY], "EROFS");
+          assert.match(
+            error.message,
+            new RegExp(
+              `^cannot write the file runtime store at ${root} \\((cas|append)\\): its filesystem is read-only \\(EROFS\\)$`,
+            ),
+          );
+          return true;
+        });
+      }
+      assert.equal(told.length, 2, "the observer is told of each");
+      assert.equal(text(((await store.get("k")) as { value: Uint8Array }).value), "v1");
+      assert.deepEqual((await store.logEntries("log")).map(text), ["r1"]);
+    } finally {
+      if (mounted) await mountCommand("umount", [root]);
+      await store.close();
+      await Deno.remove(root, { recursive: true });
+    }
+  },
 });

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { deliveredGrantToDict, deviceIdentity, GrantHost } from "../../../src/backends/allocation.ts";
 import { ProfileRequest } from "../../../src/backends/capabilities.ts";
 import { Barrier } from "../../../src/backends/faults.ts";
-import { compileFlow, type NodeSpec } from "../../../src/core/compiler.ts";
+import { compileFlow, NodeSpec } from "../../../src/core/compiler.ts";
 import { ConfigError } from "../../../src/core/errors.ts";
 import { Flow } from "../../../src/core/flow.ts";
 import { FlowType } from "../../../src/core/flow_type.ts";
@@ -16,6 +16,10 @@ import {
   defaultWorkerSettings,
   deliveryPolicyOf,
   EMBEDDED_BROKER_MESSAGE_PORT,
+  FLOW_SPECS_PATH_ENV,
+  MAX_ENV_ENTRY_BYTES,
+  paramsBySpecsFile,
+  paramsFromSpecsFile,
   parentReplicasFromEnv,
   parseWorkerConfig,
   type WorkerConfig,
@@ -685,4 +689,41 @@ Deno.test("deliveryPolicyOf combines the flow preset, the node's overrides and V
     on_error: "poison",
     sample_per_minute: 5,
   });
+});
+
+Deno.test("params too long for one environment entry move to the specs document and come back from it as they were", async () => {
+  const specs = compiledFlow(FlowType.batch);
+  const detect = specs.find((spec) => spec.name === "detect")!;
+  const big = NodeSpec.fromDict({
+    ...detect.toDict(),
+    params: { ...detect.params, table: "t".repeat(MAX_ENV_ENTRY_BYTES) },
+  });
+  const all = specs.map((spec) => spec === detect ? big : spec);
+  const dir = await Deno.makeTempDir();
+  try {
+    const path = `${dir}/specs.json`;
+    await Deno.writeTextFile(path, JSON.stringify(all.map((spec) => spec.toDict())));
+    const run = { runId: "r", broker: { kind: "embedded-port" as const } };
+    const env = workerEnvFor(big, all, { flowId: "traffic", flowType: FlowType.batch }, run, 0);
+    const moved = paramsBySpecsFile(env, path);
+    assert.equal(moved[WorkerEnvVar.nodeParams], undefined);
+    assert.equal(moved[FLOW_SPECS_PATH_ENV], path);
+    assert.ok(
+      Object.entries(moved).every(([name, value]) => name.length + value.length + 2 <= MAX_ENV_ENTRY_BYTES),
+    );
+    assert.deepEqual(parseWorkerConfig(await paramsFromSpecsFile(moved)), parseWorkerConfig(env));
+    const small = workerEnvFor(detect, specs, { flowId: "traffic", flowType: FlowType.batch }, run, 0);
+    assert.deepEqual(paramsBySpecsFile(small, path), small, "params that fit stay in the environment");
+    assert.equal(await paramsFromSpecsFile(small), small);
+    await assert.rejects(
+      paramsFromSpecsFile({ ...moved, [WorkerEnvVar.nodeName]: "nobody" }),
+      (error: unknown) => error instanceof ConfigError && /has no node "nobody"/.test(error.message),
+    );
+    await assert.rejects(
+      paramsFromSpecsFile({ ...moved, [FLOW_SPECS_PATH_ENV]: `${dir}/missing.json` }),
+      (error: unknown) => (error as { code?: string }).code === "VF_RESOURCE_UNAVAILABLE",
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
