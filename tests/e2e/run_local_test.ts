@@ -446,7 +446,9 @@ Deno.test("a producer far ahead of a stalled node is held back after about 2,000
 for (const ordered of [true, false]) {
   Deno.test(
     `a FrameWriter after a stage of 3 replicas writes its frames ${
-      ordered ? 'in their producer\'s order with ordering: { mode: "sequence" }' : "as they finish without it"
+      ordered
+        ? 'in their producer\'s order with ordering: { mode: "sequence" }'
+        : "as they finish without it, warned"
     }`,
     async () => {
       await inTempDir(async (dir) => {
@@ -476,7 +478,7 @@ for (const ordered of [true, false]) {
           assert.deepEqual(written, range(1, 40), `the clip's frames in decode order\n${run.text}`);
           assert.doesNotMatch(run.text, /finish items out of order/);
         } else {
-          assert.notDeepEqual(written, range(1, 40), "3 replicas finish their frames out of order");
+          // As they finished: seldom the decode order, though not never (one replica may take them all).
           assert.match(run.text, /give writer ordering: \{ mode: "sequence" \}/);
         }
       });
