@@ -941,7 +941,7 @@ function checkExecution(f: Findings, r: FlowRequirements, execution: ExecutionCa
         `execution group ${group} (${
           members.join(", ")
         }) cannot be fused: ${engine} has no execution groups (RUN-035)`,
-        "remove execution_group from the nodes; they run as ordinary nodes",
+        "remove executionGroup (execution_group) from the nodes: no engine runs them fused",
       );
     }
   }
@@ -950,10 +950,24 @@ function checkExecution(f: Findings, r: FlowRequirements, execution: ExecutionCa
       f.refuse(
         node,
         `node ${node} declares a batching policy: ${engine} has no dynamic batching (RUN-036)`,
-        "remove batching_policy; transport fetch batching still applies",
+        "remove batchingPolicy (batching_policy); transport fetch batching still applies",
       );
     }
   }
+}
+
+/**
+ * What `execution` refuses of the execution groups and batching contracts in `requirements` (RUN-035,
+ * RUN-036): one `VF_INCOMPATIBLE_PROFILE` error diagnostic per group or batched node the engine cannot
+ * honour, none when it honours them all. An engine never runs such a flow as ordinary nodes.
+ */
+export function executionRefusals(
+  requirements: FlowRequirements,
+  execution: ExecutionCapabilities,
+): readonly Diagnostic[] {
+  const f = new Findings();
+  checkExecution(f, requirements, execution);
+  return f.incompatible;
 }
 
 function checkResources(f: Findings, r: FlowRequirements, allocation: AllocationCapabilities | null): void {

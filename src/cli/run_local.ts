@@ -28,6 +28,7 @@ import {
 import type { ViewOutput } from "../engines/live_view.ts";
 import { StopSignals } from "../engines/stop_signals.ts";
 import { checkRunNames } from "../engines/run_directory.ts";
+import { admitLocally } from "./admission.ts";
 import { loadFlow } from "./load_flow.ts";
 import type { CommandOutput } from "./main.ts";
 
@@ -143,6 +144,7 @@ export async function runLocal(path: string, options: LocalFlowRunOptions = {}):
   const runId = options.runId ?? generateRunId();
   const { flow, modules } = await loadFlow(path);
   checkRunNames(flow.flowId, runId);
+  admitLocally(flow);
   const flowType = options.flowType === undefined ? flow.flowType : checkFlowType(options.flowType);
   // The flow is validated first, as a whole: every problem it has is reported at once, as `vf validate` does.
   const warnings: string[] = [];

@@ -1,18 +1,20 @@
 /**
  * `vf validate FLOW.ts`: every diagnostic of the flow, one line each (severity, code, node, message,
- * remedy), then a summary; exit 2 when any diagnostic is an error, 0 otherwise.
+ * remedy), the local engine's admission refusals among them, then a summary; exit 2 when any diagnostic is
+ * an error, 0 otherwise.
  *
  * @module
  */
 
 import { EXIT_USER } from "../core/errors.ts";
+import { localAdmissionRefusals } from "./admission.ts";
 import { loadFlow } from "./load_flow.ts";
 import type { CommandOutput } from "./main.ts";
 
 /** Validates the flow file at `path`; resolves with the exit code. */
 export async function validateCommand(path: string, io: CommandOutput): Promise<number> {
   const { flow, modules } = await loadFlow(path);
-  const diagnostics = flow.validate(modules);
+  const diagnostics = [...flow.validate(modules), ...localAdmissionRefusals(flow)];
   for (const diagnostic of diagnostics) io.out(diagnostic.render());
   const errors = diagnostics.filter((d) => d.severity === "error").length;
   const warnings = diagnostics.length - errors;

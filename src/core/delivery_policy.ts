@@ -280,8 +280,8 @@ export class DeliveryPolicy {
    * | worker_fatal | nak               | nak                        |
    *
    * "DLQ" follows the `dlq` mode: `full` → `dlq`, `sampled` → `dlq_sampled`, `off` → `term`; a best-effort
-   * transient failure is `dlq_sampled` when the DLQ is sampled. `worker_fatal` never dead-letters: the
-   * message is fine, the worker is not. Throws {@link ConfigError} naming the known dispositions for any
+   * transient failure is terminated in every DLQ mode (only poison is sampled). `worker_fatal` never
+   * dead-letters: the message is fine, the worker is not. Throws {@link ConfigError} naming the known dispositions for any
    * other, and RangeError for a delivery count that is not an integer >= 1.
    */
   actionFor(disposition: string, numDelivered: number): DeliveryAction {
@@ -298,7 +298,7 @@ export class DeliveryPolicy {
       case POISON:
         return this.#deadLetterAction();
       case TRANSIENT:
-        if (this.delivery === BEST_EFFORT) return this.dlq === DLQ_SAMPLED ? ACTION_DLQ_SAMPLED : ACTION_TERM;
+        if (this.delivery === BEST_EFFORT) return ACTION_TERM;
         return numDelivered >= this.maxDeliver ? this.#deadLetterAction() : ACTION_NAK;
     }
   }

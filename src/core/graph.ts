@@ -40,6 +40,7 @@ import {
   TaskModuleNode,
 } from "./node.ts";
 import { PartitionKeyPolicy } from "./partition_key_policy.ts";
+import { ORDER_SEQUENCE } from "./ordering_policy.ts";
 import {
   isNodeName,
   isNonEmptyString,
@@ -698,6 +699,7 @@ function nodeErrors(node: Node, modules: ModuleIndex | undefined): Diagnostic[] 
   if (node instanceof ReceiverNode) {
     attempt(out, node.name, () => checkNodeOverride(node.name, node.deliveryPolicy()));
     const policy = attempt(out, node.name, () => node.joinPolicy);
+    attempt(out, node.name, () => node.orderingPolicy);
     checkTimeJoinParents(node, policy ?? null, out);
     if (node instanceof ProcessorNode) {
       checkReplication(node, policy ?? null, out);
@@ -763,10 +765,20 @@ function replicatedUpstream(node: Node, seen = new Set<Node>()): ReceiverNode | 
   return null;
 }
 
+/** Whether `node` declares a valid sequence ordering (an invalid one is an error of its own). */
+function reordersBySequence(node: ReceiverNode): boolean {
+  try {
+    return node.orderingPolicy?.mode === ORDER_SEQUENCE;
+  } catch {
+    return false;
+  }
+}
+
 /** Every warning of one node, in a fixed order. */
 function nodeWarnings(node: Node, members: ReadonlySet<Node>): Diagnostic[] {
   const out: Diagnostic[] = [];
-  const reordering = node instanceof ReceiverNode && (node.constructor as typeof ReceiverNode).inputInOrder
+  const reordering = node instanceof ReceiverNode && (node.constructor as typeof ReceiverNode).inputInOrder &&
+      !reordersBySequence(node)
     ? replicatedUpstream(node)
     : null;
   if (reordering !== null) {
@@ -776,7 +788,8 @@ function nodeWarnings(node: Node, members: ReadonlySet<Node>): Diagnostic[] {
         node.name,
         `node ${node.name} needs its input in the order it was made, but ${reordering.name} runs ` +
           `${replicasOf(reordering)} replicas, which finish items out of order`,
-        `run ${reordering.name} as one replica, or reorder by seq before ${node.name}`,
+        `run ${reordering.name} as one replica, or give ${node.name} ordering: { mode: "sequence" } ` +
+          "(it then takes its input in its producer's order)",
       ),
     );
   }

@@ -32,6 +32,7 @@ import type { Disposition } from "./errors.ts";
 import { ConfigError, NodeContractError } from "./errors.ts";
 import type { JoinPolicyDict } from "./join_policy.ts";
 import { JoinPolicy } from "./join_policy.ts";
+import { OrderingPolicy, type OrderingPolicyDict } from "./ordering_policy.ts";
 import type { DeclarationSource, GpuFieldMap } from "./provenance.ts";
 import { builtinDefaults, nodeDeclarations, resolveGpuRequirements } from "./provenance.ts";
 
@@ -127,6 +128,9 @@ export class AssetRequirement {
 /** What a node's `joinPolicy` param accepts: a policy, the dict it serializes to, or nothing. */
 export type JoinPolicyArg = JoinPolicy | Partial<JoinPolicyDict> | null;
 
+/** What a node's `ordering` param accepts: a policy, the dict it serializes to, or nothing. */
+export type OrderingPolicyArg = OrderingPolicy | Partial<OrderingPolicyDict> | null;
+
 /** Params every node takes. */
 export interface NodeParams {
   /** Unique, stable identity within a flow; generated from the class name and a counter when absent. */
@@ -149,6 +153,11 @@ export interface ReceiverParams extends NodeParams {
   readonly delivery?: DeliveryMode | null;
   /** The disposition of an exception nothing classified. */
   readonly onError?: Disposition | null;
+  /**
+   * The order inputs are handed to the node in, per partition key (RUN-021): `arrival` (the default) or
+   * `sequence`, their producer's order, waiting up to `horizon` later inputs for a gap.
+   */
+  readonly ordering?: OrderingPolicyArg;
 }
 
 /** Params of a processor. */
@@ -324,6 +333,7 @@ function normalizeParams(params: unknown, cls: { name: string }): Record<string,
   }
   const copy: Record<string, unknown> = { ...params };
   if (copy.joinPolicy instanceof JoinPolicy) copy.joinPolicy = copy.joinPolicy.toDict();
+  if (copy.ordering instanceof OrderingPolicy) copy.ordering = copy.ordering.toDict();
   return copy;
 }
 
@@ -586,6 +596,15 @@ export abstract class ReceiverNode<P extends ReceiverParams = ReceiverParams> ex
   get joinPolicy(): JoinPolicy | null {
     const dict = this.params.joinPolicy;
     return dict === undefined || dict === null ? null : JoinPolicy.fromDict(dict);
+  }
+
+  /**
+   * The ordering this node declares (rebuilt from its stored dict), or `null` for arrival order; throws
+   * ConfigError if invalid.
+   */
+  get orderingPolicy(): OrderingPolicy | null {
+    const dict = this.params.ordering;
+    return dict === undefined || dict === null ? null : OrderingPolicy.fromDict(dict);
   }
 
   /** This node's delivery-mode override, or `null` to inherit the flow's. */

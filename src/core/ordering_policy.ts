@@ -167,6 +167,16 @@ export class ReorderBuffer<T = unknown> {
     return this.#dropped;
   }
 
+  /** How many records are held behind a gap. */
+  get holding(): number {
+    return this.#held.size;
+  }
+
+  /** Whether a record with sequence number `seq` is held behind a gap. */
+  holds(seq: number): boolean {
+    return this.#held.has(seq);
+  }
+
   /** Offers one record; returns what may be applied now, oldest first (possibly nothing). */
   offer(seq: number, record: T): ReorderRelease<T>[] {
     requireSeq("seq", seq);

@@ -186,6 +186,33 @@ function parsedLetter(line: string, path: string, lineNumber: number): DeadLette
   return record as DeadLetterRecord;
 }
 
+/** The dead letters of one node when they all carry one error code: how many, the code, and the first's error. */
+export interface SharedFailure {
+  readonly count: number;
+  readonly code: string;
+  readonly error: string;
+}
+
+/**
+ * Node → its {@link SharedFailure}, for every node whose letters in `records` all carry one code; a node
+ * with letters of several codes, or none, is absent.
+ */
+export function sharedFailures(records: readonly DeadLetterRecord[]): Map<string, SharedFailure> {
+  const shared = new Map<string, SharedFailure>();
+  const mixed = new Set<string>();
+  for (const { node, code, error } of records) {
+    const failure = shared.get(node);
+    if (mixed.has(node)) continue;
+    if (failure === undefined) shared.set(node, { count: 1, code, error });
+    else if (failure.code === code) shared.set(node, { ...failure, count: failure.count + 1 });
+    else {
+      shared.delete(node);
+      mixed.add(node);
+    }
+  }
+  return shared;
+}
+
 /**
  * The dead letters of a run its supervisor restarted: those an earlier supervisor wrote, then the current
  * broker's that are not the same message dead-lettered again by the same node (a replayed source

@@ -215,13 +215,17 @@ export class LiveView {
   }
 }
 
-/** The end-of-run summary: totals per node (a table within `columns`, unbounded by default), then the outcome line. */
+/**
+ * The end-of-run summary: totals per node (a table within `columns`, unbounded by default), then `notes`
+ * (one line each), then the outcome line.
+ */
 export function renderSummary(
   elapsedSeconds: number,
   snapshots: readonly NodeSnapshot[],
   outcome: string,
+  notes: readonly string[] = [],
   columns = Infinity,
 ): string[] {
   const rate = new Map(snapshots.map((s) => [s.node, elapsedSeconds > 0 ? s.processed / elapsedSeconds : 0]));
-  return [...renderTable(snapshots, rate, columns), `${outcome} in ${elapsedSeconds.toFixed(1)}s`];
+  return [...renderTable(snapshots, rate, columns), ...notes, `${outcome} in ${elapsedSeconds.toFixed(1)}s`];
 }

@@ -90,6 +90,8 @@ import {
   keepOffloadedPayloads,
   mergeDeadLetters,
   readDeadLettersIfAny,
+  type SharedFailure,
+  sharedFailures,
   writeDeadLetters,
 } from "./dead_letters.ts";
 import { EmbeddedBroker } from "./embedded_broker.ts";
@@ -474,6 +476,25 @@ function topologyNodes(specs: readonly NodeSpec[]): TopologyNode[] {
   }));
 }
 
+/**
+ * A summary line for each node that processed nothing while every dead letter it made carries one code:
+ * the whole stream failed for one reason (a `partitionBy` no item carries), which its exit status alone
+ * does not say.
+ */
+function failedEverything(
+  snapshots: readonly NodeSnapshot[],
+  shared: ReadonlyMap<string, SharedFailure>,
+): string[] {
+  return snapshots.flatMap((snapshot) => {
+    const failure = shared.get(snapshot.node);
+    if (snapshot.processed > 0 || failure === undefined) return [];
+    return [
+      `no item passed ${snapshot.node}: all ${failure.count} of its dead letters are ${failure.code} ` +
+      `(${failure.error})`,
+    ];
+  });
+}
+
 /** The run's exit status from its replicas' statuses: the worst failure wins (stalled over failed over user). */
 export function runExitCode(codes: readonly number[]): number {
   if (codes.every((code) => code === 0)) return 0;
@@ -809,7 +830,8 @@ export class LocalEngine {
         : `flow ${flowId} ${this.#forced ? "was forced to stop" : "failed"} with exit code ${exitCode} ` +
           `(run ${runId})${unwritable === null ? "" : `: ${describeFailure(unwritable)}; ${mend}`}`;
       const elapsed = performance.now() / 1000 - this.#started;
-      for (const line of renderSummary(elapsed, snapshots, outcome, this.#view.columns)) {
+      const notes = failedEverything(snapshots, sharedFailures(this.#currentDeadLetters()));
+      for (const line of renderSummary(elapsed, snapshots, outcome, notes, this.#view.columns)) {
         this.#options.output.write(`${line}\n`);
       }
       return { exitCode, outcome, snapshots, runDir: this.#runDir };
@@ -1292,13 +1314,17 @@ export class LocalEngine {
 
   /** The run's dead letters: an earlier supervisor's (a re-run), then this broker's. */
   #deadLetters(): DeadLetterRecord[] {
+    return mergeDeadLetters(this.#earlierDeadLetters, this.#currentDeadLetters());
+  }
+
+  /** The dead letters this broker holds: this supervisor's part of the run. */
+  #currentDeadLetters(): DeadLetterRecord[] {
     const { flowId, runId, specs } = this.#options;
-    const current = specs.flatMap((spec) =>
+    return specs.flatMap((spec) =>
       this.#broker.messaging.stored(channelId(flowId, runId, spec.name))
         .filter((envelope) => envelope.kind === MessageKind.dlq)
         .map(deadLetterRecord)
     );
-    return mergeDeadLetters(this.#earlierDeadLetters, current);
   }
 
   /**

@@ -120,7 +120,7 @@ import {
   type Disposition,
   type ErrorRecord,
   errorToDict,
-  PartitionKeyError,
+  type PartitionKeyError,
   PoisonMessage,
   replicaDeathFailure,
   StaleAuthority,
@@ -140,6 +140,7 @@ import {
   StopReason,
 } from "../core/messenger.ts";
 import type { JsonObject } from "../core/node.ts";
+import { ORDER_SEQUENCE, type OrderingPolicy } from "../core/ordering_policy.ts";
 import { INVALID_KEY_FALLBACK, type PartitionKeyPolicy } from "../core/partition_key_policy.ts";
 import {
   type AbortMarker,
@@ -168,6 +169,7 @@ import {
   partitionKeyString,
   partitionOwner,
   producerTrace,
+  recordKeyError,
   replayableTraceId,
   type Seq,
   sourceEpochTraceId,
@@ -186,6 +188,7 @@ import {
   ReleaseReason,
   Settlement,
 } from "./grouping.ts";
+import { OrderedRelease } from "./ordered_release.ts";
 import { InFlight } from "./in_flight.ts";
 import { PublicationOrder } from "./publication_order.ts";
 import {
@@ -251,6 +254,8 @@ export const MessengerDropReason = {
   undecodable: "undecodable",
   /** A partitioned input whose key was unusable was dead-lettered (RUN-020). */
   partitionKey: "partition_key",
+  /** An input that came after its slot was given up, under an ordering policy with `late: "drop"`. */
+  late: "late",
   /** A live (best-effort) publication the broker refused. */
   publishDiscarded: "publish_discarded",
 } as const;
@@ -297,6 +302,8 @@ export interface MessengerOptions {
   readonly partitionKeyPolicy?: PartitionKeyPolicy | null;
   /** A join's policy; the flow type's default when absent. */
   readonly joinPolicy?: JoinPolicy | null;
+  /** The order input groups are handed out in (RUN-021); arrival order when absent. */
+  readonly orderingPolicy?: OrderingPolicy | null;
   /**
    * The node's effective delivery policy; when absent it is resolved from the flow type's preset, the
    * node's `delivery` and `onError` overrides and `maxRetries` (DeliveryPolicy.resolve).
@@ -661,6 +668,8 @@ export class BrokerMessenger implements Messenger {
   readonly #stopped = new AbortController();
   #current: ReadyGroup<Held> | null = null;
   #currentKey: string | null = null;
+  /** Hands ready groups out in sequence order under a sequence ordering policy; `null` for arrival order. */
+  #ordered: OrderedRelease<Held> | null = null;
   #persistedGroup: string | null = null;
   #ended: InputGroup | null = null;
   /** The join's end group, held while an input of this node is still outstanding at the broker. */
@@ -716,6 +725,9 @@ export class BrokerMessenger implements Messenger {
     this.#partitionBy = this.#nbTasks > 1 ? options.partitionBy ?? null : null;
     this.#keyPolicy = options.partitionKeyPolicy ?? null;
     this.#keyPolicy?.checkBound(this.#nbTasks);
+    if (options.orderingPolicy?.mode === ORDER_SEQUENCE) {
+      this.#ordered = new OrderedRelease(options.orderingPolicy, (group) => this.#orderingKey(group));
+    }
     this.#delivery = options.deliveryPolicy ?? DeliveryPolicy.resolve(
       this.#flowType,
       { delivery: options.delivery ?? null, on_error: options.onError ?? null },
@@ -1735,19 +1747,11 @@ export class BrokerMessenger implements Messenger {
   /** The PartitionKeyError of an owned delivery whose key is unusable under the reject policy, else null. */
   #keyError(decoded: WireEnvelope): PartitionKeyError | null {
     if (this.#partitionBy === null || this.#keyPolicy?.invalid === INVALID_KEY_FALLBACK) return null;
-    const key = partitionKeyOf(this.#partitionBy, decoded.traceId, decoded.metadata);
-    if (isValidPartitionKey(key)) return null;
-    try {
-      partitionKeyString(key);
-    } catch (error) {
-      if (error instanceof PartitionKeyError) {
-        error.context.node = this.#node;
-        error.context.trace_id = decoded.traceId;
-        return error;
-      }
-      throw error;
-    }
-    return null;
+    const error = recordKeyError(this.#partitionBy, decoded.traceId, decoded.metadata);
+    if (error === null) return null;
+    error.context.node = this.#node;
+    error.context.trace_id = decoded.traceId;
+    return error;
   }
 
   #blobKey(decoded: WireEnvelope): string | null {
@@ -1806,7 +1810,27 @@ export class BrokerMessenger implements Messenger {
     this.#recovered.clear();
   }
 
+  /** The next group to hand out: the join's next ready one, through the ordering policy when there is one. */
   #nextReady(): ReadyGroup<Held> | null {
+    const ordered = this.#ordered;
+    if (ordered === null) return this.#nextAssembled();
+    for (;;) {
+      const next = ordered.pop();
+      if (next !== null) return next;
+      const group = this.#nextAssembled();
+      if (group === null) return null;
+      ordered.push(group);
+    }
+  }
+
+  /** The partition key a group is ordered under: one order for an unpartitioned node. */
+  #orderingKey(group: ReadyGroup<Held>): string {
+    if (this.#partitionBy === null) return "";
+    const entry = Object.values(group.entries).find((e) => e !== null && e.kind === "envelope");
+    return String(partitionKeyOf(this.#partitionBy, group.traceId, entry?.metadata));
+  }
+
+  #nextAssembled(): ReadyGroup<Held> | null {
     const recovered = this.#recoveredReady.shift();
     if (recovered !== undefined) return recovered;
     if (this.#recovered.size > 0 && this.#clock.monotonic() >= this.#recoveryDeadline) {
@@ -1817,10 +1841,24 @@ export class BrokerMessenger implements Messenger {
     return assembler.popReady();
   }
 
-  /** Settles what the join gave back outside a group: drops acked, hand-backs naked, superseded retired. */
+  /**
+   * Settles what the join gave back outside a group (drops acked, hand-backs naked, superseded retired) and
+   * the late groups the ordering policy dropped (acked, counted).
+   */
   #settleReleases(): Promise<void> | null {
     const releases = (this.#assembler as GroupAssembler<Held>).takeReleased();
-    return releases.length === 0 ? null : this.#applyReleases(releases);
+    const late = this.#ordered?.takeDropped() ?? [];
+    if (late.length > 0) this.#drop(MessengerDropReason.late, late.length);
+    const settling = [
+      ...(releases.length === 0 ? [] : [this.#applyReleases(releases)]),
+      ...late.flatMap((group) =>
+        group.handles.map((held) => {
+          this.#leaveJoin(held);
+          return this.#settle(held, completed());
+        })
+      ),
+    ];
+    return settling.length === 0 ? null : Promise.all(settling).then(() => {});
   }
 
   async #applyReleases(releases: readonly Release<Held>[]): Promise<void> {

@@ -85,7 +85,10 @@ interface Layout {
  * (no second copy), so a later resume of the run goes on from it. No frame at all means no file.
  */
 export class FrameWriter extends ConsumerNode<FrameWriterParams> {
-  /** Frames are encoded in the order they come: an upstream of several replicas shuffles them. */
+  /**
+   * Frames are encoded in the order they come: an upstream of several replicas shuffles them, unless the
+   * writer is given `ordering: { mode: "sequence" }` (it then takes them in their producer's order).
+   */
   static override inputInOrder = true;
   #encoder: ToolProcess | null = null;
   /** The run's frame layout: fixed by its first frame, kept in the parts directory for its later launches. */

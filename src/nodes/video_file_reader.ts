@@ -50,6 +50,13 @@ export interface VideoFileReaderParams {
   readonly fps?: number;
   /** Start over at the first frame after the last one, forever (a file only). */
   readonly loop?: boolean;
+  /**
+   * Play a file at its frame rate (`fps`, else the file's), as a camera delivers it (ffmpeg's `-re`): each
+   * frame is handed out no sooner than one frame interval after the one before, so a stall never ends in
+   * a burst (a file only; for testing a realtime flow on a recorded clip). By default a file is read as
+   * fast as the flow takes it.
+   */
+  readonly realtime?: boolean;
   /** A file's event time of frame 0, epoch seconds; default the wall time `open()` ran at. */
   readonly startTs?: number;
   /** Live sources: consecutive failed (re)connections tolerated before the reader fails (default 10). */
@@ -139,6 +146,9 @@ function firstSlot(framemd5: string): number | null {
  * restarts with an input seek {@link SEEK_MARGIN_SECONDS} before the frame, checked by a one-frame probe
  * that it lands before it, and falls back to decoding from the start (exact, slower) where it does not.
  *
+ * With `realtime`, a file is played at its frame rate, one frame interval between frames, as a camera
+ * would deliver it: a realtime flow can then be tried on a recorded clip without most of it evicted.
+ *
  * A live source without both `width` and `height` is sized by ffprobe first, on a connection of its own: a
  * server that serves a single client (ffmpeg's `tcp://...?listen=1`) needs both given.
  *
@@ -171,6 +181,8 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
   #opened = false;
   #ended = false;
   #nextIndex = 0;
+  /** Under `realtime`: the monotonic time the last frame was handed out at; `null` before the first. */
+  #lastFrameAt: number | null = null;
   #failures = 0;
   /** Frames read since the live source's current connection was made. */
   #connectionFrames = 0;
@@ -252,6 +264,8 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
       if (bytes !== null) {
         this.#failures = 0;
         this.#connectionFrames++;
+        // A wait for the frame's turn cut short by close or the stop ends the stream there.
+        if (this.params.realtime && !await this.#pace()) break;
         return this.#frame(bytes, ctx);
       }
       if (this.#waits.aborted) break;
@@ -274,6 +288,7 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
     if (this.live) return;
     await this.#stopDecoder();
     this.#nextIndex = offset;
+    this.#lastFrameAt = null;
     this.#ended = false;
   }
 
@@ -323,6 +338,12 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
       problems.push("startTs must be a finite number");
     }
     if (p.loop && isLiveSource(String(p.path))) problems.push("loop applies to a file, not a live source");
+    if (p.realtime !== undefined && typeof p.realtime !== "boolean") {
+      problems.push(`realtime must be true or false, got ${JSON.stringify(p.realtime)}`);
+    }
+    if (p.realtime && isLiveSource(String(p.path))) {
+      problems.push("realtime applies to a file: a live source is paced by its sender");
+    }
     return problems;
   }
 
@@ -471,6 +492,22 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
     } finally {
       timer.cancel();
     }
+  }
+
+  /**
+   * Waits until one frame interval has passed since the last frame was handed out (none before the first
+   * since open or seek); false when close or the flow's stop cut the wait short.
+   */
+  async #pace(): Promise<boolean> {
+    const last = this.#lastFrameAt;
+    const wait = last === null ? 0 : last + 1 / this.#rate!.perSecond - systemClock.monotonic();
+    if (wait > 0) {
+      await systemClock.sleep(wait, this.#waits).catch((error) => {
+        if (!this.#waits.aborted) throw error;
+      });
+    }
+    this.#lastFrameAt = systemClock.monotonic();
+    return !this.#waits.aborted;
   }
 
   #frame(bytes: Uint8Array<ArrayBuffer>, ctx: RuntimeContext): Frame {

@@ -1,10 +1,10 @@
 /**
  * The one entry that runs exactly one replica of one node (spec runtime.worker), configured only by its
  * `VF_*` environment, whether it lives in a Deno Worker of the local engine, a `deno run` subprocess, or
- * (later) a Kubernetes pod. It rebuilds the node from its spec, verifies the node's assets, builds the
- * ledger, the broker clients and the messenger, opens the node, runs its task loop and closes it in every
- * case; it resolves with the process exit status the outcome maps to (0, 2, 3, 4, 5, or 143 after a
- * quiesce), writing the termination reason for any failure.
+ * (later) a Kubernetes pod. It rebuilds the node from its spec, verifies the node's assets and GPU grant,
+ * builds the ledger, the broker clients and the messenger, opens the node, runs its task loop and closes
+ * it in every case; it resolves with the process exit status the outcome maps to (0, 2, 3, 4, 5, or 143
+ * after a quiesce), writing the termination reason for any failure.
  *
  * @module
  */
@@ -29,6 +29,7 @@ import { EmbeddedMessagingBackend } from "../messaging/embedded_backend.ts";
 import { BrokerMessenger } from "../messaging/messenger.ts";
 import { verifyNodeAssets } from "./assetcheck.ts";
 import { EmbeddedConnection } from "./embedded_rpc.ts";
+import { verifyNodeGrant } from "./gpucheck.ts";
 import { EmbeddedPayloadStore } from "./embedded_payload.ts";
 import { EmbeddedRuntimeStore } from "./embedded_runtime_store.ts";
 import { HealthServer, HealthState, Metric } from "./health.ts";
@@ -240,6 +241,12 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
   refuseUnsupported(config);
   const node = await rebuildNode(config.nodeClass, config.nodeParams, config.nodeKind);
   await verifyNodeAssets(node);
+  const grant = verifyNodeGrant(node);
+  if (grant !== null && grant.problems.length > 0) {
+    logger.warn(`node ${node.name} opens under gpuFallback "cpu": ${grant.problems.join("; ")}`, {
+      execution: grant.execution,
+    });
+  }
   const services = await connectServices(config, host);
   try {
     const runtime = await runtimeFor(config, services.runtimeStore);
@@ -256,6 +263,7 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
       partitionBy: config.partitionBy,
       partitionKeyPolicy: partitionKeyPolicyOf(node),
       joinPolicy: config.joinPolicy,
+      orderingPolicy: node instanceof ReceiverNode ? node.orderingPolicy : null,
       deliveryPolicy: DeliveryPolicy.resolve(
         config.flowType,
         DeliveryPolicy.nodeOverride(config.delivery, config.onError),

@@ -10,6 +10,7 @@
  * @module
  */
 
+import { PARTITION_KEY_METADATA_KEY } from "../core/context.ts";
 import { ConfigError, PartitionKeyError } from "../core/errors.ts";
 import { sha256Hex } from "./sha256.ts";
 
@@ -304,16 +305,43 @@ export function isValidPartitionKey(value: unknown): value is PartitionKey {
  */
 export function partitionKeyString(key: unknown): string {
   if (!isValidPartitionKey(key)) {
-    throw new PartitionKeyError(
-      `unusable partition key ${describeKey(key)}: a key is a non-empty string, a boolean or an integer`,
-      "set the partition key on every record (ctx.setPartitionKey or the partition_by metadata field), " +
-        "or declare partition_key_policy {invalid: 'fallback'} on the node class",
-      { key_type: key === null ? "null" : typeof key },
-    );
+    throw unusableKey(key, "a key is a non-empty string, a boolean or an integer");
   }
   if (typeof key === "string") return key;
   if (typeof key === "boolean") return key ? "True" : "False";
   return decimal(key);
+}
+
+const KEY_REMEDY = "set the key on every record with ctx.setPartitionKey() and partition by " +
+  `"${PARTITION_KEY_METADATA_KEY}" (the metadata field it sets), or partition by "trace_id", or declare ` +
+  "partitionKeyPolicy { invalid: 'fallback' } on the node class";
+
+function unusableKey(key: unknown, why: string): PartitionKeyError {
+  return new PartitionKeyError(`unusable partition key ${describeKey(key)}: ${why}`, KEY_REMEDY, {
+    key_type: key === null ? "null" : typeof key,
+  });
+}
+
+/**
+ * Why the key a node partitioned by `partitionBy` reads from a record is unusable, as the
+ * {@link PartitionKeyError} its dead letter carries: it names the field looked for and the metadata fields
+ * the record has. `null` when the key is usable.
+ */
+export function recordKeyError(
+  partitionBy: string,
+  traceId: string,
+  metadata: Readonly<Record<string, unknown>> | null | undefined,
+): PartitionKeyError | null {
+  const key = partitionKeyOf(partitionBy, traceId, metadata);
+  if (isValidPartitionKey(key)) return null;
+  const fields = Object.keys(metadata ?? {}).sort();
+  const has = fields.length === 0 ? "no metadata fields" : `metadata fields ${fields.join(", ")}`;
+  const found = key === undefined ? "the item has no field" : "the item's field is not a usable key in";
+  return unusableKey(
+    key,
+    `${found} ${JSON.stringify(partitionBy)} (partitionBy), and has ${has}; ` +
+      "a key is a non-empty string, a boolean or an integer",
+  );
 }
 
 function describeKey(key: unknown): string {

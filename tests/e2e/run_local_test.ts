@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { decodeStoreName, FileRuntimeStore } from "../../src/runtime/file_store.ts";
 import { decodeEnvelope, decodePayload } from "../../src/wire/codec.ts";
 import { Barrier, crash, FaultSchedule, nth, pause } from "../../src/backends/faults.ts";
-import { makeClip } from "../fixtures/video/clips.ts";
+import { decodeAll, makeClip } from "../fixtures/video/clips.ts";
 import { MAY_MOUNT, mountCommand } from "../support/mounts.ts";
 
 const root = new URL("../../", import.meta.url);
@@ -97,6 +97,15 @@ function pipeline(flowId: string, producer: string, middle: string, dir: string)
   ].join("\n");
 }
 
+/** {@link pipeline} with `VideoFileReader` imported, for a `producer` that decodes a clip. */
+function videoPipeline(flowId: string, producer: string, middle: string, dir: string): string {
+  return [
+    `import { VideoFileReader } from ${JSON.stringify(modUrl)};`,
+    pipeline(flowId, producer, middle, dir),
+  ]
+    .join("\n");
+}
+
 interface SinkLine {
   readonly key: string | null;
   readonly value: unknown;
@@ -180,6 +189,11 @@ function summaryRow(run: Run, node: string) {
     dlq: Number(cells.at(-2)),
     restarts: Number(cells.at(-1)),
   };
+}
+
+/** How many of `node`'s inputs the broker evicted, from the `evicted N` of its summary row's drops. */
+function evictedAt(run: Run, node: string): number {
+  return Number(/evicted (\d+)/.exec(summaryRow(run, node).drops)?.[1] ?? 0);
 }
 
 /** The names in directory `dir`; none when it does not exist. */
@@ -347,15 +361,12 @@ Deno.test("a decoder far ahead of a slow node is held back at the broker's chann
     const flow = await writeFlow(
       dir,
       ["SlowTrace"],
-      [
-        `import { VideoFileReader } from ${JSON.stringify(modUrl)};`,
-        pipeline(
-          "held-back",
-          `new VideoFileReader({ name: "decode", path: ${JSON.stringify(clip)} })`,
-          `new SlowTrace({ name: "slow", delayMs: 20 })`,
-          dir,
-        ),
-      ].join("\n"),
+      videoPipeline(
+        "held-back",
+        `new VideoFileReader({ name: "decode", path: ${JSON.stringify(clip)} })`,
+        `new SlowTrace({ name: "slow", delayMs: 20 })`,
+        dir,
+      ),
     );
     const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--channel-max-mib", "64"], {
       cwd: dir,
@@ -375,6 +386,33 @@ Deno.test("a decoder far ahead of a slow node is held back at the broker's chann
     });
     assert.equal(refused.code, 2, refused.text);
     assert.match(refused.text, /--channel-max-mib 8 is below 64 MiB, the largest envelope/);
+  });
+});
+
+Deno.test("a clip played at its frame rate (realtime: true) feeds a realtime flow as a camera would: almost nothing evicted", async () => {
+  await inTempDir(async (dir) => {
+    // 30 frames at 10 frames/s, 3 s of video, against a node that takes 10 ms a frame: unpaced, the decoder
+    // makes them hundreds a second and the one-message realtime channel evicts most of them; paced, the node
+    // has 90 ms to spare for each.
+    const clip = await makeClip(join(dir, "clip.mp4"), { size: "160x120", frames: 30, rate: 10 });
+    const flow = await writeFlow(
+      dir,
+      ["SlowTrace"],
+      videoPipeline(
+        "paced-clip",
+        `new VideoFileReader({ name: "camera", path: ${JSON.stringify(clip)}, realtime: true })`,
+        `new SlowTrace({ name: "slow", delayMs: 10 })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--flow-type", "realtime"], {
+      cwd: dir,
+    });
+    assert.equal(run.code, 0, run.text);
+    const evicted = evictedAt(run, "slow");
+    // Unpaced, most of the 30 are evicted; paced, none or a few (a loaded host can stall the node).
+    assert.ok(evicted <= 10, `${evicted} of 30 frames evicted\n${run.stdout}`);
+    assert.ok((await sinkLines(join(dir, "out.jsonl"))).length >= 20, run.stdout);
   });
 });
 
@@ -404,6 +442,49 @@ Deno.test("a producer far ahead of a stalled node is held back after about 2,000
     assert.deepEqual(numbers.toSorted((a, b) => a - b), range(2, 5000));
   });
 });
+
+for (const ordered of [true, false]) {
+  Deno.test(
+    `a FrameWriter after a stage of 3 replicas writes its frames ${
+      ordered
+        ? 'in their producer\'s order with ordering: { mode: "sequence" }'
+        : "as they finish without it, warned"
+    }`,
+    async () => {
+      await inTempDir(async (dir) => {
+        const clip = await makeClip(join(dir, "clip.mp4"), { size: "64x48", frames: 40 });
+        const out = join(dir, "stamped.mkv");
+        // Each of the 3 replicas takes up to 256 frames at once, so they run apart by up to the whole clip: the
+        // horizon covers it.
+        const ordering = ordered ? `, ordering: new OrderingPolicy({ mode: "sequence", horizon: 64 })` : "";
+        const flow = await writeFlow(
+          dir,
+          ["StampSeq"],
+          [
+            `import { FrameWriter, OrderingPolicy, VideoFileReader } from ${JSON.stringify(modUrl)};`,
+            `const decode = new VideoFileReader({ name: "decode", path: ${JSON.stringify(clip)} });`,
+            `const stamp = new StampSeq({ name: "stamp", nbTasks: 3 }).from(decode);`,
+            `const writer = new FrameWriter({ name: "writer", path: ${
+              JSON.stringify(out)
+            }, fps: 25, codec: "ffv1"${ordering} }).from(stamp);`,
+            `export default new Flow([writer], { flowType: "batch", flowId: "ordered-clip" });`,
+          ].join("\n"),
+        );
+        const run = await vf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
+        assert.equal(run.code, 0, run.text);
+        const written = (await decodeAll(out, 16 * 16, "gray")).map((frame) => frame[0]);
+        assert.deepEqual(written.toSorted((a, b) => a - b), range(1, 40), `every frame once\n${run.stdout}`);
+        if (ordered) {
+          assert.deepEqual(written, range(1, 40), `the clip's frames in decode order\n${run.text}`);
+          assert.doesNotMatch(run.text, /finish items out of order/);
+        } else {
+          // As they finished: seldom the decode order, though not never (one replica may take them all).
+          assert.match(run.text, /give writer ordering: \{ mode: "sequence" \}/);
+        }
+      });
+    },
+  );
+}
 
 // ---- 2, 3. the delivery policy ----------------------------------------------------------------------------
 
@@ -643,28 +724,124 @@ Deno.test("a dead letter whose payload went to the payload store keeps that payl
   });
 });
 
-Deno.test("a transient failure is retried and succeeds: every item at the sink once, none dead-lettered", async () => {
+for (
+  const [flowType, story] of [
+    ["batch", "a transient failure is retried and succeeds: every item at the sink once, none dead-lettered"],
+    ["realtime", "a realtime node's transient failures are dropped, not dead-lettered: vf dlq lists none"],
+  ] as const
+) {
+  Deno.test(story, async () => {
+    await inTempDir(async (dir) => {
+      const marks = join(dir, "marks");
+      await Deno.mkdir(marks);
+      const flow = await writeFlow(
+        dir,
+        ["Count", "FlakyOnce"],
+        pipeline(
+          "transient-story",
+          `new Count({ name: "count", n: 20, delayMs: ${flowType === "realtime" ? 50 : 0} })`,
+          `new FlakyOnce({ name: "flaky", failOn: [2, 9, 15], dir: ${JSON.stringify(marks)} })`,
+          dir,
+        ),
+      );
+      const state = join(dir, "state");
+      const run = await vf(
+        ["run-local", flow, "--state", state, "--run-id", "r1", "--flow-type", flowType],
+        { cwd: dir },
+      );
+      assert.equal(run.code, 0, run.text);
+      const failed = [...Deno.readDirSync(marks)].map((entry) => entry.name).sort();
+      if (flowType === "batch") {
+        assert.deepEqual(failed, ["15.failed", "2.failed", "9.failed"], "each chosen item failed once first");
+      } else {
+        // A realtime channel may evict a chosen item before the node takes it (on a loaded host).
+        assert.ok(failed.length > 0, `a chosen item failed\n${run.stdout}`);
+      }
+      assert.deepEqual(await deadLetters(flow, "r1", state, dir), []);
+      assert.equal(summaryRow(run, "flaky").dlq, 0, run.stdout);
+      const arrived = await sinkNumbers(join(dir, "out.jsonl"));
+      if (flowType === "batch") {
+        assert.deepEqual(arrived, range(1, 20));
+        assert.equal(run.text.match(/code=VF_TRANSIENT/g)?.length, 3, run.text);
+      } else {
+        for (const item of [2, 9, 15]) {
+          assert.ok(!arrived.includes(item), `item ${item} was dropped: ${arrived}`);
+        }
+      }
+    });
+  });
+}
+
+Deno.test("a node in an execution group or with a batching policy is refused at admission (VF_INCOMPATIBLE_PROFILE, exit 2) by validate and run-local: nothing runs", async () => {
   await inTempDir(async (dir) => {
-    const marks = join(dir, "marks");
-    await Deno.mkdir(marks);
+    const out = join(dir, "out.jsonl");
     const flow = await writeFlow(
       dir,
-      ["Count", "FlakyOnce"],
+      ["Count", "FusedPass", "BatchedPass"],
+      [
+        `const count = new Count({ name: "count", n: 5 });`,
+        `const fused = new FusedPass({ name: "fused_pass" }).from(count);`,
+        `const batched = new BatchedPass({ name: "batched" }).from(fused);`,
+        `const sink = new JsonlSink({ name: "sink", path: ${JSON.stringify(out)} }).from(batched);`,
+        `export default new Flow([sink], { flowType: "batch", flowId: "refused-profile" });`,
+      ].join("\n"),
+    );
+    const validated = await vf(["validate", flow], { cwd: dir });
+    assert.equal(validated.code, 2, validated.text);
+    assert.match(validated.stdout, /^error VF_INCOMPATIBLE_PROFILE .*execution group fused \(fused_pass\)/m);
+    assert.match(validated.stdout, /^error VF_INCOMPATIBLE_PROFILE batched: .*batching policy/m);
+    assert.match(validated.stderr, /flow refused-profile: invalid \(2 errors/);
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
+    assert.equal(run.code, 2, run.text);
+    assert.match(run.stderr, /VF_INCOMPATIBLE_PROFILE/);
+    assert.match(run.stderr, /execution group fused \(fused_pass\) cannot be fused: engine local/);
+    assert.match(run.stderr, /node batched declares a batching policy: engine local has no dynamic batching/);
+    assert.doesNotMatch(run.text, /running flow/, "nothing started");
+    assert.deepEqual(await sinkLines(out), []);
+  });
+});
+
+Deno.test('a GPU node with gpuFallback "none" refuses to open under a grant no one can verify: ResourceUnavailable, exit 3', async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "GpuOnlyPass"],
       pipeline(
-        "transient-story",
-        `new Count({ name: "count", n: 20 })`,
-        `new FlakyOnce({ name: "flaky", failOn: [2, 9, 15], dir: ${JSON.stringify(marks)} })`,
+        "gpu-none-story",
+        `new Count({ name: "count", n: 5 })`,
+        `new GpuOnlyPass({ name: "detect", deviceType: "gpu" })`,
         dir,
       ),
     );
-    const state = join(dir, "state");
-    const run = await vf(["run-local", flow, "--state", state, "--run-id", "r1"], { cwd: dir });
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
+    assert.equal(run.code, 3, run.text);
+    assert.match(
+      run.text,
+      /VF_RESOURCE_UNAVAILABLE: node detect refuses to open: its grant of 1 GPU\(s\) cannot be verified: this build has no NVML binding/,
+    );
+    assert.deepEqual(await sinkLines(join(dir, "out.jsonl")), []);
+  });
+});
+
+Deno.test('a GPU node with gpuFallback "cpu" (the default) opens under a grant no one can verify, and says so', async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "SlowPass"],
+      pipeline(
+        "gpu-cpu-story",
+        `new Count({ name: "count", n: 5 })`,
+        `new SlowPass({ name: "detect", deviceType: "gpu", delayMs: 0 })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
     assert.equal(run.code, 0, run.text);
-    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 20));
-    assert.deepEqual(await deadLetters(flow, "r1", state, dir), []);
-    const failed = [...Deno.readDirSync(marks)].map((entry) => entry.name).sort();
-    assert.deepEqual(failed, ["15.failed", "2.failed", "9.failed"], "each chosen item failed once first");
-    assert.equal(run.text.match(/code=VF_TRANSIENT/g)?.length, 3, run.text);
+    assert.match(
+      run.text,
+      /node detect opens under gpuFallback "cpu": its grant of 1 GPU\(s\) cannot be verified/,
+    );
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 5));
   });
 });
 
@@ -859,6 +1036,39 @@ Deno.test("a partitioned node counts both what it processed and what it dropped 
     assert.equal(middle.drops, "0", run.stdout);
     assert.equal(middle.dlq, 100, `each unkeyed input is a dead letter, counted once:\n${run.stdout}`);
     assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 200).filter((x) => x % 2 === 1));
+  });
+});
+
+Deno.test("a partitionBy field no item carries: each dead letter names the field and the item's fields, and the summary says no item passed", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "Poison"],
+      pipeline(
+        "absent-key",
+        `new Count({ name: "count", n: 6 })`,
+        `new Poison({ name: "middle", poison: [], nbTasks: 2, partitionBy: "camera_id" })`,
+        dir,
+      ),
+    );
+    const state = join(dir, "state");
+    const run = await vf(["run-local", flow, "--state", state, "--run-id", "r1"], { cwd: dir });
+    assert.equal(run.code, 0, run.text);
+    const letters = await deadLetters(flow, "r1", state, dir);
+    assert.equal(letters.length, 6, run.text);
+    for (const letter of letters as (DeadLetter & { error: string })[]) {
+      assert.equal(letter.code, "VF_POISON_PARTITION_KEY");
+      assert.match(
+        letter.error,
+        /^unusable partition key \(absent\): the item has no field "camera_id" \(partitionBy\), and has metadata fields actual_proctime, proctime;/,
+      );
+    }
+    assert.match(
+      run.stdout,
+      /^no item passed middle: all 6 of its dead letters are VF_POISON_PARTITION_KEY \(unusable partition key \(absent\): the item has no field "camera_id"/m,
+    );
+    assert.doesNotMatch(run.stdout, /^no item passed (count|sink)/m);
+    assert.equal(summaryRow(run, "middle").dlq, 6);
   });
 });
 
@@ -1219,7 +1429,7 @@ Deno.test("--flow-type realtime runs a flow freshest-wins, and the summary count
     assert.equal(run.code, 0, run.text);
     assert.match(run.text, /running flow evict-story \(realtime\)/);
     const slow = summaryRow(run, "slow");
-    const evicted = Number(/evicted (\d+)/.exec(slow.drops)?.[1] ?? 0);
+    const evicted = evictedAt(run, "slow");
     assert.ok(evicted > 0, `a slow node behind a one-message channel loses outputs: drops "${slow.drops}"`);
     const arrived = (await sinkLines(join(dir, "out.jsonl"))).length;
     assert.ok(arrived < 20, `${arrived} of 20 reached the sink`);
@@ -1270,7 +1480,7 @@ Deno.test("a realtime node partitioned over 3 replicas counts each item once: pr
     });
     assert.equal(run.code, 0, run.text);
     const slow = summaryRow(run, "slow");
-    const evicted = Number(/evicted (\d+)/.exec(slow.drops)?.[1] ?? 0);
+    const evicted = evictedAt(run, "slow");
     assert.ok(evicted > 0, `drops "${slow.drops}"`);
     // Each replica's subscription sees every item; an evicted item is a drop for its owner only.
     assert.equal(slow.processed + evicted, 30, run.stdout);

@@ -765,6 +765,18 @@ Deno.test("a node that needs its input in order is warned about an upstream node
     [],
     "a sink that does not care",
   );
+  assert.deepEqual(
+    check(new Ordered({ name: "out", ordering: { mode: "sequence" } }).from(chain(3)), { modules: INDEX }),
+    [],
+    "a node that takes its input in sequence order",
+  );
+  assertOnly(
+    check(new Ordered({ name: "out", ordering: { mode: "sorted" as "sequence" } }).from(chain(1)), {
+      modules: INDEX,
+    }),
+    "error VF_CONFIG out",
+    /mode/,
+  );
 });
 
 Deno.test("a delivery override beyond delivery and on_error is a VF_CONFIG error of validation", () => {

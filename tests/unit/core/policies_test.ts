@@ -300,7 +300,7 @@ const actionTable: ReadonlyArray<readonly [string, string, string, number, Deliv
   ["at-least-once", "off", "transient", 4, ACTION_TERM],
   ["at-least-once", "off", "worker_fatal", 4, ACTION_NAK],
   ["best-effort", "sampled", "poison", 1, ACTION_DLQ_SAMPLED],
-  ["best-effort", "sampled", "transient", 1, ACTION_DLQ_SAMPLED],
+  ["best-effort", "sampled", "transient", 1, ACTION_TERM],
   ["best-effort", "sampled", "worker_fatal", 1, ACTION_NAK],
   ["best-effort", "full", "poison", 1, ACTION_DLQ],
   ["best-effort", "full", "transient", 1, ACTION_TERM],

@@ -7,6 +7,7 @@ import {
   mergeDeadLetters,
   readDeadLetters,
   readDeadLettersIfAny,
+  sharedFailures,
   writeDeadLetters,
 } from "../../../src/engines/dead_letters.ts";
 import { createEnvelope, encodeEnvelope } from "../../../src/wire/codec.ts";
@@ -117,4 +118,17 @@ Deno.test("a node's drops leave out what its dead letters account for, each by t
     { poison: 4 },
     "sampled: the four terminated without a letter stay drops",
   );
+});
+
+Deno.test("sharedFailures names each node whose letters all carry one code, with the first letter's error", () => {
+  const other = { ...letter("dlq:f:r:b:2", "b", "z"), code: "VF_POISON_DECODE", error: "garbage" };
+  const records = [
+    letter("dlq:f:r:a:1", "a", "x"),
+    { ...letter("dlq:f:r:a:2", "a", "y"), error: "poison again" },
+    letter("dlq:f:r:b:1", "b", "y"),
+    other,
+    letter("dlq:f:r:b:3", "b", "w"),
+  ];
+  assert.deepEqual([...sharedFailures(records)], [["a", { count: 2, code: "VF_POISON", error: "poison" }]]);
+  assert.deepEqual(sharedFailures([]).size, 0);
 });

@@ -137,7 +137,12 @@ Deno.test("on a terminal each redraw fits the width the terminal has at that mom
 });
 
 Deno.test("the summary's table fits the width it is given", () => {
-  const lines = renderSummary(4, busyFlow(), "flow wide finished", 80);
+  const lines = renderSummary(4, busyFlow(), "flow wide finished", [], 80);
   for (const line of lines.slice(0, -1)) assert.ok(line.length <= 80, line);
   assert.equal(lines.at(-1), "flow wide finished in 4.0s");
+});
+
+Deno.test("the summary's notes stand between the table and the outcome", () => {
+  const lines = renderSummary(4, [snap("a", 40, { state: "done" })], "flow squares finished", ["a note"]);
+  assert.deepEqual(lines.slice(-2), ["a note", "flow squares finished in 4.0s"]);
 });

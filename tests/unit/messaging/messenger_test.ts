@@ -558,26 +558,43 @@ Deno.test("bytes that do not decode never reach the node: replica 0 of a partiti
   });
 });
 
-Deno.test("a best-effort node dead-letters a sample of its transient failures and terminates the rest", async () => {
-  await withFlow(
-    { flowType: "realtime", nodes: [{ name: "cam" }, { name: "det", parents: ["cam"] }] },
-    async (flow) => {
-      const cam = await flow.open("cam");
-      const det = await flow.open("det");
-      for (let i = 0; i < 7; i++) {
-        await flow.drive(cam.publishMessage(i));
-        await flow.drive(det.receiveMessage());
-        await flow.drive(det.failInputs(new TransientFailure("a stale frame")));
-      }
-      const letters = broker(flow).stored(channelId(FLOW, RUN, "det")).filter((e) =>
-        e.kind === MessageKind.dlq
-      );
-      assert.equal(letters.length, 5, "five per (code, node) per minute");
-      const terminal = await flow.drive(det.terminalEntries());
-      assert.deepEqual(terminal.map((r) => r.action), ["dlq_sample_cap", "dlq_sample_cap"]);
-    },
-  );
-});
+for (
+  const [story, failure, letters, actions] of [
+    [
+      "a best-effort node dead-letters a sample of its poison failures and terminates the rest",
+      () => new PoisonMessage("a frame that will never parse"),
+      5, // five per (code, node) per minute
+      ["dlq_sample_cap", "dlq_sample_cap"],
+    ],
+    [
+      "a best-effort node terminates its transient failures: none is dead-lettered",
+      () => new TransientFailure("a stale frame"),
+      0,
+      Array(7).fill("term"),
+    ],
+  ] as const
+) {
+  Deno.test(story, async () => {
+    await withFlow(
+      { flowType: "realtime", nodes: [{ name: "cam" }, { name: "det", parents: ["cam"] }] },
+      async (flow) => {
+        const cam = await flow.open("cam");
+        const det = await flow.open("det");
+        for (let i = 0; i < 7; i++) {
+          await flow.drive(cam.publishMessage(i));
+          await flow.drive(det.receiveMessage());
+          await flow.drive(det.failInputs(failure()));
+        }
+        const stored = broker(flow).stored(channelId(FLOW, RUN, "det")).filter((e) =>
+          e.kind === MessageKind.dlq
+        );
+        assert.equal(stored.length, letters);
+        const terminal = await flow.drive(det.terminalEntries());
+        assert.deepEqual(terminal.map((r) => r.action), actions);
+      },
+    );
+  });
+}
 
 Deno.test("a dead letter that keeps failing leaves its delivery unresolved, never silently gone (story 26)", async () => {
   await withFlow(PIPELINE, async (flow) => {

@@ -221,6 +221,24 @@ Deno.test("loop starts over after the last frame and is not finite", async () =>
   await reader.close(t.ctx);
 });
 
+Deno.test("realtime plays a file at its frame rate: one frame interval between frames, the same frames", async () => {
+  const t = testContext();
+  const reader = await opened({ path: clip, realtime: true, fps: 50, startTs: 0 }, t);
+  const expected = await decodeAll(clip, FRAME);
+  const startedAt = performance.now();
+  await reader.seek(40, t.ctx);
+  for (const k of [40, 41, 42, 43, 44, 45]) {
+    assertSameBytes((await nextFrame(reader, t)).pixels.data, expected[Math.floor(k / 2)], `frame ${k}`);
+  }
+  // Five intervals of 20 ms at least; no upper bound (a loaded host only makes it slower).
+  assert.ok(performance.now() - startedAt >= 100, `${performance.now() - startedAt} ms for 6 frames`);
+  await reader.close(t.ctx);
+  await assert.rejects(
+    new VideoFileReader({ name: "r", path: "rtsp://cam/1", realtime: true }).open(t.ctx),
+    (error: unknown) => error instanceof ConfigError && /realtime applies to a file/.test(error.message),
+  );
+});
+
 Deno.test("END reaps ffmpeg, close() mid-stream kills and reaps it: no child is left", async () => {
   const t = testContext();
   const reader = await opened({ path: clip }, t);

@@ -15,6 +15,7 @@ import {
   partitionKeyString,
   partitionOwner,
   producerTrace,
+  recordKeyError,
   replayableTraceId,
   roundHalfToEven,
   sinkIdempotencyKey,
@@ -312,6 +313,25 @@ Deno.test("an unusable partition key is a rejection, never the string None", () 
     });
   }
   assert.equal(partitionOwner("None", 1000), partitionOwner("None", 1000), "the string None itself is a key");
+});
+
+Deno.test("a record's unusable key names the field looked for and the fields the record has", () => {
+  const metadata = { proctime: 1, _partition_key: "cam1" };
+  assert.equal(recordKeyError("_partition_key", "t", metadata), null);
+  assert.equal(recordKeyError("trace_id", "t", null), null);
+  const absent = recordKeyError("camera_id", "t", metadata);
+  assert.ok(absent instanceof PartitionKeyError);
+  assert.match(
+    absent.message,
+    /^unusable partition key \(absent\): the item has no field "camera_id" \(partitionBy\), and has metadata fields _partition_key, proctime;/,
+  );
+  assert.match(absent.remedy ?? "", /ctx\.setPartitionKey\(\) and partition by "_partition_key"/);
+  const empty = recordKeyError("camera_id", "t", { camera_id: "" });
+  assert.match(
+    empty?.message ?? "",
+    /^unusable partition key "": the item's field is not a usable key in "camera_id"/,
+  );
+  assert.match(recordKeyError("camera_id", "t", {})?.message ?? "", /and has no metadata fields;/);
 });
 
 Deno.test("partition owners match the reference: first 8 hex of SHA-256, mod nb_tasks", () => {
