@@ -22,6 +22,7 @@
  * @module
  */
 
+import { UnobservableState } from "../core/errors.ts";
 import { sha256 } from "../wire/sha256.ts";
 
 const MAGIC = new TextEncoder().encode("VFKEYIX1");
@@ -60,11 +61,13 @@ export interface KeyIndexHeader {
 
 /** An on-disk set of keys, one owner at a time; see the module doc. */
 export class KeyIndexFile {
+  readonly #path: string;
   readonly #file: Deno.FsFile;
   #count = 0;
   #header: KeyIndexHeader | null;
 
-  private constructor(file: Deno.FsFile, count: number, header: KeyIndexHeader | null) {
+  private constructor(path: string, file: Deno.FsFile, count: number, header: KeyIndexHeader | null) {
+    this.#path = path;
     this.#file = file;
     this.#count = count;
     this.#header = header;
@@ -81,8 +84,11 @@ export class KeyIndexFile {
     const valid = read === HEADER_BYTES && equalBytes(bytes.subarray(0, MAGIC.length), MAGIC) &&
       Number.isSafeInteger(indexedTo) && indexedTo >= 0 && Number.isSafeInteger(count) && count >= 0;
     return valid
-      ? new KeyIndexFile(file, count, { indexedTo, fingerprint: bytes.slice(24, 24 + FINGERPRINT_BYTES) })
-      : new KeyIndexFile(file, 0, null);
+      ? new KeyIndexFile(path, file, count, {
+        indexedTo,
+        fingerprint: bytes.slice(24, 24 + FINGERPRINT_BYTES),
+      })
+      : new KeyIndexFile(path, file, 0, null);
   }
 
   /** The header as last written; `null` for a new or unreadable index, which must be {@link reset}. */
@@ -99,11 +105,14 @@ export class KeyIndexFile {
     return false;
   }
 
-  /** Adds `key`; false when it was there already. Not durable until the next {@link checkpoint}. */
-  add(key: string): boolean {
-    if (this.has(key)) return false;
-    this.insertAbsent(key);
-    return true;
+  /**
+   * Adds the key of a line past `indexedTo` (found at `open()`): inserted unless a slot holds it already, and
+   * counted either way, since it was added after the checkpoint whose count the header holds. (Counting a
+   * key twice only opens the next level sooner; counting too few could overfill a level.)
+   */
+  restore(key: string): void {
+    if (this.has(key)) this.#count++;
+    else this.insertAbsent(key);
   }
 
   /**
@@ -172,7 +181,7 @@ export class KeyIndexFile {
     const slots = BASE_SLOTS << level;
     const home = new DataView(digest.buffer, digest.byteOffset).getUint32(0, true) & (slots - 1);
     const block = new Uint8Array(PROBE_SLOTS * SLOT_BYTES);
-    for (let start = home;; start = (start + PROBE_SLOTS) & (slots - 1)) {
+    for (let start = home, probed = 0; probed <= slots; start = (start + PROBE_SLOTS) & (slots - 1)) {
       const count = Math.min(PROBE_SLOTS, slots - start);
       const bytes = block.subarray(0, count * SLOT_BYTES);
       bytes.fill(0, readAt(this.#file, this.#slotOffset(level, start), bytes));
@@ -181,8 +190,14 @@ export class KeyIndexFile {
         if (equalBytes(slot, digest)) return { found: true, slot: start + i };
         if (slot.every((byte) => byte === 0)) return { found: false, slot: start + i };
       }
+      probed += count;
       if (count < PROBE_SLOTS) start = -PROBE_SLOTS & (slots - 1);
     }
+    throw new UnobservableState(
+      `the key index ${this.#path} has no free slot in level ${level}, which it never fills past half`,
+      "remove the index file: the sink indexes its file again from the start",
+      { path: this.#path, level },
+    );
   }
 }
 

@@ -213,7 +213,7 @@ export class JsonlSink extends ConsumerNode<JsonlSinkParams> {
     for (const line of linesFrom(file, from, complete)) {
       const key = keyOf(line.text);
       if (key === undefined) ctx.logger.warn("skipped an unreadable line", { path, offset: line.offset });
-      else if (key !== null) keys.add(key);
+      else if (key !== null) keys.restore(key);
     }
     this.#tail = tailBefore(file, complete);
     this.#checkpoint();
