@@ -47,7 +47,8 @@ function digestOf(key: string): Uint8Array {
   return digest;
 }
 
-function equalBytes(a: Uint8Array, b: Uint8Array): boolean {
+/** Whether `a` and `b` hold the same bytes. */
+export function equalBytes(a: Uint8Array, b: Uint8Array): boolean {
   return a.length === b.length && a.every((byte, i) => byte === b[i]);
 }
 

@@ -12,7 +12,7 @@ import type { RuntimeContext } from "../core/context.ts";
 import { NodeContractError, ResourceUnavailable, SchemaError } from "../core/errors.ts";
 import type { JsonValue, NodePermissions } from "../core/node.ts";
 import { ConsumerNode, EffectGuarantee, refuseParamProblems } from "../core/node.ts";
-import { FINGERPRINT_SPAN, fingerprintOf, KeyIndexFile, readAt } from "./_key_index.ts";
+import { equalBytes, FINGERPRINT_SPAN, fingerprintOf, KeyIndexFile, readAt } from "./_key_index.ts";
 import {
   BlobRef,
   Detections,
@@ -201,7 +201,7 @@ export class JsonlSink extends ConsumerNode<JsonlSinkParams> {
     let from = keys.header?.indexedTo ?? -1;
     if (
       from > complete ||
-      (from >= 0 && !equalFingerprints(keys.header!.fingerprint, this.#fingerprintAt(from)))
+      (from >= 0 && !equalBytes(keys.header!.fingerprint, this.#fingerprintAt(from)))
     ) {
       ctx.logger.warn("the file changed since its keys were indexed: indexing it again", { path });
       from = -1;
@@ -265,10 +265,6 @@ const CHECKPOINT_LINES = 256;
 /** Where the key index of the file at `path` is kept. */
 export function keyIndexPath(path: string): string {
   return `${path}.keys`;
-}
-
-function equalFingerprints(a: Uint8Array, b: Uint8Array): boolean {
-  return a.length === b.length && a.every((byte, i) => byte === b[i]);
 }
 
 /** The last {@link FINGERPRINT_SPAN} bytes of `previous` followed by `added`. */
