@@ -14,7 +14,7 @@
  * beside the node's other durable facts, grouped into {@link EFFECT_MARKER_SHARDS} shard documents by the
  * SHA-256 of their key: a long run holds at most that many documents of markers, whatever its item count,
  * and every write of a shard drops the markers in it whose retention has passed, so what the markers take
- * is bounded by the retention (about 80 bytes a marker), not by the run's length. Every write is one
+ * is bounded by the retention (under 100 bytes a marker on disk), not by the run's length. Every write is one
  * compare-and-swap of the key's shard, so of two writers marking the same key exactly one reports it as
  * newly marked.
  *
@@ -53,6 +53,8 @@ export const EFFECT_MARKER_FORMAT = 2;
 export const EFFECT_MARKER_SHARDS = 4096;
 
 const SHARD_DIGITS = 3;
+/** Hex digits of a key's SHA-256 that name it: its shard's, then the rest of the first 128 bits. */
+const DIGEST_DIGITS = 32;
 
 /** Compare-and-swap rounds a mark tries before it reports the outcome as unobservable. */
 const MARK_ATTEMPTS = 8;
@@ -81,7 +83,7 @@ export interface LedgerIdempotencyStoreOptions {
   readonly prefix?: string;
 }
 
-/** One shard of markers: each key with the epoch seconds from which its marker no longer counts. */
+/** One shard of markers: each marker's name with the epoch seconds from which it no longer counts. */
 interface ShardDocument {
   readonly format: number;
   readonly markers: Readonly<Record<string, number>>;
@@ -122,24 +124,40 @@ export class LedgerIdempotencyStore implements IdempotencyStore {
 
   /** The store key of the shard that holds `key`'s marker. */
   shardOf(key: string): string {
-    return this.prefix + sha256Hex(key).slice(0, SHARD_DIGITS);
+    return this.#place(key).shardKey;
+  }
+
+  /**
+   * Where `key`'s marker is kept: its shard (the first three hex digits of its SHA-256) and its name there
+   * (the next 29, the first 128 bits in all, so no two keys of a run share a marker).
+   */
+  markerName(key: string): string {
+    return this.#place(key).name;
+  }
+
+  #place(key: string): { shardKey: string; name: string } {
+    const digest = sha256Hex(key);
+    return {
+      shardKey: this.prefix + digest.slice(0, SHARD_DIGITS),
+      name: digest.slice(SHARD_DIGITS, DIGEST_DIGITS),
+    };
   }
 
   async seen(key: string): Promise<boolean> {
-    const shardKey = this.shardOf(key);
+    const { shardKey, name } = this.#place(key);
     const markers = markersOf(shardKey, await this.#store.get(shardKey));
-    return this.#clock.now() < (markers.get(key) ?? -Infinity);
+    return this.#clock.now() < (markers.get(name) ?? -Infinity);
   }
 
   async mark(key: string): Promise<boolean> {
-    const shardKey = this.shardOf(key);
+    const { shardKey, name } = this.#place(key);
     for (let attempt = 0; attempt < MARK_ATTEMPTS; attempt++) {
       const entry = await this.#store.get(shardKey);
       const now = this.#clock.now();
       const markers = markersOf(shardKey, entry);
-      if (now < (markers.get(key) ?? -Infinity)) return false;
+      if (now < (markers.get(name) ?? -Infinity)) return false;
       const kept = liveMarkers(markers, now);
-      kept.set(key, now + this.retentionSeconds);
+      kept.set(name, now + this.retentionSeconds);
       const expected = entry.kind === "present" ? entry.version : null;
       if (await this.#store.cas(shardKey, expected, shardBytes(kept))) return true;
     }
