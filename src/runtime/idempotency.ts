@@ -163,7 +163,8 @@ export class LedgerIdempotencyStore implements IdempotencyStore {
     }
     throw new UnobservableState(
       `marking effect ${key} lost ${MARK_ATTEMPTS} compare-and-swap rounds in a row`,
-      "another writer keeps replacing this marker; retry the mark, and check that one sink replica owns the key",
+      "another writer keeps replacing this marker's shard; retry the mark, and check that one sink replica owns " +
+        "the key",
       { key, attempts: MARK_ATTEMPTS },
     );
   }
