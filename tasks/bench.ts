@@ -22,12 +22,23 @@
  *    resident memory during the run, against the decoded size of the whole clip (what a broker that never
  *    held the decoder back would come to hold).
  *
+ * 5. Growth: what a long run holds. The 4-node flow producer → 2 identities → counting sink, run by
+ *    `vf run-local` in a subprocess at each `--growth-items` count (batch) in each `--growth-isolations`:
+ *    the peak resident memory of the whole process tree (`vf` and every replica process, sampled from
+ *    `/proc` every 250 ms) and the finished run directory's size on disk and file count, each at the
+ *    largest count beside the smallest. Then a realtime flow making `--realtime-rate` items/s for
+ *    `--realtime-seconds` into an idempotent `JsonlSink` (`idempotent: true`: effect markers and the
+ *    sink's key index): the tree's resident memory and the run directory at the end beside their values
+ *    at the end of the warm-up (`--warmup-seconds`), where a flat run keeps them.
+ *
  * Rounds of a flow and its baseline alternate, and each figure is the median of its rounds. The table is
  * printed to stdout and, with `--json PATH`, written as JSON.
  *
  * Run: `deno task bench [--items 10000] [--item-rounds 3] [--frames 300] [--video-rounds 3]
  * [--startup-rounds 5] [--backlog-frames 900] [--backlog-delay-ms 10] [--window 1024]
- * [--sections items,video,video-offload,startup,backlog] [--state DIR]
+ * [--growth-items 100000,1000000] [--growth-isolations worker,process] [--realtime-seconds 600]
+ * [--realtime-rate 200] [--warmup-seconds 60] [--sections items,video,video-offload,startup,backlog,growth]
+ * [--state DIR]
  * [--run-timeout 120] [--json PATH]`. `--state` puts the runs' ledgers somewhere else than the scratch directory (a tmpfs, to
  * see what the disk costs; created if missing); the runs stay there, in a fresh subdirectory.
  *
@@ -82,6 +93,15 @@ interface Settings {
   readonly sections: readonly SectionKey[];
   /** Seconds a flow run may take before it is stopped (and its section fails). */
   readonly runTimeout: number;
+  /** Item counts of the growth section's batch runs, ascending. */
+  readonly growthItems: readonly number[];
+  /** Isolations the growth section runs in. */
+  readonly growthIsolations: readonly Isolation[];
+  /** How long the growth section's realtime flow makes items, and how many a second. */
+  readonly realtimeSeconds: number;
+  readonly realtimeRate: number;
+  /** The realtime run's warm-up: its figures at the end are set beside their values at this time. */
+  readonly warmupSeconds: number;
 }
 
 /** Which way a figure is better (for readers of the JSON). */
@@ -151,6 +171,27 @@ function sectionsFrom(text: string): SectionKey[] {
   return keys as SectionKey[];
 }
 
+function countsFrom(text: string): number[] {
+  const counts = text.split(",").map((part) => Number(part.trim()));
+  if (counts.length === 0 || !counts.every((n) => Number.isInteger(n) && n >= 2)) {
+    throw new Error(
+      `--growth-items takes a comma-separated list of item counts ≥ 2; got ${JSON.stringify(text)}`,
+    );
+  }
+  return counts.sort((a, b) => a - b);
+}
+
+function isolationsFrom(text: string): Isolation[] {
+  const names = text.split(",").map((part) => part.trim());
+  const known = Object.values(Isolation) as string[];
+  if (names.length === 0 || !names.every((name) => known.includes(name))) {
+    throw new Error(
+      `--growth-isolations takes a comma-separated list of ${known.join(", ")}; got ${JSON.stringify(text)}`,
+    );
+  }
+  return names as Isolation[];
+}
+
 function settingsFrom(
   args: string[],
 ): Settings & { readonly json: string | null; readonly state: string | null } {
@@ -166,7 +207,12 @@ function settingsFrom(
       "backlog-delay-ms": { type: "string", default: "10" },
       window: { type: "string", default: "1024" },
       "run-timeout": { type: "string", default: "120" },
-      sections: { type: "string", default: SECTION_KEYS.join(",") },
+      "growth-items": { type: "string", default: "100000,1000000" },
+      "growth-isolations": { type: "string", default: "worker,process" },
+      "realtime-seconds": { type: "string", default: "600" },
+      "realtime-rate": { type: "string", default: "200" },
+      "warmup-seconds": { type: "string", default: "60" },
+      sections: { type: "string", default: DEFAULT_SECTIONS.join(",") },
       json: { type: "string" },
       state: { type: "string" },
     },
@@ -188,6 +234,11 @@ function settingsFrom(
     backlogDelayMs: count("backlog-delay-ms", 1),
     window: count("window", GRANT),
     runTimeout: count("run-timeout", 1),
+    growthItems: countsFrom(values["growth-items"] ?? ""),
+    growthIsolations: isolationsFrom(values["growth-isolations"] ?? ""),
+    realtimeSeconds: count("realtime-seconds", 2),
+    realtimeRate: count("realtime-rate", 1),
+    warmupSeconds: count("warmup-seconds", 1),
     sections: sectionsFrom(values.sections ?? ""),
     json: values.json ?? null,
     state: values.state ?? null,
@@ -337,8 +388,10 @@ interface Section {
   readonly measure: (context: SectionContext, title: string) => Promise<Figure[]>;
 }
 
-const SECTION_KEYS = ["items", "video", "video-offload", "startup", "backlog"] as const;
+const SECTION_KEYS = ["items", "video", "video-offload", "startup", "backlog", "growth"] as const;
 type SectionKey = typeof SECTION_KEYS[number];
+/** The sections run without `--sections`: all but `growth`, whose full figures take an hour. */
+const DEFAULT_SECTIONS: readonly SectionKey[] = SECTION_KEYS.filter((key) => key !== "growth");
 
 async function smallItems(
   { settings, dir, stateDir, progress }: SectionContext,
@@ -668,6 +721,313 @@ function chainFlowSource(summaryPath: string): string {
   ].join("\n");
 }
 
+/** Resident bytes of the process `root` and all its descendants now, from `/proc`; 0 once it is gone. */
+function treeResidentBytes(root: number): number {
+  const children = new Map<number, number[]>();
+  for (const entry of Deno.readDirSync("/proc")) {
+    const pid = Number(entry.name);
+    if (!Number.isInteger(pid)) continue;
+    let stat: string;
+    try {
+      stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+    } catch {
+      continue;
+    }
+    const parent = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+    children.set(parent, [...children.get(parent) ?? [], pid]);
+  }
+  let bytes = 0;
+  for (const pending = [root]; pending.length > 0;) {
+    const pid = pending.pop()!;
+    pending.push(...children.get(pid) ?? []);
+    try {
+      const rss = /^VmRSS:\s+(\d+) kB$/m.exec(Deno.readTextFileSync(`/proc/${pid}/status`));
+      bytes += rss === null ? 0 : Number(rss[1]) * 1024;
+    } catch {
+      // The process ended between the listing and the read.
+    }
+  }
+  return bytes;
+}
+
+/** What a directory holds: bytes on disk (allocated blocks), bytes of content, files. */
+interface DirectoryUsage {
+  readonly diskBytes: number;
+  readonly bytes: number;
+  readonly files: number;
+}
+
+async function directoryUsage(path: string): Promise<DirectoryUsage> {
+  let diskBytes = 0;
+  let bytes = 0;
+  let files = 0;
+  const walk = async (dir: string): Promise<void> => {
+    for await (const entry of Deno.readDir(dir)) {
+      const child = `${dir}/${entry.name}`;
+      const info = await Deno.lstat(child).catch(() => null);
+      if (info === null) continue;
+      diskBytes += (info.blocks ?? 0) * 512;
+      if (info.isDirectory) await walk(child);
+      else {
+        bytes += info.size;
+        files++;
+      }
+    }
+  };
+  await walk(path).catch((error) => {
+    if (!(error instanceof Deno.errors.NotFound)) throw error;
+  });
+  return { diskBytes, bytes, files };
+}
+
+/** One sample of a growth run: seconds since its start, the tree's resident bytes, the run directory. */
+interface GrowthSample {
+  readonly at: number;
+  readonly residentBytes: number;
+  readonly runDir: DirectoryUsage | null;
+}
+
+/** A `vf run-local` run watched from outside: its samples, the peak of the tree's memory, its directory. */
+interface WatchedRun {
+  readonly samples: readonly GrowthSample[];
+  readonly peakResidentBytes: number;
+  readonly runDir: DirectoryUsage;
+  readonly seconds: number;
+}
+
+/**
+ * Runs `vf run-local flowPath` in a subprocess, sampling its process tree's resident memory every 250 ms
+ * and, every `dirEverySeconds` (when given), the run directory; throws unless it exits 0.
+ */
+async function watchRunLocal(
+  flowPath: string,
+  options: {
+    readonly stateDir: string;
+    readonly runDir: string;
+    readonly runId: string;
+    readonly isolation: Isolation;
+    readonly timeoutSeconds: number;
+    readonly dirEverySeconds: number | null;
+    readonly progress?: (sample: GrowthSample) => void;
+  },
+): Promise<WatchedRun> {
+  const startedAt = nowMs();
+  const child = new Deno.Command(Deno.execPath(), {
+    args: [
+      ...["run", "-A", "mod.ts", "run-local", flowPath],
+      ...["--state", options.stateDir, "--run-id", options.runId, "--isolation", options.isolation],
+      "--no-restart",
+    ],
+    cwd: repoRoot.pathname,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(options.timeoutSeconds * 1000),
+  }).spawn();
+  const output = child.output();
+  const samples: GrowthSample[] = [];
+  let peak = 0;
+  let lastDirAt = 0;
+  let done = false;
+  output.finally(() => (done = true));
+  while (!done) {
+    const at = (nowMs() - startedAt) / 1000;
+    const residentBytes = treeResidentBytes(child.pid);
+    peak = Math.max(peak, residentBytes);
+    let runDir: DirectoryUsage | null = null;
+    if (options.dirEverySeconds !== null && at - lastDirAt >= options.dirEverySeconds) {
+      runDir = await directoryUsage(options.runDir);
+      lastDirAt = at;
+    }
+    const sample = { at, residentBytes, runDir };
+    samples.push(sample);
+    if (runDir !== null) options.progress?.(sample);
+    await Promise.race([output, new Promise((resolve) => setTimeout(resolve, 250))]);
+  }
+  const result = await output;
+  if (!result.success) {
+    const said = new TextDecoder().decode(result.stdout) + new TextDecoder().decode(result.stderr);
+    throw new Error(
+      `vf run-local ${flowPath} (${options.isolation}) exited ${result.code}:\n${said.slice(-4000)}`,
+    );
+  }
+  return {
+    samples,
+    peakResidentBytes: peak,
+    runDir: await directoryUsage(options.runDir),
+    seconds: (nowMs() - startedAt) / 1000,
+  };
+}
+
+const MIB = 1024 * 1024;
+
+/** A flow file for `vf run-local`: the bench nodes imported, `body` building `flow`, exported. */
+function flowSource(body: readonly string[]): string {
+  const url = (path: string) => JSON.stringify(new URL(path, import.meta.url).href);
+  return [
+    `import { Flow, JsonlSink } from ${url("../mod.ts")};`,
+    `import { Relay, StampedCounter } from ${url("./_bench_flows/stamped.ts")};`,
+    `import { CountingSink, PacedCounter } from ${url("./_bench_flows/counting.ts")};`,
+    `export { CountingSink, JsonlSink, PacedCounter, Relay, StampedCounter };`,
+    ...body,
+    "",
+  ].join("\n");
+}
+
+async function countOf(summaryPath: string): Promise<number> {
+  return (JSON.parse(await Deno.readTextFile(summaryPath)) as { count: number }).count;
+}
+
+/** The growth section: batch runs at each item count, then the realtime run; see the module doc. */
+async function growth(
+  { settings, dir, stateDir, progress }: SectionContext,
+  section: string,
+): Promise<Figure[]> {
+  const figures: Figure[] = [];
+  const smallest = settings.growthItems[0];
+  const largest = settings.growthItems.at(-1)!;
+  const flowId = "bench-growth";
+  for (const isolation of settings.growthIsolations) {
+    const runs = new Map<number, WatchedRun>();
+    for (const items of settings.growthItems) {
+      const summaryPath = `${dir}/growth-${isolation}-${items}.json`;
+      const flowPath = `${dir}/growth_chain.ts`;
+      await Deno.writeTextFile(
+        flowPath,
+        flowSource([
+          `const produce = new StampedCounter({ name: "produce", count: ${items} });`,
+          `const first = new Relay({ name: "identity-1" }).from(produce);`,
+          `const second = new Relay({ name: "identity-2" }).from(first);`,
+          `const sink = new CountingSink({ name: "sink", summaryPath: ${
+            JSON.stringify(summaryPath)
+          } }).from(second);`,
+          `export default new Flow([sink], { flowType: "batch", flowId: "${flowId}" });`,
+        ]),
+      );
+      const runId = `growth-${isolation}-${items}`;
+      const run = await watchRunLocal(flowPath, {
+        stateDir,
+        runDir: `${stateDir}/${flowId}/${runId}`,
+        runId,
+        isolation,
+        timeoutSeconds: settings.runTimeout,
+        dirEverySeconds: null,
+      });
+      const count = await countOf(summaryPath);
+      if (count !== items) throw new Error(`${runId}: the sink counted ${count} of ${items} items`);
+      runs.set(items, run);
+      progress(
+        `growth ${isolation} ${items} items: ${fmt(run.seconds)} s, peak tree RSS ` +
+          `${fmt(run.peakResidentBytes / MIB)} MiB, run dir ${fmt(run.runDir.diskBytes / MIB)} MiB on disk ` +
+          `in ${run.runDir.files} files`,
+      );
+    }
+    const pair = (pick: (run: WatchedRun) => number) => ({
+      rounds: [pick(runs.get(largest)!)],
+      baselineRounds: [pick(runs.get(smallest)!)],
+      baselineName: `the same at ${smallest} items`,
+    });
+    figures.push(
+      figure({
+        section,
+        name: `${isolation}: peak RSS of the process tree, ${largest} items`,
+        unit: "MiB",
+        better: "lower",
+        ...pair((run) => run.peakResidentBytes / MIB),
+        aim: {
+          text: "≤ 1.2 × and < 300 MB",
+          met: (value, ratio) => ratio !== null && ratio <= 1.2 && value * MIB < 300e6,
+        },
+      }),
+      figure({
+        section,
+        name: `${isolation}: finished run directory on disk, ${largest} items`,
+        unit: "MiB",
+        better: "lower",
+        ...pair((run) => run.runDir.diskBytes / MIB),
+        aim: {
+          text: "≤ 1.2 × (independent of the count)",
+          met: (_, ratio) => ratio !== null && ratio <= 1.2,
+        },
+      }),
+      figure({
+        section,
+        name: `${isolation}: finished run directory's files, ${largest} items`,
+        unit: "files",
+        better: "lower",
+        ...pair((run) => run.runDir.files),
+      }),
+    );
+  }
+  const { realtimeRate: rate, realtimeSeconds: seconds, warmupSeconds: warmup } = settings;
+  for (const isolation of settings.growthIsolations) {
+    const outPath = `${dir}/growth-realtime-${isolation}.jsonl`;
+    const flowPath = `${dir}/growth_realtime.ts`;
+    await Deno.writeTextFile(
+      flowPath,
+      flowSource([
+        `const produce = new PacedCounter({ name: "produce", rate: ${rate}, seconds: ${seconds} });`,
+        `const sink = new JsonlSink({ name: "sink", path: ${
+          JSON.stringify(outPath)
+        }, idempotent: true }).from(produce);`,
+        `export default new Flow([sink], { flowType: "realtime", flowId: "${flowId}-realtime" });`,
+      ]),
+    );
+    const runId = `growth-realtime-${isolation}`;
+    const run = await watchRunLocal(flowPath, {
+      stateDir,
+      runDir: `${stateDir}/${flowId}-realtime/${runId}`,
+      runId,
+      isolation,
+      timeoutSeconds: seconds + settings.runTimeout,
+      dirEverySeconds: 5,
+      progress: (sample) =>
+        progress(
+          `growth realtime ${isolation} at ${fmt(sample.at)} s: tree RSS ${
+            fmt(sample.residentBytes / MIB)
+          } MiB, ` +
+            `run dir ${fmt(sample.runDir!.diskBytes / MIB)} MiB on disk in ${sample.runDir!.files} files`,
+        ),
+    });
+    const written = (await Deno.readTextFile(outPath)).split("\n").length - 1;
+    progress(`growth realtime ${isolation}: ${written} of ${rate * seconds} items written`);
+    // The warm-up's figures: the highest RSS sampled up to its end, the run directory first sampled after
+    // it; the end's: the highest RSS of the last quarter (at most a warm-up long) of the items' making,
+    // the run directory last sampled within it.
+    const making = run.samples.filter((sample) => sample.at <= seconds);
+    const lateFrom = seconds - Math.min(warmup, seconds / 4);
+    const highest = (values: readonly number[]) => values.length === 0 ? null : Math.max(...values);
+    const dirs = making.filter((sample) => sample.runDir !== null);
+    const warmDir = dirs.find((sample) => sample.at >= warmup)?.runDir ?? null;
+    const lateDir = dirs.at(-1);
+    const endDir = lateDir !== undefined && lateDir.at >= lateFrom ? lateDir.runDir : null;
+    const name = `${isolation}: realtime ${rate} items/s into an idempotent JsonlSink, ${seconds} s`;
+    figures.push(
+      figure({
+        section,
+        name: `${name}: tree RSS at the end`,
+        unit: "MiB",
+        better: "lower",
+        rounds: [highest(making.filter((s) => s.at >= lateFrom).map((s) => s.residentBytes / MIB))],
+        baselineName: `the same in the first ${warmup} s`,
+        baselineRounds: [highest(making.filter((s) => s.at <= warmup).map((s) => s.residentBytes / MIB))],
+        aim: { text: "≤ 1.1 × (flat)", met: (_, ratio) => ratio !== null && ratio <= 1.1 },
+      }),
+      figure({
+        section,
+        name: `${name}: run directory on disk at the end`,
+        unit: "MiB",
+        better: "lower",
+        rounds: [endDir === null ? null : endDir.diskBytes / MIB],
+        baselineName: `the same at ${warmup} s`,
+        baselineRounds: [warmDir === null ? null : warmDir.diskBytes / MIB],
+        aim: { text: "≤ 1.1 × (flat)", met: (_, ratio) => ratio !== null && ratio <= 1.1 },
+      }),
+    );
+  }
+  return figures;
+}
+
 /** `deno run -A mod.ts run-local FLOW` as `deno task vf run-local` runs it; resolves with its start time. */
 async function runLocalCli(
   flowPath: string,
@@ -778,6 +1138,14 @@ const SECTIONS: readonly Section[] = [
     key: "startup",
     title: () => `Start-up: ${CHAIN_NODES}-node chain (producer → ${CHAIN_NODES - 2} relays → sink)`,
     measure: startup,
+  },
+  {
+    key: "growth",
+    title: (s) =>
+      `Growth: producer → 2 identities → counting sink at ${s.growthItems.join(", ")} items (batch), and ` +
+      `a realtime flow at ${s.realtimeRate} items/s for ${s.realtimeSeconds} s into an idempotent JsonlSink ` +
+      `(vf run-local, ${s.growthIsolations.join(" and ")} isolation)`,
+    measure: growth,
   },
   {
     key: "backlog",

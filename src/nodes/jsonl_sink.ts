@@ -12,6 +12,7 @@ import type { RuntimeContext } from "../core/context.ts";
 import { diskFailure, NodeContractError, ResourceUnavailable, SchemaError } from "../core/errors.ts";
 import type { JsonValue, NodePermissions } from "../core/node.ts";
 import { ConsumerNode, EffectGuarantee, refuseParamProblems } from "../core/node.ts";
+import { equalBytes, FINGERPRINT_SPAN, fingerprintOf, KeyIndexFile, readAt } from "./_key_index.ts";
 import {
   BlobRef,
   Detections,
@@ -125,25 +126,38 @@ export interface JsonlRecord {
  * Appends `{"key": <ctx.inputKey or null>, "value": <toJsonLine(item)>}` plus a newline to `path` for
  * each item, appended to the end of the file and synced to disk unless `durable` is false.
  *
- * Idempotent by key (`effectGuarantee = "idempotent_key"`): on `open()` it reads the keys already in the
- * file, and an item whose key is there (or was written since) is not written again, so redelivery and
- * restarts never duplicate a line. A torn last line (a crash mid-write, no final newline) is cut off at
- * `open()`, so its item is written again in full; an unreadable complete line is kept, skipped for keys,
- * and logged. Items without a key are always appended.
+ * Idempotent by key (`effectGuarantee = "idempotent_key"`): an item whose key is in the file already is not
+ * written again, so redelivery and restarts never duplicate a line. The keys written are kept on disk, in
+ * the index `<path>.keys` ({@link KeyIndexFile}), never in memory: `open()` reads only the lines written
+ * since the index last recorded how far it covers the file (a crash leaves at most a few hundred), so
+ * neither the sink's memory nor its `open()` grows with the file. A file the index no longer matches
+ * (replaced, truncated or edited before its indexed end) is indexed again from its start, once. A torn
+ * last line (a crash mid-write, no final newline) is cut off at `open()`, so its item is written again in
+ * full; an unreadable complete line is kept, skipped for keys, and logged. Items without a key are always
+ * appended.
  *
- * Needs read and write permission on `path` alone. A missing directory is {@link ResourceUnavailable}; an
- * item with no JSON form is {@link SchemaError} (poison); invalid params are `ConfigError`.
+ * Needs read and write permission on `path` and `<path>.keys` alone. A missing directory is
+ * {@link ResourceUnavailable}; an item with no JSON form is {@link SchemaError} (poison); invalid params are
+ * `ConfigError`.
  */
 export class JsonlSink extends ConsumerNode<JsonlSinkParams> {
   /** Each line's effect is keyed by `ctx.inputKey` and applied at most once per key. */
   static override effectGuarantee: EffectGuarantee = EffectGuarantee.idempotentKey;
 
-  readonly #keys = new Set<string>();
   #file: Deno.FsFile | null = null;
+  #keys: KeyIndexFile | null = null;
+  /** The file's length: where the next line goes. */
+  #end = 0;
+  /** The last bytes of the file, for the index's fingerprint. */
+  #tail: Uint8Array = new Uint8Array(0);
+  /** Lines written since the index last recorded how far it covers the file. */
+  #sinceCheckpoint = 0;
 
-  /** Read (the keys already written) and write (the lines) on `path`, nothing else. */
+  /** Read and write on `path` (the lines) and on its index `<path>.keys`, nothing else. */
   override permissions(): NodePermissions {
-    return { ...super.permissions(), read: [this.params.path], write: [this.params.path] };
+    const { path } = this.params;
+    const files = [path, keyIndexPath(path)];
+    return { ...super.permissions(), read: files, write: files };
   }
 
   /** What is wrong with the params: a path that is not a non-empty string, a durable that is not a boolean. */
@@ -158,14 +172,15 @@ export class JsonlSink extends ConsumerNode<JsonlSinkParams> {
   }
 
   /**
-   * Opens `path` for appending (creating it), learns the keys it holds and cuts off a torn last line.
-   * Throws `ConfigError` for bad params, {@link ResourceUnavailable} when the file cannot be opened.
+   * Opens `path` for appending (creating it), cuts off a torn last line, and brings the key index up to
+   * the end of the file. Throws `ConfigError` for bad params, {@link ResourceUnavailable} when the file
+   * cannot be opened.
    */
   override async open(ctx: RuntimeContext): Promise<void> {
     refuseParamProblems(this, "fix the sink's params");
     const { path } = this.params;
     try {
-      this.#file = await Deno.open(path, { append: true, create: true });
+      this.#file = await Deno.open(path, { read: true, append: true, create: true });
     } catch (error) {
       if (!(error instanceof Deno.errors.NotFound)) throw error;
       throw new ResourceUnavailable(
@@ -174,18 +189,34 @@ export class JsonlSink extends ConsumerNode<JsonlSinkParams> {
         { node: this.name, path },
       );
     }
-    const bytes = await Deno.readFile(path);
-    const complete = bytes.lastIndexOf(NEWLINE) + 1;
-    if (complete < bytes.length) {
-      await this.#file.truncate(complete);
+    const file = this.#file;
+    const length = (await file.stat()).size;
+    const complete = completeLength(file, length);
+    if (complete < length) {
+      await file.truncate(complete);
       ctx.logger.warn("cut off a torn last line", { path, kept_bytes: complete });
     }
-    const lines = new TextDecoder().decode(bytes.subarray(0, complete)).split("\n").slice(0, -1);
-    lines.forEach((line, index) => {
-      const key = keyOf(line);
-      if (key === undefined) ctx.logger.warn("skipped an unreadable line", { path, line: index + 1 });
-      else if (key !== null) this.#keys.add(key);
-    });
+    this.#end = complete;
+    const keys = this.#keys = KeyIndexFile.open(keyIndexPath(path));
+    let from = keys.header?.indexedTo ?? -1;
+    if (
+      from > complete ||
+      (from >= 0 && !equalBytes(keys.header!.fingerprint, this.#fingerprintAt(from)))
+    ) {
+      ctx.logger.warn("the file changed since its keys were indexed: indexing it again", { path });
+      from = -1;
+    }
+    if (from < 0) {
+      keys.reset(this.#fingerprintAt(0));
+      from = 0;
+    }
+    for (const line of linesFrom(file, from, complete)) {
+      const key = keyOf(line.text);
+      if (key === undefined) ctx.logger.warn("skipped an unreadable line", { path, offset: line.offset });
+      else if (key !== null) keys.restore(key);
+    }
+    this.#tail = tailBefore(file, complete);
+    this.#checkpoint();
   }
 
   /**
@@ -194,13 +225,14 @@ export class JsonlSink extends ConsumerNode<JsonlSinkParams> {
    */
   async consume(input: unknown, ctx: RuntimeContext): Promise<void> {
     const file = this.#file;
-    if (file === null) {
+    const keys = this.#keys;
+    if (file === null || keys === null) {
       throw new NodeContractError(`node ${this.name}: consume() before open()`, "open the node first", {
         node: this.name,
       });
     }
     const key = ctx.inputKey;
-    if (key !== null && this.#keys.has(key)) return;
+    if (key !== null && keys.has(key)) return;
     const record: JsonlRecord = { key, value: toJsonLine(input) };
     const bytes = new TextEncoder().encode(`${JSON.stringify(record)}\n`);
     try {
@@ -209,13 +241,96 @@ export class JsonlSink extends ConsumerNode<JsonlSinkParams> {
     } catch (error) {
       throw diskFailure(error, `node ${this.name}'s output ${this.params.path}`, this.params.path) ?? error;
     }
-    if (key !== null) this.#keys.add(key);
+    this.#end += bytes.length;
+    this.#tail = lastBytes(this.#tail, bytes);
+    if (key !== null) keys.insertAbsent(key);
+    if (++this.#sinceCheckpoint >= CHECKPOINT_LINES) this.#checkpoint();
   }
 
-  /** Closes the file. */
+  /** Records how far the index covers the file, and closes both. */
   override close(_ctx: RuntimeContext): void {
+    if (this.#keys !== null && this.#file !== null) this.#checkpoint();
+    this.#keys?.close();
+    this.#keys = null;
     this.#file?.close();
     this.#file = null;
+  }
+
+  #checkpoint(): void {
+    this.#keys!.checkpoint(this.#end, fingerprintOf(this.#tail));
+    this.#sinceCheckpoint = 0;
+  }
+
+  #fingerprintAt(offset: number): Uint8Array {
+    return fingerprintOf(tailBefore(this.#file!, offset));
+  }
+}
+
+/** Lines a sink writes between two records of how far its index covers the file. */
+const CHECKPOINT_LINES = 256;
+
+/** Where the key index of the file at `path` is kept. */
+export function keyIndexPath(path: string): string {
+  return `${path}.keys`;
+}
+
+/** The last {@link FINGERPRINT_SPAN} bytes of `previous` followed by `added`. */
+function lastBytes(previous: Uint8Array, added: Uint8Array): Uint8Array {
+  if (added.length >= FINGERPRINT_SPAN) return added.slice(added.length - FINGERPRINT_SPAN);
+  const keep = Math.min(previous.length, FINGERPRINT_SPAN - added.length);
+  const tail = new Uint8Array(keep + added.length);
+  tail.set(previous.subarray(previous.length - keep));
+  tail.set(added, keep);
+  return tail;
+}
+
+/** The up to {@link FINGERPRINT_SPAN} bytes of the file just before `offset`. */
+function tailBefore(file: Deno.FsFile, offset: number): Uint8Array {
+  const start = Math.max(0, offset - FINGERPRINT_SPAN);
+  const bytes = new Uint8Array(offset - start);
+  return bytes.subarray(0, readAt(file, start, bytes));
+}
+
+/** Bytes read at a time when looking for the last newline and when indexing lines. */
+const CHUNK_BYTES = 1 << 20;
+
+/** The length of the file's whole lines: up to and including its last newline (0 for none). */
+function completeLength(file: Deno.FsFile, length: number): number {
+  for (let end = length; end > 0;) {
+    const start = Math.max(0, end - CHUNK_BYTES);
+    const bytes = new Uint8Array(end - start);
+    const read = readAt(file, start, bytes);
+    const newline = bytes.subarray(0, read).lastIndexOf(NEWLINE);
+    if (newline >= 0) return start + newline + 1;
+    end = start;
+  }
+  return 0;
+}
+
+/** The whole lines of the file from byte `from` (a line start) to `to` (a line end), with their offsets. */
+function* linesFrom(
+  file: Deno.FsFile,
+  from: number,
+  to: number,
+): Generator<{ text: string; offset: number }> {
+  const decoder = new TextDecoder();
+  let pending = new Uint8Array(0);
+  let pendingAt = from;
+  for (let at = from; at < to;) {
+    const chunk = new Uint8Array(Math.min(CHUNK_BYTES, to - at));
+    const read = readAt(file, at, chunk);
+    if (read === 0) break;
+    at += read;
+    const bytes = new Uint8Array(pending.length + read);
+    bytes.set(pending);
+    bytes.set(chunk.subarray(0, read), pending.length);
+    let start = 0;
+    for (let newline = bytes.indexOf(NEWLINE); newline >= 0; newline = bytes.indexOf(NEWLINE, start)) {
+      yield { text: decoder.decode(bytes.subarray(start, newline)), offset: pendingAt + start };
+      start = newline + 1;
+    }
+    pending = bytes.slice(start);
+    pendingAt += start;
   }
 }
 

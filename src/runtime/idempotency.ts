@@ -11,8 +11,12 @@
  * `ctx.inputKey`) gives one logical effect.
  *
  * {@link LedgerIdempotencyStore} keeps the markers in a {@link RuntimeStore} (memory, file or Redis),
- * beside the node's other durable facts. Every write is one compare-and-swap, so of two writers marking
- * the same key exactly one reports it as newly marked.
+ * beside the node's other durable facts, grouped into {@link EFFECT_MARKER_SHARDS} shard documents by the
+ * SHA-256 of their key: a long run holds at most that many documents of markers, whatever its item count,
+ * and every write of a shard drops the markers in it whose retention has passed, so what the markers take
+ * is bounded by the retention (under 100 bytes a marker on disk), not by the run's length. Every write is one
+ * compare-and-swap of the key's shard, so of two writers marking the same key exactly one reports it as
+ * newly marked.
  *
  * @example
  * ```ts
@@ -31,6 +35,7 @@ import { type Clock, systemClock } from "../backends/clock.ts";
 import type { RuntimeStore, StoreEntry } from "../backends/runtime_store.ts";
 import { ConfigError, UnobservableState } from "../core/errors.ts";
 import { sinkIdempotencyKey } from "../wire/identities.ts";
+import { sha256Hex } from "../wire/sha256.ts";
 
 /** How long a sink's effect marker is kept: 24 hours, the reviewed default. */
 export const EFFECT_RETENTION_SECONDS = 86_400;
@@ -38,8 +43,18 @@ export const EFFECT_RETENTION_SECONDS = 86_400;
 /** Where {@link LedgerIdempotencyStore} keeps its markers in the store by default. */
 export const EFFECT_KEY_PREFIX = "vf/effects/";
 
-/** The `format` field of a marker document. */
-export const EFFECT_MARKER_FORMAT = 1;
+/** The `format` field of a marker shard document. */
+export const EFFECT_MARKER_FORMAT = 2;
+
+/**
+ * How many shard documents the markers are spread over: a key's shard is the first three hex digits of its
+ * SHA-256. Fixed, so every writer of a ledger finds a key in the same shard.
+ */
+export const EFFECT_MARKER_SHARDS = 4096;
+
+const SHARD_DIGITS = 3;
+/** Hex digits of a key's SHA-256 that name it: its shard's, then the rest of the first 128 bits. */
+const DIGEST_DIGITS = 32;
 
 /** Compare-and-swap rounds a mark tries before it reports the outcome as unobservable. */
 const MARK_ATTEMPTS = 8;
@@ -64,17 +79,14 @@ export interface LedgerIdempotencyStoreOptions {
   readonly retentionSeconds?: number;
   /** Wall time for marking and expiry; the system clock by default. */
   readonly clock?: Clock;
-  /** Key prefix of the markers; {@link EFFECT_KEY_PREFIX} by default. */
+  /** Key prefix of the marker shards; {@link EFFECT_KEY_PREFIX} by default. */
   readonly prefix?: string;
 }
 
-interface MarkerDocument {
+/** One shard of markers: each marker's name with the epoch seconds from which it no longer counts. */
+interface ShardDocument {
   readonly format: number;
-  readonly key: string;
-  /** Epoch seconds the effect was marked. */
-  readonly marked_at: number;
-  /** Epoch seconds from which the marker no longer counts. */
-  readonly expires_at: number;
+  readonly markers: Readonly<Record<string, number>>;
 }
 
 const encoder = new TextEncoder();
@@ -82,13 +94,14 @@ const decoder = new TextDecoder("utf-8", { fatal: true });
 
 /**
  * Effect markers in a {@link RuntimeStore} with a retention. An expired marker reads as not seen and is
- * replaced by the next mark; {@link sweep} removes expired markers. A read that fails, or a marker document
- * that is not one, throws {@link UnobservableState}: "seen" is never guessed.
+ * replaced by the next mark; each write of a shard leaves out its expired markers, and {@link sweep} removes
+ * them from every shard. A read that fails, or a shard document that is not one, throws
+ * {@link UnobservableState}: "seen" is never guessed.
  */
 export class LedgerIdempotencyStore implements IdempotencyStore {
   /** How long a marker is kept, in seconds. */
   readonly retentionSeconds: number;
-  /** Key prefix of the markers. */
+  /** Key prefix of the marker shards. */
   readonly prefix: string;
   readonly #store: RuntimeStore;
   readonly #clock: Clock;
@@ -109,70 +122,110 @@ export class LedgerIdempotencyStore implements IdempotencyStore {
     this.#clock = options.clock ?? systemClock;
   }
 
+  /** The store key of the shard that holds `key`'s marker. */
+  shardOf(key: string): string {
+    return this.#place(key).shardKey;
+  }
+
+  /**
+   * Where `key`'s marker is kept: its shard (the first three hex digits of its SHA-256) and its name there
+   * (the next 29, the first 128 bits in all, so no two keys of a run share a marker).
+   */
+  markerName(key: string): string {
+    return this.#place(key).name;
+  }
+
+  #place(key: string): { shardKey: string; name: string } {
+    const digest = sha256Hex(key);
+    return {
+      shardKey: this.prefix + digest.slice(0, SHARD_DIGITS),
+      name: digest.slice(SHARD_DIGITS, DIGEST_DIGITS),
+    };
+  }
+
   async seen(key: string): Promise<boolean> {
-    const storeKey = this.prefix + key;
-    return this.#live(storeKey, await this.#store.get(storeKey));
+    const { shardKey, name } = this.#place(key);
+    const markers = markersOf(shardKey, await this.#store.get(shardKey));
+    return this.#clock.now() < (markers.get(name) ?? -Infinity);
   }
 
   async mark(key: string): Promise<boolean> {
-    const storeKey = this.prefix + key;
+    const { shardKey, name } = this.#place(key);
     for (let attempt = 0; attempt < MARK_ATTEMPTS; attempt++) {
-      const entry = await this.#store.get(storeKey);
-      if (this.#live(storeKey, entry)) return false;
+      const entry = await this.#store.get(shardKey);
       const now = this.#clock.now();
-      const marker: MarkerDocument = {
-        format: EFFECT_MARKER_FORMAT,
-        key,
-        marked_at: now,
-        expires_at: now + this.retentionSeconds,
-      };
+      const markers = markersOf(shardKey, entry);
+      if (now < (markers.get(name) ?? -Infinity)) return false;
+      const kept = liveMarkers(markers, now);
+      kept.set(name, now + this.retentionSeconds);
       const expected = entry.kind === "present" ? entry.version : null;
-      if (await this.#store.cas(storeKey, expected, encoder.encode(JSON.stringify(marker)))) return true;
+      if (await this.#store.cas(shardKey, expected, shardBytes(kept))) return true;
     }
     throw new UnobservableState(
       `marking effect ${key} lost ${MARK_ATTEMPTS} compare-and-swap rounds in a row`,
-      "another writer keeps replacing this marker; retry the mark, and check that one sink replica owns the key",
+      "another writer keeps replacing this marker's shard; retry the mark, and check that one sink replica owns " +
+        "the key",
       { key, attempts: MARK_ATTEMPTS },
     );
   }
 
-  /** Removes every expired marker under the prefix; resolves with how many this call removed. */
+  /**
+   * Removes every expired marker under the prefix, and a shard left empty; resolves with how many markers
+   * this call removed. A shard another writer changed meanwhile is left to that writer, which drops its
+   * expired markers itself. Safe at any time: an expired marker already reads as not seen, so removing it
+   * changes no answer of {@link seen} or {@link mark}.
+   */
   async sweep(): Promise<number> {
     let removed = 0;
     for (const record of await this.#store.scan(this.prefix)) {
-      const expired = !this.#liveDocument(record.key, record.value);
-      if (expired && await this.#store.delete(record.key, record.version)) removed++;
+      const markers = parseShard(record.key, record.value);
+      const kept = liveMarkers(markers, this.#clock.now());
+      const expired = markers.size - kept.size;
+      if (expired === 0) continue;
+      const written = kept.size === 0
+        ? await this.#store.delete(record.key, record.version)
+        : await this.#store.cas(record.key, record.version, shardBytes(kept));
+      if (written) removed += expired;
     }
     return removed;
   }
-
-  #live(storeKey: string, entry: StoreEntry): boolean {
-    return entry.kind === "present" && this.#liveDocument(storeKey, entry.value);
-  }
-
-  #liveDocument(storeKey: string, bytes: Uint8Array): boolean {
-    return this.#clock.now() < parseMarker(storeKey, bytes).expires_at;
-  }
 }
 
-function parseMarker(storeKey: string, bytes: Uint8Array): MarkerDocument {
+/** The markers of a shard entry; none for an absent shard. */
+function markersOf(shardKey: string, entry: StoreEntry): ReadonlyMap<string, number> {
+  return entry.kind === "present" ? parseShard(shardKey, entry.value) : new Map();
+}
+
+/** The markers whose retention has not passed at `now`. */
+function liveMarkers(markers: ReadonlyMap<string, number>, now: number): Map<string, number> {
+  return new Map([...markers].filter(([, expiresAt]) => now < expiresAt));
+}
+
+function shardBytes(markers: ReadonlyMap<string, number>): Uint8Array {
+  const document: ShardDocument = { format: EFFECT_MARKER_FORMAT, markers: Object.fromEntries(markers) };
+  return encoder.encode(JSON.stringify(document));
+}
+
+function parseShard(shardKey: string, bytes: Uint8Array): ReadonlyMap<string, number> {
   let document: unknown;
   try {
     document = JSON.parse(decoder.decode(bytes));
   } catch {
     document = null;
   }
-  const marker = document as Partial<MarkerDocument> | null;
+  const shard = document as Partial<ShardDocument> | null;
+  const markers = shard?.markers;
   if (
-    marker === null || typeof marker !== "object" || marker.format !== EFFECT_MARKER_FORMAT ||
-    typeof marker.expires_at !== "number" || !Number.isFinite(marker.expires_at)
+    shard === null || typeof shard !== "object" || shard.format !== EFFECT_MARKER_FORMAT ||
+    markers === null || typeof markers !== "object" || Array.isArray(markers) ||
+    !Object.values(markers).every((expiresAt) => typeof expiresAt === "number" && Number.isFinite(expiresAt))
   ) {
     throw new UnobservableState(
-      `the effect marker ${JSON.stringify(storeKey)} is not a marker document`,
+      `the effect marker shard ${JSON.stringify(shardKey)} is not a marker shard document`,
       "something other than videoflow wrote under the effect prefix; remove the key, or give the idempotency " +
         "store a prefix of its own",
-      { key: storeKey, reason: "malformed" },
+      { key: shardKey, reason: "malformed" },
     );
   }
-  return marker as MarkerDocument;
+  return new Map(Object.entries(markers as Record<string, number>));
 }

@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { decodeStoreName, FileRuntimeStore } from "../../src/runtime/file_store.ts";
+import { EFFECT_KEY_PREFIX, EFFECT_MARKER_SHARDS } from "../../src/runtime/idempotency.ts";
 import { decodeEnvelope, decodePayload } from "../../src/wire/codec.ts";
 import { Barrier, crash, FaultSchedule, nth, pause } from "../../src/backends/faults.ts";
 import { decodeAll, makeClip } from "../fixtures/video/clips.ts";
@@ -2301,6 +2302,94 @@ for (const isolation of ["worker", "process"]) {
     });
   });
 }
+
+for (const isolation of ["worker", "process"]) {
+  Deno.test(`a JsonlSink and an idempotent sink killed past their first key checkpoint write each item once on the re-run's replay (${isolation})`, async () => {
+    await inTempDir(async (dir) => {
+      const out = join(dir, "out.jsonl");
+      const appended = join(dir, "appended.txt");
+      const flow = await writeFlow(
+        dir,
+        ["ReplayableCount", "AppendingSink"],
+        [
+          `const count = new ReplayableCount({ name: "count", n: 700, delayMs: 4 });`,
+          `const sink = new JsonlSink({ name: "sink", path: ${JSON.stringify(out)} }).from(count);`,
+          `const appended = new AppendingSink({ name: "appended", path: ${
+            JSON.stringify(appended)
+          }, idempotent: true }).from(count);`,
+          `export default new Flow([sink, appended], { flowType: "batch", flowId: "killed-index-story" });`,
+        ].join("\n"),
+      );
+      const args = [
+        "run-local",
+        flow,
+        "--state",
+        join(dir, "state"),
+        "--run-id",
+        "r1",
+        "--isolation",
+        isolation,
+      ];
+      const crashed = startVf(args, { cwd: dir });
+      await waitForLines(out, 300, crashed);
+      crashed.kill("SIGKILL");
+      assert.equal((await finished(crashed)).code, 137);
+      const before = await sinkNumbers(out);
+      assert.ok(before.length >= 300 && before.length < 700, `killed after ${before.length} lines`);
+      const rerun = await vf(args, { cwd: dir });
+      assert.equal(rerun.code, 0, rerun.text);
+      assert.deepEqual(
+        await sinkNumbers(out),
+        range(1, 700),
+        "the replay's items already written are skipped",
+      );
+      const effects = (await Deno.readTextFile(appended)).split("\n").filter((line) => line !== "").map(
+        Number,
+      );
+      assert.deepEqual([...new Set(effects)].sort((a, b) => a - b), range(1, 700));
+      // Only the effect, if any, applied but not yet marked when vf was killed may be applied twice.
+      assert.ok(effects.length - 700 <= 1, `${effects.length - 700} effects repeated`);
+    });
+  });
+}
+
+// The markers of a run's items share EFFECT_MARKER_SHARDS files by key hash (the unit tests show the bound
+// past that count); here, the real path's 1200 deterministic message ids share fewer files than items.
+Deno.test("an idempotent run keeps its effect markers in shared ledger files (at most EFFECT_MARKER_SHARDS), not one per item", async () => {
+  await inTempDir(async (dir) => {
+    const items = 1200;
+    const appended = join(dir, "appended.txt");
+    const out = join(dir, "out.jsonl");
+    const flow = await writeFlow(
+      dir,
+      ["Count", "AppendingSink"],
+      [
+        `const count = new Count({ name: "count", n: ${items} });`,
+        `const appended = new AppendingSink({ name: "appended", path: ${
+          JSON.stringify(appended)
+        }, idempotent: true }).from(count);`,
+        `const sink = new JsonlSink({ name: "sink", path: ${
+          JSON.stringify(out)
+        }, durable: false }).from(count);`,
+        `export default new Flow([appended, sink], { flowType: "batch", flowId: "markers-story" });`,
+      ].join("\n"),
+    );
+    const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--run-id", "r1"], { cwd: dir });
+    assert.equal(run.code, 0, run.text);
+    const effects = (await Deno.readTextFile(appended)).split("\n").filter((line) => line !== "").map(Number);
+    assert.deepEqual(effects, range(1, items), "every effect once");
+    assert.deepEqual(await sinkNumbers(out), range(1, items));
+    const keys = await namesIn(join(dir, "state", "markers-story", "r1", "ledger", "keys"));
+    const markerFiles = keys.filter((name) =>
+      decodeStoreName(name.replace(/\.json$/, ""))?.startsWith(EFFECT_KEY_PREFIX)
+    );
+    assert.ok(
+      markerFiles.length < items && markerFiles.length <= EFFECT_MARKER_SHARDS,
+      `${markerFiles.length} marker files for ${items} items`,
+    );
+    assert.ok((await Deno.stat(`${out}.keys`)).isFile, "the JsonlSink's keys are indexed on disk");
+  });
+});
 
 Deno.test("a run that finished is not run again by the same --run-id: nothing to do, exit 0", async () => {
   await inTempDir(async (dir) => {

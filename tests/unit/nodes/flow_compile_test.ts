@@ -32,7 +32,7 @@ Deno.test("a flow of the built-in video nodes validates and compiles with their 
       write: ["out/a.mkv", "out/a.mkv.parts"],
       run: ["ffmpeg", "ffprobe"],
     },
-    log: { read: ["out/a.jsonl"], write: ["out/a.jsonl"] },
+    log: { read: ["out/a.jsonl", "out/a.jsonl.keys"], write: ["out/a.jsonl", "out/a.jsonl.keys"] },
   });
   assert.deepEqual(document.sink_guarantees, { log: "idempotent_key" });
   const [frames] = document.specs;

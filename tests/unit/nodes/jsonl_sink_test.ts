@@ -133,7 +133,94 @@ Deno.test("an unreadable complete line is kept, skipped for keys and logged", as
   sink.close(t.ctx);
   assert.equal((await Deno.readTextFile(path)).split("\n").length - 1, 3, "nothing added, nothing removed");
   const skipped = t.logger.records.filter((r) => r.message === "skipped an unreadable line");
-  assert.deepEqual(skipped.map((r) => r.fields.line), [1, 3]);
+  assert.deepEqual(skipped.map((r) => r.fields.offset), [0, 31], "the byte offsets of lines 1 and 3");
+});
+
+/** Writes `count` keyed lines `{prefix}-{n}` through a sink opened on `path`, then closes it. */
+async function writeKeyed(path: string, prefix: string, count: number): Promise<void> {
+  const t = testContext();
+  const sink = await opened({ path, durable: false }, t);
+  for (let n = 0; n < count; n++) await consumeKeyed(sink, t, `${prefix}-${n}`, n);
+  sink.close(t.ctx);
+}
+
+Deno.test("open() reads only what its key index does not cover: the lines of earlier runs are not read again", async () => {
+  const path = freshPath();
+  await writeKeyed(path, "earlier", 3000);
+  // Blank out the earlier runs' lines in place (same length, before the indexed end's fingerprint): an
+  // open() that read them would log each as unreadable, and would forget their keys.
+  const bytes = await Deno.readFile(path);
+  const blanked = bytes.lastIndexOf(0x0a, bytes.length - 200);
+  for (let at = 0; at < blanked; at++) if (bytes[at] !== 0x0a) bytes[at] = 0x20;
+  await Deno.writeFile(path, bytes);
+  const t = testContext();
+  const sink = await opened({ path }, t);
+  assert.deepEqual(t.logger.records.filter((r) => r.message === "skipped an unreadable line"), []);
+  await consumeKeyed(sink, t, "earlier-7", "again");
+  await consumeKeyed(sink, t, "now", "new");
+  sink.close(t.ctx);
+  const after = await Deno.readFile(path);
+  assert.equal(after.length, bytes.length + `${JSON.stringify({ key: "now", value: "new" })}\n`.length);
+});
+
+Deno.test("the key index holds every key of a large file: after a reopen each is still skipped", async () => {
+  const path = freshPath();
+  const count = 40_000;
+  await writeKeyed(path, "k", count);
+  const size = (await Deno.stat(path)).size;
+  const t = testContext();
+  const sink = await opened({ path, durable: false }, t);
+  for (let n = 0; n < count; n += 97) await consumeKeyed(sink, t, `k-${n}`, "again");
+  await consumeKeyed(sink, t, `k-${count - 1}`, "again");
+  sink.close(t.ctx);
+  assert.equal((await Deno.stat(path)).size, size, "no key written twice");
+});
+
+Deno.test("lines the index missed (a crash before its checkpoint) are indexed at open", async () => {
+  const path = freshPath();
+  await writeKeyed(path, "a", 10);
+  const missed = [10, 11, 12].map((n) => `${JSON.stringify({ key: `a-${n}`, value: n })}\n`).join("");
+  await Deno.writeTextFile(path, missed, { append: true });
+  const size = (await Deno.stat(path)).size;
+  const t = testContext();
+  const sink = await opened({ path }, t);
+  for (const n of [3, 10, 12]) await consumeKeyed(sink, t, `a-${n}`, "again");
+  sink.close(t.ctx);
+  assert.equal((await Deno.stat(path)).size, size);
+});
+
+Deno.test("a file replaced or truncated behind the sink is indexed again from its start", async () => {
+  for (const change of ["replaced", "truncated", "index removed"] as const) {
+    const path = freshPath();
+    await writeKeyed(path, "old", 300);
+    if (change === "replaced") {
+      await Deno.writeTextFile(path, `${JSON.stringify({ key: "fresh", value: 1 })}\n`.repeat(400));
+    } else if (change === "truncated") {
+      await Deno.writeTextFile(path, `${JSON.stringify({ key: "old-0", value: 0 })}\n`);
+    } else {
+      await Deno.remove(`${path}.keys`);
+    }
+    const t = testContext();
+    const sink = await opened({ path }, t);
+    assert.equal(
+      t.logger.records.some((r) =>
+        r.message === "the file changed since its keys were indexed: indexing it again"
+      ),
+      change !== "index removed",
+      change,
+    );
+    await consumeKeyed(sink, t, "old-0", "kept once");
+    await consumeKeyed(sink, t, "old-5", "written");
+    await consumeKeyed(sink, t, "fresh", "kept once");
+    sink.close(t.ctx);
+    const keys = (await lines(path)).map((line) => (line as { key: string }).key);
+    const expected = change === "replaced"
+      ? [...Array(400).fill("fresh"), "old-0", "old-5"]
+      : change === "truncated"
+      ? ["old-0", "old-5", "fresh"]
+      : [...Array.from({ length: 300 }, (_, n) => `old-${n}`), "fresh"];
+    assert.deepEqual(keys, expected, change);
+  }
 });
 
 Deno.test("values encode to JSON: bigints as strings, tensors and frames summarized, detections in full", () => {
@@ -198,11 +285,11 @@ Deno.test("a missing directory is ResourceUnavailable; bad params a ConfigError;
   await assert.rejects(new JsonlSink({ name: "s", path: freshPath() }).consume(1, t.ctx), NodeContractError);
 });
 
-Deno.test("permissions(): read and write on the path alone; the sink declares idempotent_key", () => {
+Deno.test("permissions(): read and write on the path and its key index alone; the sink declares idempotent_key", () => {
   const sink = new JsonlSink({ name: "s", path: "out/d.jsonl" });
   const granted = sink.permissions();
-  assert.deepEqual(granted.write, ["out/d.jsonl"]);
-  assert.deepEqual(granted.read, ["out/d.jsonl"]);
+  assert.deepEqual(granted.write, ["out/d.jsonl", "out/d.jsonl.keys"]);
+  assert.deepEqual(granted.read, ["out/d.jsonl", "out/d.jsonl.keys"]);
   assert.deepEqual([granted.run, granted.net, granted.env, granted.ffi, granted.sys], [[], [], [], [], []]);
   assert.equal(sink.effectGuarantee, EffectGuarantee.idempotentKey);
 });

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import {
   EFFECT_KEY_PREFIX,
+  EFFECT_MARKER_SHARDS,
   EFFECT_RETENTION_SECONDS,
   idempotencyKey,
   LedgerIdempotencyStore,
@@ -77,10 +78,14 @@ for (const provider of providers) {
       assert.equal(await effects.seen(key), true);
       assert.equal(await effects.mark(key), false);
       assert.equal(await effects.seen(idempotencyKey("flow-A", "sink", "another message")), false);
-      const entry = await store.get(EFFECT_KEY_PREFIX + key);
-      assert.equal(entry.kind, "present");
-      const marker = JSON.parse(new TextDecoder().decode(entry.kind === "present" ? entry.value : undefined));
-      assert.deepEqual(marker, { format: 1, key, marked_at: clock.now(), expires_at: clock.now() + 86_400 });
+      const shard = effects.shardOf(key);
+      const digest = createHash("sha256").update(key).digest("hex");
+      assert.equal(shard, EFFECT_KEY_PREFIX + digest.slice(0, 3));
+      assert.equal(effects.markerName(key), digest.slice(3, 32), "a marker is named by the first 128 bits");
+      assert.deepEqual(await shardDocument(store, shard), {
+        format: 2,
+        markers: { [effects.markerName(key)]: clock.now() + 86_400 },
+      });
     },
   );
 
@@ -101,22 +106,48 @@ for (const provider of providers) {
   );
 
   scenario(
-    "sweep removes exactly the expired markers and nothing outside its prefix",
+    "sweep removes exactly the expired markers, an emptied shard with them, and nothing outside its prefix",
     async (clock, store) => {
       const effects = new LedgerIdempotencyStore(store, { clock, retentionSeconds: 60 });
-      await effects.mark("old-1");
-      await effects.mark("old-2");
+      const [old, young] = sameShardKeys(effects, "young", 2);
+      await effects.mark(old);
+      await effects.mark("old-elsewhere");
       clock.advance(30);
-      await effects.mark("young");
+      await effects.mark(young);
       await store.cas("vf/other/key", null, new TextEncoder().encode("not a marker"));
       clock.advance(30);
       assert.equal(await effects.sweep(), 2);
-      assert.deepEqual((await store.scan(EFFECT_KEY_PREFIX)).map((r) => r.key), [
-        `${EFFECT_KEY_PREFIX}young`,
-      ]);
+      assert.deepEqual((await store.scan(EFFECT_KEY_PREFIX)).map((r) => r.key), [effects.shardOf(young)]);
+      assert.deepEqual(await shardDocument(store, effects.shardOf(young)), {
+        format: 2,
+        markers: { [effects.markerName(young)]: clock.now() + 30 },
+      });
       assert.equal((await store.get("vf/other/key")).kind, "present");
       assert.equal(await effects.sweep(), 0);
-      assert.equal(await effects.seen("young"), true);
+      assert.equal(await effects.seen(young), true, "a live marker outlives the sweep");
+      assert.equal(await effects.seen(old), false);
+    },
+  );
+
+  scenario(
+    "a mark leaves out its shard's expired markers and keeps the live ones",
+    async (clock, store) => {
+      const effects = new LedgerIdempotencyStore(store, { clock, retentionSeconds: 60 });
+      const [first, second, third] = sameShardKeys(effects, "first", 3);
+      await effects.mark(first);
+      clock.advance(40);
+      await effects.mark(second);
+      clock.advance(20);
+      await effects.mark(third);
+      assert.deepEqual(await shardDocument(store, effects.shardOf(first)), {
+        format: 2,
+        markers: {
+          [effects.markerName(second)]: clock.now() + 40,
+          [effects.markerName(third)]: clock.now() + 60,
+        },
+      });
+      assert.equal(await effects.seen(first), false);
+      assert.equal(await effects.seen(second), true);
     },
   );
 
@@ -152,18 +183,53 @@ for (const provider of providers) {
       const effects = new LedgerIdempotencyStore(store, { clock, prefix: "fx/" });
       assert.equal(effects.prefix, "fx/");
       for (
-        const [name, text] of [["garbage", "{"], ["wrong", '{"format":2,"expires_at":1}'], [
+        const [name, text] of [["garbage", "{"], ["wrong", '{"format":1,"markers":{}}'], [
           "nan",
-          '{"format":1}',
+          '{"format":2,"markers":{"nan":"NaN"}}',
         ]]
       ) {
-        await store.cas(`fx/${name}`, null, new TextEncoder().encode(text));
+        await store.cas(effects.shardOf(name), null, new TextEncoder().encode(text));
         await assert.rejects(effects.seen(name), UnobservableState, name);
         await assert.rejects(effects.mark(name), UnobservableState, name);
       }
     },
   );
 }
+
+/** `count` keys whose markers share `seed`'s shard, `seed` first. */
+function sameShardKeys(effects: LedgerIdempotencyStore, seed: string, count: number): string[] {
+  const keys = [seed];
+  for (let n = 0; keys.length < count; n++) {
+    if (effects.shardOf(`${seed}-${n}`) === effects.shardOf(seed)) keys.push(`${seed}-${n}`);
+  }
+  return keys;
+}
+
+async function shardDocument(store: RuntimeStore, shard: string): Promise<unknown> {
+  const entry = await store.get(shard);
+  assert.equal(entry.kind, "present", shard);
+  return JSON.parse(new TextDecoder().decode(entry.kind === "present" ? entry.value : undefined));
+}
+
+Deno.test("ten thousand markers, kept or expired, take at most EFFECT_MARKER_SHARDS documents", async () => {
+  const clock = new FakeClock();
+  const store = new MemoryRuntimeStore(clock);
+  const effects = new LedgerIdempotencyStore(store, { clock, retentionSeconds: 1 });
+  for (let n = 0; n < 10_000; n++) {
+    assert.equal(await effects.mark(idempotencyKey("flow-A", "sink", `message-${n}`)), true);
+    clock.advance(0.01);
+  }
+  const shards = await store.scan(EFFECT_KEY_PREFIX);
+  assert.ok(shards.length <= EFFECT_MARKER_SHARDS, `${shards.length} documents`);
+  const kept = shards.reduce(
+    (sum, r) => sum + Object.keys(JSON.parse(new TextDecoder().decode(r.value)).markers).length,
+    0,
+  );
+  assert.ok(kept < 10_000 * 0.7, `${kept} markers kept of 10000 marked, 100 of them live`);
+  assert.equal(await effects.seen(idempotencyKey("flow-A", "sink", "message-9999")), true);
+  assert.equal(await effects.seen(idempotencyKey("flow-A", "sink", "message-0")), false);
+  await store.close();
+});
 
 Deno.test("idempotencyKey is vf-idem- and the SHA-256 hex of flow:node:message_id", () => {
   const expected = createHash("sha256").update("flow-A:sink:745708c2eeaf98a60fdbebafe1d04eff").digest("hex");
