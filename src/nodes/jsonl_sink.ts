@@ -220,8 +220,9 @@ export class JsonlSink extends ConsumerNode<JsonlSinkParams> {
   }
 
   /**
-   * Appends the item's line unless its key was written already. A disk that cannot take it (read-only,
-   * full) is ResourceUnavailable naming the file (a `diskFailure`: the input is handed back, not blamed).
+   * Appends the item's line unless its key was written already. A disk that cannot take it or its key
+   * index (read-only, full) is ResourceUnavailable naming the file (a `diskFailure`: the input is handed
+   * back, not blamed).
    */
   async consume(input: unknown, ctx: RuntimeContext): Promise<void> {
     const file = this.#file;
@@ -239,12 +240,25 @@ export class JsonlSink extends ConsumerNode<JsonlSinkParams> {
       for (let written = 0; written < bytes.length;) written += await file.write(bytes.subarray(written));
       if (this.params.durable ?? true) await file.syncData();
     } catch (error) {
-      throw diskFailure(error, `node ${this.name}'s output ${this.params.path}`, this.params.path) ?? error;
+      throw this.#diskFailure(error, "output", this.params.path);
     }
     this.#end += bytes.length;
     this.#tail = lastBytes(this.#tail, bytes);
-    if (key !== null) keys.insertAbsent(key);
-    if (++this.#sinceCheckpoint >= CHECKPOINT_LINES) this.#checkpoint();
+    try {
+      if (key !== null) keys.insertAbsent(key);
+      if (++this.#sinceCheckpoint >= CHECKPOINT_LINES) this.#checkpoint();
+    } catch (error) {
+      // The line is written but its key may not be: the index is closed without a checkpoint, so it never
+      // claims this line, and a re-opened sink indexes the lines past its last checkpoint again.
+      this.#keys = null;
+      keys.close();
+      throw this.#diskFailure(error, "output's key index", keyIndexPath(this.params.path));
+    }
+  }
+
+  /** `error` as the typed disk failure naming this node's file `path` when it is one, else as it is. */
+  #diskFailure(error: unknown, what: string, path: string): unknown {
+    return diskFailure(error, `node ${this.name}'s ${what} ${path}`, path) ?? error;
   }
 
   /** Records how far the index covers the file, and closes both. */
