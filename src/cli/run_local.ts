@@ -144,11 +144,12 @@ export async function runLocal(path: string, options: LocalFlowRunOptions = {}):
   const runId = options.runId ?? generateRunId();
   const { flow, modules } = await loadFlow(path);
   checkRunNames(flow.flowId, runId);
-  admitLocally(flow);
   const flowType = options.flowType === undefined ? flow.flowType : checkFlowType(options.flowType);
-  // The flow is validated first, as a whole: every problem it has is reported at once, as `vf validate` does.
+  // The flow is validated first, as a whole: every problem it has is reported at once, as `vf validate` does;
+  // admission reads a sound graph (a cycle has no order to read it in).
   const warnings: string[] = [];
   const specs = compileFlow(flow, { modules, onWarning: (warning) => warnings.push(warning.render()) });
+  admitLocally(flow);
   const permissions = nodePermissions(flow);
   const { channelMaxBytes } = options;
   checkLocalRunOptions({ channelMaxBytes, extraEnv, flowType, isolation, permissions });

@@ -14,7 +14,10 @@ import type { CommandOutput } from "./main.ts";
 /** Validates the flow file at `path`; resolves with the exit code. */
 export async function validateCommand(path: string, io: CommandOutput): Promise<number> {
   const { flow, modules } = await loadFlow(path);
-  const diagnostics = [...flow.validate(modules), ...localAdmissionRefusals(flow)];
+  const found = flow.validate(modules);
+  // Admission reads a sound graph (a cycle has no order to read it in): its refusals follow a flow with no error.
+  const sound = found.every((d) => d.severity !== "error");
+  const diagnostics = sound ? [...found, ...localAdmissionRefusals(flow)] : found;
   for (const diagnostic of diagnostics) io.out(diagnostic.render());
   const errors = diagnostics.filter((d) => d.severity === "error").length;
   const warnings = diagnostics.length - errors;
