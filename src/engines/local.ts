@@ -49,6 +49,7 @@ import {
 import { channelId, MessageKind } from "../backends/messaging.ts";
 import {
   dataSubscriptionId,
+  DEDUP_WINDOW_BYTES,
   flowTopology,
   OUTPUT_BUFFER_ENV,
   provisionFlow,
@@ -587,7 +588,10 @@ export class LocalEngine {
     this.#earlierDeadLetters = earlierDeadLetters;
     this.#broker = new EmbeddedBroker({
       runtimeStore: ledger,
-      messaging: new MemoryMessagingBackend({ maxPayloadBytes: EMBEDDED_MAX_ENVELOPE_BYTES }),
+      messaging: new MemoryMessagingBackend({
+        maxPayloadBytes: EMBEDDED_MAX_ENVELOPE_BYTES,
+        dedupWindowBytes: DEDUP_WINDOW_BYTES,
+      }),
       // A dead letter that cannot be kept fails its publication, so its input is not acked: the run ends.
       onDeadLetter: () =>
         this.#writeDeadLetters().catch((error) => {

@@ -6,7 +6,8 @@
  * - A channel per node output, shaped by its messaging profile: `live_latest` (the realtime default) keeps
  *   the freshest `max(1, buffer)` messages and evicts the oldest; `reliable_work` (the batch default) keeps
  *   at most 10000 until every required subscription settled them and refuses the rest, which a publisher
- *   turns into backpressure ({@link publishBackoffSeconds}). Both keep a 120 s duplicate window.
+ *   turns into backpressure ({@link publishBackoffSeconds}). Both keep a 120 s duplicate window (the embedded
+ *   broker also bounds it in bytes, {@link DEDUP_WINDOW_BYTES}).
  * - A data subscription per edge: `{child}--from--{parent}`, shared by the child's competing replicas, or one
  *   `{child}--from--{parent}--p{i}` per replica of a partitioned child (every replica reads every message
  *   and acks what it does not own). Its delivery cap comes from the child's DeliveryPolicy (realtime 1,
@@ -86,6 +87,13 @@ export const DEFAULT_REALTIME_BUFFER = 1;
 export const DEFAULT_BATCH_MAX_MSGS = 10_000;
 /** Every node channel's duplicate window, in seconds. */
 export const DEDUP_WINDOW_SECONDS = 120;
+/**
+ * The most bytes the embedded broker lets one channel's duplicate window hold (8 MiB, about 65,000 ids),
+ * so a fast channel's window is bounded in memory as well as in time: it still covers more than six times
+ * the messages a batch channel holds unsettled ({@link DEFAULT_BATCH_MAX_MSGS}), the inputs whose outputs a
+ * replacement recomputes.
+ */
+export const DEDUP_WINDOW_BYTES = 8 * 1024 * 1024;
 /** A data subscription's default ack wait, in seconds (`VF_ACK_WAIT_SECONDS`). */
 export const DEFAULT_ACK_WAIT_SECONDS = 60;
 /** An end-of-stream subscription's ack wait, in seconds. */

@@ -181,6 +181,12 @@ export interface MemoryMessagingOptions {
   readonly archiveHorizonSeconds?: number;
   /** The longest duplicate window a channel gets; a spec asking for more reads back this. */
   readonly dedupWindowSeconds?: number;
+  /**
+   * The most bytes one channel's duplicate window holds (and the DLQ's): beyond it the oldest ids are
+   * forgotten first, as if their time had passed, so a re-publish of one is a new message. Null (the
+   * default): bounded by time only.
+   */
+  readonly dedupWindowBytes?: number | null;
   /** Copies the modelled broker keeps; a channel asking for more is refused. */
   readonly replicationFactor?: number;
   /** Whether the modelled broker's storage outlives it; a persistent channel needs it. */
@@ -390,7 +396,20 @@ function hashKey(key: string): number {
 }
 
 /**
- * Keys remembered for a window of seconds, pruned lazily from the oldest. A duplicate window holds every
+ * What an {@link ExpiringMap} charges one entry against its byte bound: the key's UTF-16 code units and the
+ * fixed bookkeeping of an entry (its slots in the parallel arrays and its share of the index table).
+ */
+function entryBytes(key: string): number {
+  return 2 * key.length + ENTRY_BOOKKEEPING_BYTES;
+}
+
+/** The fixed bytes an {@link ExpiringMap} entry costs besides its key (see {@link entryBytes}). */
+const ENTRY_BOOKKEEPING_BYTES = 64;
+
+/**
+ * Keys remembered for a window of seconds and at most `maxBytes` (see {@link entryBytes}), pruned lazily
+ * from the oldest: an entry the byte bound pushes out is forgotten as if its time had passed. A duplicate
+ * window holds every
  * publication id of the last minutes, so this keeps them in its own open-addressing table rather than a
  * Map: entries lie in insertion order in parallel arrays (key, time, value), and an Int32Array indexes
  * them, each cell a pair (entry index + 1, or 0 empty, or {@link REMOVED}; the key's hash), so a lookup
@@ -416,8 +435,10 @@ class ExpiringMap<V> {
   /** The last key hashed and its hash: a publish looks its id up, then inserts it. */
   #hashed = "";
   #hash = hashKey("");
+  /** What the entries from the oldest not pruned on take (superseded ones too: their keys are still held). */
+  #bytes = 0;
 
-  constructor(public seconds: number) {}
+  constructor(public seconds: number, readonly maxBytes = Infinity) {}
 
   get(key: string, now: number): V | undefined {
     const cell = this.#find(key, this.#hashOf(key));
@@ -429,6 +450,8 @@ class ExpiringMap<V> {
   set(key: string, value: V, now: number): void {
     if (this.seconds <= 0) return;
     this.#prune(now);
+    const bytes = entryBytes(key);
+    while (this.#head < this.#keys.length && this.#bytes + bytes > this.maxBytes) this.#dropOldest();
     if ((this.#used + 1) * 4 > this.#table.length || this.#keys.length * 2 >= this.#table.length) {
       this.#rebuild();
     }
@@ -445,6 +468,7 @@ class ExpiringMap<V> {
     this.#times.push(now);
     this.#values.push(value);
     this.#cells.push(cell);
+    this.#bytes += bytes;
   }
 
   delete(key: string): void {
@@ -481,18 +505,21 @@ class ExpiringMap<V> {
 
   #prune(now: number): void {
     const times = this.#times;
-    let head = this.#head;
-    while (head < times.length && now - times[head] >= this.seconds) {
-      const cell = this.#cells[head];
-      if (this.#table[2 * cell] === head + 1) {
-        this.#table[2 * cell] = REMOVED;
-        this.#live--;
-      }
-      this.#keys[head] = undefined;
-      this.#values[head] = undefined;
-      head++;
+    while (this.#head < times.length && now - times[this.#head] >= this.seconds) this.#dropOldest();
+  }
+
+  /** Forgets the oldest entry not pruned yet (a no-op on its cell when a later `set` or `delete` replaced it). */
+  #dropOldest(): void {
+    const head = this.#head;
+    const cell = this.#cells[head];
+    if (this.#table[2 * cell] === head + 1) {
+      this.#table[2 * cell] = REMOVED;
+      this.#live--;
     }
-    this.#head = head;
+    this.#bytes -= entryBytes(this.#keys[head] as string);
+    this.#keys[head] = undefined;
+    this.#values[head] = undefined;
+    this.#head = head + 1;
   }
 
   /**
@@ -510,9 +537,11 @@ class ExpiringMap<V> {
     const table = new Int32Array(2 * size);
     const mask = size - 1;
     let to = 0;
+    let bytes = 0;
     for (let index = this.#head; index < keys.length; index++) {
       const from = cells[index];
       if (old[2 * from] !== index + 1) continue;
+      bytes += entryBytes(keys[index] as string);
       const hash = old[2 * from + 1];
       let cell = hash & mask;
       while (table[2 * cell] !== 0) cell = (cell + 1) & mask;
@@ -532,17 +561,21 @@ class ExpiringMap<V> {
     this.#head = 0;
     this.#table = table;
     this.#used = to;
+    this.#bytes = bytes;
   }
 }
 
-/** A channel's (or the DLQ's) duplicate window: stored ids, and ids whose publication ended unknown. */
+/**
+ * A channel's (or the DLQ's) duplicate window: stored ids, and ids whose publication ended unknown, each
+ * kept for `seconds` and within `maxBytes`.
+ */
 class DedupWindow {
   readonly stored: ExpiringMap<number>;
   readonly unknownIds: ExpiringMap<true>;
 
-  constructor(seconds: number) {
-    this.stored = new ExpiringMap(seconds);
-    this.unknownIds = new ExpiringMap(seconds);
+  constructor(seconds: number, maxBytes: number) {
+    this.stored = new ExpiringMap(seconds, maxBytes);
+    this.unknownIds = new ExpiringMap(seconds, maxBytes);
   }
 
   resize(seconds: number): void {
@@ -726,8 +759,8 @@ class ChannelState {
   held: Held[] = [];
   rejected = 0;
 
-  constructor(public spec: ChannelSpec, readonly key: string, dedupSeconds: number) {
-    this.dedup = new DedupWindow(dedupSeconds);
+  constructor(public spec: ChannelSpec, readonly key: string, dedupSeconds: number, dedupBytes: number) {
+    this.dedup = new DedupWindow(dedupSeconds, dedupBytes);
   }
 
   get lastSeq(): number {
@@ -764,8 +797,8 @@ class DeadLetterStore {
   readonly records = new Ring<StoredMessage>();
   readonly dedup: DedupWindow;
 
-  constructor(dedupSeconds: number) {
-    this.dedup = new DedupWindow(dedupSeconds);
+  constructor(dedupSeconds: number, dedupBytes: number) {
+    this.dedup = new DedupWindow(dedupSeconds, dedupBytes);
   }
 
   expire(now: number): void {
@@ -812,6 +845,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
   readonly #latestPerKey: boolean;
   readonly #durableControl: boolean;
   readonly #dedupSeconds: number;
+  readonly #dedupBytes: number;
   readonly #replicationFactor: number;
   readonly #persistent: boolean;
   readonly #maxPayload: number;
@@ -848,6 +882,8 @@ export class MemoryMessagingBackend implements MessagingBackend {
       options.dedupWindowSeconds ?? DEFAULT_DEDUP_WINDOW_SECONDS,
       "dedupWindowSeconds",
     );
+    const dedupBytes = options.dedupWindowBytes ?? null;
+    this.#dedupBytes = dedupBytes === null ? Infinity : requireCount(dedupBytes, "dedupWindowBytes");
     this.#replicationFactor = requireCount(options.replicationFactor ?? 1, "replicationFactor");
     this.#persistent = options.persistent ?? false;
     this.#maxPayload = requireCount(options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES, "maxPayloadBytes");
@@ -919,7 +955,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
       const dedupSeconds = this.#core ? 0 : Math.min(checked.dedupWindowSeconds, this.#dedupSeconds);
       let ch = this.#channels.get(key);
       if (ch === undefined) {
-        ch = new ChannelState(checked, key, dedupSeconds);
+        ch = new ChannelState(checked, key, dedupSeconds, this.#dedupBytes);
         this.#channels.set(key, ch);
       } else {
         this.#refuseImmutableChange(ch.spec, checked);
@@ -1643,7 +1679,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
     }
     let store = this.#deadLetters.get(envelope.channel.flowId);
     if (store === undefined) {
-      store = new DeadLetterStore(this.#core ? 0 : this.#dedupSeconds);
+      store = new DeadLetterStore(this.#core ? 0 : this.#dedupSeconds, this.#dedupBytes);
       this.#deadLetters.set(envelope.channel.flowId, store);
     }
     const duplicate = store.dedup.stored.get(id, now);

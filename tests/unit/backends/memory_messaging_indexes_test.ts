@@ -7,6 +7,7 @@
  */
 
 import assert from "node:assert/strict";
+import { ConfigError } from "../../../src/core/errors.ts";
 import { FakeClock } from "../../../src/backends/memory/clock.ts";
 import {
   makeChannel,
@@ -114,4 +115,38 @@ Deno.test("the ack floor and plain-token settlements follow the outstanding set 
       `seed ${seed} step ${step}: the floor sits below the oldest owed message`,
     );
   }
+});
+
+Deno.test("a duplicate window bounded in bytes remembers only the newest ids that fit, and still forgets by time", async () => {
+  const clock = new FakeClock();
+  const maxBytes = 64 * 1024;
+  const broker = new MemoryMessagingBackend({ clock, dedupWindowBytes: maxBytes });
+  const spec = makeChannel("f", "r", "cam", "live_latest", "limits", { maxMsgs: 1_000_000 });
+  await broker.ensureChannel(spec, "ensure");
+  const idOf = (n: number) => `publication-${String(n).padStart(8, "0")}`;
+  const published = 20_000;
+  for (let n = 0; n < published; n++) {
+    const outcome = await broker.publish(makeEnvelope(spec.id, idOf(n)), clock.monotonic() + 5);
+    assert.equal(outcome.kind === "accepted" && !outcome.duplicate, true, `${idOf(n)} is new`);
+  }
+  // Re-publish from the newest back: the remembered ids are a newest run, and the first id past it is new.
+  let remembered = 0;
+  for (let n = published - 1; n >= 0; n--) {
+    const outcome = await broker.publish(makeEnvelope(spec.id, idOf(n)), clock.monotonic() + 5);
+    assert.equal(outcome.kind, "accepted");
+    if (outcome.kind !== "accepted" || !outcome.duplicate) break;
+    remembered++;
+  }
+  const idBytes = 2 * idOf(0).length;
+  assert.ok(remembered <= maxBytes / idBytes, `${remembered} ids of ${idBytes} bytes fit in ${maxBytes}`);
+  assert.ok(remembered >= maxBytes / (idBytes + 128), `${remembered} ids: the bound is spent on ids`);
+  // Within the bytes, time still forgets: past the 120 s default an id is a new message again.
+  clock.advance(121);
+  const late = await broker.publish(makeEnvelope(spec.id, idOf(published - 1)), clock.monotonic() + 5);
+  assert.equal(late.kind === "accepted" && !late.duplicate, true, "past the window's time it is new");
+});
+
+Deno.test("a duplicate window's byte bound must be a whole number of at least 1", () => {
+  assert.throws(() => new MemoryMessagingBackend({ dedupWindowBytes: 0 }), ConfigError);
+  assert.throws(() => new MemoryMessagingBackend({ dedupWindowBytes: 1.5 }), ConfigError);
 });
