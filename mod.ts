@@ -125,7 +125,12 @@ export type {
 } from "./src/wire/value.ts";
 export { openRuntimeStore } from "./src/runtime/runtime_stores.ts";
 export type { LocalFlowRunOptions } from "./src/cli/run_local.ts";
-export type { Isolation, LocalRunResult, StopRequester } from "./src/engines/local.ts";
+export {
+  type Isolation,
+  type LocalRunResult,
+  STOP_REQUESTED,
+  type StopRequester,
+} from "./src/engines/local.ts";
 export type { NodeSnapshot, NodeState, ViewOutput } from "./src/engines/live_view.ts";
 export type {
   AbsentEntry,

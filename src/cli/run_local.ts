@@ -122,15 +122,19 @@ export interface LocalFlowRunOptions {
   /** Stops the run the clean way when it aborts (a re-run with the same run id goes on from there). */
   readonly signal?: AbortSignal;
   /**
-   * SIGINT and SIGTERM as listened for since before the flow loaded (`vf run-local` listens as it
-   * starts); by default the engine listens once the flow is loaded and compiled.
-   */
-  readonly stopSignals?: StopSignals;
-  /**
    * The run-wide worker settings replicas get (`FORWARDED_SETTINGS`: timeouts, retries, log level): those
    * of this process's environment by default.
    */
   readonly settings?: Readonly<Record<string, string>>;
+}
+
+/** A run as the CLI starts it: a library run plus the stop signals `vf` has listened for since it started. */
+interface CommandRunOptions extends LocalFlowRunOptions {
+  /**
+   * SIGINT and SIGTERM as listened for since before the flow loaded (`vf run-local` listens as it
+   * starts); by default the engine listens once the flow is loaded and compiled.
+   */
+  readonly stopSignals?: StopSignals;
 }
 
 /**
@@ -138,7 +142,7 @@ export interface LocalFlowRunOptions {
  * as `vf run-local` does, and resolves with how the run ended. A flow or option that is wrong rejects with a
  * typed error before anything starts. `mod.ts` exports it, loading this module on the first call.
  */
-export async function runLocal(path: string, options: LocalFlowRunOptions = {}): Promise<LocalRunResult> {
+export async function runLocal(path: string, options: CommandRunOptions = {}): Promise<LocalRunResult> {
   const isolation = options.isolation ?? Isolation.worker;
   const extraEnv = forwardedSettings(options.settings ?? Deno.env.toObject());
   const runId = options.runId ?? generateRunId();

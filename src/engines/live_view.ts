@@ -21,15 +21,25 @@ export type NodeState = typeof NodeState[keyof typeof NodeState];
 
 /** One node's counters at one instant. `null` where the figure could not be read (never shown as 0). */
 export interface NodeSnapshot {
+  /** The node's name. */
   readonly node: string;
+  /** Where the node stands: starting, running, done, failed ... */
   readonly state: NodeState;
+  /** Replicas running now. */
   readonly replicasRunning: number;
+  /** Replicas the node runs as. */
   readonly replicas: number;
+  /** Input groups (a producer: items) its replicas finished. */
   readonly processed: number;
+  /** Input groups its node failed on. */
   readonly failed: number;
+  /** Messages taken and not yet settled; `null` when the broker could not say. */
   readonly inFlight: number | null;
+  /** Messages given up, by reason (the spec's drop reasons). */
   readonly drops: Readonly<Record<string, number>>;
+  /** Dead letters the node made. */
   readonly deadLetters: number;
+  /** Restarts of its replicas. */
   readonly restarts: number;
 }
 
@@ -155,7 +165,9 @@ export function renderLines(
 
 /** Writes text to a terminal or a pipe. */
 export interface ViewOutput {
+  /** Whether the text goes to a terminal: then the table is redrawn in place, else written line by line. */
   readonly isTerminal: boolean;
+  /** Writes `text` as it is. */
   write(text: string): void;
   /**
    * The terminal's width now, in columns (`Deno.consoleSize().columns`), read at every redraw so that a

@@ -196,7 +196,9 @@ export interface LocalRunResult {
    * failure; 130 when forced by a second signal.
    */
   readonly exitCode: number;
+  /** The outcome line the summary ends with (finished, stopped, failed, forced, and why). */
   readonly outcome: string;
+  /** Each node's counters at the end of the run. */
   readonly snapshots: readonly NodeSnapshot[];
   /** Where the run's ledger and termination logs are. */
   readonly runDir: string;
