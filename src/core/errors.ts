@@ -427,6 +427,24 @@ export function isDiskFailure(failure: unknown): boolean {
     Object.hasOwn(DISK_ERRORS, String((context as Record<string, unknown>)[DISK_ERROR_KEY]));
 }
 
+/**
+ * The context key by which an environment failure says that a restart on the same host meets it again
+ * (a GPU grant refused before `open()`): its value is `true`.
+ */
+export const LASTING_FAILURE_KEY = "lasting";
+
+/**
+ * Whether `failure` (an error, or its {@link ErrorRecord}) is one a restart cannot mend: a
+ * {@link diskFailure}, or an environment failure marked with {@link LASTING_FAILURE_KEY}.
+ */
+export function isLastingFailure(failure: unknown): boolean {
+  if (isDiskFailure(failure)) return true;
+  if (typeof failure !== "object" || failure === null) return false;
+  const { context } = failure as { context?: unknown };
+  return typeof context === "object" && context !== null &&
+    (context as Record<string, unknown>)[LASTING_FAILURE_KEY] === true;
+}
+
 /** A read a decision depended on could not be made; the decision is retried, never guessed. */
 export class UnobservableState extends VideoflowEnvironmentError {
   /** Stable code of this class, `VF_STATE_UNKNOWN`. */

@@ -32,8 +32,8 @@ import {
   DISPOSITIONS,
   errorToDict,
   EXIT_USER,
-  isDiskFailure,
   isDisposition,
+  isLastingFailure,
   ProgressStalled,
   TRANSIENT,
   UpstreamAborted,
@@ -280,12 +280,13 @@ export type TerminationReason = Readonly<Record<string, unknown>>;
 /**
  * Whether restarting could change how a replica ends: not for the author's mistake (exit 2: the same
  * configuration fails the same way), nor for a replica that stopped because a parent aborted (its input
- * stream is over), nor for a disk that is full or read-only (`isDiskFailure`: the same write fails the same
- * way until an operator frees or remounts it).
+ * stream is over), nor for a lasting environment failure (`isLastingFailure`: a disk that is full or
+ * read-only fails the same write the same way until an operator mends it; a refused GPU grant is refused
+ * again on the same host).
  */
 export function restartCanMend(exited: NodeExited): boolean {
   return exited.code !== EXIT_USER && exited.reason?.code !== UpstreamAborted.code &&
-    !isDiskFailure(exited.reason);
+    !isLastingFailure(exited.reason);
 }
 
 /** A worker was launched; `attempt` is 0 for the first launch, n for the n-th restart. */

@@ -24,7 +24,7 @@
 import type { DeviceIdentity } from "../backends/allocation.ts";
 import { type Clock, systemClock } from "../backends/clock.ts";
 import { type Observation, unknown } from "../backends/outcomes.ts";
-import { ResourceUnavailable } from "../core/errors.ts";
+import { LASTING_FAILURE_KEY, ResourceUnavailable } from "../core/errors.ts";
 import { DeviceType, GpuFallback, type Node, ProcessorNode } from "../core/node.ts";
 
 /** Where a GPU node runs after its grant was checked. */
@@ -96,7 +96,13 @@ export function verifyGrant(
   delivered: Observation<readonly DeviceIdentity[]>,
 ): GrantReport {
   const problem = shortfall(demand, delivered);
-  const context = { node: demand.node, requested: demand.requested, fallback: demand.fallback };
+  // The same host refuses the same grant again: no restart mends it.
+  const context = {
+    node: demand.node,
+    requested: demand.requested,
+    fallback: demand.fallback,
+    [LASTING_FAILURE_KEY]: true,
+  };
   if (problem !== null && demand.fallback === GpuFallback.none) {
     throw new ResourceUnavailable(
       `node ${demand.node} refuses to open: ${problem} (gpuFallback "none")`,

@@ -820,6 +820,11 @@ Deno.test('a GPU node with gpuFallback "none" refuses to open under a grant no o
       run.text,
       /VF_RESOURCE_UNAVAILABLE: node detect refuses to open: its grant of 1 GPU\(s\) cannot be verified: this build has no NVML binding/,
     );
+    assert.equal(
+      summaryRow(run, "detect").restarts,
+      0,
+      "a refused grant is not restarted: the host refuses it again",
+    );
     assert.deepEqual(await sinkLines(join(dir, "out.jsonl")), []);
   });
 });

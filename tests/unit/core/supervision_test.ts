@@ -21,7 +21,9 @@ import {
   DecodeError,
   diskFailure,
   EXIT_STALLED,
+  LASTING_FAILURE_KEY,
   ProgressStalled,
+  ResourceUnavailable,
   TransientFailure,
   WorkerFatal,
   WorkerUnhealthy,
@@ -471,6 +473,16 @@ Deno.test("a restart cannot mend a disk that is full or read-only: the policy gi
   );
   const lost = new BrokerUnavailable("the connection to the embedded broker ended").toDict();
   assert.equal(policy.decide(nodeExited("sink", 0, 3, { ...lost }), 0).kind, "restart");
+});
+
+Deno.test("a refused GPU grant (a lasting failure) is not restarted; the same ResourceUnavailable without the mark is", () => {
+  const policy = SupervisionPolicy.local();
+  const refused = new ResourceUnavailable("node detect refuses to open", null, {
+    [LASTING_FAILURE_KEY]: true,
+  });
+  assert.equal(policy.decide(nodeExited("detect", 0, 3, { ...refused.toDict() }), 0).kind, "give_up");
+  const passing = new ResourceUnavailable("a device was busy").toDict();
+  assert.equal(policy.decide(nodeExited("detect", 0, 3, { ...passing }), 0).kind, "restart");
 });
 
 Deno.test("a replica given up on is rendered with its reason's remedy, when the reason has one", () => {
