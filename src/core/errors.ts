@@ -421,10 +421,16 @@ export function diskFailure(
  * {@link diskFailure}: the same write fails the same way until an operator frees or remounts the disk.
  */
 export function isDiskFailure(failure: unknown): boolean {
-  if (typeof failure !== "object" || failure === null) return false;
-  const { code, context } = failure as { code?: unknown; context?: unknown };
-  return code === ResourceUnavailable.code && typeof context === "object" && context !== null &&
-    Object.hasOwn(DISK_ERRORS, String((context as Record<string, unknown>)[DISK_ERROR_KEY]));
+  const context = failureContext(failure);
+  return context !== null && (failure as { code?: unknown }).code === ResourceUnavailable.code &&
+    Object.hasOwn(DISK_ERRORS, String(context[DISK_ERROR_KEY]));
+}
+
+/** The context of `failure` (an error of ours, or its {@link ErrorRecord}), or null when it has none. */
+function failureContext(failure: unknown): Readonly<Record<string, unknown>> | null {
+  if (typeof failure !== "object" || failure === null) return null;
+  const { context } = failure as { context?: unknown };
+  return typeof context === "object" && context !== null ? context as Record<string, unknown> : null;
 }
 
 /**
@@ -438,11 +444,7 @@ export const LASTING_FAILURE_KEY = "lasting";
  * {@link diskFailure}, or an environment failure marked with {@link LASTING_FAILURE_KEY}.
  */
 export function isLastingFailure(failure: unknown): boolean {
-  if (isDiskFailure(failure)) return true;
-  if (typeof failure !== "object" || failure === null) return false;
-  const { context } = failure as { context?: unknown };
-  return typeof context === "object" && context !== null &&
-    (context as Record<string, unknown>)[LASTING_FAILURE_KEY] === true;
+  return isDiskFailure(failure) || failureContext(failure)?.[LASTING_FAILURE_KEY] === true;
 }
 
 /** A read a decision depended on could not be made; the decision is retried, never guessed. */
@@ -707,8 +709,8 @@ class CarriedError extends VideoflowRuntimeError {
  * identity. A runtime error of ours is enriched in place; a user or environment error of ours keeps its
  * class name, code and exit status (worker_fatal for a user error: a misconfigured node fails every message
  * alike; and for a {@link diskFailure}, which an OS error of a full or read-only disk becomes: the input is
- * not to blame, and the next one fails the same way); anything else becomes a runtime error whose disposition comes from {@link classify} and whose
- * `cause` is the original.
+ * not to blame, and the next one fails the same way); anything else becomes a runtime error whose
+ * disposition comes from {@link classify} and whose `cause` is the original.
  */
 export function asRuntimeError(
   error: unknown,

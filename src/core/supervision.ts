@@ -378,6 +378,12 @@ export function flowStalled(detail: string): FlowStalledEvent {
   return Object.freeze({ kind: "flow_stalled", detail });
 }
 
+/** {@link describeReason}, then ` (remedy: …)` when the reason has a remedy. */
+export function describeReasonAndRemedy(reason: TerminationReason | null): string {
+  const remedy = reason?.remedy;
+  return describeReason(reason) + (typeof remedy === "string" && remedy !== "" ? ` (remedy: ${remedy})` : "");
+}
+
 /** A termination reason as one line: `CODE: message`, the code alone, or "no reason reported". */
 export function describeReason(reason: TerminationReason | null): string {
   if (reason === null) return "no reason reported";
@@ -407,12 +413,9 @@ export function renderEvent(event: SupervisionEvent): string | null {
       return `${event.node}[${event.replica}] restarting in ${
         seconds(event.delay)
       } (restart ${event.attempt})`;
-    case "node_gave_up": {
-      const remedy = event.reason?.remedy;
+    case "node_gave_up":
       return `${event.node}[${event.replica}] gave up after ${event.attempts} restart(s): ` +
-        describeReason(event.reason) +
-        (typeof remedy === "string" && remedy !== "" ? ` (remedy: ${remedy})` : "");
-    }
+        describeReasonAndRemedy(event.reason);
     case "flow_stalled":
       return `flow stalled: ${event.detail}`;
   }

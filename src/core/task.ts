@@ -12,8 +12,8 @@
  *   otherwise the node gets its input, the output is published (a processor's deferred checkpoint rides
  *   with it) and the inputs are acked. A failure goes to `failInputs` (the delivery policy decides its
  *   cost), counts toward the breaker (which trips only on a run the policy gave up on once), and the loop
- *   goes on, unless the failure is worker_fatal: then the
- *   loop ends so the inputs go to a healthy replica (story 24).
+ *   goes on, unless the failure is worker_fatal: then the loop ends so the inputs go to a healthy replica
+ *   (story 24).
  * - {@link NodeTask.run}: `open()` → loop → `close()`, `close()` in every case. A failure in `open()` or in
  *   the loop publishes ABORT before the task ends, so the graph downstream terminates instead of waiting
  *   for an EOS that never comes; a worker_fatal failure publishes none, since the node is not ending, only

@@ -105,17 +105,25 @@ export async function keepOffloadedPayloads(
   return kept;
 }
 
+/** A dead letter's error code and message, read from its `VF-Error` header (`CODE: message`) alone. */
+export function deadLetterError(envelope: Envelope): { readonly code: string; readonly error: string } {
+  const header = envelope.headers[DeadLetterHeader.error] ?? "";
+  const split = header.indexOf(": ");
+  return split < 0
+    ? { code: header, error: "" }
+    : { code: header.slice(0, split), error: header.slice(split + 2) };
+}
+
 /** The record of a dead-letter envelope the broker holds. */
 export function deadLetterRecord(envelope: Envelope): DeadLetterRecord {
   const headers = envelope.headers;
-  const errorHeader = headers[DeadLetterHeader.error] ?? "";
-  const split = errorHeader.indexOf(": ");
+  const { code, error } = deadLetterError(envelope);
   const delivered = Number(headers[DeadLetterHeader.numDelivered]);
   return {
     id: envelope.publicationId,
     node: headers[DeadLetterHeader.originNode] ?? envelope.channel.node,
-    code: split < 0 ? errorHeader : errorHeader.slice(0, split),
-    error: split < 0 ? "" : errorHeader.slice(split + 2),
+    code,
+    error,
     deliveries: Number.isSafeInteger(delivered) ? delivered : null,
     size: envelope.body.byteLength,
     envelope_b64: envelope.body.toBase64(),

@@ -34,6 +34,7 @@ import { FlowType } from "../core/flow_type.ts";
 import { NodeKind } from "../core/node.ts";
 import {
   describeReason,
+  describeReasonAndRemedy,
   type NodeExited,
   nodeExited,
   nodeGaveUp,
@@ -46,7 +47,7 @@ import {
   SupervisionPolicy,
   type TerminationReason,
 } from "../core/supervision.ts";
-import { channelId, MessageKind } from "../backends/messaging.ts";
+import { channelId, type Envelope, MessageKind } from "../backends/messaging.ts";
 import {
   dataSubscriptionId,
   DEDUP_WINDOW_BYTES,
@@ -85,6 +86,7 @@ import { FAULT_MARKER_DIR_ENV, FAULT_SCHEDULE_ENV } from "../backends/faults.ts"
 import { PARTITION_LEASE_ENV, RECONCILE_INTERVAL_ENV } from "../backends/runtime.ts";
 import { parseBrokerAddress } from "../runtime/embedded_rpc.ts";
 import {
+  deadLetterError,
   type DeadLetterRecord,
   deadLetterRecord,
   dropsBesideDeadLetters,
@@ -1325,12 +1327,14 @@ export class LocalEngine {
 
   /** The dead letters this broker holds: this supervisor's part of the run. */
   #currentDeadLetters(): DeadLetterRecord[] {
-    const { flowId, runId, specs } = this.#options;
-    return specs.flatMap((spec) =>
-      this.#broker.messaging.stored(channelId(flowId, runId, spec.name))
-        .filter((envelope) => envelope.kind === MessageKind.dlq)
-        .map(deadLetterRecord)
-    );
+    return this.#options.specs.flatMap((spec) => this.#lettersOf(spec).map(deadLetterRecord));
+  }
+
+  /** The dead letters this broker holds of `spec`'s node, as envelopes. */
+  #lettersOf(spec: NodeSpec): Envelope[] {
+    const { flowId, runId } = this.#options;
+    return this.#broker.messaging.stored(channelId(flowId, runId, spec.name))
+      .filter((envelope) => envelope.kind === MessageKind.dlq);
   }
 
   /**
@@ -1406,8 +1410,7 @@ export class LocalEngine {
   }
 
   #snapshots(): NodeSnapshot[] {
-    const { flowId, runId, specs } = this.#options;
-    return specs.map((spec) => {
+    return this.#options.specs.map((spec) => {
       const replicas = this.#replicas.filter((r) => r.spec === spec);
       const states = replicas.map((r) => r.state);
       const state = states.includes(NodeState.failed)
@@ -1425,8 +1428,7 @@ export class LocalEngine {
         (sum, r) => addCounts(addCounts(sum, r.earlier), r.stats),
         { ...NO_COUNTS, drops: this.#brokerDrops(spec) },
       );
-      const letters = this.#broker.messaging.stored(channelId(flowId, runId, spec.name))
-        .filter((e) => e.kind === MessageKind.dlq);
+      const letters = this.#lettersOf(spec);
       return {
         node: spec.name,
         state,
@@ -1437,7 +1439,7 @@ export class LocalEngine {
         processed: counts.processed,
         failed: counts.failed,
         inFlight: this.#unsettledOutputs(spec),
-        drops: dropsBesideDeadLetters(counts.drops, letters.map((letter) => deadLetterRecord(letter).code)),
+        drops: dropsBesideDeadLetters(counts.drops, letters.map((letter) => deadLetterError(letter).code)),
         deadLetters: letters.length,
         restarts: replicas.reduce((sum, r) => sum + r.restarts, 0),
       };
@@ -1495,7 +1497,7 @@ export class LocalEngine {
 
 /** One line for a failure that ends a run: its code, message and remedy. */
 function describeFailure(error: VideoflowError): string {
-  return `${error.code}: ${error.message}${error.remedy === null ? "" : ` (remedy: ${error.remedy})`}`;
+  return describeReasonAndRemedy({ ...error.toDict() });
 }
 
 /** Linux's number of each signal, as a shell reports a process it ended (128 + the number). */
