@@ -58,9 +58,10 @@ import {
 } from "../core/errors.ts";
 import { randomHex } from "../core/hex.ts";
 import type { JsonObject, JsonValue } from "../core/node.ts";
-import { type MemberId, type MembersByParent, membersSignature, type Seq } from "../wire/identities.ts";
+import type { MemberId, MembersByParent, Seq } from "../wire/identities.ts";
 import { type Clock, systemClock } from "./clock.ts";
 import { Barrier, barrier, type BarrierContext, faultsInstalled } from "./faults.ts";
+import { IdTally } from "./id_tally.ts";
 import { type Observation, type PublicationOutcome, requireKnown } from "./outcomes.ts";
 import type { RuntimeCapabilities, RuntimeStore, StoredRecord } from "./runtime_store.ts";
 
@@ -642,24 +643,19 @@ function decodeTerminator(fields: Fields, key: string): TerminatorRecord {
   });
 }
 
-/** A received (or published) record's ids: one `message_id`, or the `message_ids` of a whole batch. */
-function decodeIds(fields: Fields, key: string): string[] {
-  return Object.hasOwn(fields, "message_ids")
-    ? list(fields, "message_ids", key, isString)
-    : [text(fields, "message_id", key)];
+/** A received or published tally's record: its writer's replica, how many ids it counted, which it names. */
+interface TallyRecord {
+  readonly replica_id: number;
+  readonly count: number;
+  readonly message_ids: readonly string[];
 }
 
-/** A batch {@link FlowRuntime.recordPublished} wrote: whose ids, and which. */
-function decodePublishedBatch(fields: Fields, key: string): { replicaId: number; ids: string[] } {
-  return { replicaId: count(fields, "replica_id", key), ids: decodeIds(fields, key) };
-}
-
-/**
- * The key segment of a batch record: the replica, the first id, the count and a digest of the ids, so the
- * same batch recorded twice is one record and two batches never share one.
- */
-function batchKey(replicaId: number, ids: readonly string[]): string {
-  return `batch:${replicaId}:${ids[0]}:${ids.length}:${membersSignature(ids)}`;
+function decodeTally(fields: Fields, key: string): TallyRecord {
+  return {
+    replica_id: count(fields, "replica_id", key),
+    count: count(fields, "count", key),
+    message_ids: list(fields, "message_ids", key, isString),
+  };
 }
 
 function decodeOutbox(fields: Fields, key: string): OutboxDocument {
@@ -963,6 +959,8 @@ export class FlowRuntime {
   readonly #holder: string;
   readonly #held = new Map<string, OwnershipToken>();
   #sourceEpoch: Promise<string> | null = null;
+  /** This process's tallies of received and published ids, by record key (one writer each: this one). */
+  readonly #tallies = new Map<string, IdTally>();
 
   /** Throws ConfigError for an empty name, a negative replica id, nb_tasks < 1 or a non-positive lease. */
   constructor(options: FlowRuntimeOptions) {
@@ -1101,40 +1099,50 @@ export class FlowRuntime {
   }
 
   /**
-   * Notes a distinct DATA id delivered from `parent` on `durable`. The set is the node's (shared by its
-   * replicas), so false means some replica already noted the id: a redelivery, counted once.
+   * Notes a DATA id delivered from `parent` on `durable` ({@link recordReceivedMany} of one id): true when
+   * this process had not noted it yet.
    */
   async recordReceived(parent: string, durable: string, messageId: string): Promise<boolean> {
-    const document = { parent, durable, message_id: messageId, replica_id: this.#replicaId };
-    return await this.#store.cas(
-      this.key("received", parent, durable, messageId),
-      null,
-      encodeDocument(document),
-    );
+    return await this.recordReceivedMany(parent, durable, [messageId]);
   }
 
   /**
-   * Notes a whole received batch of DATA ids from `parent` on `durable` in one write, the amortized form of
-   * {@link recordReceived} for a receiver that records a batch before acking any of it. Idempotent: the
-   * same batch recorded again writes nothing (false); an empty batch writes nothing.
+   * Notes a received batch of DATA ids from `parent` on `durable` in one write, before any of them is
+   * acked: this process's received tally for the pair, saved whole (what it noted since its last write, and
+   * what it proved meanwhile). True when any id was new to this process; a redelivery counts once in
+   * {@link receivedCount}, whichever replica noted it first. An empty batch writes nothing.
    */
   async recordReceivedMany(parent: string, durable: string, messageIds: readonly string[]): Promise<boolean> {
     if (messageIds.length === 0) return false;
-    const ids = [...messageIds];
-    const document = { parent, durable, message_ids: ids, replica_id: this.#replicaId };
-    return await this.#store.cas(
-      this.key("received", parent, durable, batchKey(this.#replicaId, ids)),
-      null,
-      encodeDocument(document),
-    );
+    const key = this.#tallyKey("received", parent, durable);
+    const tally = this.#tally(key);
+    const added = tally.note(messageIds);
+    await this.#saveTally(key, tally, { parent, durable });
+    return added;
   }
 
   /**
-   * The union over this node's replicas of the distinct ids delivered from `parent` on `durable`, whether
-   * noted one by one or in batches.
+   * Proves a received id unique for good: its first delivery (attempt 1), which this process noted, was
+   * confirmed settled Completed or Terminal, so the broker never delivers it again. Kept in memory; the
+   * next write of the tally saves it as a count instead of a name. An id this process did not note, or
+   * whose delivery was not its first, must not be given.
    */
-  async receivedIds(parent: string, durable: string): Promise<ReadonlySet<string>> {
-    return new Set((await this.#scan(this.key("received", parent, durable) + "/", decodeIds)).flat());
+  proveReceived(parent: string, durable: string, messageId: string): void {
+    this.#tallies.get(this.#tallyKey("received", parent, durable))?.prove(messageId);
+  }
+
+  /**
+   * How many distinct DATA ids this node's replicas (every process of each) noted from `parent` on
+   * `durable`: the ids proven unique, counted, and the union of every other one noted.
+   */
+  async receivedCount(parent: string, durable: string): Promise<number> {
+    let counted = 0;
+    const named = new Set<string>();
+    for (const record of await this.#scan(this.key("received", parent, durable) + "/", decodeTally)) {
+      counted += record.count;
+      for (const id of record.message_ids) named.add(id);
+    }
+    return counted + named.size;
   }
 
   /**
@@ -1172,7 +1180,7 @@ export class FlowRuntime {
     }
     if (new Set(terminators.map((t) => t.replicaId)).size < expected) return CompletionState.open;
     const announced = await this.#announced(parent, terminators);
-    if ((await this.receivedIds(parent, durable)).size < announced || pendingHalves) {
+    if ((await this.receivedCount(parent, durable)) < announced || pendingHalves) {
       return CompletionState.draining;
     }
     if (brokerPending === null) return CompletionState.unknown;
@@ -1190,9 +1198,9 @@ export class FlowRuntime {
     const counted = terminators.reduce((sum, t) => sum + t.seq, 0);
     const distinct = new Set<string>();
     let noted = 0;
-    for (const ids of (await this.#publishedByReplica(parent)).values()) {
-      noted += ids.size;
-      for (const id of ids) distinct.add(id);
+    for (const { named } of (await this.#publishedByReplica(parent)).values()) {
+      noted += named.size;
+      for (const id of named) distinct.add(id);
     }
     return counted - (noted - distinct.size);
   }
@@ -1481,52 +1489,68 @@ export class FlowRuntime {
 
   /**
    * Notes DATA ids this replica published and the backend accepted (a deduplicated retry included), in one
-   * write: the amortized record a publisher keeps instead of an outbox entry per message when nothing else
-   * (no payload ref, no checkpoint) needs one. Idempotent; an empty list writes nothing.
+   * write of this process's published tally: the amortized record a publisher keeps instead of an outbox
+   * entry per message when nothing else (no payload ref, no checkpoint) needs one. True when any id was
+   * new to this process; an empty list writes nothing.
    */
   async recordPublished(messageIds: readonly string[]): Promise<boolean> {
     if (messageIds.length === 0) return false;
-    const ids = [...messageIds];
-    const document = { replica_id: this.#replicaId, message_ids: ids };
-    return await this.#store.cas(
-      this.key("published", String(this.#replicaId), batchKey(this.#replicaId, ids)),
-      null,
-      encodeDocument(document),
-    );
+    const key = this.#tallyKey("published", String(this.#replicaId));
+    const tally = this.#tally(key);
+    const added = tally.note(messageIds);
+    await this.#saveTally(key, tally, {});
+    return added;
   }
 
   /**
-   * Distinct DATA ids this replica published (accepted, deduplicated ones included): the accepted data
-   * entries of its outbox together with the ids {@link recordPublished} noted. Its terminator's seq.
+   * Proves published ids unique for good: nothing publishes them again while the broker lives (an output
+   * of inputs proven received, a live source's output, a replayable source's output its saved position
+   * covers). Kept in memory and saved as a count by the next {@link recordPublished}; an id this process
+   * did not note changes nothing.
+   */
+  provePublished(messageIds: readonly string[]): void {
+    const tally = this.#tallies.get(this.#tallyKey("published", String(this.#replicaId)));
+    if (tally === undefined) return;
+    for (const id of messageIds) tally.prove(id);
+  }
+
+  /**
+   * Distinct DATA ids this replica published (accepted, deduplicated ones included): the ids its
+   * processes' tallies counted or named, together with the accepted data entries of its outbox. Its
+   * terminator's seq.
    */
   async publishedCount(): Promise<number> {
-    return (await this.#publishedByReplica(this.#node, this.#replicaId)).get(this.#replicaId)?.size ?? 0;
+    const mine = (await this.#publishedByReplica(this.#node, this.#replicaId)).get(this.#replicaId);
+    return mine === undefined ? 0 : mine.counted + mine.named.size;
   }
 
   /**
-   * The distinct DATA ids each replica of `node` (or only `replicaId`) noted published, by replica id:
-   * the batches {@link recordPublished} wrote and the accepted data entries of the node's outbox.
+   * What each replica of `node` (or only `replicaId`) noted published, by replica id: the ids its tallies
+   * proved unique, counted, and the union of the ids they name with the accepted data entries of the node's
+   * outbox. A counted id is in no other record, so only named ones can be shared between replicas.
    */
   async #publishedByReplica(
     node: string,
     replicaId: number | null = null,
-  ): Promise<Map<number, Set<string>>> {
+  ): Promise<Map<number, { counted: number; named: Set<string> }>> {
     const parts = replicaId === null ? ["published"] : ["published", String(replicaId)];
-    const byReplica = new Map<number, Set<string>>();
-    const note = (replica: number, ids: readonly string[]) => {
+    const byReplica = new Map<number, { counted: number; named: Set<string> }>();
+    const of = (replica: number) => {
       let noted = byReplica.get(replica);
-      if (noted === undefined) byReplica.set(replica, noted = new Set());
-      for (const id of ids) noted.add(id);
+      if (noted === undefined) byReplica.set(replica, noted = { counted: 0, named: new Set() });
+      return noted;
     };
-    for (const batch of await this.#scan(this.#keyOf(node, parts) + "/", decodePublishedBatch)) {
-      note(batch.replicaId, batch.ids);
+    for (const record of await this.#scan(this.#keyOf(node, parts) + "/", decodeTally)) {
+      const noted = of(record.replica_id);
+      noted.counted += record.count;
+      for (const id of record.message_ids) noted.named.add(id);
     }
     for (const d of await this.#outbox(node)) {
       if (
         (replicaId === null || d.replica_id === replicaId) && d.kind === PublicationKind.data &&
         d.outcome === OutboxOutcome.accepted
       ) {
-        note(d.replica_id, [d.publication_id]);
+        of(d.replica_id).named.add(d.publication_id);
       }
     }
     return byReplica;
@@ -1855,6 +1879,29 @@ export class FlowRuntime {
 
   #keyOf(node: string, parts: readonly string[]): string {
     return ledgerKey(this.#flowId, this.#runId, node, parts);
+  }
+
+  /** The key of this process's tally under `parts`: one record per writer, named by replica and holder. */
+  #tallyKey(...parts: string[]): string {
+    return this.key(...parts, `tally:${this.#replicaId}:${this.#holder}`);
+  }
+
+  #tally(key: string): IdTally {
+    let tally = this.#tallies.get(key);
+    if (tally === undefined) this.#tallies.set(key, tally = new IdTally());
+    return tally;
+  }
+
+  /**
+   * Writes `tally` whole over its record, which only this process writes: the state saved is the one in
+   * memory when the swap is made, so whichever of two overlapping writes lands last holds everything
+   * either was called with.
+   */
+  async #saveTally(key: string, tally: IdTally, fields: JsonObject): Promise<void> {
+    await this.#update(key, decodeTally, (): TallyRecord => {
+      const { count, ids } = tally.document();
+      return { ...fields, replica_id: this.#replicaId, count, message_ids: ids };
+    }, () => this.#busy(key));
   }
 
   #groupKey(groupId: string): string {

@@ -644,6 +644,8 @@ export class BrokerMessenger implements Messenger {
   readonly #order = new PublicationOrder();
   /** The publications of the group in hand, which its settlement waits for. */
   #outputs: Promise<void>[] = [];
+  /** The ids of the group in hand's outputs (under the EOS-7 barrier): proven published once it is. */
+  #outputIds: string[] = [];
   /** The ledger flushes, one after another: what each writes is taken when it starts. */
   readonly #ledgerFlushes = new CoalescedRun(() => this.#writeLedger());
   /** A replayable producer's offsets minted and not yet final, in order. */
@@ -683,6 +685,14 @@ export class BrokerMessenger implements Messenger {
   #flushedOffset = 0;
   #acceptedData = 0;
   #publishedPending: string[] = [];
+  /** Published ids proven unique for good (see `FlowRuntime.provePublished`), for the next ledger flush. */
+  #publishedProven: string[] = [];
+  /**
+   * A replayable source's published ids with their offsets, in the order noted, until a saved position
+   * covers them; the first `#uncoveredNoted` of them are in the ledger.
+   */
+  #publishedUncovered: Array<readonly [string, number]> = [];
+  #uncoveredNoted = 0;
   /** Where small data envelope bodies are carved from. */
   readonly #bodies = new ByteSlab();
   readonly #takeBody = (size: number) => this.#bodies.take(size);
@@ -895,18 +905,23 @@ export class BrokerMessenger implements Messenger {
     this.#current = null;
     const outputs = this.#outputs;
     this.#outputs = [];
+    const outputIds = this.#outputIds;
+    this.#outputIds = [];
     const persisted = this.#persistedGroup;
     this.#persistedGroup = null;
-    this.#work.track(this.#ackAfter(outputs, group.handles, persisted, onAcked));
+    this.#work.track(this.#ackAfter(outputs, outputIds, group.handles, persisted, onAcked));
     await this.#work.admit();
   }
 
   /**
    * Settles a group's deliveries once its outputs were accepted. When an output failed, the deliveries go
    * back to the broker at once (no attempt counted against a replacement's wait) and the failure stands.
+   * When every delivery was a first one and the broker confirmed each settled, the group is never
+   * processed again, so its outputs (`outputIds`) are proven published for good.
    */
   async #ackAfter(
     outputs: readonly Promise<void>[],
+    outputIds: readonly string[],
     handles: readonly Held[],
     persisted: string | null,
     onAcked: (() => void) | undefined,
@@ -923,7 +938,11 @@ export class BrokerMessenger implements Messenger {
       ? [await this.#settle(handles[0], completed(), true)]
       : await Promise.all(handles.map((h) => this.#settle(h, completed(), true)));
     if (persisted !== null) await this.#runtime.settleGroup(persisted);
-    if (settled.every((result) => result?.kind === "settle_confirmed")) onAcked?.();
+    if (!settled.every((result) => result?.kind === "settle_confirmed")) return;
+    if (outputIds.length > 0 && handles.every((h) => h.delivery.token.attempt === 1)) {
+      for (const id of outputIds) this.#publishedProven.push(id);
+    }
+    onAcked?.();
   }
 
   /**
@@ -936,6 +955,7 @@ export class BrokerMessenger implements Messenger {
     if (group === null) return false;
     this.#current = null;
     this.#outputs = [];
+    this.#outputIds = [];
     const failure = asRuntimeError(error, this.#delivery.onError ?? DEFAULT_DISPOSITION);
     const actions = await Promise.all(group.handles.map((h) => this.#applyLadder(h, failure)));
     await this.#closeGroup();
@@ -1036,6 +1056,7 @@ export class BrokerMessenger implements Messenger {
       identity.seq,
       MsgType.data,
     );
+    if (this.#barrierFlow && this.#parents.length > 0) this.#outputIds.push(publicationId);
     let payload = preparePayload(message as WirePayload);
     if (checkpoint === null && payload.byteLength <= this.#maxInline) {
       const body = this.#dataBody(identity, eventTs, wireMetadata, payload);
@@ -1082,7 +1103,7 @@ export class BrokerMessenger implements Messenger {
         await this.#release(ref.key, intentObligationId(publicationId), publicationId);
       }
     }
-    await this.#concludePublication(env.publicationId, outcome, identity.offset);
+    await this.#concludePublication(env.publicationId, outcome, identity.offset, ref !== null);
   }
 
   /**
@@ -1117,19 +1138,23 @@ export class BrokerMessenger implements Messenger {
   async #sendInline(env: BackendEnvelope, offset: number | null, onAccepted?: () => void): Promise<void> {
     const outcome = await this.#publish(env, this.#reliableOutput);
     this.#countPublication(outcome, onAccepted);
-    await this.#concludePublication(env.publicationId, outcome, offset);
+    await this.#concludePublication(env.publicationId, outcome, offset, false);
   }
 
-  /** After an output's final outcome: an accepted one is noted for the ledger; a refused reliable one throws. */
+  /**
+   * After an output's final outcome: an accepted one is noted for the ledger (`inOutbox`: its outbox entry
+   * notes it already); a refused reliable one throws.
+   */
   async #concludePublication(
     publicationId: string,
     outcome: PublicationOutcome,
     offset: number | null,
+    inOutbox: boolean,
   ): Promise<void> {
     if (this.#work.abandoned || this.#givenUp.has(outcome)) return;
     if (offset !== null && (outcome.kind === "accepted" || !this.#reliableOutput)) this.#finalOffset(offset);
     if (outcome.kind === "accepted") {
-      const noting = this.#noteAccepted(publicationId);
+      const noting = this.#noteAccepted(publicationId, inOutbox ? null : offset, !inOutbox);
       if (noting !== null) await noting;
     } else if (this.#reliableOutput) this.#refused(outcome);
   }
@@ -2172,6 +2197,13 @@ export class BrokerMessenger implements Messenger {
       outcome,
       `${token.messageId}/${token.attempt}/${outcome.kind}`,
     );
+    // A first delivery settled for good is never delivered again: its id is proven received once.
+    if (
+      recording !== undefined && outcome.kind !== "retry" && token.attempt === 1 &&
+      result.kind === "settle_confirmed"
+    ) {
+      this.#runtime.proveReceived(held.parent.name, held.parent.durable, token.messageId);
+    }
     if (result.kind === "settle_confirmed" && outcome.kind !== "retry" && held.blobRef !== null) {
       await this.#release(held.blobRef, this.#readerId, result.settlementId);
     }
@@ -2562,10 +2594,16 @@ export class BrokerMessenger implements Messenger {
     );
   }
 
-  /** Counts an accepted output and notes it (and a replayable source's offset) for the ledger's batch. */
-  #noteAccepted(publicationId: string): Promise<void> | null {
+  /**
+   * Counts an accepted output and notes it (unless `toNote` is false: its outbox entry notes it) and a
+   * replayable source's offset for the ledger's batch.
+   */
+  #noteAccepted(publicationId: string, offset: number | null, toNote: boolean): Promise<void> | null {
     this.#acceptedData++;
-    if (this.#barrierFlow) this.#publishedPending.push(publicationId);
+    if (this.#barrierFlow && toNote) {
+      this.#publishedPending.push(publicationId);
+      if (offset !== null && this.#replayable) this.#publishedUncovered.push([publicationId, offset]);
+    }
     const offsets = this.#replayable && this.#durable ? this.#lastAcceptedOffset - this.#flushedOffset : 0;
     if (this.#publishedPending.length === 0 && offsets === 0) return null;
     const due = this.#publishedPending.length >= LEDGER_FLUSH_BATCH || offsets >= LEDGER_FLUSH_BATCH ||
@@ -2584,6 +2622,9 @@ export class BrokerMessenger implements Messenger {
   async #writeLedger(): Promise<void> {
     if (this.#work.abandoned) return;
     this.#lastFlush = this.#clock.monotonic();
+    // Taken with the ids to note: every id proven by now was noted before it was proven.
+    const proven = this.#publishedProven;
+    this.#publishedProven = [];
     if (this.#publishedPending.length > 0) {
       const ids = this.#publishedPending;
       this.#publishedPending = [];
@@ -2592,12 +2633,33 @@ export class BrokerMessenger implements Messenger {
       } catch (error) {
         // Kept for the next flush: an id the ledger never took must still count toward EOS's seq.
         this.#publishedPending = [...ids, ...this.#publishedPending];
+        this.#publishedProven = [...proven, ...this.#publishedProven];
         throw error;
       }
+      // A live source mints its ids under a capture epoch of its own process: none is ever made again.
+      if (this.#parents.length === 0 && this.#epoch !== null) this.#runtime.provePublished(ids);
+      if (this.#replayable) this.#uncoveredNoted += ids.length;
     }
+    this.#runtime.provePublished(proven);
     if (this.#replayable && this.#durable && this.#lastAcceptedOffset > this.#flushedOffset) {
       await this.#commitCheckpoint(this.#state, {});
     }
+    this.#proveCovered();
+  }
+
+  /**
+   * Proves published the noted outputs of a replayable source that its saved position covers: a resume
+   * starts after that position, so they are never made again.
+   */
+  #proveCovered(): void {
+    let covered = 0;
+    while (covered < this.#uncoveredNoted && this.#publishedUncovered[covered][1] <= this.#flushedOffset) {
+      covered++;
+    }
+    if (covered === 0) return;
+    this.#runtime.provePublished(this.#publishedUncovered.slice(0, covered).map(([id]) => id));
+    this.#publishedUncovered.splice(0, covered);
+    this.#uncoveredNoted -= covered;
   }
 
   /**
