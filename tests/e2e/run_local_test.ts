@@ -930,20 +930,63 @@ Deno.test("a subprocess replica killed with SIGKILL mid-run is restarted and eve
   });
 });
 
-/** Per replica of `node`, the distinct output ids its published records in the ledger at `ledger` note. */
+/**
+ * Per replica of `node`, what its published tallies in the ledger at `ledger` hold: how many output ids they
+ * counted as proven unique, and the ids they name.
+ */
 async function publishedIds(ledger: string, flowId: string, runId: string, node: string) {
   const store = await FileRuntimeStore.open(ledger);
   try {
-    const byReplica = new Map<number, Set<string>>();
+    const byReplica = new Map<number, { counted: number; named: Set<string> }>();
     for (const record of await store.scan(`vf/${flowId}/${runId}/${node}/published/`)) {
-      const { replica_id, message_ids } = JSON.parse(new TextDecoder().decode(record.value));
-      byReplica.set(replica_id, new Set([...byReplica.get(replica_id) ?? [], ...message_ids]));
+      const { replica_id, count, message_ids } = JSON.parse(new TextDecoder().decode(record.value));
+      const noted = byReplica.get(replica_id) ?? { counted: 0, named: new Set<string>() };
+      noted.counted += count;
+      for (const id of message_ids) noted.named.add(id);
+      byReplica.set(replica_id, noted);
     }
     return byReplica;
   } finally {
     await store.close();
   }
 }
+
+Deno.test("a finished run keeps one EOS-7 record per process and side, whatever its item count: what was proven unique is a count", async () => {
+  await inTempDir(async (dir) => {
+    const items = 2000;
+    const state = join(dir, "state");
+    const flow = await writeFlow(
+      dir,
+      ["Count", "SlowPass"],
+      pipeline(
+        "tally",
+        `new Count({ name: "count", n: ${items} })`,
+        `new SlowPass({ name: "middle", delayMs: 0 })`,
+        dir,
+      ),
+    );
+    const run = await vf(["run-local", flow, "--state", state, "--run-id", "r1"], { cwd: dir });
+    assert.equal(run.code, 0, run.text);
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, items));
+    const store = await FileRuntimeStore.open(join(state, "tally", "r1", "ledger"));
+    try {
+      const records = (await store.scan("vf/tally/r1/")).filter((r) =>
+        /\/(received|published)\//.test(r.key)
+      );
+      // count's and middle's publications, middle's and sink's receipts: one record each, rewritten.
+      assert.equal(records.length, 4, records.map((r) => r.key).join("\n"));
+      let named = 0;
+      for (const record of records) {
+        const { count, message_ids } = JSON.parse(new TextDecoder().decode(record.value));
+        assert.equal(count + message_ids.length, items, `${record.key} holds every id once`);
+        named += message_ids.length;
+      }
+      assert.ok(named < items, `${named} ids still named in 4 records of ${items}: the rest were proven`);
+    } finally {
+      await store.close();
+    }
+  });
+});
 
 Deno.test("a replica killed after its output was noted, whose input its sibling redoes, counts that output once: the run ends", async () => {
   await inTempDir(async (dir) => {
@@ -984,10 +1027,11 @@ Deno.test("a replica killed after its output was noted, whose input its sibling 
     assert.match(run.text, new RegExp(`mid\\[${died}\\] started \\(restart 1\\)`));
     // The story happened: both replicas noted the output of the input the killed one left.
     const ids = await publishedIds(ledger, "noted-kill", "r1", "mid");
-    const [first, second] = [ids.get(0) ?? new Set(), ids.get(1) ?? new Set()];
-    const both = [...first].filter((id) => second.has(id));
+    const none = { counted: 0, named: new Set<string>() };
+    const [first, second] = [ids.get(0) ?? none, ids.get(1) ?? none];
+    const both = [...first.named].filter((id) => second.named.has(id));
     assert.equal(both.length, 1, `one output noted by both replicas: ${JSON.stringify([...ids])}`);
-    assert.equal(new Set([...first, ...second]).size, 6);
+    assert.equal(first.counted + second.counted + new Set([...first.named, ...second.named]).size, 6);
   });
 });
 

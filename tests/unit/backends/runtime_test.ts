@@ -278,6 +278,55 @@ Deno.test("completionState counts once an id two replicas of the parent both pub
   assert.equal((await sink.commitCompletion("cam")).finalSequence, 4);
 });
 
+Deno.test("a process's received ids are one record: proven ids become its count, the others stay named, and a redelivery a replacement notes counts once", async () => {
+  const store = new MemoryRuntimeStore();
+  const first = runtime(store, { node: "sink", parentReplicas: { cam: 1 } });
+  const ids = Array.from({ length: 300 }, (_, i) => `m${i}`);
+  for (let at = 0; at < ids.length; at += 30) {
+    await first.recordReceivedMany("cam", "d", ids.slice(at, at + 30));
+    for (const id of ids.slice(at, at + 30)) if (id !== "m299") first.proveReceived("cam", "d", id);
+  }
+  // An id never noted, or proven twice, changes nothing.
+  first.proveReceived("cam", "d", "m-never");
+  first.proveReceived("cam", "d", "m0");
+  await first.recordReceivedMany("cam", "d", ["m300"]);
+  const records = await store.scan(first.key("received") + "/");
+  assert.equal(records.length, 1, "one record for the process, rewritten");
+  const saved = JSON.parse(new TextDecoder().decode(records[0].value));
+  assert.equal(saved.count, 299);
+  assert.deepEqual(saved.message_ids.sort(), ["m299", "m300"]);
+  // The process died before its settle of m299; a replacement is delivered it again and notes it.
+  const replacement = runtime(store, { node: "sink", parentReplicas: { cam: 1 } });
+  await replacement.recordReceivedMany("cam", "d", ["m299", "m301"]);
+  assert.equal((await store.scan(first.key("received") + "/")).length, 2);
+  assert.equal(await replacement.receivedCount("cam", "d"), 302);
+  await replacement.recordTerminator("cam", 0, "eos", 302);
+  assert.equal(await replacement.completionState("cam", "d", known<PendingCounts>([0, 0])), "complete");
+});
+
+Deno.test("published ids proven unique are counted once; the named ones two replicas share count once toward the parent's total", async () => {
+  const store = new MemoryRuntimeStore();
+  const cam0 = runtime(store, { node: "cam", nbTasks: 2 });
+  const cam1 = runtime(store, { node: "cam", nbTasks: 2, replicaId: 1 });
+  await cam0.recordPublished(["a", "b", "c"]);
+  cam0.provePublished(["a", "b"]);
+  await cam0.recordPublished(["d"]);
+  // cam0 died before its input of c was acked: cam1 made c again.
+  await cam1.recordPublished(["c", "e"]);
+  cam1.provePublished(["e"]);
+  assert.equal(await cam0.publishedCount(), 4);
+  assert.equal(await cam1.publishedCount(), 2);
+  const sink = runtime(store, { node: "sink", parentReplicas: { cam: 2 } });
+  await sink.recordTerminator("cam", 0, "eos", await cam0.publishedCount());
+  await sink.recordTerminator("cam", 1, "eos", await cam1.publishedCount());
+  await sink.recordReceivedMany("cam", "d", ["a", "b", "c", "d"]);
+  const idle = known<PendingCounts>([0, 0]);
+  assert.equal(await sink.completionState("cam", "d", idle), "draining", "e has not arrived");
+  await sink.recordReceivedMany("cam", "d", ["e"]);
+  assert.equal(await sink.completionState("cam", "d", idle), "complete");
+  assert.equal((await sink.commitCompletion("cam")).finalSequence, 5);
+});
+
 Deno.test("completionState refuses a parent that has no completion barrier", async () => {
   const ledger = runtime(new MemoryRuntimeStore(), { parentReplicas: { cam: 1 } });
   await assert.rejects(ledger.completionState("mic", "d", known<PendingCounts>([0, 0])), ConfigError);
