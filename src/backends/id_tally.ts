@@ -1,13 +1,19 @@
 /**
  * Distinct ids counted in bounded records (the EOS-7 received and published sets of the run ledger). Each
- * writer (one replica's process, one incarnation) keeps one {@link IdTally} and rewrites it as one record:
- * the ids it proved unique for good, as a count, and the ids it could not prove, by name. An id is proven
- * when nothing can ever note it again in this broker's life: a first delivery the broker confirmed settled
- * for good (a redelivery, a retry or a crash before the settle proves nothing), or an output whose input
- * was proven so, or that a replayable source's saved position covers. What a writer did not prove stays
- * named, and the union of named ids deduplicates it against every other record: the distinct ids of a set
- * of tallies (the sum of their counts and the size of the union of their names) are exact whatever crashes came between their writes, and a tally's record holds what is
- * in flight and what failed, not one entry per id that passed.
+ * writer (one replica's process) keeps one {@link IdTally} and rewrites it as one record: the ids it proved
+ * unique for good, as a count, and the ids it could not prove, by name. An id is proven when nothing can
+ * note it again while the broker lives: a first delivery (attempt 1) the broker confirmed settled
+ * Completed or Terminal, an output of inputs proven so, a live source's output (its ids carry a capture
+ * epoch of their own process), or a replayable source's output that its saved position covers. A
+ * redelivery, a retry, or a writer that died before its settle proves nothing, and what stays named is
+ * deduplicated against every other record by the union of names: the distinct ids of a set of tallies (the
+ * sum of their counts and the size of the union of their names) are exact whatever crashes came between
+ * their writes, and a record holds what is in flight and what failed, not an entry per id that passed.
+ *
+ * What it assumes: a broker delivers a message id once per subscription until it is settled. A broker that
+ * takes a republished id as new after its duplicate window ends delivers it a second time as a first
+ * delivery, and that id is counted twice (the EOS-7 barrier then rests on the broker reporting nothing
+ * pending, which it also checks).
  *
  * @module
  */
