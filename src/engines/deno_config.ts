@@ -123,7 +123,8 @@ export function subprocessResolutionArgs(flags: readonly string[] | null = launc
  * each process replica: a young generation of at most 8 MiB a semi-space, and an old generation collected
  * once it grows to 1.5 times what was live after the last full collection. V8's defaults (32 MiB
  * semi-spaces, and growth of up to 4 times) let each isolate of a flow passing many small items fill
- * itself with garbage, at no gain in speed; these bound no heap, so a node that holds much still may. A
+ * itself with garbage: two to three times the memory, for a tenth to a fifth less CPU time (README,
+ * "Memory"). These bound no heap, so a node that holds much still may. A
  * process replica is started with them ({@link subprocessV8Args}); `vf` cannot set its own, so
  * `deno task vf` and the README's commands name them (`tests/unit/engines/deno_config_test.ts` keeps
  * those in step with this list).
