@@ -15,7 +15,7 @@
  *    from the start of the run (the spawn) to its end. The CPU time this process spends per frame (ffmpeg's
  *    own not counted) is set beside the VideoFileReader's alone: what the flow adds to reading the frames.
  * 3. Start-up: a 10-node chain (producer → 8 relays → sink), from the start of `vf run-local` (a fresh
- *    `deno run -A mod.ts run-local` process) and from {@link LocalEngine.run} in this process to the first
+ *    `deno task vf run-local` process) and from {@link LocalEngine.run} in this process to the first
  *    item at the sink, against ten bare workers chained the same way, spawn to first item.
  * 4. Backlog: the video flow with a consumer far slower than its decoder (`--backlog-delay-ms` per frame),
  *    so the embedded broker holds the decoder back at its channel limit: the peak growth of this process's
@@ -52,6 +52,7 @@ import type { ConsumerNode, ProcessorNode, ProducerNode } from "../src/core/node
 import { ModuleIndex } from "../src/core/node_class.ts";
 import { DEFAULT_MAX_INLINE_PAYLOAD_BYTES, MAX_INLINE_PAYLOAD_ENV } from "../src/backends/payload_bridge.ts";
 import { readDeadLetters } from "../src/engines/dead_letters.ts";
+import { V8_HEAP_FLAGS } from "../src/engines/deno_config.ts";
 import { Isolation, LocalEngine } from "../src/engines/local.ts";
 import { type ArrivalSummary, median } from "./_bench_flows/arrivals.ts";
 import * as arrivalSink from "./_bench_flows/arrival_sink.ts";
@@ -74,6 +75,9 @@ const CHAIN_NODES = 10;
 const STARTUP_ITEMS = 10;
 
 const repoRoot = new URL("../", import.meta.url);
+
+/** `deno task vf run-local`'s command line, less its `deno`: the CLI under the project's V8 flags. */
+const RUN_LOCAL_ARGS = ["run", "-A", `--v8-flags=${V8_HEAP_FLAGS.join(",")}`, "mod.ts", "run-local"];
 const flowModules = [
   { url: new URL("./_bench_flows/stamped.ts", import.meta.url).href, namespace: stamped },
   { url: new URL("./_bench_flows/arrival_sink.ts", import.meta.url).href, namespace: arrivalSink },
@@ -814,7 +818,7 @@ async function watchRunLocal(
   const startedAt = nowMs();
   const child = new Deno.Command(Deno.execPath(), {
     args: [
-      ...["run", "-A", "mod.ts", "run-local", flowPath],
+      ...[...RUN_LOCAL_ARGS, flowPath],
       ...["--state", options.stateDir, "--run-id", options.runId, "--isolation", options.isolation],
       "--no-restart",
     ],
@@ -1028,7 +1032,7 @@ async function growth(
   return figures;
 }
 
-/** `deno run -A mod.ts run-local FLOW` as `deno task vf run-local` runs it; resolves with its start time. */
+/** `vf run-local FLOW` as `deno task vf run-local` runs it ({@link RUN_LOCAL_ARGS}); resolves with its start time. */
 async function runLocalCli(
   flowPath: string,
   stateDir: string,
@@ -1038,10 +1042,7 @@ async function runLocalCli(
   const startedAt = nowMs();
   const result = await new Deno.Command(Deno.execPath(), {
     args: [
-      "run",
-      "-A",
-      "mod.ts",
-      "run-local",
+      ...RUN_LOCAL_ARGS,
       flowPath,
       "--state",
       stateDir,

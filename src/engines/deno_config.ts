@@ -119,6 +119,34 @@ export function subprocessResolutionArgs(flags: readonly string[] | null = launc
 }
 
 /**
+ * The V8 flags every videoflow process is meant to run under, `vf` (and the Worker replicas inside it) and
+ * each process replica: a young generation of at most 8 MiB a semi-space, and an old generation collected
+ * once it grows to 1.5 times what was live after the last full collection. V8's defaults (32 MiB
+ * semi-spaces, and growth of up to 4 times) let each isolate of a flow passing many small items fill
+ * itself with garbage: two to three times the memory, for a tenth to a fifth less CPU time (README,
+ * "Memory"). These bound no heap, so a node that holds much still may. A
+ * process replica is started with them ({@link subprocessV8Args}); `vf` cannot set its own, so
+ * `deno task vf` and the README's commands name them (`tests/unit/engines/deno_config_test.ts` keeps
+ * those in step with this list).
+ */
+export const V8_HEAP_FLAGS: readonly string[] = ["--max-semi-space-size=8", "--heap-growing-percent=50"];
+
+/**
+ * The `--v8-flags` arguments that start a `deno run` subprocess replica under the V8 flags this process
+ * runs under, as a Worker replica in it would: {@link V8_HEAP_FLAGS} first, then this process's
+ * `DENO_V8_FLAGS` (`envFlags`), then the `--v8-flags` on its own command line, in the order Deno applies
+ * them, so a flag the user gave overrides the project's for the same setting.
+ */
+export function subprocessV8Args(
+  flags: readonly string[] | null = launchFlags(),
+  envFlags: string | undefined = Deno.env.get("DENO_V8_FLAGS"),
+): string[] {
+  const given = (flags ?? []).filter((flag) => flag.startsWith("--v8-flags="));
+  const fromEnv = envFlags === undefined || envFlags === "" ? [] : [`--v8-flags=${envFlags}`];
+  return [`--v8-flags=${V8_HEAP_FLAGS.join(",")}`, ...fromEnv, ...given];
+}
+
+/**
  * Whether Deno lets this process give a Worker its own permissions: `--unstable-worker-options` on its
  * command line, or `"unstable": ["worker-options"]` in its configuration file or one above it (where a
  * workspace root keeps it). `null` when that cannot be told: the command line is unreadable, or a

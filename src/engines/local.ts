@@ -102,7 +102,7 @@ import { StopSignals } from "./stop_signals.ts";
 import { decodeEnvelope } from "../wire/codec.ts";
 import { DROP_JOIN_EVICTED } from "../messaging/grouping.ts";
 import { MsgType } from "../wire/identities.ts";
-import { subprocessResolutionArgs, workerOptionsEnabled } from "./deno_config.ts";
+import { subprocessResolutionArgs, subprocessV8Args, workerOptionsEnabled } from "./deno_config.ts";
 import {
   clearRunEnd,
   lockRun,
@@ -561,6 +561,8 @@ export class LocalEngine {
   #heldNoticed = false;
   /** The module-resolution flags a process replica is started with: this process's own. */
   readonly #resolutionArgs: readonly string[];
+  /** The V8 flags a process replica is started with: the project's heap bounds, then this process's own. */
+  readonly #v8Args: readonly string[];
   /** The inline payload threshold asked for: a forwarded `VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES`, or the local one. */
   readonly #maxInline: number;
   /**
@@ -588,6 +590,7 @@ export class LocalEngine {
       : settings.maxInlinePayloadBytes;
     this.#maxRetries = settings.maxRetries;
     this.#resolutionArgs = options.isolation === Isolation.process ? subprocessResolutionArgs() : [];
+    this.#v8Args = options.isolation === Isolation.process ? subprocessV8Args() : [];
     this.#runDir = runDir;
     this.#earlierDeadLetters = earlierDeadLetters;
     this.#broker = new EmbeddedBroker({
@@ -999,6 +1002,7 @@ export class LocalEngine {
         "run",
         "--no-prompt",
         ...this.#resolutionArgs,
+        ...this.#v8Args,
         `--allow-env=${[...Object.keys(settings), ...declaredEnv].join(",")}`,
         ...permissionFlags(granted),
         bootstrapUrl(spec, Isolation.process, this.#options.preloads?.[spec.name]),

@@ -10,6 +10,7 @@ import { decodeStoreName, FileRuntimeStore } from "../../src/runtime/file_store.
 import { EFFECT_KEY_PREFIX, EFFECT_MARKER_SHARDS } from "../../src/runtime/idempotency.ts";
 import { decodeEnvelope, decodePayload } from "../../src/wire/codec.ts";
 import { Barrier, crash, FaultSchedule, nth, pause } from "../../src/backends/faults.ts";
+import { V8_HEAP_FLAGS } from "../../src/engines/deno_config.ts";
 import { decodeAll, makeClip } from "../fixtures/video/clips.ts";
 import { MAY_MOUNT, mountCommand } from "../support/mounts.ts";
 
@@ -1563,6 +1564,38 @@ for (const isolation of ["worker", "process"]) {
     });
   });
 }
+
+Deno.test("a process replica runs under the project's V8 heap flags, then vf's DENO_V8_FLAGS, the user's winning", async () => {
+  const semiSpaceMib = Number(/^--max-semi-space-size=(\d+)$/m.exec(V8_HEAP_FLAGS.join("\n"))?.[1]);
+  assert.ok(semiSpaceMib > 0, `V8_HEAP_FLAGS bounds the semi-space: ${V8_HEAP_FLAGS}`);
+  // heap_size_limit is the old generation's limit plus three semi-spaces (two, and the large-object one).
+  for (
+    const [flags, limitMib] of [
+      ["--max-old-space-size=1000", 1000 + 3 * semiSpaceMib],
+      ["--max-old-space-size=1000,--max-semi-space-size=2", 1006],
+    ] as const
+  ) {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
+        dir,
+        ["Count", "HeapLimit"],
+        pipeline(
+          "v8-flags-story",
+          `new Count({ name: "count", n: 2 })`,
+          `new HeapLimit({ name: "limit" })`,
+          dir,
+        ),
+      );
+      const run = await vf(["run-local", flow, "--state", join(dir, "state"), "--isolation", "process"], {
+        cwd: dir,
+        env: { DENO_V8_FLAGS: flags },
+      });
+      assert.equal(run.code, 0, run.text);
+      const values = (await sinkLines(join(dir, "out.jsonl"))).map((line) => line.value).sort();
+      assert.deepEqual(values, [`1:${limitMib}`, `2:${limitMib}`], `under DENO_V8_FLAGS=${flags}`);
+    });
+  }
+});
 
 for (const isolation of ["worker", "process"]) {
   Deno.test(`a FunctionProcessorNode applies a function the flow file exports (${isolation} isolation)`, async () => {

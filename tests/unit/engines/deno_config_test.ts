@@ -7,6 +7,8 @@ import {
   namesModule,
   resolutionFlags,
   subprocessResolutionArgs,
+  subprocessV8Args,
+  V8_HEAP_FLAGS,
   withoutComments,
   workerOptionsEnabled,
 } from "../../../src/engines/deno_config.ts";
@@ -83,6 +85,33 @@ Deno.test("subprocessResolutionArgs: the given configuration, else the one Deno 
     found === null ? "--no-config" : `--config=${found}`,
     "--cached-only",
   ]);
+});
+
+Deno.test("subprocessV8Args: the project's heap flags, then DENO_V8_FLAGS, then vf's own --v8-flags", () => {
+  const project = `--v8-flags=${V8_HEAP_FLAGS.join(",")}`;
+  assert.deepEqual(subprocessV8Args(["run", "-A"], undefined), [project]);
+  assert.deepEqual(subprocessV8Args(null, ""), [project], "an empty DENO_V8_FLAGS adds no empty flag");
+  assert.deepEqual(
+    subprocessV8Args(["run", "--v8-flags=--max-old-space-size=512", "-A"], "--max-semi-space-size=8"),
+    [project, "--v8-flags=--max-semi-space-size=8", "--v8-flags=--max-old-space-size=512"],
+    "in the order Deno applies them, so a flag the user gave wins over the project's",
+  );
+});
+
+Deno.test("deno task vf and the README start vf under V8_HEAP_FLAGS, as a process replica starts", async () => {
+  const flag = `--v8-flags=${V8_HEAP_FLAGS.join(",")}`;
+  const root = new URL("../../../", import.meta.url);
+  const config = JSON.parse(await Deno.readTextFile(new URL("deno.json", root))) as {
+    tasks: Record<string, string>;
+  };
+  for (const [name, command] of Object.entries(config.tasks)) {
+    if (!/^deno run .* mod\.ts( |$)/.test(command)) continue;
+    assert.ok(command.includes(` ${flag} `), `deno task ${name} starts vf with ${flag}: ${command}`);
+  }
+  const readme = await Deno.readTextFile(new URL("README.md", root));
+  for (const command of readme.match(/deno run [^`\n]*jsr:@videoflow\/cli/g) ?? []) {
+    assert.ok(command.includes(` ${flag} `), `the README's ${command} starts vf with ${flag}`);
+  }
 });
 
 Deno.test("workerOptionsEnabled: the flag, or the feature in the configuration file or one above it", async () => {
