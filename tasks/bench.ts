@@ -24,11 +24,12 @@
  *
  * 5. Growth: what a long run holds. The 4-node flow producer → 2 identities → counting sink, run by
  *    `vf run-local` in a subprocess at each `--growth-items` count (batch) in each `--growth-isolations`:
- *    the peak resident memory of the whole process tree (`vf` and every replica process, sampled from
- *    `/proc` every 250 ms) and the finished run directory's size on disk and file count, each at the
- *    largest count beside the smallest. Then a realtime flow making `--realtime-rate` items/s for
+ *    the peak memory of the whole process tree (`vf` and every replica process, sampled from `/proc` every
+ *    250 ms) as RSS summed and as PSS summed (shared pages, the deno binary's, counted once), the finished
+ *    run directory's size on disk and file count, and the end of the run (from the sink's last item to
+ *    `vf`'s exit), each at the largest count beside the smallest. Then a realtime flow making `--realtime-rate` items/s for
  *    `--realtime-seconds` into an idempotent `JsonlSink` (`idempotent: true`: effect markers and the
- *    sink's key index): the tree's resident memory and the run directory at the end beside their values
+ *    sink's key index): the tree's RSS and PSS and the run directory at the end beside their values
  *    at the end of the warm-up (`--warmup-seconds`), where a flat run keeps them.
  *
  * Rounds of a flow and its baseline alternate, and each figure is the median of its rounds. The table is
@@ -725,8 +726,16 @@ function chainFlowSource(summaryPath: string): string {
   ].join("\n");
 }
 
-/** Resident bytes of the process `root` and all its descendants now, from `/proc`; 0 once it is gone. */
-function treeResidentBytes(root: number): number {
+/** The memory of a process tree at one moment: its processes' resident bytes summed, and their proportional share. */
+interface TreeMemory {
+  /** `VmRSS` summed: pages shared by several processes (the deno binary's) count once for each. */
+  readonly residentBytes: number;
+  /** `Pss` summed: each shared page divided among the processes that map it, so the box's real cost. */
+  readonly proportionalBytes: number;
+}
+
+/** The memory of the process `root` and all its descendants now, from `/proc`; zeros once it is gone. */
+function treeMemory(root: number): TreeMemory {
   const children = new Map<number, number[]>();
   for (const entry of Deno.readDirSync("/proc")) {
     const pid = Number(entry.name);
@@ -740,18 +749,20 @@ function treeResidentBytes(root: number): number {
     const parent = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
     children.set(parent, [...children.get(parent) ?? [], pid]);
   }
-  let bytes = 0;
+  const kib = (pattern: RegExp, text: string) => Number(pattern.exec(text)?.[1] ?? 0) * 1024;
+  let residentBytes = 0;
+  let proportionalBytes = 0;
   for (const pending = [root]; pending.length > 0;) {
     const pid = pending.pop()!;
     pending.push(...children.get(pid) ?? []);
     try {
-      const rss = /^VmRSS:\s+(\d+) kB$/m.exec(Deno.readTextFileSync(`/proc/${pid}/status`));
-      bytes += rss === null ? 0 : Number(rss[1]) * 1024;
+      residentBytes += kib(/^VmRSS:\s+(\d+) kB$/m, Deno.readTextFileSync(`/proc/${pid}/status`));
+      proportionalBytes += kib(/^Pss:\s+(\d+) kB$/m, Deno.readTextFileSync(`/proc/${pid}/smaps_rollup`));
     } catch {
       // The process ended between the listing and the read.
     }
   }
-  return bytes;
+  return { residentBytes, proportionalBytes };
 }
 
 /** What a directory holds: bytes on disk (allocated blocks), bytes of content, files. */
@@ -784,19 +795,21 @@ async function directoryUsage(path: string): Promise<DirectoryUsage> {
   return { diskBytes, bytes, files };
 }
 
-/** One sample of a growth run: seconds since its start, the tree's resident bytes, the run directory. */
-interface GrowthSample {
+/** One sample of a growth run: seconds since its start, the tree's memory, the run directory. */
+interface GrowthSample extends TreeMemory {
   readonly at: number;
-  readonly residentBytes: number;
   readonly runDir: DirectoryUsage | null;
 }
 
-/** A `vf run-local` run watched from outside: its samples, the peak of the tree's memory, its directory. */
+/** A `vf run-local` run watched from outside: its samples, the peaks of the tree's memory, its directory. */
 interface WatchedRun {
   readonly samples: readonly GrowthSample[];
   readonly peakResidentBytes: number;
+  readonly peakProportionalBytes: number;
   readonly runDir: DirectoryUsage;
   readonly seconds: number;
+  /** When `vf` was seen to exit, in milliseconds since the epoch. */
+  readonly exitedAt: number;
 }
 
 /**
@@ -831,24 +844,27 @@ async function watchRunLocal(
   const output = child.output();
   const samples: GrowthSample[] = [];
   let peak = 0;
+  let peakProportional = 0;
   let lastDirAt = 0;
   let done = false;
   output.finally(() => (done = true));
   while (!done) {
     const at = (nowMs() - startedAt) / 1000;
-    const residentBytes = treeResidentBytes(child.pid);
-    peak = Math.max(peak, residentBytes);
+    const memory = treeMemory(child.pid);
+    peak = Math.max(peak, memory.residentBytes);
+    peakProportional = Math.max(peakProportional, memory.proportionalBytes);
     let runDir: DirectoryUsage | null = null;
     if (options.dirEverySeconds !== null && at - lastDirAt >= options.dirEverySeconds) {
       runDir = await directoryUsage(options.runDir);
       lastDirAt = at;
     }
-    const sample = { at, residentBytes, runDir };
+    const sample = { at, ...memory, runDir };
     samples.push(sample);
     if (runDir !== null) options.progress?.(sample);
     await Promise.race([output, new Promise((resolve) => setTimeout(resolve, 250))]);
   }
   const result = await output;
+  const exitedAt = Date.now();
   if (!result.success) {
     const said = new TextDecoder().decode(result.stdout) + new TextDecoder().decode(result.stderr);
     throw new Error(
@@ -858,8 +874,10 @@ async function watchRunLocal(
   return {
     samples,
     peakResidentBytes: peak,
+    peakProportionalBytes: peakProportional,
     runDir: await directoryUsage(options.runDir),
     seconds: (nowMs() - startedAt) / 1000,
+    exitedAt,
   };
 }
 
@@ -878,8 +896,9 @@ function flowSource(body: readonly string[]): string {
   ].join("\n");
 }
 
-async function countOf(summaryPath: string): Promise<number> {
-  return (JSON.parse(await Deno.readTextFile(summaryPath)) as { count: number }).count;
+/** What a {@link CountingSink} wrote at its close. */
+async function sinkSummaryOf(summaryPath: string): Promise<{ count: number; lastItemAt: number | null }> {
+  return JSON.parse(await Deno.readTextFile(summaryPath));
 }
 
 /** The growth section: batch runs at each item count, then the realtime run; see the module doc. */
@@ -892,7 +911,7 @@ async function growth(
   const largest = settings.growthItems.at(-1)!;
   const flowId = "bench-growth";
   for (const isolation of settings.growthIsolations) {
-    const runs = new Map<number, WatchedRun>();
+    const runs = new Map<number, WatchedRun & { readonly endSeconds: number }>();
     for (const items of settings.growthItems) {
       const summaryPath = `${dir}/growth-${isolation}-${items}.json`;
       const flowPath = `${dir}/growth_chain.ts`;
@@ -917,16 +936,20 @@ async function growth(
         timeoutSeconds: settings.runTimeout,
         dirEverySeconds: null,
       });
-      const count = await countOf(summaryPath);
-      if (count !== items) throw new Error(`${runId}: the sink counted ${count} of ${items} items`);
-      runs.set(items, run);
+      const { count, lastItemAt } = await sinkSummaryOf(summaryPath);
+      if (count !== items || lastItemAt === null) {
+        throw new Error(`${runId}: the sink counted ${count} of ${items} items`);
+      }
+      const endSeconds = (run.exitedAt - lastItemAt) / 1000;
+      runs.set(items, { ...run, endSeconds });
       progress(
         `growth ${isolation} ${items} items: ${fmt(run.seconds)} s, peak tree RSS ` +
-          `${fmt(run.peakResidentBytes / MIB)} MiB, run dir ${fmt(run.runDir.diskBytes / MIB)} MiB on disk ` +
-          `in ${run.runDir.files} files`,
+          `${fmt(run.peakResidentBytes / MIB)} MiB (PSS ${fmt(run.peakProportionalBytes / MIB)} MiB), ` +
+          `run dir ${fmt(run.runDir.diskBytes / MIB)} MiB on disk in ${run.runDir.files} files, ` +
+          `${fmt(endSeconds)} s from the last item to vf's exit`,
       );
     }
-    const pair = (pick: (run: WatchedRun) => number) => ({
+    const pair = (pick: (run: WatchedRun & { readonly endSeconds: number }) => number) => ({
       rounds: [pick(runs.get(largest)!)],
       baselineRounds: [pick(runs.get(smallest)!)],
       baselineName: `the same at ${smallest} items`,
@@ -942,6 +965,25 @@ async function growth(
           text: "≤ 1.2 × and < 300 MB",
           met: (value, ratio) => ratio !== null && ratio <= 1.2 && value * MIB < 300e6,
         },
+      }),
+      figure({
+        section,
+        name: `${isolation}: peak PSS of the process tree (shared pages counted once), ${largest} items`,
+        unit: "MiB",
+        better: "lower",
+        ...pair((run) => run.peakProportionalBytes / MIB),
+        aim: {
+          text: "≤ 1.2 × and < 300 MB",
+          met: (value, ratio) => ratio !== null && ratio <= 1.2 && value * MIB < 300e6,
+        },
+      }),
+      figure({
+        section,
+        name: `${isolation}: end of the run, from the sink's last item to vf's exit, ${largest} items`,
+        unit: "s",
+        better: "lower",
+        ...pair((run) => run.endSeconds),
+        aim: { text: "< 1 s", met: (value) => value < 1 },
       }),
       figure({
         section,
@@ -989,7 +1031,8 @@ async function growth(
         progress(
           `growth realtime ${isolation} at ${fmt(sample.at)} s: tree RSS ${
             fmt(sample.residentBytes / MIB)
-          } MiB, ` +
+          } ` +
+            `MiB (PSS ${fmt(sample.proportionalBytes / MIB)} MiB), ` +
             `run dir ${fmt(sample.runDir!.diskBytes / MIB)} MiB on disk in ${sample.runDir!.files} files`,
         ),
     });
@@ -1007,16 +1050,18 @@ async function growth(
     const endDir = lateDir !== undefined && lateDir.at >= lateFrom ? lateDir.runDir : null;
     const name = `${isolation}: realtime ${rate} items/s into an idempotent JsonlSink, ${seconds} s`;
     figures.push(
-      figure({
-        section,
-        name: `${name}: tree RSS at the end`,
-        unit: "MiB",
-        better: "lower",
-        rounds: [highest(making.filter((s) => s.at >= lateFrom).map((s) => s.residentBytes / MIB))],
-        baselineName: `the same in the first ${warmup} s`,
-        baselineRounds: [highest(making.filter((s) => s.at <= warmup).map((s) => s.residentBytes / MIB))],
-        aim: { text: "≤ 1.1 × (flat)", met: (_, ratio) => ratio !== null && ratio <= 1.1 },
-      }),
+      ...(["residentBytes", "proportionalBytes"] as const).map((measure) =>
+        figure({
+          section,
+          name: `${name}: tree ${measure === "residentBytes" ? "RSS" : "PSS"} at the end`,
+          unit: "MiB",
+          better: "lower",
+          rounds: [highest(making.filter((s) => s.at >= lateFrom).map((s) => s[measure] / MIB))],
+          baselineName: `the same in the first ${warmup} s`,
+          baselineRounds: [highest(making.filter((s) => s.at <= warmup).map((s) => s[measure] / MIB))],
+          aim: { text: "≤ 1.1 × (flat)", met: (_, ratio) => ratio !== null && ratio <= 1.1 },
+        })
+      ),
       figure({
         section,
         name: `${name}: run directory on disk at the end`,

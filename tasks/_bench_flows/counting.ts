@@ -10,13 +10,15 @@ import { ConsumerNode, END, type NodePermissions, ProducerNode } from "../../mod
 
 /** Params of {@link CountingSink}. */
 export interface CountingSinkParams {
-  /** Where `{ "count": n }` is written when the stream ends. */
+  /** Where `{ "count": n, "lastItemAt": ms }` is written when the stream ends (`lastItemAt`: the wall-clock
+   * time of the last item, milliseconds since the epoch; null when none came). */
   readonly summaryPath: string;
 }
 
-/** Counts the items it consumes and writes the count to `summaryPath` at `close()`. */
+/** Counts the items it consumes and writes the count and the last one's time to `summaryPath` at `close()`. */
 export class CountingSink extends ConsumerNode<CountingSinkParams> {
   #count = 0;
+  #lastItemAt: number | null = null;
 
   /** Write access to the summary file, nothing else. */
   override permissions(): NodePermissions {
@@ -26,11 +28,15 @@ export class CountingSink extends ConsumerNode<CountingSinkParams> {
   /** Counts the item. */
   consume(): void {
     this.#count++;
+    this.#lastItemAt = Date.now();
   }
 
   /** Writes the count (the file is replaced). */
   override async close(): Promise<void> {
-    await Deno.writeTextFile(this.params.summaryPath, JSON.stringify({ count: this.#count }));
+    await Deno.writeTextFile(
+      this.params.summaryPath,
+      JSON.stringify({ count: this.#count, lastItemAt: this.#lastItemAt }),
+    );
   }
 }
 
