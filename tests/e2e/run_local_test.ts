@@ -2443,8 +2443,8 @@ for (const isolation of ["worker", "process"]) {
   });
 }
 
-// The markers of a run's items share EFFECT_MARKER_SHARDS files by key hash (the unit tests show the bound
-// past that count); here, the real path's 1200 deterministic message ids share fewer files than items.
+// The markers of a run's items share EFFECT_MARKER_SHARDS keys by key hash (the unit tests show the bound
+// past that count); here, the real path's 1200 deterministic message ids share fewer keys than items.
 Deno.test("an idempotent run keeps its effect markers in shared ledger keys (at most EFFECT_MARKER_SHARDS), not one per item", async () => {
   await inTempDir(async (dir) => {
     const items = 1200;
