@@ -412,6 +412,7 @@ export class FileRuntimeStore implements RuntimeStore {
   readonly #queues = new Map<number, Promise<void>>();
   readonly #inFlight = new Set<Promise<unknown>>();
   #closed = false;
+  #closing: Promise<void> | null = null;
 
   private constructor(root: string, clock: Clock, options: FileRuntimeStoreOptions, journal: KeyJournal) {
     this.root = root;
@@ -564,13 +565,15 @@ export class FileRuntimeStore implements RuntimeStore {
     );
   }
 
-  async close(): Promise<void> {
-    if (this.#closed) return;
+  close(): Promise<void> {
     this.#closed = true;
-    while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
-    for (const file of this.#lockFiles.values()) file.close();
-    this.#lockFiles.clear();
-    await this.#journal.close();
+    this.#closing ??= (async () => {
+      while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
+      for (const file of this.#lockFiles.values()) file.close();
+      this.#lockFiles.clear();
+      await this.#journal.close();
+    })();
+    return this.#closing;
   }
 
   async #hasRecordAfter(dir: string, index: number): Promise<boolean> {
