@@ -576,3 +576,66 @@ Deno.test({
     }
   },
 });
+
+Deno.test("a handle opened before another's write reads that write at once, and decides its swaps on it", async () => {
+  await withStore(async (first, root) => {
+    const second = await FileRuntimeStore.open(root);
+    try {
+      assert.equal((await second.get("k")).kind, "absent");
+      assert.equal(await first.cas("k", null, bytes("from first")), true);
+      assert.equal(await readValue(second, "k"), "from first");
+      assert.equal(await second.cas("k", null, bytes("stale")), false, "decided on the first's write");
+      assert.equal(await second.cas("k", await versionOf(second, "k"), bytes("from second")), true);
+      assert.deepEqual((await first.scan("")).map((r) => text(r.value)), ["from second"]);
+    } finally {
+      await second.close();
+    }
+  });
+});
+
+Deno.test({
+  name:
+    "a full disk refuses a commit with the typed disk failure (ENOSPC); freed, the next commit cuts off " +
+    "what the short write left and every earlier key is whole (needs root to mount, ignored otherwise)",
+  ignore: !MAY_MOUNT,
+  fn: async () => {
+    const root = await Deno.makeTempDir({ prefix: "vf-file-store-" });
+    await mountCommand("mount", ["-t", "tmpfs", "-o", "size=1M", "tmpfs", root]);
+    const told: ResourceUnavailable[] = [];
+    let store: FileRuntimeStore | null = null;
+    try {
+      store = await FileRuntimeStore.open(root, undefined, { onDiskFailure: (error) => told.push(error) });
+      assert.equal(await store.cas("small", null, bytes("kept")), true);
+      const filler = await Deno.open(join(root, "filler"), { write: true, create: true });
+      const block = new Uint8Array(4096);
+      try {
+        for (;;) await filler.write(block);
+      } catch (error) {
+        assert.ok(error instanceof Error && /No space left/.test(error.message), String(error));
+      } finally {
+        filler.close();
+      }
+      await assert.rejects(store.cas("big", null, new Uint8Array(64 * 1024)), (error: unknown) => {
+        assert.ok(error instanceof ResourceUnavailable && isDiskFailure(error), String(error));
+        assert.equal(error.context[DISK_ERROR_KEY], "ENOSPC");
+        assert.equal(error.exitCode, 3);
+        return true;
+      });
+      assert.equal(told.length, 1);
+      const torn = await Deno.readFile(await currentSegment(root));
+      assert.notEqual(torn.at(-1), 0x0a, "the short write left part of its line");
+      await Deno.remove(join(root, "filler"));
+      assert.equal(await store.cas("big", null, bytes("after")), true);
+      const lines = await journalLines(root);
+      assert.equal(lines.length, 2, "the short write's bytes were cut off before the next line");
+      await store.close();
+      store = await FileRuntimeStore.open(root);
+      assert.equal(await readValue(store, "small"), "kept");
+      assert.equal(await readValue(store, "big"), "after");
+    } finally {
+      await store?.close();
+      await mountCommand("umount", [root]);
+      await Deno.remove(root, { recursive: true });
+    }
+  },
+});
