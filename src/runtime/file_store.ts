@@ -371,11 +371,14 @@ async function checkMarker(
     const marker = JSON.stringify({ kind: MARKER_KIND, format: FILE_STORE_FORMAT });
     await writeAtomically(root, `${path}.${randomHex(8)}${TEMP_SUFFIX}`, path, encoder.encode(marker));
   }
-  try {
+  if (
+    await Deno.stat(keysDir).then(() => true, (error) => {
+      if (error instanceof Deno.errors.NotFound) return false;
+      throw error;
+    })
+  ) {
     await Deno.remove(keysDir, { recursive: true });
     await syncDirectory(root);
-  } catch (error) {
-    if (!(error instanceof Deno.errors.NotFound)) throw error;
   }
 }
 

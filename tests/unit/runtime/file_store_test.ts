@@ -567,6 +567,16 @@ Deno.test({
         });
       }
       assert.equal(told.length, 2, "the observer is told of each");
+      const reader = await FileRuntimeStore.open(root);
+      try {
+        assert.equal(
+          text(((await reader.get("k")) as { value: Uint8Array }).value),
+          "v1",
+          "opened read-only",
+        );
+      } finally {
+        await reader.close();
+      }
       assert.equal(text(((await store.get("k")) as { value: Uint8Array }).value), "v1");
       assert.deepEqual((await store.logEntries("log")).map(text), ["r1"]);
     } finally {
