@@ -1,34 +1,51 @@
 /**
- * Compare-and-swap operations per second of the file run ledger (`file://`), beside the bare cycle every
- * crash-safe write is built from, measured on the same disk in the same run: write a temporary file,
- * fsync it, rename it over the target, fsync the directory. The "x slower" column is the ledger's
- * overhead over that floor (its lock, its read of the current version, its record encoding).
+ * Compare-and-swaps per second of the file run ledger (`file://`) at 1, 8 and 64 concurrent writers (as
+ * the workers of a run reach the supervisor's one store over the embedded RPC), beside the bare cycle a
+ * crash-safe file write is built from (write a temporary file, fsync it, rename it over the target, fsync
+ * the directory), measured on the same disk in the same run.
  *
- * Variants: swaps on one hot key (every swap reads the version the previous one wrote), and swaps spread
- * over 64 keys.
+ * One iteration is one round: each writer reads its own key and swaps it from the version it read (so
+ * every swap wins), all writers at once. The time per iteration divided by the writers is the cost of one
+ * swap, its read included; deno bench prints each group's rows against its baseline.
  *
- * Run: `deno bench -A bench/file_store_bench.ts`.
+ * Baseline: the store of an earlier checkout, loaded from `VF_BENCH_BASELINE_ROOT` (the root of that
+ * checkout, e.g. a `git worktree` of the commit before the journal), runs in the same groups, so the
+ * ratios compare the two on the same disk in the same minute. Without it, the bare cycle is the 1-writer
+ * baseline and the other groups have none.
+ *
+ * Run: `[VF_BENCH_BASELINE_ROOT=/path/to/old/checkout] deno bench -A bench/file_store_bench.ts`.
  *
  * @module
  */
 
+import type { RuntimeStore } from "../src/backends/runtime_store.ts";
 import { FileRuntimeStore } from "../src/runtime/file_store.ts";
 
+/** What both stores offer: open a directory. */
+type StoreOpener = (root: string) => Promise<RuntimeStore>;
+
+const WRITERS = [1, 8, 64] as const;
+/** Rounds per measurement: fixed, because a round of the old store costs milliseconds per writer. */
+const ROUNDS = 40;
+const WARMUP = 4;
+
 const root = await Deno.makeTempDir({ prefix: "vf-file-bench-" });
-const store = await FileRuntimeStore.open(`${root}/ledger`);
+const value = new TextEncoder().encode(JSON.stringify({ state: "x".repeat(200) }));
+const baselineRoot = Deno.env.get("VF_BENCH_BASELINE_ROOT");
+const baseline: StoreOpener | null = baselineRoot === undefined ? null : (
+  (await import(`${baselineRoot}/src/runtime/file_store.ts`)).FileRuntimeStore as {
+    open: StoreOpener;
+  }
+).open;
 const bare = `${root}/bare`;
 await Deno.mkdir(bare);
-const value = new TextEncoder().encode(JSON.stringify({ state: "x".repeat(200) }));
-let version: string | null = null;
-let spread = 0;
-const versions = new Map<string, string | null>();
 
 /** The floor: one crash-safe replacement of a file, with nothing else. */
 async function bareReplace(path: string): Promise<void> {
   const temporary = `${path}.tmp`;
   const file = await Deno.open(temporary, { write: true, create: true, truncate: true });
   await file.write(value);
-  await file.sync();
+  await file.syncData();
   file.close();
   await Deno.rename(temporary, path);
   const dir = await Deno.open(bare, { read: true });
@@ -36,23 +53,45 @@ async function bareReplace(path: string): Promise<void> {
   dir.close();
 }
 
-Deno.bench("bare write, fsync, rename, fsync dir", { group: "cas", baseline: true }, async () => {
+/** One round of `writers` concurrent read-and-swap writers on `store`, each on its own key. */
+function round(store: RuntimeStore, writers: number): Promise<void> {
+  return Promise.all(Array.from({ length: writers }, async (_, w) => {
+    const key = `vf/bench/run/node-${w}/published/0`;
+    const entry = await store.get(key);
+    const expected = entry.kind === "present" ? entry.version : null;
+    if (!(await store.cas(key, expected, value))) throw new Error("a swap lost with no other writer");
+  })).then(() => {});
+}
+
+const stores: { name: string; open: StoreOpener; baseline: boolean }[] = [
+  ...(baseline === null
+    ? []
+    : [{ name: "file per key (baseline checkout)", open: baseline, baseline: true }]),
+  { name: "journal, group commit", open: (dir: string) => FileRuntimeStore.open(dir), baseline: false },
+];
+
+Deno.bench("bare write, fsync, rename, fsync dir", {
+  group: "1 writer",
+  baseline: baseline === null,
+  n: ROUNDS,
+  warmup: WARMUP,
+}, async () => {
   await bareReplace(`${bare}/hot`);
 });
 
-Deno.bench("file store: compare-and-swap on one key", { group: "cas" }, async () => {
-  if (!(await store.cas("bench/hot", version, value))) throw new Error("a swap lost with no other writer");
-  const entry = await store.get("bench/hot");
-  version = entry.kind === "present" ? entry.version : null;
-});
-
-Deno.bench("file store: compare-and-swap over 64 keys", { group: "cas" }, async () => {
-  const key = `bench/k${spread++ % 64}`;
-  const expected = versions.get(key) ?? null;
-  if (!(await store.cas(key, expected, value))) throw new Error("a swap lost with no other writer");
-  const entry = await store.get(key);
-  versions.set(key, entry.kind === "present" ? entry.version : null);
-});
+for (const writers of WRITERS) {
+  for (const { name, open, baseline } of stores) {
+    const store = await open(`${root}/${writers}-${baseline ? "baseline" : "journal"}`);
+    Deno.bench(`${name}: ${writers} concurrent read-and-swap`, {
+      group: `${writers} writer${writers === 1 ? "" : "s"}`,
+      baseline,
+      n: ROUNDS,
+      warmup: WARMUP,
+    }, async () => {
+      await round(store, writers);
+    });
+  }
+}
 
 globalThis.addEventListener("unload", () => {
   Deno.removeSync(root, { recursive: true });

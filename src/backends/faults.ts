@@ -94,7 +94,7 @@ export const Barrier = {
   ownerUpdateAfter: "owner.update.after",
   /** A compare-and-swap is about to reach the RuntimeStore (a pause here lets another owner write, 17). */
   ledgerWriteBefore: "ledger.write.before",
-  /** The file store has written the new value to a temporary file, not yet renamed into place. */
+  /** A file store write is part done: half a journal line written, or a log record not yet renamed in. */
   ledgerWriteMid: "ledger.write.mid",
   /** The RuntimeStore took a write whose outcome has not reached the caller. */
   ledgerWriteAfter: "ledger.write.after",

@@ -10,7 +10,7 @@ import { dirname } from "node:path";
 import { sanitize } from "../backends/names.ts";
 import type { NodeSpec } from "../core/compiler.ts";
 import { ConfigError, diskFailure, ResourceUnavailable } from "../core/errors.ts";
-import { syncDirectory, writeAtomically } from "../runtime/file_store.ts";
+import { syncDirectory, writeAtomically } from "../runtime/durable_write.ts";
 
 /**
 /** The longest flow id or run id: each is one directory's name, and a file system's names stop at 255 bytes. */

@@ -3,42 +3,46 @@
  * ledger, durable across process restarts and shared by every process of one host. Not shared across
  * hosts: the directory must be on a local filesystem (flock is not trustworthy over NFS).
  *
- * Layout under the root:
+ * Layout under the root (format {@link FILE_STORE_FORMAT}):
  * ```
  * store.json                    format marker
- * keys/<name>.json              one JSON document per key: key, version, sha256 and base64 value
- * keys/<name>.tmp               a write in flight, or left behind by a writer that was killed
+ * journal/<segment>.log         every key: a journal of checksummed JSON lines, one per commit (file_journal.ts)
+ * journal/<segment>.log.tmp     a compaction in flight, or left behind by a compactor that was killed
  * logs/<name>/<index>.rec       one JSON document per appended record, index 1, 2, ... (16 digits)
  * logs/<name>/append.tmp        an append in flight, or left behind by a killed appender
- * locks/<00..ff>.lock           256 lock stripes; a key or log takes the stripe its SHA-256 picks
+ * locks/journal.lock            the journal's lock
+ * locks/<00..ff>.lock           256 lock stripes; a log takes the stripe its SHA-256 picks
  * ```
+ * A directory of format 1 (one `keys/<name>.json` document per key) is migrated on open: its keys, with
+ * their versions, become the journal's first segment, then the marker says format 2 and `keys/` is
+ * removed, all under the journal's lock. The migration assumes no process of an older videoflow still
+ * writes the directory (the local engine's run lock sees to that for a run's ledger).
  *
- * Crash safety: every write goes to a temporary file that is fsynced, atomically renamed over the final
- * name, and followed by an fsync of the directory before the call returns. A process killed at any
- * instant therefore leaves each key at its old or its new version, and each log without or with the
- * record, never a torn file; readers take no lock and open whichever inode the name points at, whose
- * bytes never change after the rename. Every document carries the SHA-256 of its bytes, so corruption
- * from outside (a disk, an editor) is reported as UnobservableState, never returned as data.
+ * Keys (cas, delete, get, scan) are the journal's: every value in memory, each commit one line appended
+ * and one `fdatasync`, however many compare-and-swaps arrived while the previous commit was being made
+ * durable; a compare-and-swap is decided, under the journal's lock, on what every process has committed,
+ * and answered once its line is durable. A process killed at any instant leaves each key at a version it
+ * held, and at most a torn last line, which readers skip and the next writer cuts off. See
+ * file_journal.ts.
  *
- * Mutual exclusion across processes: a mutation (cas, delete, append) holds its stripe's lock for the
- * whole read-compare-write, so of two processes racing with one expected version exactly one sees it and
- * writes; the other then reads the new version and returns false. The lock is `flock` on a lock file
- * (Deno.FsFile.lock), which the kernel releases when its holder dies however it dies, so a dead process
- * never leaves a stale lock and nothing has to guess whether a holder is alive. Lock files are created
- * once and never deleted, so two processes can never lock two different inodes under one lock name (the
- * unlink/re-create race of deleted lock files cannot happen). Within one process, a per-stripe promise
- * chain orders operations before they take the flock, so no thread blocks on a lock its own process holds.
- * A temporary file is only written under its stripe's lock, so the next lock holder may truncate any
- * leftover one: it belongs to a writer that died.
+ * Logs (append, logEntries): every append goes to a temporary file that is fsynced, atomically renamed
+ * to the record's name, and followed by an fsync of the directory before the call returns, holding the
+ * log's stripe lock for the whole count-and-write; readers take no lock and open whichever inode the name
+ * points at, whose bytes never change after the rename. Every document carries the SHA-256 of its bytes,
+ * so corruption from outside (a disk, an editor) is reported as UnobservableState, never returned as
+ * data. A lock is `flock` on a lock file (Deno.FsFile.lock), which the kernel releases when its holder
+ * dies however it dies; lock files are never deleted, so two processes never lock two inodes under one
+ * name. Within one process, a per-stripe promise chain orders appends before they take the flock.
  *
  * ABA: a version is `<counter>.<random 64-bit nonce>`, the counter one above the version it replaces, the
  * nonce fresh for each write. A key deleted and created again restarts its counter but never its nonce,
  * so a version read before the delete can never match afterwards.
  *
- * Fault barriers (backends/faults.ts): every mutation hits `ledger.write.before` before it takes its lock,
- * `ledger.write.mid` with the new bytes fsynced in the temporary file but not renamed (a Crash there is
- * the kill-mid-write story), and `ledger.write.after` once it took effect (a DropResponse there makes the
- * call throw UnobservableState, the lost receipt).
+ * Fault barriers (backends/faults.ts): every mutation hits `ledger.write.before` before it is decided,
+ * `ledger.write.mid` with its write partly done (a key's commit: half its journal line written, so a
+ * Crash there leaves a torn tail; an append: the record fsynced in the temporary file, not renamed), and
+ * `ledger.write.after` once it took effect (a DropResponse there makes the call throw UnobservableState,
+ * the lost receipt).
  *
  * Names: keys and log names become file names through {@link encodeStoreName}, reversibly and without
  * collisions; a name too long for a file name is stored under a hash, with the full key inside the
@@ -48,7 +52,7 @@
  */
 
 import { join } from "node:path";
-import { copyBytes, writeAll } from "../core/bytes.ts";
+import { copyBytes } from "../core/bytes.ts";
 import { randomHex } from "../core/hex.ts";
 import { sha256, sha256Hex } from "../wire/sha256.ts";
 import {
@@ -62,11 +66,9 @@ import { type Clock, systemClock } from "../backends/clock.ts";
 import { Barrier, barrier, faultsInstalled } from "../backends/faults.ts";
 import { known } from "../backends/outcomes.ts";
 import {
-  ABSENT,
   afterLedgerWrite,
   beforeLedgerWrite,
   checkStoreName,
-  compareRecordKeys,
   type PresentEntry,
   presentEntry,
   type RuntimeCapabilities,
@@ -74,12 +76,19 @@ import {
   type RuntimeStore,
   storeClosedError,
   type StoredRecord,
-  storedRecord,
   type StoreEntry,
 } from "../backends/runtime_store.ts";
+import { syncDirectory, writeAtomically } from "./durable_write.ts";
+import { KeyJournal } from "./file_journal.ts";
 
-/** The `format` field of `store.json` and of every document this store writes. */
-export const FILE_STORE_FORMAT = 1;
+/** The `format` of `store.json`: the layout. Format 1 (a file per key) is migrated on open. */
+export const FILE_STORE_FORMAT = 2;
+
+/** The format 1 layout, whose `keys/` directory {@link FileRuntimeStore.open} migrates into the journal. */
+const KEYS_LAYOUT_FORMAT = 1;
+
+/** The `format` field of every per-file document: a log record, and a key of the format 1 layout. */
+const DOCUMENT_FORMAT = 1;
 
 /** Number of lock stripes (lock files) under `locks/`. */
 export const FILE_STORE_LOCK_STRIPES = 256;
@@ -96,6 +105,7 @@ const RECORD_SUFFIX = ".rec";
 const APPEND_TEMP = "append.tmp";
 const INDEX_DIGITS = 16;
 const MARKER_NAME = "store.json";
+const JOURNAL_LOCK = "journal.lock";
 const MARKER_KIND = "videoflow-file-runtime-store";
 const HEX_PAIR = /^[0-9a-f]{2}$/;
 /** `%xx` for every byte value. */
@@ -220,8 +230,8 @@ function parseDocument(bytes: Uint8Array, what: string, path: string): Record<st
   } catch {
     throw malformed(what, path, "not a complete JSON document");
   }
-  if (!isRecord(parsed) || parsed.format !== FILE_STORE_FORMAT) {
-    throw malformed(what, path, `not a format ${FILE_STORE_FORMAT} document`);
+  if (!isRecord(parsed) || parsed.format !== DOCUMENT_FORMAT) {
+    throw malformed(what, path, `not a format ${DOCUMENT_FORMAT} document`);
   }
   return parsed;
 }
@@ -243,12 +253,6 @@ function readRecordDocument(bytes: Uint8Array, path: string, log: string, index:
   return verifiedBytes(doc.record, doc.sha256, `record ${index} of log ${JSON.stringify(log)}`, path);
 }
 
-function nextVersion(current: string | null): string {
-  const counter = current === null ? 0 : Number.parseInt(current.split(".")[0], 10);
-  const next = Number.isSafeInteger(counter) ? counter + 1 : 1;
-  return `${next}.${randomHex(8)}`;
-}
-
 function recordFileName(index: number): string {
   return `${String(index).padStart(INDEX_DIGITS, "0")}${RECORD_SUFFIX}`;
 }
@@ -261,43 +265,8 @@ function isRecordFileName(name: string, count: number): boolean {
   return index >= 1 && index <= count && name === recordFileName(index);
 }
 
-function stripeOf(namespace: "key" | "log", name: string): number {
-  return sha256(`${namespace}\0${name}`)[0] % FILE_STORE_LOCK_STRIPES;
-}
-
-/** Syncs directory `dir`, so the entries renamed or removed in it are durable. */
-export async function syncDirectory(dir: string): Promise<void> {
-  const handle = await Deno.open(dir, { read: true });
-  try {
-    await handle.sync();
-  } finally {
-    handle.close();
-  }
-}
-
-/**
- * Temporary file, fsync, atomic rename over `target`, fsync of the directory (`syncDir`, by default
- * opening `dir`): old or new, never torn. `beforeRename` runs between the fsync and the rename (the
- * `ledger.write.mid` barrier).
- */
-export async function writeAtomically(
-  dir: string,
-  temp: string,
-  target: string,
-  bytes: Uint8Array,
-  beforeRename: () => Promise<void> = () => Promise.resolve(),
-  syncDir: () => Promise<void> = () => syncDirectory(dir),
-): Promise<void> {
-  const file = await Deno.open(temp, { write: true, create: true, truncate: true, mode: 0o644 });
-  try {
-    await writeAll(file, bytes);
-    await file.syncData();
-  } finally {
-    file.close();
-  }
-  await beforeRename();
-  await Deno.rename(temp, target);
-  await syncDir();
+function stripeOf(log: string): number {
+  return sha256(`log\0${log}`)[0] % FILE_STORE_LOCK_STRIPES;
 }
 
 /** The `ledger.write.mid` fault barrier: the new bytes are in a fsynced temporary file, not yet renamed. */
@@ -348,6 +317,71 @@ async function ensureDirectory(path: string, parent: string): Promise<void> {
   await syncDirectory(parent);
 }
 
+/**
+ * The key documents of a format 1 layout's `keys/` directory, each checked (its checksum, its name);
+ * temporary files (writes a killed writer left) are not read.
+ */
+async function readFormatOneKeys(keysDir: string): Promise<Map<string, PresentEntry>> {
+  const entries = new Map<string, PresentEntry>();
+  for (const fileName of await listNames(keysDir) ?? []) {
+    if (!fileName.endsWith(KEY_SUFFIX)) continue;
+    const path = join(keysDir, fileName);
+    const { key, entry } = readKeyDocument(await Deno.readFile(path), path);
+    if (encodeStoreName(key) !== fileName.slice(0, -KEY_SUFFIX.length)) {
+      throw malformed(`key ${JSON.stringify(key)}`, path, "stored under another name");
+    }
+    entries.set(key, entry);
+  }
+  return entries;
+}
+
+/**
+ * Checks (writing it for a new store) the marker in `root`, holding the journal's lock: a format 1 store
+ * is migrated (its keys handed to `snapshot`, then the marker rewritten, then `keys/` removed), a
+ * `keys/` left by a migration killed after the marker was rewritten is removed, any other kind or format
+ * is a ConfigError.
+ */
+async function checkMarker(
+  root: string,
+  snapshot: (entries: Iterable<[string, PresentEntry]>) => Promise<void>,
+): Promise<void> {
+  const path = join(root, MARKER_NAME);
+  const keysDir = join(root, "keys");
+  const bytes = await readOptional(path);
+  let format: unknown = FILE_STORE_FORMAT;
+  if (bytes !== null) {
+    let marker: unknown;
+    try {
+      marker = JSON.parse(decoder.decode(bytes));
+    } catch {
+      throw malformed(`its marker ${MARKER_NAME}`, path, "it is not JSON");
+    }
+    format = isRecord(marker) && marker.kind === MARKER_KIND ? marker.format : null;
+  }
+  if (format !== FILE_STORE_FORMAT && format !== KEYS_LAYOUT_FORMAT) {
+    throw new ConfigError(
+      `${root} holds a ${MARKER_NAME} that is not a format ${FILE_STORE_FORMAT} (or ${KEYS_LAYOUT_FORMAT}) ` +
+        "videoflow runtime store",
+      "point the file:// runtime store at its own directory, or remove the old one",
+      { root },
+    );
+  }
+  if (format === KEYS_LAYOUT_FORMAT) await snapshot(await readFormatOneKeys(keysDir));
+  if (bytes === null || format === KEYS_LAYOUT_FORMAT) {
+    const marker = JSON.stringify({ kind: MARKER_KIND, format: FILE_STORE_FORMAT });
+    await writeAtomically(root, `${path}.${randomHex(8)}${TEMP_SUFFIX}`, path, encoder.encode(marker));
+  }
+  if (
+    await Deno.stat(keysDir).then(() => true, (error) => {
+      if (error instanceof Deno.errors.NotFound) return false;
+      throw error;
+    })
+  ) {
+    await Deno.remove(keysDir, { recursive: true });
+    await syncDirectory(root);
+  }
+}
+
 /** How a {@link FileRuntimeStore} is opened, besides its directory and clock. */
 export interface FileRuntimeStoreOptions {
   /**
@@ -374,40 +408,28 @@ export class FileRuntimeStore implements RuntimeStore {
   readonly root: string;
   readonly #clock: Clock;
   readonly #onDiskFailure: (error: ResourceUnavailable) => void;
-  readonly #keysDir: string;
+  readonly #journal: KeyJournal;
   readonly #logsDir: string;
   readonly #locksDir: string;
   readonly #lockFiles = new Map<number, Deno.FsFile>();
   readonly #queues = new Map<number, Promise<void>>();
   readonly #inFlight = new Set<Promise<unknown>>();
-  /** `keys/`, kept open for the fsync that makes each write's rename durable. */
-  #keysDirHandle: Promise<Deno.FsFile> | null = null;
   #closed = false;
-  /** Fsyncs `keys/` through the handle kept open for it (opened on first use). */
-  readonly #syncKeysDir = async (): Promise<void> => {
-    this.#keysDirHandle ??= Deno.open(this.#keysDir, { read: true });
-    let handle: Deno.FsFile;
-    try {
-      handle = await this.#keysDirHandle;
-    } catch (error) {
-      this.#keysDirHandle = null;
-      throw error;
-    }
-    await handle.sync();
-  };
+  #closing: Promise<void> | null = null;
 
-  private constructor(root: string, clock: Clock, options: FileRuntimeStoreOptions) {
+  private constructor(root: string, clock: Clock, options: FileRuntimeStoreOptions, journal: KeyJournal) {
     this.root = root;
     this.#clock = clock;
     this.#onDiskFailure = options.onDiskFailure ?? (() => {});
-    this.#keysDir = join(root, "keys");
+    this.#journal = journal;
     this.#logsDir = join(root, "logs");
     this.#locksDir = join(root, "locks");
   }
 
   /**
-   * Opens (creating if needed) the store in `root`. Throws ResourceUnavailable when the directory cannot
-   * be created or written, and ConfigError when it holds a store of another format.
+   * Opens (creating if needed) the store in `root`, migrating a format 1 directory. Throws
+   * ResourceUnavailable when the directory cannot be created or written, ConfigError when it holds a store
+   * of another kind or format, and UnobservableState when what it holds was damaged.
    */
   static async open(
     root: string,
@@ -420,11 +442,15 @@ export class FileRuntimeStore implements RuntimeStore {
         "use file://<dir>, e.g. file://.videoflow",
       );
     }
-    const store = new FileRuntimeStore(root, clock, options);
+    let journal: KeyJournal;
     try {
       await Deno.mkdir(root, { recursive: true });
-      for (const dir of [store.#keysDir, store.#logsDir, store.#locksDir]) await ensureDirectory(dir, root);
-      await store.#checkMarker();
+      for (const dir of ["logs", "locks", "journal"]) await ensureDirectory(join(root, dir), root);
+      journal = await KeyJournal.open(
+        join(root, "journal"),
+        join(root, "locks", JOURNAL_LOCK),
+        (snapshot) => checkMarker(root, snapshot),
+      );
     } catch (error) {
       if (error instanceof VideoflowError) throw error;
       throw diskFailure(error, `the file runtime store at ${root}`, root, STORE_DISK_REMEDY) ??
@@ -434,13 +460,13 @@ export class FileRuntimeStore implements RuntimeStore {
           { root, error_code: errorCode(error) ?? null },
         );
     }
-    return store;
+    return new FileRuntimeStore(root, clock, options, journal);
   }
 
   get(key: string): Promise<StoreEntry> {
-    return this.#operation("get", { key }, async () => {
+    return this.#operation("get", { key }, () => {
       checkStoreName("key", key);
-      return await this.#readKey(key);
+      return this.#journal.get(key);
     });
   }
 
@@ -449,28 +475,7 @@ export class FileRuntimeStore implements RuntimeStore {
       checkStoreName("key", key);
       const bytes = copyBytes(value);
       await beforeLedgerWrite("file", "cas", key);
-      const wrote = await this.#locked(stripeOf("key", key), async () => {
-        const current = await this.#readKey(key);
-        const currentVersion = current.kind === "present" ? current.version : null;
-        if (currentVersion !== expectedVersion) return false;
-        const doc: KeyDocument = {
-          format: FILE_STORE_FORMAT,
-          key,
-          version: nextVersion(currentVersion),
-          sha256: sha256Hex(bytes),
-          value: bytes.toBase64(),
-        };
-        const name = encodeStoreName(key);
-        await writeAtomically(
-          this.#keysDir,
-          join(this.#keysDir, name + TEMP_SUFFIX),
-          join(this.#keysDir, name + KEY_SUFFIX),
-          encoder.encode(JSON.stringify(doc)),
-          () => midLedgerWrite("cas", key),
-          this.#syncKeysDir,
-        );
-        return true;
-      });
+      const wrote = await this.#journal.submit({ kind: "cas", key, expected: expectedVersion, value: bytes });
       if (wrote) await afterLedgerWrite("file", "cas", key);
       return wrote;
     });
@@ -480,52 +485,16 @@ export class FileRuntimeStore implements RuntimeStore {
     return this.#operation("delete", { key }, async () => {
       checkStoreName("key", key);
       await beforeLedgerWrite("file", "delete", key);
-      const removed = await this.#locked(stripeOf("key", key), async () => {
-        const current = await this.#readKey(key);
-        if (current.kind === "absent") return false;
-        if (expectedVersion !== null && current.version !== expectedVersion) return false;
-        const name = encodeStoreName(key);
-        await Deno.remove(join(this.#keysDir, name + KEY_SUFFIX));
-        await Deno.remove(join(this.#keysDir, name + TEMP_SUFFIX)).catch((error) => {
-          if (!(error instanceof Deno.errors.NotFound)) throw error;
-        });
-        await this.#syncKeysDir();
-        return true;
-      });
+      const removed = await this.#journal.submit({ kind: "delete", key, expected: expectedVersion });
       if (removed) await afterLedgerWrite("file", "delete", key);
       return removed;
     });
   }
 
   scan(prefix: string): Promise<readonly StoredRecord[]> {
-    return this.#operation("scan", { prefix }, async () => {
+    return this.#operation("scan", { prefix }, () => {
       checkStoreName("prefix", prefix);
-      const names = await listNames(this.#keysDir) ?? [];
-      const escapedPrefix = escapeStoreName(prefix);
-      const records: StoredRecord[] = [];
-      for (const fileName of names) {
-        if (!fileName.endsWith(KEY_SUFFIX)) continue;
-        // Escaping maps a name's prefix to its file name's prefix, so only a hashed (long) name can hold a
-        // key under `prefix` without starting with the escaped prefix; the others are not opened.
-        if (!fileName.startsWith(escapedPrefix) && !fileName.startsWith(HASHED_NAME_MARK)) continue;
-        const encoded = fileName.slice(0, -KEY_SUFFIX.length);
-        const path = join(this.#keysDir, fileName);
-        let decoded: string | null;
-        try {
-          decoded = decodeStoreName(encoded);
-        } catch (error) {
-          throw malformed("a key file name", path, (error as Error).message);
-        }
-        if (decoded !== null && !decoded.startsWith(prefix)) continue;
-        const bytes = await readOptional(path);
-        if (bytes === null) continue;
-        const { key, entry } = readKeyDocument(bytes, path);
-        if (encodeStoreName(key) !== encoded) {
-          throw malformed(`key ${JSON.stringify(key)}`, path, "stored under another name");
-        }
-        if (key.startsWith(prefix)) records.push(storedRecord(key, entry.value, entry.version));
-      }
-      return records.sort(compareRecordKeys);
+      return this.#journal.scan(prefix);
     });
   }
 
@@ -535,7 +504,7 @@ export class FileRuntimeStore implements RuntimeStore {
       const bytes = copyBytes(record);
       const dir = join(this.#logsDir, encodeStoreName(log));
       await beforeLedgerWrite("file", "append", log);
-      const length = await this.#locked(stripeOf("log", log), async () => {
+      const length = await this.#locked(stripeOf(log), async () => {
         await ensureDirectory(dir, this.#logsDir);
         const records = (await listNames(dir) ?? []).filter((name) => name.endsWith(RECORD_SUFFIX));
         const count = records.length;
@@ -548,7 +517,7 @@ export class FileRuntimeStore implements RuntimeStore {
         }
         const index = count + 1;
         const doc: RecordDocument = {
-          format: FILE_STORE_FORMAT,
+          format: DOCUMENT_FORMAT,
           log,
           index,
           sha256: sha256Hex(bytes),
@@ -599,59 +568,21 @@ export class FileRuntimeStore implements RuntimeStore {
     );
   }
 
-  async close(): Promise<void> {
+  close(): Promise<void> {
     this.#closed = true;
-    while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
-    for (const file of this.#lockFiles.values()) file.close();
-    this.#lockFiles.clear();
-    const keysDir = this.#keysDirHandle;
-    this.#keysDirHandle = null;
-    if (keysDir !== null) (await keysDir.catch(() => null))?.close();
+    this.#closing ??= (async () => {
+      while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
+      for (const file of this.#lockFiles.values()) file.close();
+      this.#lockFiles.clear();
+      await this.#journal.close();
+    })();
+    return this.#closing;
   }
 
   async #hasRecordAfter(dir: string, index: number): Promise<boolean> {
     const names = await listNames(dir) ?? [];
     const later = recordFileName(index);
     return names.some((name) => name.endsWith(RECORD_SUFFIX) && name > later);
-  }
-
-  async #readKey(key: string): Promise<StoreEntry> {
-    const path = join(this.#keysDir, encodeStoreName(key) + KEY_SUFFIX);
-    const bytes = await readOptional(path);
-    if (bytes === null) return ABSENT;
-    const { key: stored, entry } = readKeyDocument(bytes, path);
-    if (stored !== key) {
-      throw malformed(`key ${JSON.stringify(key)}`, path, `the file holds ${JSON.stringify(stored)}`);
-    }
-    return entry;
-  }
-
-  async #checkMarker(): Promise<void> {
-    const path = join(this.root, MARKER_NAME);
-    let bytes = await readOptional(path);
-    if (bytes === null) {
-      const marker = JSON.stringify({ kind: MARKER_KIND, format: FILE_STORE_FORMAT });
-      await writeAtomically(
-        this.root,
-        `${path}.${randomHex(8)}${TEMP_SUFFIX}`,
-        path,
-        encoder.encode(marker),
-      );
-      bytes = await Deno.readFile(path);
-    }
-    let marker: unknown;
-    try {
-      marker = JSON.parse(decoder.decode(bytes));
-    } catch {
-      throw malformed(`its marker ${MARKER_NAME}`, path, "it is not JSON");
-    }
-    if (!isRecord(marker) || marker.kind !== MARKER_KIND || marker.format !== FILE_STORE_FORMAT) {
-      throw new ConfigError(
-        `${this.root} holds a ${MARKER_NAME} that is not a format ${FILE_STORE_FORMAT} videoflow runtime store`,
-        "point the file:// runtime store at its own directory, or remove the old one",
-        { root: this.root },
-      );
-    }
   }
 
   /** Runs `body` holding stripe `stripe`: first in this process's queue for it, then its flock. */
@@ -701,7 +632,7 @@ export class FileRuntimeStore implements RuntimeStore {
   /** Runs one public operation: refused after close, tracked for close, I/O failures made typed. */
   #operation<T>(operation: string, context: Record<string, string>, body: () => Promise<T>): Promise<T> {
     if (this.#closed) return Promise.reject(storeClosedError("file", operation));
-    const run = body().catch((error: unknown) => {
+    const run = Promise.try(body).catch((error: unknown) => {
       throw this.#typedFailure(operation, context, error);
     });
     this.#inFlight.add(run);

@@ -88,21 +88,31 @@ async function checkIntact(root: string, lastSeq: Map<string, number>, lastLogLe
   }
 }
 
-/** Removes the temporary files a killed writer left, returning how many there were. */
-async function removeLeftovers(root: string): Promise<number> {
-  let count = 0;
-  for (const dir of [join(root, "keys"), join(root, "logs", "log")]) {
-    try {
-      for await (const entry of Deno.readDir(dir)) {
-        if (!entry.name.endsWith(".tmp")) continue;
-        await Deno.remove(join(dir, entry.name));
-        count++;
-      }
-    } catch (error) {
-      if (!(error instanceof Deno.errors.NotFound)) throw error;
+/** The journal's current (highest-numbered) segment. */
+async function currentSegment(root: string): Promise<string> {
+  const names = (await Array.fromAsync(Deno.readDir(join(root, "journal")))).map((entry) => entry.name)
+    .filter((name) => name.endsWith(".log")).sort();
+  return join(root, "journal", names.at(-1)!);
+}
+
+/**
+ * What a killed writer left half done: a torn journal tail (bytes after the last whole line, which the
+ * next writer cuts off) or a log's temporary file (removed here). True when there was either.
+ */
+async function leftHalfDone(root: string): Promise<boolean> {
+  const journal = await Deno.readFile(await currentSegment(root));
+  let found = journal.length > 0 && journal.at(-1) !== 0x0a;
+  const dir = join(root, "logs", "log");
+  try {
+    for await (const entry of Deno.readDir(dir)) {
+      if (!entry.name.endsWith(".tmp")) continue;
+      await Deno.remove(join(dir, entry.name));
+      found = true;
     }
+  } catch (error) {
+    if (!(error instanceof Deno.errors.NotFound)) throw error;
   }
-  return count;
+  return found;
 }
 
 Deno.test("processes racing CAS increments on one key never win one version twice and lose no update", async () => {
@@ -168,7 +178,7 @@ Deno.test("writers killed with SIGKILL at random instants leave every key whole,
         const stderr = await stderrText(child);
         assert.equal(status.signal, "SIGKILL", `round ${round}: the writer ended on its own: ${stderr}`);
         await checkIntact(root, lastSeq, logLength);
-        if (await removeLeftovers(root) > 0) killedMidWrite++;
+        if (await leftHalfDone(root)) killedMidWrite++;
       }
     } catch (error) {
       console.error(`kill schedule seed ${seed}`);
@@ -181,7 +191,7 @@ Deno.test("writers killed with SIGKILL at random instants leave every key whole,
   );
 });
 
-Deno.test("a writer crashed exactly between its fsynced temporary file and the rename leaves the old value", async () => {
+Deno.test("a writer crashed with half a commit written leaves the value before it, and the lock free", async () => {
   await withRoot(async (root) => {
     const markerDir = join(root, "faults");
     const schedule = new FaultSchedule({ [Barrier.ledgerWriteMid]: nth(5, crash()) }, { markerDir });
@@ -189,14 +199,18 @@ Deno.test("a writer crashed exactly between its fsynced temporary file and the r
     const [status, stderr] = await Promise.all([child.status, stderrText(child), child.stdout.cancel()]);
     assert.equal(status.signal, "SIGKILL", `the writer was not crashed at the barrier: ${stderr}`);
     schedule.assertAllFired();
-    const leftover = JSON.parse(await Deno.readTextFile(join(root, "keys", "k0.tmp")));
-    const intended = verifyValue(Uint8Array.fromBase64(leftover.value), "the unrenamed write");
+    const torn = await Deno.readFile(await currentSegment(root));
+    assert.notEqual(torn.at(-1), 0x0a, "the crash left half a line at the journal's end");
     const store = await FileRuntimeStore.open(root);
     try {
       const entry = await store.get("k0");
       assert.ok(entry.kind === "present");
       const kept = verifyValue(entry.value, "k0");
-      assert.equal(kept.seq, intended.seq - 1, "the key holds the version before the crashed write");
+      assert.equal(
+        kept.seq,
+        4,
+        "the key holds the fourth write: the fifth, crashed mid-line, never happened",
+      );
       assert.equal(
         await store.cas("k0", entry.version, new TextEncoder().encode("after")),
         true,
@@ -205,5 +219,7 @@ Deno.test("a writer crashed exactly between its fsynced temporary file and the r
     } finally {
       await store.close();
     }
+    const mended = await Deno.readFile(await currentSegment(root));
+    assert.equal(mended.at(-1), 0x0a, "the next writer cut the torn tail off");
   });
 });
