@@ -46,6 +46,7 @@ import { AT_LEAST_ONCE, DeliveryPolicy } from "../core/delivery_policy.ts";
 import { ConfigError, Diagnostic, IncompatibleProfile, UnobservableState } from "../core/errors.ts";
 import { EffectGuarantee } from "../core/node.ts";
 import {
+  type AllocationCapabilities,
   Elasticity,
   enforcementSatisfies,
   MEMORY_ENFORCEMENTS,
@@ -213,34 +214,6 @@ export function payloadCapabilities(
     ),
     ...init,
   });
-}
-
-/**
- * What an accelerator allocator can guarantee, naming the mechanism behind each promise:
- * `memoryEnforcement` says whether a memory bound is enforced by hardware (MIG), a runtime cap (MPS), by
- * scheduler accounting only, or not at all.
- */
-export interface AllocationCapabilities {
-  readonly adapter: string;
-  /** Which authority decides: `device-plugin`, `managed-mig`, `dra`, `local`. */
-  readonly authority: string;
-  readonly exclusiveDevice: boolean;
-  readonly isolatedMig: boolean;
-  readonly cooperativeSharing: boolean;
-  readonly memoryEnforcement: MemoryEnforcement;
-  readonly multiDevice: boolean;
-  /** Peer access between granted devices can be verified (P2P topology read). */
-  readonly topologyVerification: boolean;
-  readonly elastic: boolean;
-  /** The allocator refuses a workload it cannot serve before the workload starts. */
-  readonly admissionBoundary: boolean;
-  /** `version` (string), `features` (the FEATURE_* names available) and whatever else the adapter records. */
-  readonly versionMatrix: Readonly<Record<string, unknown>>;
-}
-
-/** Constructs a frozen {@link AllocationCapabilities}. */
-export function allocationCapabilities(init: AllocationCapabilities): AllocationCapabilities {
-  return Object.freeze({ ...init, versionMatrix: Object.freeze({ ...init.versionMatrix }) });
 }
 
 /**

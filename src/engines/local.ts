@@ -84,7 +84,7 @@ import { LOG_LEVEL_ENV, STRUCTURED_LOGS_ENV } from "../runtime/logging.ts";
 import { WATCHDOG_INTERVAL_ENV } from "../runtime/watchdog.ts";
 import { FAULT_MARKER_DIR_ENV, FAULT_SCHEDULE_ENV } from "../backends/faults.ts";
 import { PARTITION_LEASE_ENV, RECONCILE_INTERVAL_ENV } from "../backends/runtime.ts";
-import { parseBrokerAddress } from "../runtime/embedded_rpc.ts";
+import { parseBrokerAddress } from "../embedded/rpc.ts";
 import {
   deadLetterError,
   type DeadLetterRecord,

@@ -80,7 +80,7 @@ import { JoinPolicy } from "../core/join_policy.ts";
 import { type JsonObject, NODE_KINDS, NodeKind, parseExportRef } from "../core/node.ts";
 import { DEFAULT_BREAKER_THRESHOLD, DEFAULT_PROGRESS_TIMEOUT_SECONDS } from "../core/supervision.ts";
 import { ENVELOPE_VERSION } from "../wire/codec.ts";
-import { EMBEDDED_BROKER_ENV, EMBEDDED_BROKER_SECRET_ENV, parseBrokerAddress } from "./embedded_rpc.ts";
+import { EMBEDDED_BROKER_ENV, EMBEDDED_BROKER_SECRET_ENV, parseBrokerAddress } from "../embedded/rpc.ts";
 import { DEFAULT_HEALTH_PORT, HEALTH_PORT_ENV, healthPortFromEnv } from "./health.ts";
 import {
   LOG_LEVEL_ENV,
