@@ -12,6 +12,7 @@
 import { RuntimeContext } from "../core/context.ts";
 import { DeliveryPolicy } from "../core/delivery_policy.ts";
 import { asRuntimeError, ConfigError, exitCodeOf, VideoflowError } from "../core/errors.ts";
+import { Metric } from "../core/metrics.ts";
 import { pendingObservationOf } from "../core/messenger.ts";
 import { ConsumerNode, type Node, ProducerNode, ReceiverNode } from "../core/node.ts";
 import { rebuildNode } from "../core/node_class.ts";
@@ -32,7 +33,7 @@ import { EmbeddedConnection } from "../embedded/rpc.ts";
 import { verifyNodeGrant } from "./gpucheck.ts";
 import { EmbeddedPayloadStore } from "../embedded/payload_store.ts";
 import { EmbeddedRuntimeStore } from "../embedded/runtime_store.ts";
-import { HealthServer, HealthState, Metric } from "./health.ts";
+import { HealthServer, HealthState } from "./health.ts";
 import { LedgerIdempotencyStore } from "./idempotency.ts";
 import { configureLogging, type LogSink, type NodeLogger } from "./logging.ts";
 import { openRuntimeStore } from "./runtime_stores.ts";

@@ -67,6 +67,7 @@
  */
 
 import { ConfigError, IncompatibleProfile, ResourceUnavailable } from "../../core/errors.ts";
+import { DropReason } from "../../core/metrics.ts";
 import { ENVELOPE_VERSION } from "../../wire/codec.ts";
 import {
   type MessagingCapabilities,
@@ -143,24 +144,6 @@ export const DEFAULT_ARCHIVE_HORIZON_SECONDS = 3600;
 export const DLQ_RETENTION_SECONDS = 7 * 24 * 3600;
 /** The control key whose committed value is the run's flow-wide stop: committing it wakes `subscribeControl`. */
 export const CONTROL_STOP_KEY = "stop";
-
-/** Drop reasons the model records (in the observation log's `reason` field). */
-export const DropReason = {
-  /** A full limits channel evicted the oldest message. */
-  evicted: "evicted",
-  /** The message outlived the channel's max age. */
-  maxAge: "max_age",
-  /** A newer message with the same partition key took the key's latest-value slot. */
-  superseded: "superseded",
-  /** A core-only client queue was full (slow consumer). */
-  slowConsumer: "slow_consumer",
-  /** A core-only delivery was handed back for a retry no core broker can make. */
-  noRedelivery: "no_redelivery",
-  /** Every consumer of the subscription was given up on ({@link MemoryMessagingBackend.abandon}). */
-  consumerGone: "consumer_gone",
-} as const;
-/** One of {@link DropReason}. */
-export type DropReason = typeof DropReason[keyof typeof DropReason];
 
 /** Counts one message `state` lost for `reason`; `unseen` when its consumer never had it (see unseenBy). */
 function countDrop(state: SubState, reason: DropReason, unseen = true): void {
