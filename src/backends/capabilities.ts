@@ -43,6 +43,8 @@
 
 import type { NodeSpec } from "../core/compiler.ts";
 import { AT_LEAST_ONCE, DeliveryPolicy } from "../core/delivery_policy.ts";
+import { isRecord } from "../core/checks.ts";
+import { secondsFromText, wholeNumberFromText } from "../core/variables.ts";
 import { ConfigError, Diagnostic, IncompatibleProfile, UnobservableState } from "../core/errors.ts";
 import { EffectGuarantee } from "../core/node.ts";
 import {
@@ -271,10 +273,6 @@ const OPTION_KEYS: Readonly<Record<string, keyof ProfileOptions>> = {
   horizon_seconds: "horizonSeconds",
   key: "key",
 };
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
 
 function checkOptions(where: string, options: ProfileOptions): string[] {
   const problems: string[] = [];
@@ -1150,26 +1148,20 @@ export function requestsFromEnv(value: string | null | undefined): ProfileReques
 /** `VF_ADMISSION_TIMEOUT_SECONDS` as seconds: the default when unset or empty; ConfigError unless positive. */
 export function admissionTimeoutFromEnv(value: string | null | undefined): number {
   if (value === null || value === undefined || value.trim() === "") return DEFAULT_ADMISSION_TIMEOUT_SECONDS;
-  const seconds = Number(value);
-  if (!Number.isFinite(seconds) || seconds <= 0) {
-    throw new ConfigError(
-      `${ADMISSION_TIMEOUT_ENV} must be a positive number of seconds, got ${JSON.stringify(value)}`,
-      "unset it for the default of 60",
-    );
-  }
-  return seconds;
+  const fallback = String(DEFAULT_ADMISSION_TIMEOUT_SECONDS);
+  return secondsFromText(
+    ADMISSION_TIMEOUT_ENV,
+    value.trim(),
+    false,
+    fallback,
+    `or unset it for the default of ${fallback}`,
+  );
 }
 
 function declaredLimit(environ: Readonly<Record<string, string | undefined>>, name: string): number | null {
   const value = environ[name];
   if (value === undefined || value.trim() === "") return null;
-  if (!/^\s*[1-9][0-9]*\s*$/.test(value) || !Number.isSafeInteger(Number(value))) {
-    throw new ConfigError(
-      `${name} must be a positive integer, got ${JSON.stringify(value)}`,
-      "declare the size the MSG-026 benchmark established",
-    );
-  }
-  return Number(value);
+  return wholeNumberFromText(name, value.trim(), 1, null, "the size the MSG-026 benchmark established");
 }
 
 /** `[maxStreams, maxConsumers]` declared in `environ` (null each when unset); ConfigError unless positive integers. */

@@ -37,6 +37,7 @@
  * @module
  */
 
+import { requireCount, requireSeconds } from "../core/checks.ts";
 import * as taxonomy from "../core/errors.ts";
 import {
   ConfigError,
@@ -282,33 +283,11 @@ export function throwSimulatedCrash(exitCode: number, barrier: Barrier): never {
   throw new SimulatedCrash(exitCode, barrier);
 }
 
-function requireInteger(value: number, min: number, what: string): number {
-  if (!Number.isInteger(value) || value < min) {
-    throw new ConfigError(
-      `${what} must be an integer of at least ${min}, got ${value}`,
-      `pass a whole number >= ${min} as the ${what}`,
-      { value },
-    );
-  }
-  return value;
-}
-
-function requireSeconds(value: number, what: string): number {
-  if (!Number.isFinite(value) || value < 0) {
-    throw new ConfigError(
-      `${what} must be a finite, non-negative number of seconds, got ${value}`,
-      `pass the ${what} in seconds, 0 or more`,
-      { value },
-    );
-  }
-  return value;
-}
-
 const PAUSE_NAME = /^[A-Za-z0-9_.-]+$/;
 
 /** A Crash action; `exitCode` defaults to {@link CRASH_EXIT_CODE}. */
 export function crash(exitCode: number = CRASH_EXIT_CODE): Crash {
-  return { kind: "crash", exitCode: requireInteger(exitCode, 0, "Crash exit code") };
+  return { kind: "crash", exitCode: requireCount(exitCode, "Crash exit code", 0) };
 }
 
 /** A RaiseError action that throws what `factory` returns (in-process only: it cannot be serialised). */
@@ -391,7 +370,7 @@ export function nth(n: number, action: SimpleAction): Nth {
   if ((action as FaultAction).kind === "nth") {
     throw new ConfigError("Nth cannot wrap another Nth", "schedule one Nth with the hit number you mean");
   }
-  return { kind: "nth", n: requireInteger(n, 1, "Nth hit number"), action };
+  return { kind: "nth", n: requireCount(n, "Nth hit number", 1), action };
 }
 
 function unknownBarrier(name: string): UnknownBarrier {

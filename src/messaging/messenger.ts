@@ -58,6 +58,7 @@
 
 import { ByteSlab } from "../core/bytes.ts";
 import { CoalescedRun } from "../core/coalesced_run.ts";
+import { requireCount, requirePositiveSeconds } from "../core/checks.ts";
 import { DropReason } from "../core/metrics.ts";
 import { MessagingProfile } from "../backends/capabilities.ts";
 import { type Clock, systemClock, type TimerHandle } from "../backends/clock.ts";
@@ -435,23 +436,6 @@ function memberKey(parent: string, producer: string, traceId: string, seq: Seq):
   return `${parent}\u0000${producer}\u0000${traceId}\u0000${seq}`;
 }
 
-function requireCount(value: number, what: string, min: number): number {
-  if (!Number.isSafeInteger(value) || value < min) {
-    throw new ConfigError(
-      `${what} must be an integer of at least ${min}, got ${value}`,
-      `pass ${what} >= ${min}`,
-    );
-  }
-  return value;
-}
-
-function requireSeconds(value: number, what: string): number {
-  if (!Number.isFinite(value) || value <= 0) {
-    throw new ConfigError(`${what} must be a positive number of seconds, got ${value}`, `pass ${what} > 0`);
-  }
-  return value;
-}
-
 /**
  * The replica of a node partitioned by `partitionBy` over `nbTasks` replicas that owns `decoded`: its
  * key's owner; replica 0 for an undecodable envelope, `unusable` for one whose key cannot be used.
@@ -727,7 +711,10 @@ export class BrokerMessenger implements Messenger {
       { delivery: options.delivery ?? null, on_error: options.onError ?? null },
       options.maxRetries,
     );
-    this.#ackWait = requireSeconds(options.ackWaitSeconds ?? DEFAULT_ACK_WAIT_SECONDS, "the ack wait");
+    this.#ackWait = requirePositiveSeconds(
+      options.ackWaitSeconds ?? DEFAULT_ACK_WAIT_SECONDS,
+      "the ack wait",
+    );
     this.#quiescence =
       requireCount(options.eosQuiescenceMs ?? DEFAULT_EOS_QUIESCENCE_MS, "the EOS quiescence", 0) /
       1000;
@@ -736,7 +723,7 @@ export class BrokerMessenger implements Messenger {
     const inFlight = options.inFlight ?? DEFAULT_IN_FLIGHT;
     this.#work = new InFlight(inFlight, options.inFlightBytes ?? DEFAULT_IN_FLIGHT_BYTES);
     this.#receivedBatchIds = Math.max(1, Math.floor(inFlight / 2));
-    this.#publishTimeout = requireSeconds(
+    this.#publishTimeout = requirePositiveSeconds(
       options.publishTimeoutSeconds ?? DEFAULT_PUBLISH_TIMEOUT_SECONDS,
       "the publish timeout",
     );

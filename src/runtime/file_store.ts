@@ -58,6 +58,7 @@ import {
   UnobservableState,
   VideoflowError,
 } from "../core/errors.ts";
+import { isRecord } from "../core/checks.ts";
 import { type Clock, systemClock } from "../backends/clock.ts";
 import { Barrier, barrier, faultsInstalled } from "../backends/faults.ts";
 import { known } from "../backends/outcomes.ts";
@@ -181,10 +182,6 @@ interface RecordDocument {
   readonly index: number;
   readonly sha256: string;
   readonly record: string;
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 function errorCode(error: unknown): string | undefined {

@@ -37,6 +37,7 @@
 import { type Clock, systemClock } from "../backends/clock.ts";
 import { ConfigError } from "../core/errors.ts";
 import { Metric, METRIC_PREFIX } from "../core/metrics.ts";
+import { malformedVariable } from "../core/variables.ts";
 
 /** Where environment variables are read from: `Deno.env`, or a Map in tests. */
 type EnvSource = Pick<Deno.Env, "get">;
@@ -425,12 +426,14 @@ export function parseHistogram(text: string, metric: string): ParsedHistogram {
 export function healthPortFromEnv(env: EnvSource = Deno.env): number | null {
   const raw = env.get(HEALTH_PORT_ENV)?.trim();
   if (raw === undefined || raw === "") return DEFAULT_HEALTH_PORT;
-  const port = Number(raw);
-  if (!/^\d+$/.test(raw) || port > 65535) {
-    throw new ConfigError(
-      `${HEALTH_PORT_ENV} must be a port number (0 to disable), got ${JSON.stringify(raw)}`,
-      `set ${HEALTH_PORT_ENV} to e.g. ${DEFAULT_HEALTH_PORT}, or 0 to run without a health server`,
-      { [HEALTH_PORT_ENV]: raw },
+  const port = /^\d+$/.test(raw) ? Number(raw) : NaN;
+  if (!(port <= 65535)) {
+    throw malformedVariable(
+      HEALTH_PORT_ENV,
+      raw,
+      "a port number (0 to disable)",
+      String(DEFAULT_HEALTH_PORT),
+      "or 0 to run without a health server",
     );
   }
   return port === 0 ? null : port;

@@ -66,6 +66,7 @@
  * @module
  */
 
+import { requireCount, requireSeconds } from "../../core/checks.ts";
 import { ConfigError, IncompatibleProfile, ResourceUnavailable } from "../../core/errors.ts";
 import { DropReason } from "../../core/metrics.ts";
 import { ENVELOPE_VERSION } from "../../wire/codec.ts";
@@ -456,13 +457,6 @@ class DeadLetterStore {
 
 const NO_DELIVERIES: readonly Delivery[] = Object.freeze([]);
 
-function requireCount(value: number, what: string): number {
-  if (!Number.isSafeInteger(value) || value < 1) {
-    throw new ConfigError(`${what} must be an integer of at least 1, got ${value}`);
-  }
-  return value;
-}
-
 function requireDeadline(deadline: number): number {
   if (Number.isNaN(deadline)) throw new ConfigError("a deadline must be a monotonic reading, got NaN");
   return deadline;
@@ -521,38 +515,36 @@ export class MemoryMessagingBackend implements MessagingBackend {
     this.#core = options.coreOnly ?? false;
     this.#latestPerKey = options.latestPerKey ?? false;
     this.#durableControl = options.durableControl ?? false;
-    this.#dedupSeconds = this.#nonNegative(
+    this.#dedupSeconds = requireSeconds(
       options.dedupWindowSeconds ?? DEFAULT_DEDUP_WINDOW_SECONDS,
       "dedupWindowSeconds",
     );
     const dedupBytes = options.dedupWindowBytes ?? null;
-    this.#dedupBytes = dedupBytes === null ? Infinity : requireCount(dedupBytes, "dedupWindowBytes");
-    this.#replicationFactor = requireCount(options.replicationFactor ?? 1, "replicationFactor");
+    this.#dedupBytes = dedupBytes === null ? Infinity : requireCount(dedupBytes, "dedupWindowBytes", 1);
+    this.#replicationFactor = requireCount(options.replicationFactor ?? 1, "replicationFactor", 1);
     this.#persistent = options.persistent ?? false;
-    this.#maxPayload = requireCount(options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES, "maxPayloadBytes");
+    this.#maxPayload = requireCount(
+      options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES,
+      "maxPayloadBytes",
+      1,
+    );
     this.#mixedRetention = options.mixedRetention ?? false;
     this.#clientQueueLimit = requireCount(
       options.clientQueueLimit ?? DEFAULT_CLIENT_QUEUE_LIMIT,
       "clientQueueLimit",
+      1,
     );
     const budget = options.byteBudget ?? null;
-    this.#byteBudget = budget === null ? null : requireCount(budget, "byteBudget");
+    this.#byteBudget = budget === null ? null : requireCount(budget, "byteBudget", 1);
     this.#log = options.log ?? null;
     this.#archive = options.archive
       ? new ExpiringMap(
-        this.#nonNegative(
+        requireSeconds(
           options.archiveHorizonSeconds ?? DEFAULT_ARCHIVE_HORIZON_SECONDS,
           "archiveHorizonSeconds",
         ),
       )
       : null;
-  }
-
-  #nonNegative(value: number, what: string): number {
-    if (!Number.isFinite(value) || value < 0) {
-      throw new ConfigError(`${what} must be a finite, non-negative number of seconds, got ${value}`);
-    }
-    return value;
   }
 
   // ---- the contract -------------------------------------------------------------------------------
@@ -1470,8 +1462,8 @@ export class MemoryMessagingBackend implements MessagingBackend {
     byteCredit: number,
     deadline: number,
   ): Promise<readonly Delivery[]> {
-    requireCount(itemCredit, "a receive's item credit");
-    requireCount(byteCredit, "a receive's byte credit");
+    requireCount(itemCredit, "a receive's item credit", 1);
+    requireCount(byteCredit, "a receive's byte credit", 1);
     requireDeadline(deadline);
     const now = this.#clock.monotonic();
     const deliveries = this.#take(subs, itemCredit, byteCredit, now);
