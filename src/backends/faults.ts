@@ -6,7 +6,7 @@
  * write between the read and the update". Adapters and the runtime call {@link barrier} at each named
  * point of {@link Barrier}; a test installs a {@link FaultSchedule} that maps barrier names to actions,
  * and afterwards asks which barriers fired: a scheduled fault that never fired makes the test invalid
- * ({@link FaultSchedule.assertAllFired}), never a pass.
+ * ({@link FaultSchedule.assertAllFired}, which leaving a `using` schedule's scope runs), never a pass.
  *
  * The hot path. With no schedule installed, `barrier()` reads one module variable and returns one shared,
  * already-resolved promise: no allocation, no name check. `await barrier(...)` then costs one microtask
@@ -570,9 +570,14 @@ export class FaultSchedule implements Disposable {
     if (active === this) active = null;
   }
 
-  /** {@link uninstall}, for `using`. */
+  /**
+   * {@link uninstall}, then {@link assertAllFired}: a schedule declared with `using` makes its scope fail
+   * with {@link InvalidTest} when a fault it scheduled never fired (a worker's {@link installFromEnv}
+   * schedule is only uninstalled: its faults may fire in another process).
+   */
   [Symbol.dispose](): void {
     this.uninstall();
+    this.assertAllFired();
   }
 
   /**
