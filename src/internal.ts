@@ -18,6 +18,7 @@
 export * from "../mod.ts";
 export * from "./core/node.ts";
 export * from "./core/flow.ts";
+export * from "./core/flow_type.ts";
 export * from "./core/errors.ts";
 export * from "./core/policies.ts";
 export * from "./core/provenance.ts";
@@ -26,16 +27,18 @@ export * from "./core/messenger.ts";
 export {
   isNodeClass,
   loadNodeClass,
-  ModuleIndex,
+  type NodeClass,
   rebuildNode,
   registerNodeModule,
 } from "./core/node_class.ts";
-export type { ModuleEntry, NodeClass } from "./core/node_class.ts";
 export {
   batchingPolicies,
   blobReaderIds,
   blobReaders,
+  type CompiledDocument,
+  type CompileDocumentOptions,
   compileFlow,
+  type CompileOptions,
   compileToDict,
   executionGroups,
   gpuProvenance,
@@ -43,69 +46,50 @@ export {
   hasRemoteComponents,
   nodePermissions,
   NodeSpec,
+  type NodeSpecDict,
+  type NodeSpecInit,
   parentReplicas,
+  type RequirementsDocument,
   sinkGuarantees,
   specsFromDicts,
   validateWireCompatibility,
 } from "./core/compiler.ts";
-export type {
-  CompiledDocument,
-  CompileDocumentOptions,
-  CompileOptions,
-  NodeSpecDict,
-  NodeSpecInit,
-  RequirementsDocument,
-} from "./core/compiler.ts";
-export { validate } from "./core/graph.ts";
-export type { ValidateOptions } from "./core/graph.ts";
 export {
+  type AbortMarker,
   abortPayload,
   createEnvelope,
   decodeEnvelope,
   decodePayload,
+  type EncodedPayload,
   encodeEnvelope,
   encodePayload,
+  type Envelope,
   ENVELOPE_VERSION,
   envelopeFromJson,
+  type EnvelopeInit,
+  type EnvelopeJson,
   envelopeToJson,
   PayloadType,
   readAbortPayload,
 } from "./wire/codec.ts";
-export type { AbortMarker, EncodedPayload, Envelope, EnvelopeInit, EnvelopeJson } from "./wire/codec.ts";
 export { deriveMessageId, envelopeMessageId } from "./wire/message_id.ts";
 export {
   groupIdentity,
+  type GroupTraceIdentity,
+  type MemberId,
+  type MembersByParent,
   MsgType,
   partitionKeyOf,
   partitionOwner,
   producerTrace,
+  type Seq,
   timeGroupIdentity,
+  type TimeGroupMember,
   traceGroupIdentity,
+  type TraceGroupMember,
+  type TraceIdentity,
 } from "./wire/identities.ts";
-export type {
-  GroupTraceIdentity,
-  MemberId,
-  MembersByParent,
-  Seq,
-  TimeGroupMember,
-  TraceGroupMember,
-  TraceIdentity,
-} from "./wire/identities.ts";
-export {
-  BlobRef,
-  Detections,
-  Frame,
-  OpaquePayload,
-  Tensor,
-  Tracks,
-  WireDouble,
-  wireMap,
-} from "./wire/value.ts";
-export type { TensorSource, TensorView, ViewDtype, WireMap, WirePayload, WireValue } from "./wire/value.ts";
 export { openRuntimeStore } from "./runtime/runtime_stores.ts";
-export type { LocalFlowRunOptions } from "./cli/run_local.ts";
-export { type Isolation, type LocalRunResult, STOP_REQUESTED, type StopRequester } from "./engines/local.ts";
-export type { NodeSnapshot, NodeState, ViewOutput } from "./engines/live_view.ts";
 export type {
   AbsentEntry,
   PresentEntry,
@@ -114,12 +98,5 @@ export type {
   StoredRecord,
   StoreEntry,
 } from "./backends/runtime_store.ts";
-export { UNKNOWN_REASONS } from "./backends/outcomes.ts";
-export { isLiveSource, VideoFileReader } from "./nodes/video_file_reader.ts";
-export type { VideoFileReaderParams } from "./nodes/video_file_reader.ts";
-export type { RawFormat } from "./nodes/_ffmpeg.ts";
-export { FrameWriter } from "./nodes/frame_writer.ts";
-export type { FrameWriterParams } from "./nodes/frame_writer.ts";
-export { JsonlSink, toJsonLine } from "./nodes/jsonl_sink.ts";
-export type { JsonlRecord, JsonlSinkParams } from "./nodes/jsonl_sink.ts";
-export type { Known, Observation, Unknown, UnknownReason } from "./backends/outcomes.ts";
+export { isLiveSource } from "./nodes/video_file_reader.ts";
+export { toJsonLine } from "./nodes/jsonl_sink.ts";
