@@ -130,6 +130,7 @@ import {
   type UnknownReason,
 } from "../outcomes.ts";
 import { ExpiringMap } from "./_expiring_map.ts";
+import { HeldAcceptance } from "./_held_acceptance.ts";
 import { Ring } from "./_ring.ts";
 import { SeqIndex } from "./_seq_index.ts";
 
@@ -383,11 +384,6 @@ class SubState {
   }
 }
 
-interface Held {
-  readonly envelope: Envelope;
-  readonly resolve: (outcome: PublicationOutcome) => void;
-}
-
 class ChannelState {
   removed = false;
   nextSeq = 1;
@@ -399,8 +395,7 @@ class ChannelState {
   readonly subs = new Map<string, SubState>();
   /** Per kind: the subscriptions a new message of that kind is handed to. */
   fanout: [SubState[], SubState[]] = [[], []];
-  paused = false;
-  held: Held[] = [];
+  readonly acceptance = new HeldAcceptance();
   rejected = 0;
 
   constructor(public spec: ChannelSpec, readonly key: string, dedupSeconds: number, dedupBytes: number) {
@@ -690,7 +685,9 @@ export class MemoryMessagingBackend implements MessagingBackend {
       return rejected(envelope.publicationId, "the deadline had passed: nothing was sent", true);
     }
     const dlq = envelope.kind === MessageKind.dlq;
-    if (faultsInstalled() || (!dlq && this.#channelOf(envelope.channel)?.paused === true)) return null;
+    if (faultsInstalled() || (!dlq && this.#channelOf(envelope.channel)?.acceptance.paused === true)) {
+      return null;
+    }
     return dlq ? this.#storeDeadLetter(envelope, now) : this.#store(envelope, now);
   }
 
@@ -979,7 +976,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
     this.#shutDown = true;
     for (const waiter of [...this.#waiting]) this.#finishWaiter(waiter, NO_DELIVERIES);
     for (const ch of this.#channels.values()) {
-      for (const publication of ch.held) {
+      for (const publication of ch.acceptance.held) {
         publication.resolve(
           publicationUnknown(publication.envelope.publicationId, "the backend was shut down"),
         );
@@ -1035,33 +1032,19 @@ export class MemoryMessagingBackend implements MessagingBackend {
 
   /** Holds every later publication to `channel` until {@link resumeAcceptance} or {@link cancelPublication}. */
   pauseAcceptance(channel: ChannelId): void {
-    this.#requireChannel(channel).paused = true;
+    this.#requireChannel(channel).acceptance.pause();
   }
 
   /** Stores every held publication (late acceptance) in order and returns their outcomes. */
   resumeAcceptance(channel: ChannelId): PublicationOutcome[] {
-    const ch = this.#requireChannel(channel);
-    ch.paused = false;
-    const held = ch.held;
-    ch.held = [];
+    const acceptance = this.#requireChannel(channel).acceptance;
     const now = this.#clock.monotonic();
-    return held.map((publication) => {
-      const outcome = this.#store(publication.envelope, now);
-      publication.resolve(outcome);
-      return outcome;
-    });
+    return acceptance.resume((envelope) => this.#store(envelope, now));
   }
 
   /** Definitely cancels a held publication (its publisher, if still waiting, gets Rejected). False when none was held. */
   cancelPublication(channel: ChannelId, publicationId: string): boolean {
-    const ch = this.#requireChannel(channel);
-    const index = ch.held.findIndex((publication) => publication.envelope.publicationId === publicationId);
-    if (index < 0) return false;
-    const [publication] = ch.held.splice(index, 1);
-    publication.resolve(
-      rejected(publicationId, "the held publication was cancelled before it was stored", true),
-    );
-    return true;
+    return this.#requireChannel(channel).acceptance.cancel(publicationId);
   }
 
   /** Makes the subscription's observations Unknown(`reason`) until called with null. */
@@ -1204,8 +1187,8 @@ export class MemoryMessagingBackend implements MessagingBackend {
       outcome = this.#storeDeadLetter(envelope, this.#clock.monotonic());
     } else {
       const ch = this.#channelOf(envelope.channel);
-      outcome = ch !== undefined && ch.paused
-        ? await new Promise<PublicationOutcome>((resolve) => ch.held.push({ envelope, resolve }))
+      outcome = ch !== undefined && ch.acceptance.paused
+        ? await ch.acceptance.hold(envelope)
         : this.#store(envelope, this.#clock.monotonic());
     }
     if (outcome.kind !== "accepted" || !faultsInstalled()) return outcome;
@@ -1230,7 +1213,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
     const dlq = envelope.kind === MessageKind.dlq;
     const ch = dlq ? undefined : this.#channelOf(envelope.channel);
     const window = dlq ? this.#deadLetters.get(envelope.channel.flowId)?.dedup : ch?.dedup;
-    if (ch?.held.some((publication) => publication.envelope.publicationId === id)) {
+    if (ch?.acceptance.holds(id)) {
       return publicationUnknown(id, "the broker still holds it: acceptance is paused");
     }
     const seq = window?.stored.get(id, now);
@@ -1919,9 +1902,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
       }
       for (const waiter of [...state.waiters]) this.#finishWaiter(waiter, NO_DELIVERIES);
     }
-    const held = ch.held;
-    ch.held = [];
-    for (const publication of held) {
+    for (const publication of ch.acceptance.take()) {
       const id = publication.envelope.publicationId;
       publication.resolve(rejected(id, "the channel was removed before the publication was stored", false));
     }
