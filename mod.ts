@@ -1,11 +1,13 @@
 /**
  * videoflow for Deno: graph-based video and stream analytics.
  *
- * Build a flow of producer, processor and consumer nodes, validate it (every problem at once), and
- * compile it to the JSON document of node specs that workers are rebuilt from. For other runtimes on the
- * same wire, the protobuf envelope v4 codec, the identities every runtime derives alike (message ids,
- * producer traces, group identities, partition owners) and the node rebuilding of a worker
- * ({@link loadNodeClass}, {@link rebuildNode}) are exported too.
+ * Build a flow of producer, processor and consumer nodes from the payloads they pass (frames, tensors,
+ * detections), the policies that join, order, partition and deliver them, and the built-in video and JSONL
+ * nodes; validate it (every problem at once) and run it on this machine ({@link runLocal}). Errors are the
+ * typed taxonomy a node throws and a caller catches. Other runtimes on the same wire, and tests, import the
+ * wider surface from `./src/internal.ts` (the package's `./internal` export): the compiler and its NodeSpec
+ * documents, the protobuf envelope v4 codec, the identities every runtime derives alike, node rebuilding
+ * and the runtime store contract.
  *
  * ```ts
  * import { ConsumerNode, END, Flow, ProducerNode } from "jsr:@videoflow/cli";
@@ -30,100 +32,147 @@ import { registerNodeModule } from "./src/core/node_class.ts";
 import type { LocalFlowRunOptions } from "./src/cli/run_local.ts";
 import type { LocalRunResult } from "./src/engines/local.ts";
 
-export * from "./src/core/node.ts";
-export * from "./src/core/flow.ts";
-export * from "./src/core/errors.ts";
-export * from "./src/core/policies.ts";
-export * from "./src/core/provenance.ts";
-export * from "./src/core/context.ts";
-export * from "./src/core/messenger.ts";
 export {
-  isNodeClass,
-  loadNodeClass,
-  ModuleIndex,
-  rebuildNode,
-  registerNodeModule,
-} from "./src/core/node_class.ts";
-export type { ModuleEntry, NodeClass } from "./src/core/node_class.ts";
+  AssetRequirement,
+  type BatchingPolicy,
+  ConsumerNode,
+  type ConsumerParams,
+  DeviceType,
+  EffectGuarantee,
+  END,
+  type End,
+  FunctionProcessorNode,
+  GpuFallback,
+  type JoinPolicyArg,
+  type JsonObject,
+  type JsonValue,
+  Leaf,
+  ModuleNode,
+  Node,
+  type NodeArgs,
+  NodeKind,
+  type NodeParams,
+  type NodePermissions,
+  OneTaskProcessorNode,
+  type OrderingPolicyArg,
+  type PartitionKeyPolicyDeclaration,
+  PERMISSION_KINDS,
+  type PermissionDeclaration,
+  type PermissionKind,
+  type ProcessFunction,
+  ProcessorNode,
+  type ProcessorParams,
+  ProducerNode,
+  type ProducerParams,
+  ReceiverNode,
+  type ReceiverParams,
+  ReplayPolicy,
+  TaskModuleNode,
+  type Upstream,
+} from "./src/core/node.ts";
+export { Flow, type FlowOptions, type TaskData } from "./src/core/flow.ts";
+export { FlowType } from "./src/core/flow_type.ts";
+export { type Logger, RuntimeContext, type RuntimeIdentity } from "./src/core/context.ts";
+export type { InputInfo } from "./src/core/messenger.ts";
+export { type ModuleEntry, ModuleIndex } from "./src/core/node_class.ts";
 export {
-  batchingPolicies,
-  blobReaderIds,
-  blobReaders,
-  compileFlow,
-  compileToDict,
-  executionGroups,
-  gpuProvenance,
-  hasNativeComponents,
-  hasRemoteComponents,
-  nodePermissions,
-  NodeSpec,
-  parentReplicas,
-  sinkGuarantees,
-  specsFromDicts,
-  validateWireCompatibility,
-} from "./src/core/compiler.ts";
-export type {
-  CompiledDocument,
-  CompileDocumentOptions,
-  CompileOptions,
-  NodeSpecDict,
-  NodeSpecInit,
-  RequirementsDocument,
-} from "./src/core/compiler.ts";
-export { validate } from "./src/core/graph.ts";
-export type { ValidateOptions } from "./src/core/graph.ts";
+  type DeclarationSource,
+  FIELDS,
+  type GpuField,
+  type GpuFieldMap,
+  SOURCE_PRECEDENCE,
+} from "./src/core/provenance.ts";
 export {
-  abortPayload,
-  createEnvelope,
-  decodeEnvelope,
-  decodePayload,
-  encodeEnvelope,
-  encodePayload,
-  ENVELOPE_VERSION,
-  envelopeFromJson,
-  envelopeToJson,
-  PayloadType,
-  readAbortPayload,
-} from "./src/wire/codec.ts";
-export type { AbortMarker, EncodedPayload, Envelope, EnvelopeInit, EnvelopeJson } from "./src/wire/codec.ts";
-export { deriveMessageId, envelopeMessageId } from "./src/wire/message_id.ts";
+  ACTIONS,
+  DELIVERY_MODES,
+  type DeliveryAction,
+  type DeliveryMode,
+  type DeliveryOverride,
+  DeliveryPolicy,
+  type DeliveryPolicyDict,
+  type DeliveryPolicyInit,
+  DLQ_MODES,
+  type DlqMode,
+  INVALID_KEY_POLICIES,
+  type InvalidKeyPolicy,
+  JOIN_MODES,
+  type JoinMode,
+  JoinPolicy,
+  type JoinPolicyDict,
+  type JoinPolicyInit,
+  LATE_POLICIES,
+  type LatePolicy,
+  MISSING_POLICIES,
+  type MissingPolicy,
+  ORDERING_MODES,
+  type OrderingMode,
+  OrderingPolicy,
+  type OrderingPolicyDict,
+  type OrderingPolicyInit,
+  PartitionKeyPolicy,
+  type PartitionKeyPolicyDict,
+  type PartitionKeyPolicyInit,
+} from "./src/core/policies.ts";
 export {
-  groupIdentity,
-  MsgType,
-  partitionKeyOf,
-  partitionOwner,
-  producerTrace,
-  timeGroupIdentity,
-  traceGroupIdentity,
-} from "./src/wire/identities.ts";
-export type {
-  GroupTraceIdentity,
-  MemberId,
-  MembersByParent,
-  Seq,
-  TimeGroupMember,
-  TraceGroupMember,
-  TraceIdentity,
-} from "./src/wire/identities.ts";
+  CapabilityError,
+  ConfigError,
+  DecodeError,
+  DeviceError,
+  Diagnostic,
+  type DiagnosticRecord,
+  type Disposition,
+  DISPOSITIONS,
+  type ErrorContext,
+  type ErrorRecord,
+  EXIT_ENVIRONMENT,
+  EXIT_FLOW_FAILED,
+  EXIT_STALLED,
+  EXIT_USER,
+  exitCodeOf,
+  FlowFailed,
+  FlowStalled,
+  GraphError,
+  NodeContractError,
+  PartitionKeyError,
+  POISON,
+  PoisonMessage,
+  ResourceExhausted,
+  ResourceUnavailable,
+  SchemaError,
+  TRANSIENT,
+  TransientFailure,
+  UpstreamAborted,
+  VideoflowEnvironmentError,
+  VideoflowError,
+  VideoflowRuntimeError,
+  VideoflowUserError,
+  WORKER_FATAL,
+  WorkerFatal,
+} from "./src/core/errors.ts";
+export { validate, type ValidateOptions } from "./src/core/graph.ts";
 export {
   BlobRef,
   Detections,
   Frame,
   OpaquePayload,
   Tensor,
+  type TensorSource,
+  type TensorView,
   Tracks,
+  type ViewDtype,
   WireDouble,
+  type WireMap,
   wireMap,
+  type WirePayload,
+  type WireValue,
 } from "./src/wire/value.ts";
-export type {
-  TensorSource,
-  TensorView,
-  ViewDtype,
-  WireMap,
-  WirePayload,
-  WireValue,
-} from "./src/wire/value.ts";
-export { openRuntimeStore } from "./src/runtime/runtime_stores.ts";
+export {
+  type Known,
+  type Observation,
+  type Unknown,
+  UNKNOWN_REASONS,
+  type UnknownReason,
+} from "./src/backends/outcomes.ts";
 export type { LocalFlowRunOptions } from "./src/cli/run_local.ts";
 export {
   type Isolation,
@@ -132,23 +181,10 @@ export {
   type StopRequester,
 } from "./src/engines/local.ts";
 export type { NodeSnapshot, NodeState, ViewOutput } from "./src/engines/live_view.ts";
-export type {
-  AbsentEntry,
-  PresentEntry,
-  RuntimeCapabilities,
-  RuntimeStore,
-  StoredRecord,
-  StoreEntry,
-} from "./src/backends/runtime_store.ts";
-export { UNKNOWN_REASONS } from "./src/backends/outcomes.ts";
-export { isLiveSource, VideoFileReader } from "./src/nodes/video_file_reader.ts";
-export type { VideoFileReaderParams } from "./src/nodes/video_file_reader.ts";
+export { VideoFileReader, type VideoFileReaderParams } from "./src/nodes/video_file_reader.ts";
 export type { RawFormat } from "./src/nodes/_ffmpeg.ts";
-export { FrameWriter } from "./src/nodes/frame_writer.ts";
-export type { FrameWriterParams } from "./src/nodes/frame_writer.ts";
-export { JsonlSink, toJsonLine } from "./src/nodes/jsonl_sink.ts";
-export type { JsonlRecord, JsonlSinkParams } from "./src/nodes/jsonl_sink.ts";
-export type { Known, Observation, Unknown, UnknownReason } from "./src/backends/outcomes.ts";
+export { FrameWriter, type FrameWriterParams } from "./src/nodes/frame_writer.ts";
+export { type JsonlRecord, JsonlSink, type JsonlSinkParams } from "./src/nodes/jsonl_sink.ts";
 
 /**
  * Runs the flow file at `path` (its default export is the `Flow`) on this machine as `vf run-local` does,

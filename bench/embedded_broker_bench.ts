@@ -53,8 +53,8 @@ import {
   subscriptionSpec,
 } from "../src/backends/messaging.ts";
 import { EmbeddedBroker } from "../src/engines/embedded_broker.ts";
-import { EmbeddedMessagingBackend } from "../src/messaging/embedded_backend.ts";
-import { EmbeddedConnection } from "../src/runtime/embedded_rpc.ts";
+import { EmbeddedMessagingBackend } from "../src/embedded/messaging_backend.ts";
+import { EmbeddedConnection } from "../src/embedded/rpc.ts";
 
 const FLOW = "bench";
 const RUN = "run";

@@ -13,7 +13,7 @@
  * @module
  */
 
-import { EMBEDDED_BROKER_ENV } from "../src/runtime/embedded_rpc.ts";
+import { EMBEDDED_BROKER_ENV } from "../src/embedded/rpc.ts";
 import { REPORT_LINE_PREFIX, runWorker } from "../src/runtime/worker.ts";
 
 /**

@@ -26,7 +26,6 @@
  */
 
 import { ConfigError } from "../core/errors.ts";
-import type { AllocationCapabilities } from "./capabilities.ts";
 import type { Observation } from "./outcomes.ts";
 
 /** How a node's GPUs are shared, as read from its labels (InventorySnapshot.sharing). */
@@ -89,12 +88,41 @@ export const MemoryEnforcement = {
 } as const;
 /** One of {@link MemoryEnforcement}. */
 export type MemoryEnforcement = typeof MemoryEnforcement[keyof typeof MemoryEnforcement];
+
 /** Every enforcement, strongest first. */
 export const MEMORY_ENFORCEMENTS: readonly MemoryEnforcement[] = Object.values(MemoryEnforcement);
 
 /** Whether a bound enforced by `offered` is at least as strong as `required` asks. */
 export function enforcementSatisfies(offered: MemoryEnforcement, required: MemoryEnforcement): boolean {
   return MEMORY_ENFORCEMENTS.indexOf(offered) <= MEMORY_ENFORCEMENTS.indexOf(required);
+}
+
+/**
+ * What an accelerator allocator can guarantee, naming the mechanism behind each promise:
+ * `memoryEnforcement` says whether a memory bound is enforced by hardware (MIG), a runtime cap (MPS), by
+ * scheduler accounting only, or not at all.
+ */
+export interface AllocationCapabilities {
+  readonly adapter: string;
+  /** Which authority decides: `device-plugin`, `managed-mig`, `dra`, `local`. */
+  readonly authority: string;
+  readonly exclusiveDevice: boolean;
+  readonly isolatedMig: boolean;
+  readonly cooperativeSharing: boolean;
+  readonly memoryEnforcement: MemoryEnforcement;
+  readonly multiDevice: boolean;
+  /** Peer access between granted devices can be verified (P2P topology read). */
+  readonly topologyVerification: boolean;
+  readonly elastic: boolean;
+  /** The allocator refuses a workload it cannot serve before the workload starts. */
+  readonly admissionBoundary: boolean;
+  /** `version` (string), `features` (the FEATURE_* names available) and whatever else the adapter records. */
+  readonly versionMatrix: Readonly<Record<string, unknown>>;
+}
+
+/** Constructs a frozen {@link AllocationCapabilities}. */
+export function allocationCapabilities(init: AllocationCapabilities): AllocationCapabilities {
+  return Object.freeze({ ...init, versionMatrix: Object.freeze({ ...init.versionMatrix }) });
 }
 
 /** Whether a snapshot saw everything (`complete`) or some read failed (`partial`: may plan, never admit). */

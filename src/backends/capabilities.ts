@@ -43,9 +43,12 @@
 
 import type { NodeSpec } from "../core/compiler.ts";
 import { AT_LEAST_ONCE, DeliveryPolicy } from "../core/delivery_policy.ts";
+import { isRecord } from "../core/checks.ts";
+import { secondsFromText, wholeNumberFromText } from "../core/variables.ts";
 import { ConfigError, Diagnostic, IncompatibleProfile, UnobservableState } from "../core/errors.ts";
 import { EffectGuarantee } from "../core/node.ts";
 import {
+  type AllocationCapabilities,
   Elasticity,
   enforcementSatisfies,
   MEMORY_ENFORCEMENTS,
@@ -216,34 +219,6 @@ export function payloadCapabilities(
 }
 
 /**
- * What an accelerator allocator can guarantee, naming the mechanism behind each promise:
- * `memoryEnforcement` says whether a memory bound is enforced by hardware (MIG), a runtime cap (MPS), by
- * scheduler accounting only, or not at all.
- */
-export interface AllocationCapabilities {
-  readonly adapter: string;
-  /** Which authority decides: `device-plugin`, `managed-mig`, `dra`, `local`. */
-  readonly authority: string;
-  readonly exclusiveDevice: boolean;
-  readonly isolatedMig: boolean;
-  readonly cooperativeSharing: boolean;
-  readonly memoryEnforcement: MemoryEnforcement;
-  readonly multiDevice: boolean;
-  /** Peer access between granted devices can be verified (P2P topology read). */
-  readonly topologyVerification: boolean;
-  readonly elastic: boolean;
-  /** The allocator refuses a workload it cannot serve before the workload starts. */
-  readonly admissionBoundary: boolean;
-  /** `version` (string), `features` (the FEATURE_* names available) and whatever else the adapter records. */
-  readonly versionMatrix: Readonly<Record<string, unknown>>;
-}
-
-/** Constructs a frozen {@link AllocationCapabilities}. */
-export function allocationCapabilities(init: AllocationCapabilities): AllocationCapabilities {
-  return Object.freeze({ ...init, versionMatrix: Object.freeze({ ...init.versionMatrix }) });
-}
-
-/**
  * What an execution engine advertises. `executionGroups` (fused groups, RUN-035) and `dynamicBatching`
  * (RUN-036) are false for both shipped engines: a flow declaring either is refused at admission.
  */
@@ -298,10 +273,6 @@ const OPTION_KEYS: Readonly<Record<string, keyof ProfileOptions>> = {
   horizon_seconds: "horizonSeconds",
   key: "key",
 };
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
 
 function checkOptions(where: string, options: ProfileOptions): string[] {
   const problems: string[] = [];
@@ -1177,26 +1148,20 @@ export function requestsFromEnv(value: string | null | undefined): ProfileReques
 /** `VF_ADMISSION_TIMEOUT_SECONDS` as seconds: the default when unset or empty; ConfigError unless positive. */
 export function admissionTimeoutFromEnv(value: string | null | undefined): number {
   if (value === null || value === undefined || value.trim() === "") return DEFAULT_ADMISSION_TIMEOUT_SECONDS;
-  const seconds = Number(value);
-  if (!Number.isFinite(seconds) || seconds <= 0) {
-    throw new ConfigError(
-      `${ADMISSION_TIMEOUT_ENV} must be a positive number of seconds, got ${JSON.stringify(value)}`,
-      "unset it for the default of 60",
-    );
-  }
-  return seconds;
+  const fallback = String(DEFAULT_ADMISSION_TIMEOUT_SECONDS);
+  return secondsFromText(
+    ADMISSION_TIMEOUT_ENV,
+    value.trim(),
+    false,
+    fallback,
+    `or unset it for the default of ${fallback}`,
+  );
 }
 
 function declaredLimit(environ: Readonly<Record<string, string | undefined>>, name: string): number | null {
   const value = environ[name];
   if (value === undefined || value.trim() === "") return null;
-  if (!/^\s*[1-9][0-9]*\s*$/.test(value) || !Number.isSafeInteger(Number(value))) {
-    throw new ConfigError(
-      `${name} must be a positive integer, got ${JSON.stringify(value)}`,
-      "declare the size the MSG-026 benchmark established",
-    );
-  }
-  return Number(value);
+  return wholeNumberFromText(name, value.trim(), 1, null, "the size the MSG-026 benchmark established");
 }
 
 /** `[maxStreams, maxConsumers]` declared in `environ` (null each when unset); ConfigError unless positive integers. */

@@ -6,7 +6,7 @@
  * write between the read and the update". Adapters and the runtime call {@link barrier} at each named
  * point of {@link Barrier}; a test installs a {@link FaultSchedule} that maps barrier names to actions,
  * and afterwards asks which barriers fired: a scheduled fault that never fired makes the test invalid
- * ({@link FaultSchedule.assertAllFired}), never a pass.
+ * ({@link FaultSchedule.assertAllFired}, which leaving a `using` schedule's scope runs), never a pass.
  *
  * The hot path. With no schedule installed, `barrier()` reads one module variable and returns one shared,
  * already-resolved promise: no allocation, no name check. `await barrier(...)` then costs one microtask
@@ -37,6 +37,7 @@
  * @module
  */
 
+import { requireCount, requireSeconds } from "../core/checks.ts";
 import * as taxonomy from "../core/errors.ts";
 import {
   ConfigError,
@@ -282,33 +283,11 @@ export function throwSimulatedCrash(exitCode: number, barrier: Barrier): never {
   throw new SimulatedCrash(exitCode, barrier);
 }
 
-function requireInteger(value: number, min: number, what: string): number {
-  if (!Number.isInteger(value) || value < min) {
-    throw new ConfigError(
-      `${what} must be an integer of at least ${min}, got ${value}`,
-      `pass a whole number >= ${min} as the ${what}`,
-      { value },
-    );
-  }
-  return value;
-}
-
-function requireSeconds(value: number, what: string): number {
-  if (!Number.isFinite(value) || value < 0) {
-    throw new ConfigError(
-      `${what} must be a finite, non-negative number of seconds, got ${value}`,
-      `pass the ${what} in seconds, 0 or more`,
-      { value },
-    );
-  }
-  return value;
-}
-
 const PAUSE_NAME = /^[A-Za-z0-9_.-]+$/;
 
 /** A Crash action; `exitCode` defaults to {@link CRASH_EXIT_CODE}. */
 export function crash(exitCode: number = CRASH_EXIT_CODE): Crash {
-  return { kind: "crash", exitCode: requireInteger(exitCode, 0, "Crash exit code") };
+  return { kind: "crash", exitCode: requireCount(exitCode, "Crash exit code", 0) };
 }
 
 /** A RaiseError action that throws what `factory` returns (in-process only: it cannot be serialised). */
@@ -391,7 +370,7 @@ export function nth(n: number, action: SimpleAction): Nth {
   if ((action as FaultAction).kind === "nth") {
     throw new ConfigError("Nth cannot wrap another Nth", "schedule one Nth with the hit number you mean");
   }
-  return { kind: "nth", n: requireInteger(n, 1, "Nth hit number"), action };
+  return { kind: "nth", n: requireCount(n, "Nth hit number", 1), action };
 }
 
 function unknownBarrier(name: string): UnknownBarrier {
@@ -591,9 +570,14 @@ export class FaultSchedule implements Disposable {
     if (active === this) active = null;
   }
 
-  /** {@link uninstall}, for `using`. */
+  /**
+   * {@link uninstall}, then {@link assertAllFired}: a schedule declared with `using` makes its scope fail
+   * with {@link InvalidTest} when a fault it scheduled never fired (a worker's {@link installFromEnv}
+   * schedule is only uninstalled: its faults may fire in another process).
+   */
   [Symbol.dispose](): void {
     this.uninstall();
+    this.assertAllFired();
   }
 
   /**

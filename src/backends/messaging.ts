@@ -32,6 +32,7 @@
  * @module
  */
 
+import { requireCount, requirePositiveSeconds } from "../core/checks.ts";
 import { ConfigError } from "../core/errors.ts";
 import { type MessagingCapabilities, MessagingProfile, Retention } from "./capabilities.ts";
 import type { OwnerMetadata } from "./identity.ts";
@@ -66,20 +67,6 @@ export type Overflow = typeof Overflow[keyof typeof Overflow];
 function requireText(value: string, what: string): string {
   if (typeof value !== "string" || value === "") {
     throw new ConfigError(`${what} must be a non-empty string, got ${JSON.stringify(value)}`);
-  }
-  return value;
-}
-
-function requireInteger(value: number, min: number, what: string, remedy?: string): number {
-  if (!Number.isSafeInteger(value) || value < min) {
-    throw new ConfigError(`${what} must be an integer of at least ${min}, got ${value}`, remedy);
-  }
-  return value;
-}
-
-function requirePositiveSeconds(value: number, what: string): number {
-  if (!Number.isFinite(value) || value <= 0) {
-    throw new ConfigError(`${what} must be a positive, finite number of seconds, got ${value}`);
   }
   return value;
 }
@@ -145,7 +132,7 @@ export function subscriptionId(
   } = {},
 ): SubscriptionId {
   const partition = options.partition ?? null;
-  if (partition !== null) requireInteger(partition, 0, "a subscription's partition");
+  if (partition !== null) requireCount(partition, "a subscription's partition", 0);
   const instance = options.instance ?? null;
   if (instance !== null) requireText(instance, "a subscription's instance");
   const kind = options.kind ?? MessageKind.data;
@@ -200,7 +187,7 @@ export type ChannelSpecInit =
 
 /** Constructs a {@link ChannelSpec}, refusing limits no broker could apply with a {@link ConfigError}. */
 export function channelSpec(init: ChannelSpecInit): ChannelSpec {
-  if (init.maxBytes !== null) requireInteger(init.maxBytes, 1, "a channel's max_bytes");
+  if (init.maxBytes !== null) requireCount(init.maxBytes, "a channel's max_bytes", 1);
   if (init.maxAgeSeconds !== null) requirePositiveSeconds(init.maxAgeSeconds, "a channel's max_age");
   for (const required of init.requiredSubscriptions) {
     if (!sameChannel(required.channel, init.id)) {
@@ -215,12 +202,12 @@ export function channelSpec(init: ChannelSpecInit): ChannelSpec {
     id: init.id,
     profile: oneOf(init.profile, MessagingProfile, "a channel's profile"),
     retention: oneOf(init.retention, Retention, "a channel's retention"),
-    maxMsgs: requireInteger(init.maxMsgs, 1, "a channel's max_msgs"),
+    maxMsgs: requireCount(init.maxMsgs, "a channel's max_msgs", 1),
     maxBytes: init.maxBytes,
     maxAgeSeconds: init.maxAgeSeconds,
     overflow: oneOf(init.overflow, Overflow, "a channel's overflow"),
-    dedupWindowSeconds: requireInteger(init.dedupWindowSeconds, 0, "a channel's dedup window"),
-    replicas: requireInteger(init.replicas, 1, "a channel's replicas"),
+    dedupWindowSeconds: requireCount(init.dedupWindowSeconds, "a channel's dedup window", 0),
+    replicas: requireCount(init.replicas, "a channel's replicas", 1),
     persistence: init.persistence,
     requiredSubscriptions: Object.freeze([...init.requiredSubscriptions]),
     ownerLabels: Object.freeze({ ...init.ownerLabels }),
@@ -270,15 +257,15 @@ export function subscriptionSpec(init: SubscriptionSpecInit): SubscriptionSpec {
     );
   }
   if (init.maxDeliver !== -1) {
-    requireInteger(init.maxDeliver, 1, "a subscription's max_deliver", "use -1 for unlimited redelivery");
+    requireCount(init.maxDeliver, "a subscription's max_deliver", 1, "use -1 for unlimited redelivery");
   }
   return Object.freeze({
     id: init.id,
     competing: init.competing,
     ackWaitSeconds: requirePositiveSeconds(init.ackWaitSeconds, "a subscription's ack_wait"),
     maxDeliver: init.maxDeliver,
-    itemCredit: requireInteger(init.itemCredit, 1, "a subscription's item credit"),
-    byteCredit: requireInteger(init.byteCredit, 1, "a subscription's byte credit"),
+    itemCredit: requireCount(init.itemCredit, "a subscription's item credit", 1),
+    byteCredit: requireCount(init.byteCredit, "a subscription's byte credit", 1),
     ownerLabels: Object.freeze({ ...init.ownerLabels }),
   });
 }
@@ -323,7 +310,7 @@ export function deliveryToken(
     subscription,
     messageId: requireText(messageId, "a delivery's message id"),
     streamSequence,
-    attempt: requireInteger(attempt, 1, "a delivery attempt"),
+    attempt: requireCount(attempt, "a delivery attempt", 1),
     generation,
   });
 }
@@ -383,8 +370,8 @@ export type EnvelopeInit =
  */
 export function envelope(init: EnvelopeInit): Envelope {
   const size = init.size ?? init.body.byteLength;
-  requireInteger(size, 0, "an envelope's size");
-  if (init.sourceOffset != null) requireInteger(init.sourceOffset, 0, "an envelope's source offset");
+  requireCount(size, "an envelope's size", 0);
+  if (init.sourceOffset != null) requireCount(init.sourceOffset, "an envelope's source offset", 0);
   return Object.freeze({
     channel: init.channel,
     publicationId: requireText(init.publicationId, "an envelope's publication id"),
@@ -396,7 +383,7 @@ export function envelope(init: EnvelopeInit): Envelope {
     eventTs: init.eventTs ?? null,
     sourceEpoch: init.sourceEpoch ?? null,
     sourceOffset: init.sourceOffset ?? null,
-    schemaVersion: requireInteger(init.schemaVersion, 1, "an envelope's schema version"),
+    schemaVersion: requireCount(init.schemaVersion, "an envelope's schema version", 1),
     payloadRefs: Object.freeze([...(init.payloadRefs ?? [])]),
     kind: oneOf(init.kind ?? MessageKind.data, MessageKind, "an envelope's kind"),
     bodyTransferable: init.bodyTransferable ?? false,

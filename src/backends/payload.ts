@@ -28,6 +28,7 @@
  * @module
  */
 
+import { requireCount } from "../core/checks.ts";
 import { ConfigError, Diagnostic, IncompatibleProfile, TransientFailure } from "../core/errors.ts";
 import { nativeCrypto } from "../wire/sha256.ts";
 import { type PayloadCapabilities, retentionShortfall } from "./capabilities.ts";
@@ -134,17 +135,6 @@ export interface RetentionContractInit {
   readonly obligations?: readonly string[];
 }
 
-function requireWholeSeconds(value: number, min: number, what: string): number {
-  if (!Number.isSafeInteger(value) || value < min) {
-    throw new ConfigError(
-      `${what} must be a whole number of seconds of at least ${min}, got ${value}`,
-      `pass ${what} as an integer`,
-      { [what]: value },
-    );
-  }
-  return value;
-}
-
 /**
  * A validated {@link RetentionContract}. Throws {@link ConfigError} for a TTL under 1 s, a negative horizon,
  * or an obligation id that is empty or listed twice.
@@ -153,8 +143,8 @@ export function retentionContract(init: RetentionContractInit): RetentionContrac
   const obligations = init.obligations ?? [];
   checkObligationIds(obligations);
   return Object.freeze({
-    ttlSeconds: requireWholeSeconds(init.ttlSeconds, 1, "ttl_seconds"),
-    horizonSeconds: requireWholeSeconds(init.horizonSeconds, 0, "horizon_seconds"),
+    ttlSeconds: requireCount(init.ttlSeconds, "ttl_seconds", 1),
+    horizonSeconds: requireCount(init.horizonSeconds, "horizon_seconds"),
     durableRequired: init.durableRequired === true,
     obligations: Object.freeze([...obligations]),
   });

@@ -31,6 +31,7 @@
  * @module
  */
 
+import { wholeNumberFromText } from "../core/variables.ts";
 import { ConfigError, DecodeError, TransientFailure } from "../core/errors.ts";
 import { BlobRef } from "../wire/value.ts";
 import {
@@ -61,15 +62,13 @@ export const BATCH_BLOB_TTL_SECONDS = 86400;
 export function maxInlinePayloadBytes(env: Readonly<Record<string, string | undefined>>): number {
   const text = env[MAX_INLINE_PAYLOAD_ENV];
   if (text === undefined || text === "") return DEFAULT_MAX_INLINE_PAYLOAD_BYTES;
-  const value = Number(text);
-  if (!/^\d+$/.test(text.trim()) || !Number.isSafeInteger(value)) {
-    throw new ConfigError(
-      `${MAX_INLINE_PAYLOAD_ENV} must be a whole number of bytes, got ${JSON.stringify(text)}`,
-      `unset it for the ${DEFAULT_MAX_INLINE_PAYLOAD_BYTES}-byte default, or set an integer`,
-      { [MAX_INLINE_PAYLOAD_ENV]: text },
-    );
-  }
-  return value;
+  return wholeNumberFromText(
+    MAX_INLINE_PAYLOAD_ENV,
+    text.trim(),
+    0,
+    String(DEFAULT_MAX_INLINE_PAYLOAD_BYTES),
+    `or unset it for the ${DEFAULT_MAX_INLINE_PAYLOAD_BYTES}-byte default`,
+  );
 }
 
 /**

@@ -56,6 +56,8 @@ import {
   UnobservableState,
   WORKER_FATAL,
 } from "../core/errors.ts";
+import { isRecord, requireCount, requirePositiveSeconds } from "../core/checks.ts";
+import { secondsFromText } from "../core/variables.ts";
 import { randomHex } from "../core/hex.ts";
 import type { JsonObject, JsonValue } from "../core/node.ts";
 import type { MemberId, MembersByParent, Seq } from "../wire/identities.ts";
@@ -317,21 +319,15 @@ export interface ClaimReplicaSlotOptions extends Omit<FlowRuntimeOptions, "repli
 // ---------------------------------------------------------------------------------------------------------
 // Environment
 
-const DECIMAL = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
-
 function secondsFromEnv(name: string, value: string | null | undefined, fallback: number, zero: boolean) {
   if (value === undefined || value === null || value.trim() === "") return fallback;
-  const text = value.trim();
-  const seconds = DECIMAL.test(text) ? Number(text) : NaN;
-  if (!Number.isFinite(seconds) || seconds < 0 || (!zero && seconds === 0)) {
-    const wanted = zero ? "a non-negative number of seconds" : "a positive number of seconds";
-    throw new ConfigError(
-      `${name} must be ${wanted}, got ${JSON.stringify(value)}`,
-      `set ${name} to ${wanted} (e.g. ${fallback}), or unset it for the default of ${fallback}`,
-      { variable: name, value },
-    );
-  }
-  return seconds;
+  return secondsFromText(
+    name,
+    value.trim(),
+    zero,
+    String(fallback),
+    `or unset it for the default of ${fallback}`,
+  );
 }
 
 /**
@@ -557,8 +553,6 @@ function oneOf<T extends string>(
 }
 
 const isString = (value: unknown): value is string => typeof value === "string";
-const isFields = (value: unknown): value is Fields =>
-  typeof value === "object" && value !== null && !Array.isArray(value);
 const isPair = (value: unknown): value is [string, string] =>
   Array.isArray(value) && value.length === 2 && isString(value[0]) && isString(value[1]);
 
@@ -617,7 +611,7 @@ function decodePartition(fields: Fields, key: string): PartitionDocument {
     fencing_token: textOrNull(fields, "fencing_token", key),
     holder: textOrNull(fields, "holder", key),
     lease_until: seconds(fields, "lease_until", key),
-    completed: list(fields, "completed", key, isFields).map((c) => ({
+    completed: list(fields, "completed", key, isRecord).map((c) => ({
       parent: text(c, "parent", key),
       epoch: count(c, "epoch", key),
       final_sequence: count(c, "final_sequence", key),
@@ -766,7 +760,7 @@ function decodeGroup(fields: Fields, key: string): GroupDocument {
   return {
     group_id: text(fields, "group_id", key),
     replica_id: count(fields, "replica_id", key),
-    members: list(fields, "members", key, isFields).map((m) => ({
+    members: list(fields, "members", key, isRecord).map((m) => ({
       parent: text(m, "parent", key),
       producer: text(m, "producer", key),
       trace_id: text(m, "trace_id", key),
@@ -840,26 +834,9 @@ function decodeJsonObject(fields: Fields): JsonObject {
 // ---------------------------------------------------------------------------------------------------------
 // Checks
 
-function requireCount(value: number, what: string, min = 0): number {
-  if (!Number.isSafeInteger(value) || value < min) {
-    throw new ConfigError(
-      `${what} must be an integer of at least ${min}, got ${value}`,
-      `pass ${what} as one`,
-    );
-  }
-  return value;
-}
-
 function requireName(value: string, what: string): string {
   if (typeof value !== "string" || value.length === 0) {
     throw new ConfigError(`${what} must be a non-empty string`, `give ${what} a name`);
-  }
-  return value;
-}
-
-function requirePositiveSeconds(value: number, what: string): number {
-  if (!Number.isFinite(value) || value <= 0) {
-    throw new ConfigError(`${what} must be a positive number of seconds, got ${value}`, "pass seconds > 0");
   }
   return value;
 }

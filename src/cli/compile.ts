@@ -7,7 +7,7 @@
 
 import { compileToDict } from "../core/compiler.ts";
 import { loadFlow } from "./load_flow.ts";
-import type { CommandOutput } from "./main.ts";
+import type { CommandOutput } from "./command_output.ts";
 
 /** Compiles the flow file at `path` and prints its document; resolves with the exit code. */
 export async function compileCommand(path: string, io: CommandOutput): Promise<number> {

@@ -7,7 +7,7 @@
 
 import { ConfigError } from "../core/errors.ts";
 import { decodeEnvelope, envelopeToJson } from "../wire/codec.ts";
-import type { CommandOutput } from "./main.ts";
+import type { CommandOutput } from "./command_output.ts";
 
 async function readBytes(path: string): Promise<Uint8Array> {
   try {

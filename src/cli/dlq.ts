@@ -10,7 +10,7 @@ import { ConfigError } from "../core/errors.ts";
 import { type DeadLetterRecord, letterEnvelope, readDeadLetters } from "../engines/dead_letters.ts";
 import { runDirectory } from "../engines/run_directory.ts";
 import { loadFlow } from "./load_flow.ts";
-import type { CommandOutput } from "./main.ts";
+import type { CommandOutput } from "./command_output.ts";
 import { DEFAULT_STATE_DIR } from "./run_local.ts";
 
 /** The options `dlq` takes. */

@@ -18,7 +18,7 @@ import { LOCAL_BATCH_MAX_MSGS } from "../engines/local.ts";
 import { DEFAULT_BATCH_MAX_MSGS } from "../messaging/topology.ts";
 import { parseWorkerSettings } from "../runtime/worker_config.ts";
 import { loadFlow } from "./load_flow.ts";
-import type { CommandOutput } from "./main.ts";
+import type { CommandOutput } from "./command_output.ts";
 
 type Permissions = Record<string, Partial<Record<PermissionKind, string[]>>>;
 

@@ -8,22 +8,13 @@
 
 import { parseArgs } from "node:util";
 import { ConfigError, exitCodeOf, VideoflowError } from "../core/errors.ts";
+import type { CommandOutput } from "./command_output.ts";
 import { compileCommand } from "./compile.ts";
 import { decodeCommand } from "./decode.ts";
 import { dlqCommand } from "./dlq.ts";
 import { explainCommand } from "./explain.ts";
 import { runLocalCommand } from "./run_local.ts";
 import { validateCommand } from "./validate.ts";
-
-/** Where a command writes what it reports: stdout for results, stderr for diagnostics. */
-export interface CommandOutput {
-  /** One line of results. */
-  out(line: string): void;
-  /** One line of diagnostics. */
-  err(line: string): void;
-  /** Raw text on the results stream (a live view redrawing itself). */
-  write(text: string): void;
-}
 
 const USAGE = `usage: vf <command> [arguments]
 

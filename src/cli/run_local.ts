@@ -30,7 +30,7 @@ import { StopSignals } from "../engines/stop_signals.ts";
 import { checkRunNames } from "../engines/run_directory.ts";
 import { admitLocally } from "./admission.ts";
 import { loadFlow } from "./load_flow.ts";
-import type { CommandOutput } from "./main.ts";
+import type { CommandOutput } from "./command_output.ts";
 
 /** The options `run-local` takes. */
 export interface RunLocalOptions {

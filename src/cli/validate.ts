@@ -9,7 +9,7 @@
 import { EXIT_USER } from "../core/errors.ts";
 import { localAdmissionRefusals } from "./admission.ts";
 import { loadFlow } from "./load_flow.ts";
-import type { CommandOutput } from "./main.ts";
+import type { CommandOutput } from "./command_output.ts";
 
 /** Validates the flow file at `path`; resolves with the exit code. */
 export async function validateCommand(path: string, io: CommandOutput): Promise<number> {

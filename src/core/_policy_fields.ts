@@ -5,6 +5,7 @@
  * @module
  */
 
+import { isRecord } from "./checks.ts";
 import { ConfigError } from "./errors.ts";
 import { checkFlowType, FlowType } from "./flow_type.ts";
 
@@ -117,11 +118,6 @@ export class PolicyCheck {
   }
 }
 
-/** Whether a value is a plain JSON object (not null, not an array). */
-export function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
-
 /**
  * Reads a policy's snake_case dict into a camelCase init record holding the keys present. Anything that is
  * not an object, and any key outside `keys`, is a problem recorded on `check` (a misspelt key never
@@ -133,7 +129,7 @@ function readPolicyDict(
   keys: readonly string[],
 ): Record<string, unknown> {
   const init: Record<string, unknown> = {};
-  if (!isPlainObject(d)) {
+  if (!isRecord(d)) {
     check.fail(
       "",
       `${check.policy} must be a JSON object, got ${show(d)}`,

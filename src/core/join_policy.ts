@@ -9,7 +9,8 @@
  * @module
  */
 
-import { isBatchFlow, isPlainObject, PolicyCheck, readCheckedDict } from "./_policy_fields.ts";
+import { isRecord } from "./checks.ts";
+import { isBatchFlow, PolicyCheck, readCheckedDict } from "./_policy_fields.ts";
 
 /** Give up on a timed-out group and ack its partial inputs. */
 export const MISSING_DROP = "drop";
@@ -90,7 +91,7 @@ function checkCollect(raw: unknown, check: PolicyCheck): Record<string, number> 
   const collect: Record<string, number> = {};
   if (raw === null || raw === undefined) return collect;
   const name = check.name("collect");
-  if (!isPlainObject(raw)) {
+  if (!isRecord(raw)) {
     check.fail(
       "collect",
       `${name} must be an object {parent: window_ms}`,

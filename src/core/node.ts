@@ -28,6 +28,7 @@
 import type { RuntimeContext } from "./context.ts";
 import type { DeliveryMode, DeliveryOverride } from "./delivery_policy.ts";
 import { DeliveryPolicy } from "./delivery_policy.ts";
+import { isPlainObject } from "./checks.ts";
 import type { Disposition } from "./errors.ts";
 import { ConfigError, NodeContractError } from "./errors.ts";
 import type { JoinPolicyDict } from "./join_policy.ts";
@@ -197,12 +198,6 @@ function autoName(cls: { name: string }): string {
   const count = (autoNameCounters.get(cls) ?? 0) + 1;
   autoNameCounters.set(cls, count);
   return `${cls.name || "node"}_${count}`;
-}
-
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  if (typeof value !== "object" || value === null) return false;
-  const proto = Object.getPrototypeOf(value);
-  return proto === Object.prototype || proto === null;
 }
 
 /** A short phrase naming what `value` is, for an error that says what was given instead of a node or params. */

@@ -7,7 +7,8 @@
  * @module
  */
 
-import { isPlainObject, PolicyCheck, readCheckedDict } from "./_policy_fields.ts";
+import { isRecord } from "./checks.ts";
+import { PolicyCheck, readCheckedDict } from "./_policy_fields.ts";
 
 /** Records are applied as they come (the default). */
 export const ORDER_ARRIVAL = "arrival";
@@ -249,8 +250,8 @@ export class ReorderBuffer<T = unknown> {
    */
   static restore<T>(policy: OrderingPolicy, snapshot: unknown): ReorderBuffer<T> {
     const check = new PolicyCheck("ReorderBuffer snapshot", "dict");
-    const raw = isPlainObject(snapshot) ? snapshot : {};
-    if (!isPlainObject(snapshot)) {
+    const raw = isRecord(snapshot) ? snapshot : {};
+    if (!isRecord(snapshot)) {
       check.fail("", "a snapshot must be an object", "pass what snapshot() returned");
     }
     const next = raw.next ?? 1;
@@ -262,7 +263,7 @@ export class ReorderBuffer<T = unknown> {
     if (!isIntegerList(applied)) {
       check.fail("applied", "applied must be a list of integers", "keep applied intact");
     }
-    const heldOk = isPlainObject(held) && Object.keys(held).every((key) => /^-?\d+$/.test(key));
+    const heldOk = isRecord(held) && Object.keys(held).every((key) => /^-?\d+$/.test(key));
     if (!heldOk) check.fail("held", "held must map integer keys to records", "keep held intact");
     check.throwIfAny();
     const buffer = new ReorderBuffer<T>(policy, next as number);

@@ -23,6 +23,7 @@
  * @module
  */
 
+import { requireCount, requireSeconds } from "./checks.ts";
 import { type Clock, systemClock } from "../backends/clock.ts";
 import type { Observation } from "../backends/outcomes.ts";
 import {
@@ -47,26 +48,6 @@ export const DEFAULT_BREAKER_THRESHOLD = 10;
 /** Seconds a node may ack nothing while work is pending before it is stalled (`VF_PROGRESS_TIMEOUT_SECONDS`). */
 export const DEFAULT_PROGRESS_TIMEOUT_SECONDS = 300;
 
-function requireCount(value: number, what: string, remedy: string): number {
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new ConfigError(`${what} must be a whole number of 0 or more, got ${value}`, remedy, {
-      [what]: value,
-    });
-  }
-  return value;
-}
-
-function requireSeconds(value: number, what: string): number {
-  if (!Number.isFinite(value) || value < 0) {
-    throw new ConfigError(
-      `${what} must be a finite number of seconds, 0 or more, got ${value}`,
-      `pass ${what} as seconds; 0 turns it off where the setting allows`,
-      { [what]: value },
-    );
-  }
-  return value;
-}
-
 /**
  * Trips when a worker fails `threshold` messages in a row and the delivery policy gave up on (dead-lettered
  * or dropped) at least one of them. Any success resets the count, so poison messages interleaved with good
@@ -87,7 +68,12 @@ export class ConsecutiveFailureBreaker {
 
   /** Throws ConfigError unless `threshold` is a whole number of 0 or more. */
   constructor(threshold: number = DEFAULT_BREAKER_THRESHOLD, nodeName = "") {
-    this.threshold = requireCount(threshold, "threshold", "set VF_BREAKER_THRESHOLD to 0 (off) or a count");
+    this.threshold = requireCount(
+      threshold,
+      "threshold",
+      0,
+      "set VF_BREAKER_THRESHOLD to 0 (off) or a count",
+    );
     this.nodeName = nodeName;
   }
 
@@ -497,6 +483,7 @@ export class SupervisionPolicy {
     this.maxRestarts = requireCount(
       options.maxRestarts ?? 3,
       "maxRestarts",
+      0,
       "pass 0 to disable restarts, or how many restarts to allow",
     );
     const backoff = options.backoffSeconds ?? DEFAULT_BACKOFF_SECONDS;
@@ -530,7 +517,7 @@ export class SupervisionPolicy {
   /** Backoff before restart number `attempt` (0-based); the last value repeats. */
   delayFor(attempt: number): number {
     const index = Math.min(
-      requireCount(attempt, "attempt", "count restarts from 0"),
+      requireCount(attempt, "attempt", 0, "count restarts from 0"),
       this.backoffSeconds.length - 1,
     );
     return this.backoffSeconds[index];
@@ -542,7 +529,7 @@ export class SupervisionPolicy {
    * unexplained death is far more often a crash worth retrying than a poison message.
    */
   shouldRestart(attempt: number, disposition: Disposition | null = null): boolean {
-    if (requireCount(attempt, "attempt", "count restarts from 0") >= this.maxRestarts) return false;
+    if (requireCount(attempt, "attempt", 0, "count restarts from 0") >= this.maxRestarts) return false;
     return disposition === null || this.restartOn.has(disposition);
   }
 

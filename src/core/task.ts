@@ -57,6 +57,7 @@ import {
   type RuntimeContext,
 } from "./context.ts";
 import { BEST_EFFORT, type DeliveryMode } from "./delivery_policy.ts";
+import { DropReason, Metric } from "./metrics.ts";
 import {
   asRuntimeError,
   ConfigError,
@@ -137,37 +138,6 @@ export interface TaskFailed {
 
 /** How a task ended, with the exit status the worker should end with. */
 export type TaskOutcome = TaskFinished | TaskUpstreamAborted | TaskStopped | TaskFailed;
-
-/**
- * The metric families the loop feeds, without the `videoflow_` prefix: the names `runtime/health.ts`
- * exports as `Metric` (core imports no runtime module, so they are restated here).
- */
-export const TaskMetric = {
-  /** Histogram: seconds the node's own method (`next`/`process`/`consume`) took. */
-  proctime: "proctime_seconds",
-  /** Histogram: seconds of the whole iteration, from the input's receipt to its ack. */
-  actualProctime: "actual_proctime_seconds",
-  /** Counter: outputs published. */
-  published: "messages_published_total",
-  /** Counter: input messages received (one per parent entry). */
-  received: "messages_received_total",
-  /** Counter: items produced and taken by the broker as new, or input groups processed and their ack confirmed. */
-  processed: "messages_processed_total",
-  /** Counter: input groups the node failed on. */
-  failed: "messages_failed_total",
-} as const;
-/** One of the {@link TaskMetric} family names. */
-export type TaskMetric = typeof TaskMetric[keyof typeof TaskMetric];
-
-/** The `reason` of a drop the loop sees when `failInputs` decides it: the values `runtime/health.ts` uses. */
-export const TaskDropReason = {
-  /** A poison input, dead-lettered on its first failure. */
-  poison: POISON,
-  /** A transient failure best-effort delivery discards instead of retrying. */
-  bestEffort: "best_effort",
-} as const;
-/** One of the {@link TaskDropReason} values. */
-export type TaskDropReason = typeof TaskDropReason[keyof typeof TaskDropReason];
 
 /** What the task feeds the worker's health probes and metrics; `HealthState` satisfies it. */
 export interface TaskHealth {
@@ -512,7 +482,7 @@ export abstract class NodeTask<N extends Node = Node> {
     };
     if (checkpoint !== null) metadata[CHECKPOINT_METADATA_KEY] = checkpoint;
     await this.messenger.publishMessage(value, metadata, onAccepted);
-    this.health?.incr(TaskMetric.published);
+    this.health?.incr(Metric.published);
   }
 
   /**
@@ -520,7 +490,7 @@ export abstract class NodeTask<N extends Node = Node> {
    * whose acknowledgement the broker confirmed. So a restart that makes or processes an item again does
    * not count it twice.
    */
-  protected readonly countProcessed = (): void => this.health?.incr(TaskMetric.processed);
+  protected readonly countProcessed = (): void => this.health?.incr(Metric.processed);
 
   /**
    * Records one unit of work done: resets the breaker and the deadline's silence, and times it (`proctime`
@@ -529,8 +499,8 @@ export abstract class NodeTask<N extends Node = Node> {
   protected recordSuccess(callbackSeconds: number, iterationSeconds: number): void {
     this.#breaker?.recordSuccess();
     this.#deadline?.recordProgress();
-    this.health?.observe(TaskMetric.proctime, iterationSeconds);
-    this.health?.observe(TaskMetric.actualProctime, callbackSeconds);
+    this.health?.observe(Metric.proctime, iterationSeconds);
+    this.health?.observe(Metric.actualProctime, callbackSeconds);
   }
 
   /**
@@ -543,11 +513,11 @@ export abstract class NodeTask<N extends Node = Node> {
     this.#breaker?.recordFailure(failure, givenUp);
     this.#deadline?.recordProgress();
     const disposition = failure.disposition;
-    this.health?.incr(TaskMetric.failed);
+    this.health?.incr(Metric.failed);
     this.health?.recordError(failure.code, disposition);
-    if (disposition === POISON) this.health?.recordDrop(TaskDropReason.poison);
+    if (disposition === POISON) this.health?.recordDrop(DropReason.poison);
     else if (disposition === TRANSIENT && this.#delivery === BEST_EFFORT) {
-      this.health?.recordDrop(TaskDropReason.bestEffort);
+      this.health?.recordDrop(DropReason.bestEffort);
     }
     this.ctx.logger.warn("the node failed on an input group", {
       code: failure.code,
@@ -685,7 +655,7 @@ export abstract class ReceiverTask<N extends ReceiverNode = ReceiverNode> extend
       const group = await this.messenger.receiveMessage();
       const receivedAt = this.clock.monotonic();
       const present = this.parentNames.map((name) => group[name] ?? null);
-      this.health?.incr(TaskMetric.received, present.filter((entry) => entry !== null).length);
+      this.health?.incr(Metric.received, present.filter((entry) => entry !== null).length);
       await raiseIfAborted(
         group,
         this.parentNames,

@@ -10,9 +10,9 @@
  */
 
 import { ConfigError, DecodeError, PartitionKeyError } from "../core/errors.ts";
-import { TaskDropReason } from "../core/task.ts";
+import { DropReason } from "../core/metrics.ts";
 import type { Envelope } from "../backends/messaging.ts";
-import { DeadLetterHeader, MessengerDropReason } from "../messaging/messenger.ts";
+import { DeadLetterHeader } from "../messaging/messenger.ts";
 import { decodeEnvelope, decodePayload, type Envelope as WireEnvelope } from "../wire/codec.ts";
 import { envelopeMessageId } from "../wire/message_id.ts";
 import { BlobRef } from "../wire/value.ts";
@@ -261,10 +261,10 @@ function sameLetter(record: DeadLetterRecord): string {
  * letter), each with the code of the letters that belong to it; `null`: the letters no code places.
  */
 const DEAD_LETTER_DROP_REASONS: readonly (readonly [reason: string, code: string | null])[] = [
-  [MessengerDropReason.undecodable, DecodeError.code],
-  [MessengerDropReason.partitionKey, PartitionKeyError.code],
-  [TaskDropReason.poison, null],
-  [MessengerDropReason.exhausted, null],
+  [DropReason.undecodable, DecodeError.code],
+  [DropReason.partitionKey, PartitionKeyError.code],
+  [DropReason.poison, null],
+  [DropReason.exhausted, null],
 ];
 
 /**

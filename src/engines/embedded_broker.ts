@@ -1,7 +1,7 @@
 /**
  * The embedded broker: the local engine's supervisor hosts one memory MessagingBackend, one memory
  * PayloadStore and the run's RuntimeStore (the file store under `.videoflow/`) and serves them to every
- * node worker over the protocol of `src/runtime/embedded_rpc.ts`: a MessagePort per Deno Worker
+ * node worker over the protocol of `src/embedded/rpc.ts`: a MessagePort per Deno Worker
  * ({@link EmbeddedBroker.openPort}) and a TCP loopback listener for `deno run` subprocesses
  * ({@link EmbeddedBroker.listen}, whose address and per-run secret {@link EmbeddedBroker.workerEnv} hands
  * out). The workers' side is `EmbeddedConnection` with the three proxies built on it.
@@ -106,7 +106,7 @@ import {
   SHORT_SETTLE_FIELDS,
   socketLink,
   TOKEN_FIELDS,
-} from "../runtime/embedded_rpc.ts";
+} from "../embedded/rpc.ts";
 
 /** How long a TCP client has to say hello before the server drops it, by default (seconds). */
 export const DEFAULT_HELLO_TIMEOUT_SECONDS = 10;

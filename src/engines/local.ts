@@ -11,6 +11,7 @@
  * @module
  */
 
+import { DropReason } from "../core/metrics.ts";
 import { CoalescedRun } from "../core/coalesced_run.ts";
 import type { NodeSpec } from "../core/compiler.ts";
 import {
@@ -84,7 +85,7 @@ import { LOG_LEVEL_ENV, STRUCTURED_LOGS_ENV } from "../runtime/logging.ts";
 import { WATCHDOG_INTERVAL_ENV } from "../runtime/watchdog.ts";
 import { FAULT_MARKER_DIR_ENV, FAULT_SCHEDULE_ENV } from "../backends/faults.ts";
 import { PARTITION_LEASE_ENV, RECONCILE_INTERVAL_ENV } from "../backends/runtime.ts";
-import { parseBrokerAddress } from "../runtime/embedded_rpc.ts";
+import { parseBrokerAddress } from "../embedded/rpc.ts";
 import {
   deadLetterError,
   type DeadLetterRecord,
@@ -100,7 +101,6 @@ import {
 import { EmbeddedBroker } from "./embedded_broker.ts";
 import { StopSignals } from "./stop_signals.ts";
 import { decodeEnvelope } from "../wire/codec.ts";
-import { DROP_JOIN_EVICTED } from "../messaging/grouping.ts";
 import { MsgType } from "../wire/identities.ts";
 import { subprocessResolutionArgs, subprocessV8Args, workerOptionsEnabled } from "./deno_config.ts";
 import {
@@ -823,10 +823,10 @@ export class LocalEngine {
       }
       // A stop ends every producer's stream where it is, so a join of sources at different points gives up
       // the groups the stopped ones never completed: those are join evictions, and the outcome says so.
-      const givenUp = snapshots.reduce((n, s) => n + (s.drops[DROP_JOIN_EVICTED] ?? 0), 0);
+      const givenUp = snapshots.reduce((n, s) => n + (s.drops[DropReason.joinEvicted] ?? 0), 0);
       const taken = givenUp === 0
         ? "every item taken was finished"
-        : `every item taken was finished or given up (${givenUp} join members, ${DROP_JOIN_EVICTED} in the ` +
+        : `every item taken was finished or given up (${givenUp} join members, ${DropReason.joinEvicted} in the ` +
           "drops column)";
       const unwritable = this.#stateUnwritable;
       const mend = `once that is mended, run it again with --run-id ${runId} to go on`;

@@ -29,6 +29,7 @@
 
 import { type Clock, systemClock } from "../backends/clock.ts";
 import { ConfigError, DecodeError } from "../core/errors.ts";
+import { DropReason } from "../core/metrics.ts";
 import { JOIN_TIME, JOIN_TRACE, type JoinMode, type JoinPolicy, MISSING_ERROR } from "../core/join_policy.ts";
 import type { Envelope } from "../wire/codec.ts";
 import {
@@ -258,9 +259,6 @@ export interface Release<H = unknown> {
   readonly handles: readonly H[];
 }
 
-/** The messenger's drop reason for join evictions (`take_drops`). */
-export const DROP_JOIN_EVICTED = "join_evicted";
-
 /** Construction options of an assembler. */
 export interface AssemblerOptions {
   /** Where timeouts, settle holds and collect retention read the time (default: the system clock). */
@@ -461,7 +459,7 @@ export abstract class GroupAssembler<H = unknown> {
   takeDrops(): Record<string, number> {
     const dropped = this.#dropped;
     this.#dropped = 0;
-    return dropped > 0 ? { [DROP_JOIN_EVICTED]: dropped } : {};
+    return dropped > 0 ? { [DropReason.joinEvicted]: dropped } : {};
   }
 
   /** Evictions so far: groups discarded (timed out, beyond `max_pending`, unfinishable) and collect samples dropped. */

@@ -58,6 +58,8 @@
 
 import { ByteSlab } from "../core/bytes.ts";
 import { CoalescedRun } from "../core/coalesced_run.ts";
+import { requireCount, requirePositiveSeconds } from "../core/checks.ts";
+import { DropReason } from "../core/metrics.ts";
 import { MessagingProfile } from "../backends/capabilities.ts";
 import { type Clock, systemClock, type TimerHandle } from "../backends/clock.ts";
 import { Barrier, barrier, faultsInstalled } from "../backends/faults.ts";
@@ -177,7 +179,6 @@ import {
 import type { BlobRef, WireMap, WirePayload } from "../wire/value.ts";
 import {
   type CollectEntry,
-  DROP_JOIN_EVICTED,
   entryFromEnvelope,
   type EnvelopeEntry,
   type GroupAssembler,
@@ -245,22 +246,6 @@ export const DeadLetterHeader = {
   error: "VF-Error",
   numDelivered: "VF-Num-Delivered",
 } as const;
-
-/** The reasons {@link BrokerMessenger.takeDrops} reports inputs under. */
-export const MessengerDropReason = {
-  /** A retry budget was exhausted: the input was dead-lettered (or terminated) after its last attempt. */
-  exhausted: "exhausted",
-  /** The bytes could not be decoded (or their offloaded payload was missing or corrupt). */
-  undecodable: "undecodable",
-  /** A partitioned input whose key was unusable was dead-lettered (RUN-020). */
-  partitionKey: "partition_key",
-  /** An input that came after its slot was given up, under an ordering policy with `late: "drop"`. */
-  late: "late",
-  /** A live (best-effort) publication the broker refused. */
-  publishDiscarded: "publish_discarded",
-} as const;
-/** One of {@link MessengerDropReason}. */
-export type MessengerDropReason = typeof MessengerDropReason[keyof typeof MessengerDropReason];
 
 /** Publication outcomes by kind. */
 export interface PublicationStats {
@@ -449,23 +434,6 @@ const SILENT: Logger = Object.freeze({
 
 function memberKey(parent: string, producer: string, traceId: string, seq: Seq): string {
   return `${parent}\u0000${producer}\u0000${traceId}\u0000${seq}`;
-}
-
-function requireCount(value: number, what: string, min: number): number {
-  if (!Number.isSafeInteger(value) || value < min) {
-    throw new ConfigError(
-      `${what} must be an integer of at least ${min}, got ${value}`,
-      `pass ${what} >= ${min}`,
-    );
-  }
-  return value;
-}
-
-function requireSeconds(value: number, what: string): number {
-  if (!Number.isFinite(value) || value <= 0) {
-    throw new ConfigError(`${what} must be a positive number of seconds, got ${value}`, `pass ${what} > 0`);
-  }
-  return value;
 }
 
 /**
@@ -743,7 +711,10 @@ export class BrokerMessenger implements Messenger {
       { delivery: options.delivery ?? null, on_error: options.onError ?? null },
       options.maxRetries,
     );
-    this.#ackWait = requireSeconds(options.ackWaitSeconds ?? DEFAULT_ACK_WAIT_SECONDS, "the ack wait");
+    this.#ackWait = requirePositiveSeconds(
+      options.ackWaitSeconds ?? DEFAULT_ACK_WAIT_SECONDS,
+      "the ack wait",
+    );
     this.#quiescence =
       requireCount(options.eosQuiescenceMs ?? DEFAULT_EOS_QUIESCENCE_MS, "the EOS quiescence", 0) /
       1000;
@@ -752,7 +723,7 @@ export class BrokerMessenger implements Messenger {
     const inFlight = options.inFlight ?? DEFAULT_IN_FLIGHT;
     this.#work = new InFlight(inFlight, options.inFlightBytes ?? DEFAULT_IN_FLIGHT_BYTES);
     this.#receivedBatchIds = Math.max(1, Math.floor(inFlight / 2));
-    this.#publishTimeout = requireSeconds(
+    this.#publishTimeout = requirePositiveSeconds(
       options.publishTimeoutSeconds ?? DEFAULT_PUBLISH_TIMEOUT_SECONDS,
       "the publish timeout",
     );
@@ -1608,7 +1579,7 @@ export class BrokerMessenger implements Messenger {
       return this.#rejectInput(
         new Held(delivery, parent, null, null, now),
         decoded,
-        MessengerDropReason.undecodable,
+        DropReason.undecodable,
       );
     }
     const keyError = this.#keyError(decoded);
@@ -1616,7 +1587,7 @@ export class BrokerMessenger implements Messenger {
       return this.#rejectInput(
         new Held(delivery, parent, decoded, null, now),
         keyError,
-        MessengerDropReason.partitionKey,
+        DropReason.partitionKey,
       );
     }
     const held = new Held(delivery, parent, decoded, this.#blobKey(decoded), now);
@@ -1649,7 +1620,7 @@ export class BrokerMessenger implements Messenger {
       await this.#readAndJoin(held, decoded);
       return;
     }
-    this.#drop(MessengerDropReason.exhausted);
+    this.#drop(DropReason.exhausted);
     await this.#applyLadder(held, replicaDeathFailure(record.death, this.#node, record.count, record.cause), {
       counted: record.count,
     });
@@ -1673,7 +1644,7 @@ export class BrokerMessenger implements Messenger {
    * with backoff when the store failed transiently (BLOB-15); anything else is not the input's fault.
    */
   #unreadablePayload(held: Held, error: unknown): Promise<void> {
-    if (error instanceof DecodeError) return this.#rejectInput(held, error, MessengerDropReason.undecodable);
+    if (error instanceof DecodeError) return this.#rejectInput(held, error, DropReason.undecodable);
     if (error instanceof TransientFailure) {
       const delay = this.#delivery.retryDelay(held.delivery.token.attempt, drawRetryJitter(this.#random));
       return this.#settle(held, retry(delay)).then(() => {});
@@ -1707,7 +1678,7 @@ export class BrokerMessenger implements Messenger {
       await this.#rejectInput(
         new Held(delivery, parent, null, null, now),
         decoded,
-        MessengerDropReason.undecodable,
+        DropReason.undecodable,
       );
       return;
     }
@@ -1873,7 +1844,7 @@ export class BrokerMessenger implements Messenger {
   #settleReleases(): Promise<void> | null {
     const releases = (this.#assembler as GroupAssembler<Held>).takeReleased();
     const late = this.#ordered?.takeDropped() ?? [];
-    if (late.length > 0) this.#drop(MessengerDropReason.late, late.length);
+    if (late.length > 0) this.#drop(DropReason.late, late.length);
     const settling = [
       ...(releases.length === 0 ? [] : [this.#applyReleases(releases)]),
       ...late.flatMap((group) =>
@@ -1923,7 +1894,9 @@ export class BrokerMessenger implements Messenger {
     const parents = [...new Set(release.parents)].join(", ");
     if (release.reason === ReleaseReason.timeout) {
       // Best-effort delivery never retries: the join's giving up is the input's end.
-      if (this.#delivery.delivery !== AT_LEAST_ONCE) this.#drop(DROP_JOIN_EVICTED, release.handles.length);
+      if (this.#delivery.delivery !== AT_LEAST_ONCE) {
+        this.#drop(DropReason.joinEvicted, release.handles.length);
+      }
       return new TransientFailure(
         `node ${this.#node}: a join group of ${parents} was incomplete when its timeout ran out`,
         'the join\'s missing: "error" retries it and dead-letters it past the retry budget; raise ' +
@@ -1931,7 +1904,7 @@ export class BrokerMessenger implements Messenger {
         { node: this.#node, reason: release.reason },
       );
     }
-    this.#drop(DROP_JOIN_EVICTED, release.handles.length);
+    this.#drop(DropReason.joinEvicted, release.handles.length);
     return new PoisonMessage(
       `node ${this.#node}: a join group of ${parents} can never complete: a parent it lacks has ended`,
       "check why the other parents made no matching item (trace ids, event times within the tolerance)",
@@ -2225,7 +2198,7 @@ export class BrokerMessenger implements Messenger {
   }
 
   /** Input that never reaches the node (undecodable, a missing payload, an unusable key): the poison ladder. */
-  async #rejectInput(held: Held, error: VideoflowRuntimeError, reason: MessengerDropReason): Promise<void> {
+  async #rejectInput(held: Held, error: VideoflowRuntimeError, reason: DropReason): Promise<void> {
     this.#held.add(held);
     this.#drop(reason);
     await this.#applyLadder(held, error);
@@ -2251,7 +2224,7 @@ export class BrokerMessenger implements Messenger {
     if (
       action !== ACTION_NAK && disposition === TRANSIENT && this.#delivery.delivery === AT_LEAST_ONCE
     ) {
-      this.#drop(MessengerDropReason.exhausted);
+      this.#drop(DropReason.exhausted);
     }
     switch (action) {
       case ACTION_NAK: {
@@ -2382,7 +2355,7 @@ export class BrokerMessenger implements Messenger {
     }
   }
 
-  #drop(reason: MessengerDropReason | typeof DROP_JOIN_EVICTED, count = 1): void {
+  #drop(reason: DropReason | typeof DropReason.joinEvicted, count = 1): void {
     this.#drops.set(reason, (this.#drops.get(reason) ?? 0) + count);
   }
 
@@ -2575,7 +2548,7 @@ export class BrokerMessenger implements Messenger {
         this.#stats.rejected++;
         if (!this.#reliableOutput) {
           this.#stats.dropped++;
-          this.#drop(MessengerDropReason.publishDiscarded);
+          this.#drop(DropReason.publishDiscarded);
         }
         return;
       case "publication_unknown":

@@ -57,6 +57,7 @@ import {
   partitionedDurableNameFor,
 } from "../backends/names.ts";
 import { AT_LEAST_ONCE, DEFAULT_MAX_RETRIES, DeliveryPolicy } from "../core/delivery_policy.ts";
+import { requireCount } from "../core/checks.ts";
 import { ConfigError } from "../core/errors.ts";
 import { checkFlowType, FlowType } from "../core/flow_type.ts";
 import { JoinPolicy } from "../core/join_policy.ts";
@@ -218,26 +219,12 @@ export interface ProvisionedTopology {
   readonly mismatches: readonly string[];
 }
 
-function requirePositiveInteger(value: number, what: string): number {
-  if (!Number.isSafeInteger(value) || value < 1) {
-    throw new ConfigError(`${what} must be an integer of at least 1, got ${value}`, `pass ${what} >= 1`);
-  }
-  return value;
-}
-
-function requireNonNegativeInteger(value: number, what: string): number {
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new ConfigError(`${what} must be an integer of at least 0, got ${value}`, `pass ${what} >= 0`);
-  }
-  return value;
-}
-
 /**
  * The seconds a publisher waits before retry `retry` (1 for the first) of a publication a full channel
  * refused: {@link PUBLISH_BACKOFF_SECONDS}, repeating its last value.
  */
 export function publishBackoffSeconds(retry: number): number {
-  requirePositiveInteger(retry, "a publication retry");
+  requireCount(retry, "a publication retry", 1);
   return PUBLISH_BACKOFF_SECONDS[Math.min(retry, PUBLISH_BACKOFF_SECONDS.length) - 1];
 }
 
@@ -253,9 +240,9 @@ export function consumerCredit(
   itemCredit: number = DEFAULT_ITEM_CREDIT,
   prefetch: number = DEFAULT_PREFETCH,
 ): number {
-  requirePositiveInteger(nbTasks, "nb_tasks");
-  requirePositiveInteger(itemCredit, "the item credit");
-  requireNonNegativeInteger(prefetch, "the prefetch");
+  requireCount(nbTasks, "nb_tasks", 1);
+  requireCount(itemCredit, "the item credit", 1);
+  requireCount(prefetch, "the prefetch");
   return (itemCredit + prefetch) * (partitioned ? 1 : nbTasks);
 }
 
@@ -270,7 +257,7 @@ export function creditAdmits(
   itemCredit: number = DEFAULT_ITEM_CREDIT,
   prefetch: number = DEFAULT_PREFETCH,
 ): number {
-  requireNonNegativeInteger(effectiveCredit, "the effective credit");
+  requireCount(effectiveCredit, "the effective credit");
   const perReplica = consumerCredit(1, true, itemCredit, prefetch);
   const replicas = Math.floor(effectiveCredit / perReplica);
   return partitioned ? Math.min(1, replicas) : replicas;
@@ -282,7 +269,7 @@ export function creditAdmits(
  * smaller credit lets an adversarial parent ordering fill the subscriptions with halves that never complete.
  */
 export function joinItemCredit(nbParents: number, join: JoinPolicy | null): number {
-  requirePositiveInteger(nbParents, "the parent count");
+  requireCount(nbParents, "the parent count", 1);
   if (nbParents === 1 || join === null) return DEFAULT_ITEM_CREDIT;
   return join.workingSet(nbParents);
 }
@@ -429,7 +416,7 @@ export function nodeRouting(node: TopologyNode, flowType: FlowType, maxRetries?:
   return {
     name: node.name,
     parents: [...node.parents],
-    nbTasks: requirePositiveInteger(node.nbTasks, `nb_tasks of ${node.name}`),
+    nbTasks: requireCount(node.nbTasks, `nb_tasks of ${node.name}`, 1),
     partitioned: node.partitionBy !== null && node.nbTasks > 1,
     delivery: DeliveryPolicy.resolve(flowType, node.delivery, maxRetries ?? DEFAULT_MAX_RETRIES),
     join,
@@ -482,7 +469,7 @@ export function eosSubscriptionSpec(
   instance: string,
   parentReplicas: number,
 ): SubscriptionSpec {
-  const credit = 2 * requirePositiveInteger(parentReplicas, "the parent's replica count");
+  const credit = 2 * requireCount(parentReplicas, "the parent's replica count", 1);
   return subscriptionSpecFor(eosSubscriptionId(channel, child, instance), EOS_ACK_WAIT_SECONDS, -1, credit);
 }
 

@@ -62,6 +62,7 @@ import {
   UnobservableState,
   VideoflowError,
 } from "../core/errors.ts";
+import { isRecord } from "../core/checks.ts";
 import { type Clock, systemClock } from "../backends/clock.ts";
 import { Barrier, barrier, faultsInstalled } from "../backends/faults.ts";
 import { known } from "../backends/outcomes.ts";
@@ -191,10 +192,6 @@ interface RecordDocument {
   readonly index: number;
   readonly sha256: string;
   readonly record: string;
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 function errorCode(error: unknown): string | undefined {

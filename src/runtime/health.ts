@@ -36,6 +36,8 @@
 
 import { type Clock, systemClock } from "../backends/clock.ts";
 import { ConfigError } from "../core/errors.ts";
+import { Metric, METRIC_PREFIX } from "../core/metrics.ts";
+import { malformedVariable } from "../core/variables.ts";
 
 /** Where environment variables are read from: `Deno.env`, or a Map in tests. */
 type EnvSource = Pick<Deno.Env, "get">;
@@ -69,43 +71,6 @@ export const HEALTH_PORT_ENV = "VF_HEALTH_PORT";
 
 /** Seconds without a loop beat after which `/healthz` answers 503. */
 export const LIVENESS_TIMEOUT_SECONDS = 60;
-
-/** Every family name starts with this. */
-export const METRIC_PREFIX = "videoflow_";
-
-/** The metric families the run loop feeds, named without {@link METRIC_PREFIX}. */
-export const Metric = {
-  /** Histogram: seconds the node's own callback (`process`/`consume`/`next`) took. */
-  proctime: "proctime_seconds",
-  /** Histogram: seconds of the whole iteration, from an input group's receipt to its ack. */
-  actualProctime: "actual_proctime_seconds",
-  /** Counter: messages this node published. */
-  published: "messages_published_total",
-  /** Counter: input messages this node received. */
-  received: "messages_received_total",
-  /** Counter: input groups processed and acked. */
-  processed: "messages_processed_total",
-  /** Counter: input groups the node failed on. */
-  failed: "messages_failed_total",
-  /** Counter: input groups of real work handed to the node (end-of-stream and abort markers are not work). */
-  offered: "messages_offered_total",
-  /** Counter, labelled `reason`: input groups given up on by policy, never to be redelivered. */
-  dropped: "messages_dropped_total",
-  /** Counter, labelled `code` and `disposition`: failures by their stable code. */
-  errors: "errors_total",
-} as const;
-/** One of the {@link Metric} family names. */
-export type Metric = typeof Metric[keyof typeof Metric];
-
-/** Why a node gave up on an input group: the stable values of the `reason` label (alerts key on them). */
-export const DropReason = {
-  /** A poison message, dead-lettered on its first failure. */
-  poison: "poison",
-  /** A failure best-effort delivery discards instead of retrying. */
-  bestEffort: "best_effort",
-} as const;
-/** One of the {@link DropReason} values. */
-export type DropReason = typeof DropReason[keyof typeof DropReason];
 
 const HISTOGRAMS: readonly string[] = [Metric.proctime, Metric.actualProctime];
 const COUNTERS: readonly string[] = [
@@ -280,8 +245,8 @@ export class HealthState {
   }
 
   /**
-   * The node gave up on `count` input groups for `reason` (a {@link DropReason}, or a short stable word of
-   * the messenger's own: lowercase letters, digits, `_`).
+   * The node gave up on `count` input groups for `reason` (a `DropReason` of `core/metrics.ts`, or another
+   * short stable word: lowercase letters, digits, `_`).
    */
   recordDrop(reason: string, count = 1): void {
     if (!LABEL_WORD.test(reason)) {
@@ -461,12 +426,14 @@ export function parseHistogram(text: string, metric: string): ParsedHistogram {
 export function healthPortFromEnv(env: EnvSource = Deno.env): number | null {
   const raw = env.get(HEALTH_PORT_ENV)?.trim();
   if (raw === undefined || raw === "") return DEFAULT_HEALTH_PORT;
-  const port = Number(raw);
-  if (!/^\d+$/.test(raw) || port > 65535) {
-    throw new ConfigError(
-      `${HEALTH_PORT_ENV} must be a port number (0 to disable), got ${JSON.stringify(raw)}`,
-      `set ${HEALTH_PORT_ENV} to e.g. ${DEFAULT_HEALTH_PORT}, or 0 to run without a health server`,
-      { [HEALTH_PORT_ENV]: raw },
+  const port = /^\d+$/.test(raw) ? Number(raw) : NaN;
+  if (!(port <= 65535)) {
+    throw malformedVariable(
+      HEALTH_PORT_ENV,
+      raw,
+      "a port number (0 to disable)",
+      String(DEFAULT_HEALTH_PORT),
+      "or 0 to run without a health server",
     );
   }
   return port === 0 ? null : port;

@@ -36,6 +36,8 @@ import {
   ProgressStalled,
   type VideoflowError,
 } from "../core/errors.ts";
+import { isRecord } from "../core/checks.ts";
+import { secondsFromText } from "../core/variables.ts";
 import type { ProgressDeadline, TerminationReason } from "../core/supervision.ts";
 
 /** Seconds between deadline checks: small next to the 300 s default timeout, so the added tolerance is negligible. */
@@ -216,15 +218,7 @@ export function buildWatchdog(
 export function watchdogIntervalFromEnv(env: EnvSource = Deno.env): number {
   const raw = env.get(WATCHDOG_INTERVAL_ENV)?.trim();
   if (raw === undefined || raw === "") return DEFAULT_WATCHDOG_INTERVAL_SECONDS;
-  const value = Number(raw);
-  if (!Number.isFinite(value) || value < 0) {
-    throw new ConfigError(
-      `${WATCHDOG_INTERVAL_ENV} must be a number of seconds, 0 or more, got ${JSON.stringify(raw)}`,
-      `set ${WATCHDOG_INTERVAL_ENV} to e.g. 5, or 0 to run without a watchdog`,
-      { [WATCHDOG_INTERVAL_ENV]: raw },
-    );
-  }
-  return value;
+  return secondsFromText(WATCHDOG_INTERVAL_ENV, raw, true, "5", "or 0 to run without a watchdog");
 }
 
 function terminationLogPath(path: string | null | undefined, env: EnvSource): string {
@@ -297,8 +291,7 @@ export async function readTerminationReason(path: string): Promise<TerminationRe
   }
   try {
     const parsed: unknown = JSON.parse(text);
-    const isObject = typeof parsed === "object" && parsed !== null && !Array.isArray(parsed);
-    return isObject ? parsed as TerminationReason : null;
+    return isRecord(parsed) ? parsed as TerminationReason : null;
   } catch {
     return null;
   }

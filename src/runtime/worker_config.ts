@@ -79,8 +79,9 @@ import { checkFlowType, FLOW_TYPES, FlowType } from "../core/flow_type.ts";
 import { JoinPolicy } from "../core/join_policy.ts";
 import { type JsonObject, NODE_KINDS, NodeKind, parseExportRef } from "../core/node.ts";
 import { DEFAULT_BREAKER_THRESHOLD, DEFAULT_PROGRESS_TIMEOUT_SECONDS } from "../core/supervision.ts";
+import { malformedVariable, secondsFromText, wholeNumberFromText } from "../core/variables.ts";
 import { ENVELOPE_VERSION } from "../wire/codec.ts";
-import { EMBEDDED_BROKER_ENV, EMBEDDED_BROKER_SECRET_ENV, parseBrokerAddress } from "./embedded_rpc.ts";
+import { EMBEDDED_BROKER_ENV, EMBEDDED_BROKER_SECRET_ENV, parseBrokerAddress } from "../embedded/rpc.ts";
 import { DEFAULT_HEALTH_PORT, HEALTH_PORT_ENV, healthPortFromEnv } from "./health.ts";
 import {
   LOG_LEVEL_ENV,
@@ -298,40 +299,9 @@ export interface RunInfo {
 // ---------------------------------------------------------------------------------------------------------
 // Reading values
 
-const DECIMAL = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
-
-function malformed(name: string, value: string, wanted: string, example: string): ConfigError {
-  return new ConfigError(
-    `${name} must be ${wanted}, got ${JSON.stringify(value)}`,
-    `set ${name} to ${wanted} (e.g. ${example}), or unset it where it is optional`,
-    { variable: name },
-  );
-}
-
-function integerIn(name: string, raw: string, min: number): number {
-  const value = /^\d+$/.test(raw) ? Number(raw) : NaN;
-  if (!Number.isSafeInteger(value) || value < min) {
-    throw malformed(name, raw, `a whole number of ${min} or more`, String(Math.max(min, 1)));
-  }
-  return value;
-}
-
-function secondsIn(name: string, raw: string, allowZero: boolean): number {
-  const value = DECIMAL.test(raw) ? Number(raw) : NaN;
-  if (!Number.isFinite(value) || value < 0 || (!allowZero && value === 0)) {
-    throw malformed(
-      name,
-      raw,
-      allowZero ? "a number of seconds, 0 or more" : "a positive number of seconds",
-      "60",
-    );
-  }
-  return value;
-}
-
 function oneOf<T extends string>(name: string, raw: string, values: readonly T[]): T {
   if ((values as readonly string[]).includes(raw)) return raw as T;
-  throw malformed(name, raw, `one of ${values.join(", ")}`, values[0]);
+  throw malformedVariable(name, raw, `one of ${values.join(", ")}`, values[0]);
 }
 
 function jsonIn(name: string, raw: string): unknown {
@@ -351,7 +321,7 @@ function namesIn(name: string, raw: string): string[] {
   if (raw === "") return [];
   const names = raw.split(",");
   if (names.some((item) => item.trim() === "" || item.trim() !== item)) {
-    throw malformed(name, raw, "comma-separated names without blanks", "cam,mic");
+    throw malformedVariable(name, raw, "comma-separated names without blanks", "cam,mic");
   }
   return names;
 }
@@ -409,7 +379,7 @@ function embeddedBrokerIn(raw: string, secret: string | undefined): BrokerAddres
     address = null;
   }
   if (address === null || !LOOPBACK.has(address.hostname) || address.port < 1) {
-    throw malformed(
+    throw malformedVariable(
       EMBEDDED_BROKER_ENV,
       raw,
       `tcp://127.0.0.1:PORT (loopback only) or ${EMBEDDED_BROKER_MESSAGE_PORT}`,
@@ -495,7 +465,7 @@ export function parentReplicasFromEnv(
     );
   }
   return Object.fromEntries(
-    parentNames.map((name, i) => [name, integerIn(PARENT_REPLICAS_ENV, counts[i], 0)]),
+    parentNames.map((name, i) => [name, wholeNumberFromText(PARENT_REPLICAS_ENV, counts[i], 0)]),
   );
 }
 
@@ -524,9 +494,9 @@ const nullable = <T>(text: (value: T) => string) => (value: T | null): string | 
   value === null ? undefined : text(value);
 const never = () => null;
 const constant = <T>(value: T) => (): T => value;
-const integer = (min: number) => (raw: string, name: string): number => integerIn(name, raw, min);
+const integer = (min: number) => (raw: string, name: string): number => wholeNumberFromText(name, raw, min);
 const seconds = (allowZero: boolean) => (raw: string, name: string): number =>
-  secondsIn(name, raw, allowZero);
+  secondsFromText(name, raw, allowZero);
 const url = (raw: string, name: string): string => urlIn(name, raw, null);
 const choice = <T extends string>(values: readonly T[]) => (raw: string, name: string): T =>
   oneOf(name, raw, values);
@@ -580,14 +550,14 @@ const NODE_VARIABLES: readonly AnyVariable[] = [
     try {
       parseExportRef(raw);
     } catch {
-      throw malformed(name, raw, "`<module URL>#<export name>`", "file:///app/flow.ts#Detect");
+      throw malformedVariable(name, raw, "`<module URL>#<export name>`", "file:///app/flow.ts#Detect");
     }
     return raw;
   }, asText),
   required(WorkerEnvVar.nodeParams, "nodeParams", (raw, name) => {
     const params = jsonIn(name, raw);
     if (typeof params !== "object" || params === null || Array.isArray(params)) {
-      throw malformed(name, raw, "a JSON object", '{"name":"detect"}');
+      throw malformedVariable(name, raw, "a JSON object", '{"name":"detect"}');
     }
     return params as JsonObject;
   }, (params) => JSON.stringify(params)),

@@ -10,6 +10,7 @@
  * @module
  */
 
+import { isPlainObject, isRecord } from "../core/checks.ts";
 import { DecodeError, type ErrorRecord, EXIT_FLOW_FAILED, SchemaError } from "../core/errors.ts";
 import type { JsonValue } from "../core/node.ts";
 import { MsgType, type Seq } from "./identities.ts";
@@ -199,11 +200,6 @@ function uint64(value: number | bigint, what: string): bigint {
 
 function uint32(value: number, what: string): number {
   return Number(checkedInteger(value, what, 0n, 2n ** 32n));
-}
-
-function isPlainObject(value: object): boolean {
-  const proto = Object.getPrototypeOf(value);
-  return proto === Object.prototype || proto === null;
 }
 
 function describe(value: unknown): string {
@@ -584,7 +580,7 @@ export function abortPayload(marker: AbortMarker): EncodedPayload {
 }
 
 function isWireMap(value: WirePayload | undefined): value is WireMap {
-  return typeof value === "object" && value !== null && !Array.isArray(value) && isPlainObject(value);
+  return !Array.isArray(value) && isPlainObject(value);
 }
 
 function plainJson(value: WireValue): unknown {
@@ -633,9 +629,7 @@ export function readAbortPayload(payloadType: string, payload: Uint8Array): Abor
     remedy: stringOrNull(remedy),
     exit_code: typeof exit_code === "number" ? exit_code : EXIT_FLOW_FAILED,
     disposition: stringOrNull(disposition),
-    context: typeof context === "object" && context !== null && !Array.isArray(context)
-      ? context as Record<string, unknown>
-      : {},
+    context: isRecord(context) ? context : {},
   };
   return { node, error };
 }

@@ -36,6 +36,8 @@
 import { ConfigError, OwnershipConflict, ResourceUnavailable, UnobservableState } from "../../core/errors.ts";
 import {
   type AcceleratorAllocationBackend,
+  type AllocationCapabilities,
+  allocationCapabilities,
   allocationRejections,
   type ClaimObservation,
   ClaimStatus,
@@ -63,7 +65,6 @@ import {
   type WorkloadBindings,
   type WorkloadRequest,
 } from "../allocation.ts";
-import { type AllocationCapabilities, allocationCapabilities } from "../capabilities.ts";
 import { type Clock, systemClock } from "../clock.ts";
 import { Barrier, barrier } from "../faults.ts";
 import type { ObservationLog } from "../observation.ts";

@@ -66,7 +66,9 @@
  * @module
  */
 
+import { requireCount, requireSeconds } from "../../core/checks.ts";
 import { ConfigError, IncompatibleProfile, ResourceUnavailable } from "../../core/errors.ts";
+import { DropReason } from "../../core/metrics.ts";
 import { ENVELOPE_VERSION } from "../../wire/codec.ts";
 import {
   type MessagingCapabilities,
@@ -127,6 +129,10 @@ import {
   unknown,
   type UnknownReason,
 } from "../outcomes.ts";
+import { ExpiringMap } from "./_expiring_map.ts";
+import { HeldAcceptance } from "./_held_acceptance.ts";
+import { Ring } from "./_ring.ts";
+import { SeqIndex } from "./_seq_index.ts";
 
 /** How many undelivered messages a core-only subscription's client queue holds before it drops (slow consumer). */
 export const DEFAULT_CLIENT_QUEUE_LIMIT = 64;
@@ -140,24 +146,6 @@ export const DEFAULT_ARCHIVE_HORIZON_SECONDS = 3600;
 export const DLQ_RETENTION_SECONDS = 7 * 24 * 3600;
 /** The control key whose committed value is the run's flow-wide stop: committing it wakes `subscribeControl`. */
 export const CONTROL_STOP_KEY = "stop";
-
-/** Drop reasons the model records (in the observation log's `reason` field). */
-export const DropReason = {
-  /** A full limits channel evicted the oldest message. */
-  evicted: "evicted",
-  /** The message outlived the channel's max age. */
-  maxAge: "max_age",
-  /** A newer message with the same partition key took the key's latest-value slot. */
-  superseded: "superseded",
-  /** A core-only client queue was full (slow consumer). */
-  slowConsumer: "slow_consumer",
-  /** A core-only delivery was handed back for a retry no core broker can make. */
-  noRedelivery: "no_redelivery",
-  /** Every consumer of the subscription was given up on ({@link MemoryMessagingBackend.abandon}). */
-  consumerGone: "consumer_gone",
-} as const;
-/** One of {@link DropReason}. */
-export type DropReason = typeof DropReason[keyof typeof DropReason];
 
 /** Counts one message `state` lost for `reason`; `unseen` when its consumer never had it (see unseenBy). */
 function countDrop(state: SubState, reason: DropReason, unseen = true): void {
@@ -216,354 +204,11 @@ function kindIndex(kind: SubscriptionKind | MessageKind): KindIndex {
   return kind === MessageKind.eos ? EOS : DATA;
 }
 
-/** How many dead items a queue may hold beyond twice its live ones before it is compacted. */
-const COMPACTION_SLACK = 64;
 /**
  * How far short of its instant a waiting receive's timer may fire and still count as on time: one tick of a
  * clock that keeps whole microseconds (FakeClock), whose timers round the instant they are armed for.
  */
 const WAKE_TOLERANCE_SECONDS = 1e-6;
-
-/** A growable circular FIFO: push and shift in O(1), no element moves on shift. */
-class Ring<T> {
-  #items: (T | undefined)[] = new Array(8);
-  #head = 0;
-  #length = 0;
-
-  get length(): number {
-    return this.#length;
-  }
-
-  push(item: T): void {
-    if (this.#length === this.#items.length) this.#grow();
-    this.#items[(this.#head + this.#length) & (this.#items.length - 1)] = item;
-    this.#length++;
-  }
-
-  peek(): T | undefined {
-    return this.#length === 0 ? undefined : this.#items[this.#head];
-  }
-
-  shift(): T | undefined {
-    if (this.#length === 0) return undefined;
-    const item = this.#items[this.#head];
-    this.#items[this.#head] = undefined;
-    this.#head = (this.#head + 1) & (this.#items.length - 1);
-    this.#length--;
-    return item;
-  }
-
-  toArray(): T[] {
-    const out: T[] = [];
-    for (let i = 0; i < this.#length; i++) {
-      out.push(this.#items[(this.#head + i) & (this.#items.length - 1)] as T);
-    }
-    return out;
-  }
-
-  /**
-   * Drops the items `live` refuses once they outnumber the live ones (`live` counted by the caller) by more
-   * than a small slack, keeping order. Each compaction is paid for by the dead items since the last one,
-   * so a queue whose head stays put while items behind it die never grows without bound.
-   */
-  compactBeyond(liveCount: number, live: (item: T) => boolean): void {
-    if (this.#length <= 2 * liveCount + COMPACTION_SLACK) return;
-    const kept = this.toArray().filter(live);
-    this.#items = new Array(Math.max(8, 2 ** Math.ceil(Math.log2(kept.length + 1))));
-    this.#head = 0;
-    this.#length = 0;
-    for (const item of kept) this.push(item);
-  }
-
-  #grow(): void {
-    const old = this.#items;
-    const next: (T | undefined)[] = new Array(old.length * 2);
-    for (let i = 0; i < this.#length; i++) next[i] = old[(this.#head + i) & (old.length - 1)];
-    this.#items = next;
-    this.#head = 0;
-  }
-}
-
-/**
- * Values by stream sequence, kept in sequence order in parallel arrays: adding a higher sequence is a
- * push, the oldest is at the head, and a lookup is a binary search (the head first, where settlements
- * usually land). Removed values leave holes that are compacted away once they outnumber the live ones,
- * so nothing is rehashed as a subscription's outstanding set fills and drains.
- */
-class SeqIndex<T> {
-  #seqs: number[] = [];
-  #values: (T | undefined)[] = [];
-  #head = 0;
-  #live = 0;
-
-  /** Adds `value` under `seq`, which is not present. */
-  set(seq: number, value: T): void {
-    const seqs = this.#seqs;
-    const last = seqs.length - 1;
-    this.#live++;
-    if (last < this.#head || seqs[last] < seq) {
-      seqs.push(seq);
-      this.#values.push(value);
-      return;
-    }
-    const at = this.#search(seq);
-    seqs.splice(at, 0, seq);
-    this.#values.splice(at, 0, value);
-  }
-
-  get(seq: number): T | undefined {
-    const at = this.#indexOf(seq);
-    return at < 0 ? undefined : this.#values[at];
-  }
-
-  delete(seq: number): void {
-    const at = this.#indexOf(seq);
-    if (at < 0 || this.#values[at] === undefined) return;
-    this.#values[at] = undefined;
-    this.#live--;
-    const values = this.#values;
-    let head = this.#head;
-    while (head < values.length && values[head] === undefined) head++;
-    this.#head = head;
-    const dead = values.length - head - this.#live;
-    if (head === values.length) {
-      this.#seqs = [];
-      this.#values = [];
-      this.#head = 0;
-    } else if (head + dead > this.#live + COMPACTION_SLACK) {
-      this.#compact();
-    }
-  }
-
-  /** The lowest sequence present. */
-  first(): number | undefined {
-    return this.#head < this.#seqs.length ? this.#seqs[this.#head] : undefined;
-  }
-
-  /** The values present, in sequence order. */
-  *values(): IterableIterator<T> {
-    for (let at = this.#head; at < this.#values.length; at++) {
-      const value = this.#values[at];
-      if (value !== undefined) yield value;
-    }
-  }
-
-  /** The index of `seq` among the live positions, or -1. */
-  #indexOf(seq: number): number {
-    if (this.#head < this.#seqs.length && this.#seqs[this.#head] === seq) return this.#head;
-    const at = this.#search(seq);
-    return at < this.#seqs.length && this.#seqs[at] === seq && this.#values[at] !== undefined ? at : -1;
-  }
-
-  /** The first index at or after the head whose sequence is not below `seq`. */
-  #search(seq: number): number {
-    const seqs = this.#seqs;
-    let low = this.#head;
-    let high = seqs.length;
-    while (low < high) {
-      const mid = (low + high) >>> 1;
-      if (seqs[mid] < seq) low = mid + 1;
-      else high = mid;
-    }
-    return low;
-  }
-
-  #compact(): void {
-    const seqs: number[] = [];
-    const values: T[] = [];
-    for (let at = this.#head; at < this.#values.length; at++) {
-      const value = this.#values[at];
-      if (value === undefined) continue;
-      seqs.push(this.#seqs[at]);
-      values.push(value);
-    }
-    this.#seqs = seqs;
-    this.#values = values;
-    this.#head = 0;
-  }
-}
-
-/** The fewest cells an {@link ExpiringMap}'s index table has (a power of two). */
-const MIN_CELLS = 16;
-/** Marks a removed entry in an {@link ExpiringMap}'s index table (an empty cell holds 0). */
-const REMOVED = -1;
-
-/** FNV-1a over a string's UTF-16 code units, folded to 30 bits (a small integer to V8). */
-function hashKey(key: string): number {
-  let hash = 0x811c9dc5;
-  for (let i = 0; i < key.length; i++) hash = Math.imul(hash ^ key.charCodeAt(i), 0x01000193);
-  return (hash ^ (hash >>> 15)) & 0x3fffffff;
-}
-
-/**
- * What an {@link ExpiringMap} charges one entry against its byte bound: the key's UTF-16 code units and the
- * fixed bookkeeping of an entry (its slots in the parallel arrays and its share of the index table).
- */
-function entryBytes(key: string): number {
-  return 2 * key.length + ENTRY_BOOKKEEPING_BYTES;
-}
-
-/** The fixed bytes an {@link ExpiringMap} entry costs besides its key (see {@link entryBytes}). */
-const ENTRY_BOOKKEEPING_BYTES = 64;
-
-/**
- * Keys remembered for a window of seconds and at most `maxBytes` (see {@link entryBytes}), pruned lazily
- * from the oldest: an entry the byte bound pushes out is forgotten as if its time had passed. A duplicate
- * window holds every
- * publication id of the last minutes, so this keeps them in its own open-addressing table rather than a
- * Map: entries lie in insertion order in parallel arrays (key, time, value), and an Int32Array indexes
- * them, each cell a pair (entry index + 1, or 0 empty, or {@link REMOVED}; the key's hash), so a lookup
- * compares hashes within one run of cells and reads a key only on a hash match, growing never rehashes a
- * string, and the collector scans no record per key. Pruning walks the entries from the oldest; an entry
- * a later `set` or a `delete` replaced is skipped when its turn comes. The table is rebuilt (dropping dead
- * entries) once its empty cells run low or its entries outnumber its cells.
- */
-class ExpiringMap<V> {
-  #keys: (string | undefined)[] = [];
-  /** Monotonic readings, non-decreasing: a plain array of doubles keeps them unboxed. */
-  #times: number[] = [];
-  #values: (V | undefined)[] = [];
-  /** Each entry's cell. */
-  #cells: number[] = [];
-  /** Index of the oldest entry not pruned yet. */
-  #head = 0;
-  /** Cell `c` is `[2c]` (entry index + 1, 0 or REMOVED) and `[2c + 1]` (its key's hash). */
-  #table = new Int32Array(2 * MIN_CELLS);
-  /** Cells not empty (live or removed). */
-  #used = 0;
-  #live = 0;
-  /** The last key hashed and its hash: a publish looks its id up, then inserts it. */
-  #hashed = "";
-  #hash = hashKey("");
-  /** What the entries from the oldest not pruned on take (superseded ones too: their keys are still held). */
-  #bytes = 0;
-
-  constructor(public seconds: number, readonly maxBytes = Infinity) {}
-
-  get(key: string, now: number): V | undefined {
-    const cell = this.#find(key, this.#hashOf(key));
-    if (cell < 0) return undefined;
-    const index = this.#table[2 * cell] - 1;
-    return now - this.#times[index] < this.seconds ? this.#values[index] : undefined;
-  }
-
-  set(key: string, value: V, now: number): void {
-    if (this.seconds <= 0) return;
-    this.#prune(now);
-    const bytes = entryBytes(key);
-    while (this.#head < this.#keys.length && this.#bytes + bytes > this.maxBytes) this.#dropOldest();
-    if ((this.#used + 1) * 4 > this.#table.length || this.#keys.length * 2 >= this.#table.length) {
-      this.#rebuild();
-    }
-    const hash = this.#hashOf(key);
-    let cell = this.#find(key, hash);
-    if (cell < 0) {
-      cell = -cell - 1;
-      if (this.#table[2 * cell] === 0) this.#used++;
-      this.#table[2 * cell + 1] = hash;
-      this.#live++;
-    }
-    this.#table[2 * cell] = this.#keys.length + 1;
-    this.#keys.push(key);
-    this.#times.push(now);
-    this.#values.push(value);
-    this.#cells.push(cell);
-    this.#bytes += bytes;
-  }
-
-  delete(key: string): void {
-    if (this.#live === 0) return;
-    const cell = this.#find(key, this.#hashOf(key));
-    if (cell < 0) return;
-    this.#table[2 * cell] = REMOVED;
-    this.#live--;
-  }
-
-  #hashOf(key: string): number {
-    if (key !== this.#hashed) {
-      this.#hashed = key;
-      this.#hash = hashKey(key);
-    }
-    return this.#hash;
-  }
-
-  /** The cell holding `key`, or `-(cell + 1)` for the cell where it would go. */
-  #find(key: string, hash: number): number {
-    const table = this.#table;
-    const mask = (table.length >> 1) - 1;
-    let free = -1;
-    for (let cell = hash & mask;; cell = (cell + 1) & mask) {
-      const slot = table[2 * cell];
-      if (slot === 0) return -((free < 0 ? cell : free) + 1);
-      if (slot === REMOVED) {
-        if (free < 0) free = cell;
-      } else if (table[2 * cell + 1] === hash && this.#keys[slot - 1] === key) {
-        return cell;
-      }
-    }
-  }
-
-  #prune(now: number): void {
-    const times = this.#times;
-    while (this.#head < times.length && now - times[this.#head] >= this.seconds) this.#dropOldest();
-  }
-
-  /** Forgets the oldest entry not pruned yet (a no-op on its cell when a later `set` or `delete` replaced it). */
-  #dropOldest(): void {
-    const head = this.#head;
-    const cell = this.#cells[head];
-    if (this.#table[2 * cell] === head + 1) {
-      this.#table[2 * cell] = REMOVED;
-      this.#live--;
-    }
-    this.#bytes -= entryBytes(this.#keys[head] as string);
-    this.#keys[head] = undefined;
-    this.#values[head] = undefined;
-    this.#head = head + 1;
-  }
-
-  /**
-   * Keeps only the live entries, in order (moved down in place), indexed in a new table of at least four
-   * cells per entry.
-   */
-  #rebuild(): void {
-    const old = this.#table;
-    const keys = this.#keys;
-    const times = this.#times;
-    const values = this.#values;
-    const cells = this.#cells;
-    let size = MIN_CELLS;
-    while (size < (this.#live + 1) * 4) size *= 2;
-    const table = new Int32Array(2 * size);
-    const mask = size - 1;
-    let to = 0;
-    let bytes = 0;
-    for (let index = this.#head; index < keys.length; index++) {
-      const from = cells[index];
-      if (old[2 * from] !== index + 1) continue;
-      bytes += entryBytes(keys[index] as string);
-      const hash = old[2 * from + 1];
-      let cell = hash & mask;
-      while (table[2 * cell] !== 0) cell = (cell + 1) & mask;
-      table[2 * cell] = to + 1;
-      table[2 * cell + 1] = hash;
-      if (to !== index) {
-        keys[to] = keys[index];
-        times[to] = times[index];
-        values[to] = values[index];
-      }
-      cells[to++] = cell;
-    }
-    keys.length = to;
-    times.length = to;
-    values.length = to;
-    cells.length = to;
-    this.#head = 0;
-    this.#table = table;
-    this.#used = to;
-    this.#bytes = bytes;
-  }
-}
 
 /**
  * A channel's (or the DLQ's) duplicate window: stored ids, and ids whose publication ended unknown, each
@@ -739,11 +384,6 @@ class SubState {
   }
 }
 
-interface Held {
-  readonly envelope: Envelope;
-  readonly resolve: (outcome: PublicationOutcome) => void;
-}
-
 class ChannelState {
   removed = false;
   nextSeq = 1;
@@ -755,8 +395,7 @@ class ChannelState {
   readonly subs = new Map<string, SubState>();
   /** Per kind: the subscriptions a new message of that kind is handed to. */
   fanout: [SubState[], SubState[]] = [[], []];
-  paused = false;
-  held: Held[] = [];
+  readonly acceptance = new HeldAcceptance();
   rejected = 0;
 
   constructor(public spec: ChannelSpec, readonly key: string, dedupSeconds: number, dedupBytes: number) {
@@ -812,13 +451,6 @@ class DeadLetterStore {
 }
 
 const NO_DELIVERIES: readonly Delivery[] = Object.freeze([]);
-
-function requireCount(value: number, what: string): number {
-  if (!Number.isSafeInteger(value) || value < 1) {
-    throw new ConfigError(`${what} must be an integer of at least 1, got ${value}`);
-  }
-  return value;
-}
 
 function requireDeadline(deadline: number): number {
   if (Number.isNaN(deadline)) throw new ConfigError("a deadline must be a monotonic reading, got NaN");
@@ -878,38 +510,36 @@ export class MemoryMessagingBackend implements MessagingBackend {
     this.#core = options.coreOnly ?? false;
     this.#latestPerKey = options.latestPerKey ?? false;
     this.#durableControl = options.durableControl ?? false;
-    this.#dedupSeconds = this.#nonNegative(
+    this.#dedupSeconds = requireSeconds(
       options.dedupWindowSeconds ?? DEFAULT_DEDUP_WINDOW_SECONDS,
       "dedupWindowSeconds",
     );
     const dedupBytes = options.dedupWindowBytes ?? null;
-    this.#dedupBytes = dedupBytes === null ? Infinity : requireCount(dedupBytes, "dedupWindowBytes");
-    this.#replicationFactor = requireCount(options.replicationFactor ?? 1, "replicationFactor");
+    this.#dedupBytes = dedupBytes === null ? Infinity : requireCount(dedupBytes, "dedupWindowBytes", 1);
+    this.#replicationFactor = requireCount(options.replicationFactor ?? 1, "replicationFactor", 1);
     this.#persistent = options.persistent ?? false;
-    this.#maxPayload = requireCount(options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES, "maxPayloadBytes");
+    this.#maxPayload = requireCount(
+      options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES,
+      "maxPayloadBytes",
+      1,
+    );
     this.#mixedRetention = options.mixedRetention ?? false;
     this.#clientQueueLimit = requireCount(
       options.clientQueueLimit ?? DEFAULT_CLIENT_QUEUE_LIMIT,
       "clientQueueLimit",
+      1,
     );
     const budget = options.byteBudget ?? null;
-    this.#byteBudget = budget === null ? null : requireCount(budget, "byteBudget");
+    this.#byteBudget = budget === null ? null : requireCount(budget, "byteBudget", 1);
     this.#log = options.log ?? null;
     this.#archive = options.archive
       ? new ExpiringMap(
-        this.#nonNegative(
+        requireSeconds(
           options.archiveHorizonSeconds ?? DEFAULT_ARCHIVE_HORIZON_SECONDS,
           "archiveHorizonSeconds",
         ),
       )
       : null;
-  }
-
-  #nonNegative(value: number, what: string): number {
-    if (!Number.isFinite(value) || value < 0) {
-      throw new ConfigError(`${what} must be a finite, non-negative number of seconds, got ${value}`);
-    }
-    return value;
   }
 
   // ---- the contract -------------------------------------------------------------------------------
@@ -1055,7 +685,9 @@ export class MemoryMessagingBackend implements MessagingBackend {
       return rejected(envelope.publicationId, "the deadline had passed: nothing was sent", true);
     }
     const dlq = envelope.kind === MessageKind.dlq;
-    if (faultsInstalled() || (!dlq && this.#channelOf(envelope.channel)?.paused === true)) return null;
+    if (faultsInstalled() || (!dlq && this.#channelOf(envelope.channel)?.acceptance.paused === true)) {
+      return null;
+    }
     return dlq ? this.#storeDeadLetter(envelope, now) : this.#store(envelope, now);
   }
 
@@ -1344,7 +976,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
     this.#shutDown = true;
     for (const waiter of [...this.#waiting]) this.#finishWaiter(waiter, NO_DELIVERIES);
     for (const ch of this.#channels.values()) {
-      for (const publication of ch.held) {
+      for (const publication of ch.acceptance.held) {
         publication.resolve(
           publicationUnknown(publication.envelope.publicationId, "the backend was shut down"),
         );
@@ -1400,33 +1032,19 @@ export class MemoryMessagingBackend implements MessagingBackend {
 
   /** Holds every later publication to `channel` until {@link resumeAcceptance} or {@link cancelPublication}. */
   pauseAcceptance(channel: ChannelId): void {
-    this.#requireChannel(channel).paused = true;
+    this.#requireChannel(channel).acceptance.pause();
   }
 
   /** Stores every held publication (late acceptance) in order and returns their outcomes. */
   resumeAcceptance(channel: ChannelId): PublicationOutcome[] {
-    const ch = this.#requireChannel(channel);
-    ch.paused = false;
-    const held = ch.held;
-    ch.held = [];
+    const acceptance = this.#requireChannel(channel).acceptance;
     const now = this.#clock.monotonic();
-    return held.map((publication) => {
-      const outcome = this.#store(publication.envelope, now);
-      publication.resolve(outcome);
-      return outcome;
-    });
+    return acceptance.resume((envelope) => this.#store(envelope, now));
   }
 
   /** Definitely cancels a held publication (its publisher, if still waiting, gets Rejected). False when none was held. */
   cancelPublication(channel: ChannelId, publicationId: string): boolean {
-    const ch = this.#requireChannel(channel);
-    const index = ch.held.findIndex((publication) => publication.envelope.publicationId === publicationId);
-    if (index < 0) return false;
-    const [publication] = ch.held.splice(index, 1);
-    publication.resolve(
-      rejected(publicationId, "the held publication was cancelled before it was stored", true),
-    );
-    return true;
+    return this.#requireChannel(channel).acceptance.cancel(publicationId);
   }
 
   /** Makes the subscription's observations Unknown(`reason`) until called with null. */
@@ -1569,8 +1187,8 @@ export class MemoryMessagingBackend implements MessagingBackend {
       outcome = this.#storeDeadLetter(envelope, this.#clock.monotonic());
     } else {
       const ch = this.#channelOf(envelope.channel);
-      outcome = ch !== undefined && ch.paused
-        ? await new Promise<PublicationOutcome>((resolve) => ch.held.push({ envelope, resolve }))
+      outcome = ch !== undefined && ch.acceptance.paused
+        ? await ch.acceptance.hold(envelope)
         : this.#store(envelope, this.#clock.monotonic());
     }
     if (outcome.kind !== "accepted" || !faultsInstalled()) return outcome;
@@ -1595,7 +1213,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
     const dlq = envelope.kind === MessageKind.dlq;
     const ch = dlq ? undefined : this.#channelOf(envelope.channel);
     const window = dlq ? this.#deadLetters.get(envelope.channel.flowId)?.dedup : ch?.dedup;
-    if (ch?.held.some((publication) => publication.envelope.publicationId === id)) {
+    if (ch?.acceptance.holds(id)) {
       return publicationUnknown(id, "the broker still holds it: acceptance is paused");
     }
     const seq = window?.stored.get(id, now);
@@ -1827,8 +1445,8 @@ export class MemoryMessagingBackend implements MessagingBackend {
     byteCredit: number,
     deadline: number,
   ): Promise<readonly Delivery[]> {
-    requireCount(itemCredit, "a receive's item credit");
-    requireCount(byteCredit, "a receive's byte credit");
+    requireCount(itemCredit, "a receive's item credit", 1);
+    requireCount(byteCredit, "a receive's byte credit", 1);
     requireDeadline(deadline);
     const now = this.#clock.monotonic();
     const deliveries = this.#take(subs, itemCredit, byteCredit, now);
@@ -2284,9 +1902,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
       }
       for (const waiter of [...state.waiters]) this.#finishWaiter(waiter, NO_DELIVERIES);
     }
-    const held = ch.held;
-    ch.held = [];
-    for (const publication of held) {
+    for (const publication of ch.acceptance.take()) {
       const id = publication.envelope.publicationId;
       publication.resolve(rejected(id, "the channel was removed before the publication was stored", false));
     }

@@ -12,8 +12,8 @@ import {
   MemoryMessagingBackend,
 } from "../../../src/backends/memory/messaging.ts";
 import { EmbeddedBroker } from "../../../src/engines/embedded_broker.ts";
-import { EmbeddedMessagingBackend } from "../../../src/messaging/embedded_backend.ts";
-import { EmbeddedConnection } from "../../../src/runtime/embedded_rpc.ts";
+import { EmbeddedMessagingBackend } from "../../../src/embedded/messaging_backend.ts";
+import { EmbeddedConnection } from "../../../src/embedded/rpc.ts";
 import { messagingScenarios } from "./scenarios.ts";
 
 messagingScenarios({

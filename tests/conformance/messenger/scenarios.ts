@@ -11,6 +11,7 @@
  * @module
  */
 
+import { DropReason } from "../../../src/core/metrics.ts";
 import assert from "node:assert/strict";
 import {
   Barrier,
@@ -36,11 +37,7 @@ import { DeviceError, PoisonMessage, TransientFailure, UpstreamAborted } from ".
 import type { InputEntry, InputGroup } from "../../../src/core/messenger.ts";
 import { PartitionKeyPolicy } from "../../../src/core/partition_key_policy.ts";
 import type { EnvelopeEntry } from "../../../src/messaging/grouping.ts";
-import {
-  type BrokerMessenger,
-  DeadLetterHeader,
-  MessengerDropReason,
-} from "../../../src/messaging/messenger.ts";
+import { type BrokerMessenger, DeadLetterHeader } from "../../../src/messaging/messenger.ts";
 import { dataSubscriptionId } from "../../../src/messaging/topology.ts";
 import {
   createEnvelope,
@@ -607,7 +604,7 @@ const STORIES: readonly Story[] = [
         assert.ok(
           letters.every((e) => e.headers[DeadLetterHeader.error].startsWith("VF_POISON_PARTITION_KEY:")),
         );
-        assert.deepEqual(r0.takeDrops(), { [MessengerDropReason.partitionKey]: 2 });
+        assert.deepEqual(r0.takeDrops(), { [DropReason.partitionKey]: 2 });
         assert.deepEqual(r1.takeDrops(), {});
       }),
   ],
@@ -669,7 +666,7 @@ const STORIES: readonly Story[] = [
           letter.headers[DeadLetterHeader.error],
           /^VF_POISON_DECODE: payload vf-blob-\w+ is missing/,
         );
-        assert.deepEqual(det.takeDrops(), { [MessengerDropReason.undecodable]: 1 });
+        assert.deepEqual(det.takeDrops(), { [DropReason.undecodable]: 1 });
         await flow.drive(det.quiesce());
         await flow.drive(waiting);
       }),

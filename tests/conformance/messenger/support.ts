@@ -26,11 +26,11 @@ import { JoinPolicy } from "../../../src/core/join_policy.ts";
 import type { InputGroup } from "../../../src/core/messenger.ts";
 import type { JsonObject } from "../../../src/core/node.ts";
 import { EmbeddedBroker } from "../../../src/engines/embedded_broker.ts";
-import { EmbeddedMessagingBackend } from "../../../src/messaging/embedded_backend.ts";
+import { EmbeddedMessagingBackend } from "../../../src/embedded/messaging_backend.ts";
 import { BrokerMessenger, type MessengerOptions } from "../../../src/messaging/messenger.ts";
 import { flowTopology, provisionFlow, type TopologyNode } from "../../../src/messaging/topology.ts";
-import { EmbeddedPayloadStore } from "../../../src/runtime/embedded_payload.ts";
-import { EmbeddedConnection } from "../../../src/runtime/embedded_rpc.ts";
+import { EmbeddedPayloadStore } from "../../../src/embedded/payload_store.ts";
+import { EmbeddedConnection } from "../../../src/embedded/rpc.ts";
 import { FileRuntimeStore } from "../../../src/runtime/file_store.ts";
 
 export const FLOW = "flow-A";

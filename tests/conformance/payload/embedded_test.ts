@@ -9,8 +9,8 @@
 import { FakeClock } from "../../../src/backends/memory/clock.ts";
 import { DEFAULT_ORPHAN_GRACE_SECONDS, MemoryPayloadStore } from "../../../src/backends/memory/payload.ts";
 import { EmbeddedBroker } from "../../../src/engines/embedded_broker.ts";
-import { EmbeddedPayloadStore } from "../../../src/runtime/embedded_payload.ts";
-import { EmbeddedConnection } from "../../../src/runtime/embedded_rpc.ts";
+import { EmbeddedPayloadStore } from "../../../src/embedded/payload_store.ts";
+import { EmbeddedConnection } from "../../../src/embedded/rpc.ts";
 import { payloadScenarios } from "./scenarios.ts";
 
 payloadScenarios({

@@ -8,8 +8,8 @@
  */
 
 import { EmbeddedBroker } from "../../../src/engines/embedded_broker.ts";
-import { EmbeddedConnection } from "../../../src/runtime/embedded_rpc.ts";
-import { EmbeddedRuntimeStore } from "../../../src/runtime/embedded_runtime_store.ts";
+import { EmbeddedConnection } from "../../../src/embedded/rpc.ts";
+import { EmbeddedRuntimeStore } from "../../../src/embedded/runtime_store.ts";
 import { FileRuntimeStore } from "../../../src/runtime/file_store.ts";
 import { runtimeScenarios } from "./scenarios.ts";
 

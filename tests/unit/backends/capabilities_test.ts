@@ -12,8 +12,6 @@ import {
 import {
   ADMISSION_TIMEOUT_ENV,
   admissionTimeoutFromEnv,
-  type AllocationCapabilities,
-  allocationCapabilities,
   combinedLimit,
   type Composition,
   defaultRequirements,
@@ -39,6 +37,7 @@ import {
   runtimeCapabilities,
   UnobservableComposition,
 } from "../../../src/backends/capabilities.ts";
+import { type AllocationCapabilities, allocationCapabilities } from "../../../src/backends/allocation.ts";
 import { FakeClock } from "../../../src/backends/memory/clock.ts";
 import { MemoryRuntimeStore } from "../../../src/backends/memory/runtime_store.ts";
 import { known, unknown } from "../../../src/backends/outcomes.ts";

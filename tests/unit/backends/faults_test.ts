@@ -76,7 +76,7 @@ Deno.test("with nothing installed a barrier returns one shared resolved promise 
 
 Deno.test("an unknown barrier name is refused by the schedule and by an installed-path call", async () => {
   assert.throws(() => new FaultSchedule({ "payload.write.sideways": crash() }), UnknownBarrier);
-  using _schedule = inProcess({ [PUBLISH]: dropResponse() });
+  using _schedule = inProcess({});
   await assert.rejects(barrier("no.such.barrier" as Barrier), UnknownBarrier);
   assert.throws(() => barrierSync("no.such.barrier" as Barrier), UnknownBarrier);
 });
@@ -160,14 +160,16 @@ Deno.test("a Pause nobody releases fails with PauseTimeout instead of hanging", 
 
 Deno.test("a Pause is released by the marker file another process writes", async () => {
   const markerDir = await Deno.makeTempDir();
-  using _schedule = inProcess({ [PUBLISH]: pause("gate") }, markerDir);
-  let passed = false;
-  const held = barrier(PUBLISH).then(() => passed = true);
-  await new Promise((resolve) => setTimeout(resolve, 30));
-  assert.equal(passed, false);
-  await Deno.writeFile(`${markerDir}/gate.release`, new Uint8Array());
-  await held;
-  assert.equal(passed, true);
+  {
+    using _schedule = inProcess({ [PUBLISH]: pause("gate") }, markerDir);
+    let passed = false;
+    const held = barrier(PUBLISH).then(() => passed = true);
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    assert.equal(passed, false);
+    await Deno.writeFile(`${markerDir}/gate.release`, new Uint8Array());
+    await held;
+    assert.equal(passed, true);
+  }
   await Deno.remove(markerDir, { recursive: true });
 });
 
@@ -211,8 +213,27 @@ Deno.test("unfired() names each scheduled fault that never applied, and assertAl
 });
 
 Deno.test("untilFired reports a barrier that is never reached as an invalid test", async () => {
-  using schedule = inProcess({ [PUBLISH]: crash() });
+  const schedule = inProcess({ [PUBLISH]: crash() });
   await assert.rejects(schedule.untilFired(PUBLISH, 1, 0.03), InvalidTest);
+  schedule.uninstall();
+});
+
+Deno.test("leaving the scope of a schedule whose fault never fired fails it with InvalidTest, uninstalled", () => {
+  const schedule = inProcess({ [PUBLISH]: crash(), [SETTLED]: dropResponse() });
+  assert.equal(barrierSync(SETTLED).dropResponse, true);
+  assert.throws(
+    () => {
+      using _scope = schedule;
+    },
+    (e) => e instanceof InvalidTest && e.unfired.join() === PUBLISH,
+  );
+  assert.equal(installed(), null);
+  {
+    using fired = inProcess({ [SETTLED]: dropResponse() });
+    barrierSync(SETTLED);
+    assert.deepEqual(fired.unfired(), []);
+  }
+  assert.equal(installed(), null, "a schedule whose faults all fired leaves its scope quietly");
 });
 
 Deno.test("one schedule at a time: a second install is refused until the first is uninstalled", () => {
@@ -283,11 +304,13 @@ Deno.test("hits through a shared marker dir are numbered across schedules, so Nt
   const elsewhere = new FaultSchedule(actions, { markerDir });
   assert.deepEqual(elsewhere.hitSync(SETTLED), NOT_FIRED);
   assert.deepEqual(elsewhere.hitSync(SETTLED), NOT_FIRED);
-  using here = inProcess(actions, markerDir);
-  assert.deepEqual(await barrier(SETTLED), { fired: true, dropResponse: true }, "the third hit overall");
-  assert.deepEqual(here.fired(), { [SETTLED]: 3 });
-  assert.deepEqual(elsewhere.fired(), { [SETTLED]: 3 });
-  assert.deepEqual(here.unfired(), []);
+  {
+    using here = inProcess(actions, markerDir);
+    assert.deepEqual(await barrier(SETTLED), { fired: true, dropResponse: true }, "the third hit overall");
+    assert.deepEqual(here.fired(), { [SETTLED]: 3 });
+    assert.deepEqual(elsewhere.fired(), { [SETTLED]: 3 });
+    assert.deepEqual(here.unfired(), []);
+  }
   await Deno.remove(markerDir, { recursive: true });
 });
 

@@ -10,6 +10,8 @@ import {
   UnobservableState,
 } from "../../../src/core/errors.ts";
 import {
+  type AllocationCapabilities,
+  allocationCapabilities,
   allocationRejections,
   classifyNode,
   constraint,
@@ -28,7 +30,6 @@ import {
   workloadRequest,
   type WorkloadRequestInit,
 } from "../../../src/backends/allocation.ts";
-import { type AllocationCapabilities, allocationCapabilities } from "../../../src/backends/capabilities.ts";
 import { Barrier, FaultSchedule, nth, pause } from "../../../src/backends/faults.ts";
 import {
   AllocationAuthority,

@@ -7,6 +7,7 @@
  * @module
  */
 
+import { DropReason } from "../../../src/core/metrics.ts";
 import assert from "node:assert/strict";
 import { ConfigError, IncompatibleProfile, ResourceUnavailable } from "../../../src/core/errors.ts";
 import type { Retention } from "../../../src/backends/capabilities.ts";
@@ -16,7 +17,6 @@ import type { TimerHandle } from "../../../src/backends/clock.ts";
 import { FakeClock } from "../../../src/backends/memory/clock.ts";
 import {
   CONTROL_STOP_KEY,
-  DropReason,
   makeChannel,
   type MakeChannelOptions,
   makeEnvelope,

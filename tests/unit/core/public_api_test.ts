@@ -1,14 +1,16 @@
 /**
- * mod.ts is what a user or another runtime imports: these tests drive the compile → worker rebuild path
- * and the wire identities through it alone, so an export dropped from mod.ts fails here.
+ * mod.ts is what a user imports and src/internal.ts what another runtime does: these tests drive the
+ * compile → worker rebuild path and the wire identities through internal.ts alone, so an export dropped
+ * from it fails here, and check that mod.ts keeps to a user's surface.
  */
 import assert from "node:assert/strict";
-import * as api from "../../../mod.ts";
+import * as user from "../../../mod.ts";
+import * as api from "../../../src/internal.ts";
 import * as squares from "../../fixtures/flows/squares.ts";
 
 const SQUARES_URL = new URL("../../fixtures/flows/squares.ts", import.meta.url).href;
 
-Deno.test("mod.ts exports the compiler's side documents, spec reading and node rebuilding", () => {
+Deno.test("internal.ts exports the compiler's side documents, spec reading and node rebuilding", () => {
   const names = [
     "batchingPolicies",
     "compileToDict",
@@ -23,10 +25,10 @@ Deno.test("mod.ts exports the compiler's side documents, spec reading and node r
     "sinkGuarantees",
     "specsFromDicts",
   ] as const;
-  for (const name of names) assert.equal(typeof api[name], "function", `mod.ts exports ${name}`);
+  for (const name of names) assert.equal(typeof api[name], "function", `internal.ts exports ${name}`);
 });
 
-Deno.test("a flow compiled through mod.ts is rebuilt node by node from its JSON specs alone", async () => {
+Deno.test("a flow compiled through internal.ts is rebuilt node by node from its JSON specs alone", async () => {
   const modules = new api.ModuleIndex().add(SQUARES_URL, squares);
   const doc = api.compileToDict(squares.default, { modules });
   const specs = api.specsFromDicts(JSON.parse(JSON.stringify(doc.specs)));
@@ -45,7 +47,7 @@ Deno.test("a flow compiled through mod.ts is rebuilt node by node from its JSON 
   assert.deepEqual(api.nodePermissions(squares.default), {});
 });
 
-Deno.test("the wire identities through mod.ts match WIRE.md's examples and each other", () => {
+Deno.test("the wire identities through internal.ts match WIRE.md's examples and each other", () => {
   assert.equal(
     api.deriveMessageId("flow-A", "run-1", "cam", "cam:1", 1, api.MsgType.data),
     "745708c2eeaf98a60fdbebafe1d04eff",
@@ -75,4 +77,21 @@ Deno.test("the wire identities through mod.ts match WIRE.md's examples and each 
     seq: 1,
     eventTs: null,
   });
+});
+
+Deno.test("mod.ts exports what a user builds and runs flows with; internal.ts re-exports it and the rest", () => {
+  for (
+    const name of ["Flow", "ProducerNode", "ProcessorNode", "ConsumerNode", "END", "runLocal", "validate"]
+  ) {
+    assert.ok(name in user, `mod.ts exports ${name}`);
+  }
+  for (
+    const name of ["encodeEnvelope", "rebuildNode", "compileFlow", "openRuntimeStore", "deriveMessageId"]
+  ) {
+    assert.ok(!(name in user), `${name} is internal`);
+    assert.ok(name in api, `internal.ts exports ${name}`);
+  }
+  for (const [name, value] of Object.entries(user)) {
+    assert.equal((api as Record<string, unknown>)[name], value, `internal.ts re-exports ${name}`);
+  }
 });

@@ -1,3 +1,4 @@
+import { Metric } from "../../../src/core/metrics.ts";
 import assert from "node:assert/strict";
 import { FakeClock } from "../../../src/backends/memory/clock.ts";
 import { MemoryRuntimeStore } from "../../../src/backends/memory/runtime_store.ts";
@@ -47,13 +48,11 @@ import {
   ProcessorTask,
   ProducerTask,
   SIGTERM_EXIT_CODE,
-  TaskDropReason,
   TaskEnd,
-  TaskMetric,
   type TaskOutcome,
   type TaskWatchdog,
 } from "../../../src/core/task.ts";
-import { DropReason, HealthState, Metric } from "../../../src/runtime/health.ts";
+import { HealthState } from "../../../src/runtime/health.ts";
 import { idempotencyKey, LedgerIdempotencyStore } from "../../../src/runtime/idempotency.ts";
 import { WireDouble } from "../../../src/wire/value.ts";
 import { SeededRandom, testSeed } from "../../support/random.ts";
@@ -1075,14 +1074,6 @@ Deno.test("the watchdog runs from after open() to the end; readiness and metrics
   assert.equal(health.counter(Metric.published), 2);
   assert.equal(health.histogram(Metric.proctime)?.at(-1), 2);
   assert.equal(health.histogram(Metric.actualProctime)?.at(-1), 2);
-});
-
-Deno.test("the task's metric names and drop reasons are the health module's", () => {
-  for (const [key, name] of Object.entries(TaskMetric)) {
-    assert.equal(Metric[key as keyof typeof Metric], name, key);
-  }
-  assert.equal(TaskDropReason.poison, DropReason.poison);
-  assert.equal(TaskDropReason.bestEffort, DropReason.bestEffort);
 });
 
 Deno.test("createTask picks the task of the node's kind and refuses a receiver without parents", () => {

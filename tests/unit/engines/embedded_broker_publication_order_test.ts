@@ -29,8 +29,8 @@ import {
 } from "../../../src/backends/messaging.ts";
 import type { PublicationOutcome } from "../../../src/backends/outcomes.ts";
 import { EmbeddedBroker } from "../../../src/engines/embedded_broker.ts";
-import { EmbeddedMessagingBackend } from "../../../src/messaging/embedded_backend.ts";
-import { EmbeddedConnection } from "../../../src/runtime/embedded_rpc.ts";
+import { EmbeddedMessagingBackend } from "../../../src/embedded/messaging_backend.ts";
+import { EmbeddedConnection } from "../../../src/embedded/rpc.ts";
 
 const CAM = channelId("flow-A", "run-1", "cam");
 const MIC = channelId("flow-A", "run-1", "mic");

@@ -40,8 +40,8 @@ import {
 import { retentionContract } from "../../../src/backends/payload.ts";
 import { MemoryRuntimeStore } from "../../../src/backends/memory/runtime_store.ts";
 import { EmbeddedBroker } from "../../../src/engines/embedded_broker.ts";
-import { EmbeddedMessagingBackend } from "../../../src/messaging/embedded_backend.ts";
-import { EmbeddedPayloadStore } from "../../../src/runtime/embedded_payload.ts";
+import { EmbeddedMessagingBackend } from "../../../src/embedded/messaging_backend.ts";
+import { EmbeddedPayloadStore } from "../../../src/embedded/payload_store.ts";
 import {
   EMBEDDED_BROKER_ENV,
   EMBEDDED_BROKER_SECRET_ENV,
@@ -51,8 +51,8 @@ import {
   PACK_LIMIT,
   portLink,
   spansBuffer,
-} from "../../../src/runtime/embedded_rpc.ts";
-import { EmbeddedRuntimeStore } from "../../../src/runtime/embedded_runtime_store.ts";
+} from "../../../src/embedded/rpc.ts";
+import { EmbeddedRuntimeStore } from "../../../src/embedded/runtime_store.ts";
 
 const REPO = new URL("../../../", import.meta.url);
 const BIG = 1 << 30;
@@ -158,10 +158,10 @@ async function client(broker: EmbeddedBroker, label: string, clock: FakeClock) {
 function clientModule(): string {
   const at = (path: string) => JSON.stringify(new URL(path, REPO).href);
   return `
-import { EmbeddedConnection } from ${at("src/runtime/embedded_rpc.ts")};
-import { EmbeddedMessagingBackend } from ${at("src/messaging/embedded_backend.ts")};
-import { EmbeddedPayloadStore } from ${at("src/runtime/embedded_payload.ts")};
-import { EmbeddedRuntimeStore } from ${at("src/runtime/embedded_runtime_store.ts")};
+import { EmbeddedConnection } from ${at("src/embedded/rpc.ts")};
+import { EmbeddedMessagingBackend } from ${at("src/embedded/messaging_backend.ts")};
+import { EmbeddedPayloadStore } from ${at("src/embedded/payload_store.ts")};
+import { EmbeddedRuntimeStore } from ${at("src/embedded/runtime_store.ts")};
 import { channelId, completed, envelope, retry, subscriptionId } from ${at("src/backends/messaging.ts")};
 import { retentionContract } from ${at("src/backends/payload.ts")};
 import { systemClock } from ${at("src/backends/clock.ts")};
@@ -231,9 +231,7 @@ Deno.test("a Deno Worker reaches the broker, payload store and ledger over a tra
   const { broker } = await provisioned(undefined);
   const largeBodies = watchLargeBodies(broker);
   const source = `${clientModule()}
-import { EmbeddedConnection as Connect } from ${
-    JSON.stringify(new URL("src/runtime/embedded_rpc.ts", REPO).href)
-  };
+import { EmbeddedConnection as Connect } from ${JSON.stringify(new URL("src/embedded/rpc.ts", REPO).href)};
 self.onmessage = async (event) => {
   const report = await exercise(await Connect.connect(event.data, { label: "worker" }));
   self.postMessage(report);

@@ -1,3 +1,4 @@
+import { DropReason } from "../../../src/core/metrics.ts";
 import assert from "node:assert/strict";
 import { systemClock } from "../../../src/backends/clock.ts";
 import { MemoryRuntimeStore } from "../../../src/backends/memory/runtime_store.ts";
@@ -24,7 +25,6 @@ import { StopReason } from "../../../src/core/messenger.ts";
 import {
   DeadLetterHeader,
   DEFAULT_IN_FLIGHT,
-  MessengerDropReason,
   RECEIVED_LINGER_SECONDS,
 } from "../../../src/messaging/messenger.ts";
 import { dataSubscriptionId } from "../../../src/messaging/topology.ts";
@@ -351,7 +351,7 @@ Deno.test("a transient failure is retried with backoff, then dead-lettered as ex
       await flow.drive(det.failInputs(new TransientFailure("the model server timed out")));
     }
     assert.deepEqual(retriedAt.slice(1).map((t, i) => Math.round(t - retriedAt[i])), [2, 4, 8]);
-    assert.deepEqual(det.takeDrops(), { [MessengerDropReason.exhausted]: 1 });
+    assert.deepEqual(det.takeDrops(), { [DropReason.exhausted]: 1 });
     const letters = broker(flow).stored(channelId(FLOW, RUN, "det")).filter((e) =>
       e.kind === MessageKind.dlq
     );
@@ -546,7 +546,7 @@ Deno.test("bytes that do not decode never reach the node: replica 0 of a partiti
     await flow.drive(cam.publishStopSignal());
     const [seen0, seen1] = await Promise.all([consume(flow, r0), consume(flow, r1)]);
     assert.deepEqual([seen0.groups, seen1.groups], [[], []]);
-    assert.deepEqual(r0.takeDrops(), { [MessengerDropReason.undecodable]: 1 });
+    assert.deepEqual(r0.takeDrops(), { [DropReason.undecodable]: 1 });
     assert.deepEqual(r1.takeDrops(), {});
     const letters = broker(flow).stored(channelId(FLOW, RUN, "det")).filter((e) =>
       e.kind === MessageKind.dlq
@@ -1017,7 +1017,7 @@ Deno.test("a delivery the messenger settles itself (an undecodable one) does not
       1,
       "the good item, after the bad one",
     );
-    assert.deepEqual(det.takeDrops(), { [MessengerDropReason.undecodable]: 1 });
+    assert.deepEqual(det.takeDrops(), { [DropReason.undecodable]: 1 });
     assert.ok(store.receivedWrites >= 1, "the received ids were noted");
     assert.ok(
       flow.clock.monotonic() - startedAt < RECEIVED_LINGER_SECONDS,

@@ -1,12 +1,11 @@
+import { DropReason, Metric } from "../../../src/core/metrics.ts";
 import assert from "node:assert/strict";
 import {
   DEFAULT_HEALTH_PORT,
-  DropReason,
   healthPortFromEnv,
   HealthServer,
   HealthState,
   LATENCY_BUCKETS_SECONDS,
-  Metric,
   parseHistogram,
   quantileBounds,
 } from "../../../src/runtime/health.ts";

@@ -9,7 +9,7 @@ import { FlowType } from "../../../src/core/flow_type.ts";
 import { JoinPolicy } from "../../../src/core/join_policy.ts";
 import { ModuleIndex } from "../../../src/core/node_class.ts";
 import { ConsumerNode, END, type JsonObject, ProcessorNode, ProducerNode } from "../../../src/core/node.ts";
-import { EMBEDDED_BROKER_ENV, EMBEDDED_BROKER_SECRET_ENV } from "../../../src/runtime/embedded_rpc.ts";
+import { EMBEDDED_BROKER_ENV, EMBEDDED_BROKER_SECRET_ENV } from "../../../src/embedded/rpc.ts";
 import { LogFormat, LogLevel } from "../../../src/runtime/logging.ts";
 import {
   type BrokerAddress,

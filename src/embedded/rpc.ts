@@ -2,7 +2,7 @@
  * The embedded broker's RPC protocol: how a node worker (a Deno Worker of the supervisor's process, or a
  * `deno run` subprocess) reaches the broker, payload store and run ledger the local engine's supervisor
  * hosts (`src/engines/embedded_broker.ts`). Both ends import this module; the client proxies are
- * `src/messaging/embedded_backend.ts`, `./embedded_payload.ts` and `./embedded_runtime_store.ts`.
+ * `./messaging_backend.ts`, `./payload_store.ts` and `./runtime_store.ts`.
  *
  * One connection per worker carries all three services, over one of two links:
  * - a MessagePort ({@link portLink}): frames are structured-cloned; an ArrayBuffer named in a call's

@@ -25,7 +25,7 @@
  *
  * @example
  * ```ts
- * import { EmbeddedConnection } from "./embedded_rpc.ts";
+ * import { EmbeddedConnection } from "./rpc.ts";
  * import { retentionContract } from "../backends/payload.ts";
  * const store = new EmbeddedPayloadStore(await EmbeddedConnection.fromEnv());
  * const ref = await store.put(new Uint8Array([1, 2, 3]), "cam:e1",
@@ -68,7 +68,7 @@ import {
   raiseLost,
   type Reply,
   spansBuffer,
-} from "./embedded_rpc.ts";
+} from "./rpc.ts";
 
 function rebuildRef(value: unknown): ImmutablePayloadRef {
   const ref = value as ImmutablePayloadRef;

@@ -1,6 +1,6 @@
 /**
  * The MessagingBackend a node worker uses to reach the local engine's embedded broker: a proxy over an
- * {@link EmbeddedConnection} (`src/runtime/embedded_rpc.ts`) to the memory broker the supervisor hosts
+ * {@link EmbeddedConnection} (`./rpc.ts`) to the memory broker the supervisor hosts
  * (`src/engines/embedded_broker.ts`). Every broker decision (retention, leases, credit, dedup, staleness,
  * barriers) is the hosted model's; this client adds only what the contract makes local:
  *
@@ -37,7 +37,7 @@
  *
  * @example
  * ```ts
- * import { EmbeddedConnection } from "../runtime/embedded_rpc.ts";
+ * import { EmbeddedConnection } from "./rpc.ts";
  * const connection = await EmbeddedConnection.fromEnv();
  * const backend = new EmbeddedMessagingBackend(connection);
  * console.log((await backend.capabilities()).adapter); // "memory"
@@ -95,7 +95,7 @@ import {
   Op,
   raiseLost,
   type Reply,
-} from "../runtime/embedded_rpc.ts";
+} from "./rpc.ts";
 
 const LIVE = 0;
 const SETTLED = 1;

@@ -11,7 +11,7 @@
  *
  * @example
  * ```ts
- * import { EmbeddedConnection } from "./embedded_rpc.ts";
+ * import { EmbeddedConnection } from "./rpc.ts";
  * const ledger = new EmbeddedRuntimeStore(await EmbeddedConnection.fromEnv());
  * await ledger.cas("vf/f/r/n/epoch", null, new TextEncoder().encode("1"));
  * console.log((await ledger.get("vf/f/r/n/epoch")).kind); // "present"
@@ -40,7 +40,7 @@ import {
   PLAIN_REPLY,
   raiseLost,
   type Reply,
-} from "./embedded_rpc.ts";
+} from "./rpc.ts";
 
 /** The store name closed-handle errors report. */
 const STORE = "embedded";

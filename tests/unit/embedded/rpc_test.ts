@@ -49,7 +49,7 @@ import {
   socketLink,
   spansBuffer,
   unpack,
-} from "../../../src/runtime/embedded_rpc.ts";
+} from "../../../src/embedded/rpc.ts";
 import { SeededRandom, testSeed } from "../../support/random.ts";
 
 /** A scripted server end: records every frame, welcomes the hello, and answers as the test says. */
