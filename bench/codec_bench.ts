@@ -10,9 +10,12 @@
  *   once, into the envelope) beside a bare copy of the pixels into a new array of the envelope's size (the
  *   floor of one encode that owns its bytes) and protobufjs's `Frame.encode` then `Envelope.encode` (the
  *   pixels copied twice); decoded (the pixels a view into the envelope's bytes) beside protobufjs's decode;
- * - SHA-256 of a 60-byte message id string (`sha256Hex`, through `node:crypto`).
+ * - SHA-256 of a 60-byte message id string (`sha256Hex`, through `node:crypto`);
+ * - a Worker's start-up (no permissions, as a node's) to its first envelope encoded, decoded and given its
+ *   message id, beside a Worker that loads nothing: what loading protobufjs and `node:crypto` costs (both
+ *   need Deno's Node layer, which a bare Worker does not load).
  *
- * Run: `deno bench bench/codec_bench.ts`.
+ * Run: `deno bench -A bench/codec_bench.ts` (the Workers read the codec's modules).
  *
  * @module
  */
@@ -209,5 +212,53 @@ Deno.bench({
   group: "SHA-256",
   fn() {
     sha256Hex(id);
+  },
+});
+
+const codecUrl = new URL("../src/wire/codec.ts", import.meta.url).href;
+const identitiesUrl = new URL("../src/wire/identities.ts", import.meta.url).href;
+const FIRST_ENVELOPE = `
+import { createEnvelope, decodeEnvelope, encodeEnvelopeWithPayload, preparePayload } from "${codecUrl}";
+import { messageId } from "${identitiesUrl}";
+const env = createEnvelope({ type: "data", producerName: "p", flowId: "f", runId: "r", traceId: "p:1", seq: 1 });
+decodeEnvelope(encodeEnvelopeWithPayload(env, preparePayload({ seq: 1, sentAt: 1.5 })));
+self.postMessage(messageId("f", "r", "p", "p:1", 1, "data"));`;
+
+async function workerStartUp(source: string): Promise<void> {
+  const worker = new Worker(`data:application/typescript,${encodeURIComponent(source)}`, {
+    type: "module",
+    deno: { permissions: "none" },
+  });
+  try {
+    await new Promise((resolve, reject) => {
+      worker.onmessage = resolve;
+      worker.onerror = (event) => {
+        event.preventDefault();
+        reject(new Error(event.message));
+      };
+    });
+  } finally {
+    worker.terminate();
+  }
+}
+
+Deno.bench({
+  name: "a Worker that loads nothing, spawn to its first message",
+  group: "worker start-up",
+  baseline: true,
+  n: 20,
+  warmup: 2,
+  async fn() {
+    await workerStartUp("self.postMessage(0);");
+  },
+});
+
+Deno.bench({
+  name: "a Worker that loads the codec, spawn to its first envelope and message id",
+  group: "worker start-up",
+  n: 20,
+  warmup: 2,
+  async fn() {
+    await workerStartUp(FIRST_ENVELOPE);
   },
 });

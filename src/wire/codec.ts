@@ -240,11 +240,14 @@ function pbTensor(tensor: Tensor): PbTensor {
   return data.byteLength === 0 ? { shape, dtype } : { shape, dtype, data };
 }
 
-/** `map` as a map field (`field`, `Message.field`) writes it: a prototype-less copy, so `__proto__` is a key. */
+/** `map` as a map field (`field`, `Message.field`) writes it: its keys in their order, `__proto__` one of them. */
 function pbMap(map: WireMap, path: string, depth: number, field: string): PbMap {
-  const fields: Record<string, PbValue> = Object.create(null);
+  const fields: Record<string, PbValue> = {};
   for (const key of Object.keys(map)) {
-    fields[wellFormed(key, field)] = pbValue(map[key], `${path}.${key}`, depth);
+    const value = pbValue(map[key], `${path}.${key}`, depth);
+    if (key === "__proto__") {
+      Object.defineProperty(fields, key, { value, enumerable: true, writable: true, configurable: true });
+    } else fields[wellFormed(key, field)] = value;
   }
   return fields;
 }

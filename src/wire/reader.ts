@@ -2,8 +2,8 @@
  * The validating reader of videoflow.v1 messages: bytes to the raw records the codec decodes, driven by
  * protobufjs's reflection of the schema (`schema.ts`) and written here because protobufjs's generated
  * decoders do not keep the contract's guarantees. protobufjs 7.5.4 reads a known field with whatever wire
- * type arrives (a length-delimited `v` is misread, not refused), decodes invalid UTF-8 into replacement
- * characters, skips groups, truncates a length or tag past 32 bits, has no nesting limit, turns a map into
+ * type arrives (a length-delimited `v` is misread, not refused), reads invalid UTF-8 as a string all the
+ * same, skips groups, truncates a length or tag past 32 bits, has no nesting limit, turns a map into
  * an object (of duplicate keys the last kept, integer-like keys moved first) and 64-bit integers into
  * `Long`s; `tests/unit/wire/reader_test.ts` shows each. What the checks cost, measured in the same run
  * (`bench/codec_bench.ts`'s "decode 164-byte envelope", best of 40 rounds on 2 loaded cores):
@@ -18,7 +18,8 @@
  * @module
  */
 
-import protobuf from "protobufjs/light.js";
+// @ts-types="protobufjs/light.d.ts"
+import protobuf from "protobufjs/dist/light/protobuf.min.js";
 import { DecodeError } from "../core/errors.ts";
 import { MAX_DEPTH, MESSAGE_NAMES, MESSAGE_TYPES, type MessageName, PROTO_PACKAGE } from "./schema.ts";
 
@@ -202,7 +203,7 @@ function malformed(message: string): DecodeError {
 
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 /** Up to this many bytes, an ASCII string is decoded by hand: cheaper than a call into TextDecoder. */
-const SHORT_STRING = 32;
+const SHORT_STRING = 64;
 
 /** A cursor over one message's bytes; every read checks the bounds and throws a DecodeError past them. */
 class Reader {
@@ -285,13 +286,10 @@ class Reader {
     const start = this.pos;
     this.pos = end;
     if (end - start <= SHORT_STRING) {
-      let ascii = "";
       for (let at = start; at < end; at++) {
-        const byte = this.buf[at];
-        if (byte >= 0x80) return this.#utf8(start, end, field);
-        ascii += String.fromCharCode(byte);
+        if (this.buf[at] >= 0x80) return this.#utf8(start, end, field);
       }
-      return ascii;
+      return String.fromCharCode.apply(null, this.buf.subarray(start, end) as unknown as number[]);
     }
     return this.#utf8(start, end, field);
   }

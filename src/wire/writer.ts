@@ -14,7 +14,8 @@
  * @module
  */
 
-import protobuf from "protobufjs/light.js";
+// @ts-types="protobufjs/light.d.ts"
+import protobuf from "protobufjs/dist/light/protobuf.min.js";
 import { SchemaError } from "../core/errors.ts";
 import { MAX_MESSAGE_BYTES, MESSAGE_TYPES, type MessageName, PROTO_PACKAGE } from "./schema.ts";
 

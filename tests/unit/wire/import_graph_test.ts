@@ -3,8 +3,11 @@ import assert from "node:assert/strict";
 const ROOT = new URL("../../../", import.meta.url);
 const WIRE = new URL("src/wire/", ROOT);
 
-/** protobufjs's light build: reflection and its generated encoders, without the .proto parser. */
-const PROTOBUFJS_LIGHT = /^npm:\/?protobufjs@[^/]+\/light\.js$/;
+/**
+ * protobufjs's light build in one file (reflection and its generated encoders, without the .proto parser),
+ * and the types it is checked against.
+ */
+const PROTOBUFJS_LIGHT = /^npm:\/?protobufjs@[^/]+\/(dist\/light\/protobuf\.min\.js|light\.d\.ts)$/;
 
 Deno.test("src/wire loads protobufjs's light build and no other npm package (no .proto parser at run time)", async () => {
   const modules = [...Deno.readDirSync(WIRE)].filter((entry) => entry.name.endsWith(".ts")).map((e) =>

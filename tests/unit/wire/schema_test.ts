@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
 import protobuf from "protobufjs";
+// @ts-types="protobufjs/light.d.ts"
+import light from "protobufjs/dist/light/protobuf.min.js";
 import descriptor from "../../../src/wire/envelope.json" with { type: "json" };
 import envelopeProto from "../../../src/wire/envelope.proto" with { type: "text" };
 import { enumValues, MESSAGE_NAMES, MESSAGE_TYPES, SCHEMA_ROOT } from "../../../src/wire/schema.ts";
@@ -43,7 +45,7 @@ const WIRE_TABLE: Record<string, Record<string, string>> = {
 };
 
 function describeField(field: protobuf.Field): string {
-  if (field instanceof protobuf.MapField) return `${field.id} map<${field.keyType}, ${field.type}>`;
+  if (field instanceof light.MapField) return `${field.id} map<${field.keyType}, ${field.type}>`;
   if (field.repeated) return `${field.id} repeated ${field.type}`;
   if (field.options?.proto3_optional) return `${field.id} optional ${field.type}`;
   return `${field.id} ${field.type}`;
@@ -55,7 +57,7 @@ function isSynthetic(oneof: protobuf.OneOf): boolean {
 
 Deno.test("every message and field of the schema is WIRE.md's table: names, numbers, types, labels", () => {
   const pkg = SCHEMA_ROOT.lookup("videoflow.v1") as protobuf.Namespace;
-  const messages = pkg.nestedArray.filter((n) => n instanceof protobuf.Type);
+  const messages = pkg.nestedArray.filter((n) => n instanceof light.Type);
   assert.deepEqual(messages.map((m) => m.name).sort(), Object.keys(WIRE_TABLE).sort());
   for (const message of messages) {
     const actual = Object.fromEntries(message.fieldsArray.map((f) => [f.name, describeField(f)]));
