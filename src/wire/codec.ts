@@ -3,6 +3,12 @@
  * (Python) worker reads and writes, payloads to and from {@link WirePayload} values (WIRE.md's payload
  * rules), the ABORT marker's error record, and the JSON view `vf decode` prints.
  *
+ * Writing goes through protobufjs (`writer.ts`): the codec turns a record into the message protobufjs
+ * writes, with only what the wire holds. Reading goes through the validating reader (`reader.ts`). A
+ * frame's pixels are copied once on encode, straight into the envelope's bytes (the Frame is queued in
+ * place as the `payload` field), and not at all on decode: a decoded payload, and the tensor data in it,
+ * are views into the envelope's bytes.
+ *
  * Integers of 64 bits (`seq`, `int_value`, `BlobRef.size`) are a `number` when they are safe
  * (|n| ≤ 2^53 − 1) and a `bigint` beyond, on decode; either is accepted on encode. See `value.ts` for how
  * ints and doubles stay distinct.

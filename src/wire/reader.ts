@@ -5,10 +5,11 @@
  * type arrives (a length-delimited `v` is misread, not refused), reads invalid UTF-8 as a string all the
  * same, skips groups, truncates a length or tag past 32 bits, has no nesting limit, turns a map into
  * an object (of duplicate keys the last kept, integer-like keys moved first) and 64-bit integers into
- * `Long`s; `tests/unit/wire/reader_test.ts` shows each. What the checks cost, measured in the same run
- * (`bench/codec_bench.ts`'s "decode 164-byte envelope", best of 40 rounds on 2 loaded cores):
- * `decodeEnvelope` + `decodePayload` 2.55 µs, protobufjs's unchecked `Envelope.decode` + `Value.decode` of
- * the same bytes 1.20 µs.
+ * `Long`s; `tests/unit/wire/reader_test.ts` shows each. What the checks cost, best of 60 interleaved rounds
+ * on 2 loaded cores (the groups "decode 164-byte envelope" and "decode 720p frame envelope" of
+ * `bench/codec_bench.ts`): `decodeEnvelope` + `decodePayload` of the 164-byte envelope 1.97 µs, of a 720p
+ * frame envelope 1.92 µs; protobufjs's unchecked `Envelope.decode` + `Value.decode` 0.98 µs and
+ * `Envelope.decode` + `Frame.decode` 0.92 µs.
  *
  * Maps are ordered entry lists, 64-bit integers are bigints, strings must be valid UTF-8, a known field
  * with the wrong wire type or a group is refused, and nesting is capped at {@link MAX_DEPTH}. Unknown

@@ -1,8 +1,8 @@
 /**
  * SHA-256 through `node:crypto` for the short inputs the runtime hashes on every message (message ids,
  * partition and group identities, ledger key names and record checksums) and for bulk data alike: a
- * 60-byte id's hex digest took 0.69 µs here and 1.23 µs with the hand-written SHA-256 this replaced, in
- * the same run (best of 40 rounds on 2 loaded cores; `bench/codec_bench.ts`'s "SHA-256" group measures
+ * 60-byte id's hex digest took 0.60 µs here and 1.05 µs with the hand-written SHA-256 this replaced, in
+ * the same run (best of 60 rounds on 2 loaded cores; `bench/codec_bench.ts`'s "SHA-256" group measures
  * it).
  *
  * @example

@@ -4,7 +4,10 @@
  * and {@link finish} writes them into one allocation of exactly their size. `bytes` fields are queued by
  * reference and copied once, when the message is finished, so a frame's pixels are copied once, straight
  * into the envelope ({@link appendWriter} puts a queued payload message in place as an envelope's `payload`
- * field without writing it twice). A queue is finished once.
+ * field without writing it twice). A queue is finished once. A 720p bgr8 frame envelope so took 167 µs,
+ * beside 153 µs for a bare copy of its pixels into a new array of the envelope's size and 287 µs for
+ * protobufjs's `Frame.encode` then `Envelope.encode` (the pixels copied twice; best of 60 rounds on 2 loaded
+ * cores, `bench/codec_bench.ts`'s "encode 720p frame envelope").
  *
  * protobufjs writes what it is given: the messages here ({@link PbValue}, {@link PbTensor} ...) carry only
  * what the wire holds, each implicit-presence field left out at its default (proto3), 64-bit integers as
