@@ -119,7 +119,8 @@ interface FieldPlan {
 
 interface MessagePlan {
   readonly name: string;
-  readonly byId: Map<number, FieldPlan>;
+  /** Indexed by field number (a small array: the schema's numbers are dense). */
+  readonly byId: (FieldPlan | undefined)[];
 }
 
 type Fields = Record<string, unknown>;
@@ -162,21 +163,21 @@ function kindOf(field: protobuf.Field, plans: Map<protobuf.Type, MessagePlan>): 
 function planOf(type: protobuf.Type, plans: Map<protobuf.Type, MessagePlan>): MessagePlan {
   const known = plans.get(type);
   if (known) return known;
-  const plan: MessagePlan = { name: type.fullName.slice(1), byId: new Map() };
+  const plan: MessagePlan = { name: type.fullName.slice(1), byId: [] };
   plans.set(type, plan);
   for (const field of type.fieldsArray) {
     if (field instanceof protobuf.MapField && field.keyType !== "string") {
       throw new TypeError(`${field.fullName}: only string map keys are implemented`);
     }
     const oneof = field.partOf;
-    plan.byId.set(field.id, {
+    plan.byId[field.id] = {
       id: field.id,
       name: camelCase(field.name),
       fullName: field.fullName.slice(1),
       label: field.map ? "map" : field.repeated ? "repeated" : "single",
       kind: kindOf(field, plans),
       siblings: oneof ? oneof.oneof.filter((name) => name !== field.name).map(camelCase) : [],
-    });
+    };
   }
   return plan;
 }
@@ -451,7 +452,7 @@ function readMessage(plan: MessagePlan, r: Reader, end: number, depth: number): 
     const tag = r.varintU32("a tag");
     const id = tag >>> 3;
     if (id === 0) throw malformed(`${plan.name} holds a field numbered 0, which protobuf forbids`);
-    const field = plan.byId.get(id);
+    const field = plan.byId[id];
     if (field === undefined) skipUnknown(r, tag & 7, plan.name);
     else readField(field, tag & 7, r, out, depth);
     if (r.pos > end) throw malformed(`a field of ${plan.name} runs past the end of its message`);
