@@ -7,9 +7,9 @@
  * an object (of duplicate keys the last kept, integer-like keys moved first) and 64-bit integers into
  * `Long`s; `tests/unit/wire/reader_test.ts` shows each. What the checks cost, best of 60 interleaved rounds
  * on 2 loaded cores (the groups "decode 164-byte envelope" and "decode 720p frame envelope" of
- * `bench/codec_bench.ts`): `decodeEnvelope` + `decodePayload` of the 164-byte envelope 1.97 µs, of a 720p
- * frame envelope 1.92 µs; protobufjs's unchecked `Envelope.decode` + `Value.decode` 0.98 µs and
- * `Envelope.decode` + `Frame.decode` 0.92 µs.
+ * `bench/codec_bench.ts`): `decodeEnvelope` + `decodePayload` of the 164-byte envelope 1.93 µs, of a 720p
+ * frame envelope 1.81 µs; protobufjs's unchecked `Envelope.decode` + `Value.decode` 1.02 µs and
+ * `Envelope.decode` + `Frame.decode` 0.89 µs.
  *
  * Maps are ordered entry lists, 64-bit integers are bigints, strings must be valid UTF-8, a known field
  * with the wrong wire type or a group is refused, and nesting is capped at {@link MAX_DEPTH}. Unknown
