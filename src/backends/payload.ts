@@ -30,7 +30,7 @@
 
 import { requireCount } from "../core/checks.ts";
 import { ConfigError, Diagnostic, IncompatibleProfile, TransientFailure } from "../core/errors.ts";
-import { nativeCrypto } from "../wire/sha256.ts";
+import { sha256Hex } from "../wire/sha256.ts";
 import { type PayloadCapabilities, retentionShortfall } from "./capabilities.ts";
 import type { Observation } from "./outcomes.ts";
 
@@ -63,7 +63,7 @@ export function isForeignObligation(obligationId: string): boolean {
 
 /** The hex SHA-256 of `data`: the digest a ref carries and a read verifies. */
 export function payloadDigest(data: Uint8Array): string {
-  return nativeCrypto().createHash("sha256").update(data).digest("hex");
+  return sha256Hex(data);
 }
 
 /**

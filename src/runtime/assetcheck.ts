@@ -14,9 +14,9 @@
  * @module
  */
 
+import { createHash } from "node:crypto";
 import type { AssetRequirement, Node } from "../core/node.ts";
 import { ResourceUnavailable } from "../core/errors.ts";
-import { nativeCrypto } from "../wire/sha256.ts";
 
 /** What a check found for one asset. */
 export const AssetStatus = {
@@ -51,7 +51,7 @@ const CHUNK_BYTES = 1 << 20;
 /** The lowercase hex SHA-256 of the file at `path`, read in 1 MiB chunks. Rejects with the read error. */
 export async function sha256Of(path: string): Promise<string> {
   using file = await Deno.open(path, { read: true });
-  const hash = nativeCrypto().createHash("sha256");
+  const hash = createHash("sha256");
   const buffer = new Uint8Array(CHUNK_BYTES);
   for (let read = await file.read(buffer); read !== null; read = await file.read(buffer)) {
     hash.update(buffer.subarray(0, read));

@@ -56,7 +56,7 @@
 import { join } from "node:path";
 import { randomHex } from "../core/hex.ts";
 import { UnobservableState } from "../core/errors.ts";
-import { nativeCrypto } from "../wire/sha256.ts";
+import { sha256Hex } from "../wire/sha256.ts";
 import { syncDirectory, writeAtomically } from "./durable_write.ts";
 import { Barrier, barrier, faultsInstalled } from "../backends/faults.ts";
 import {
@@ -121,15 +121,11 @@ function segmentName(segment: number): string {
   return `${String(segment).padStart(SEGMENT_DIGITS, "0")}${SEGMENT_SUFFIX}`;
 }
 
-function sha256HexOf(bytes: Uint8Array): string {
-  return nativeCrypto().createHash("sha256").update(bytes).digest("hex");
-}
-
 /** `line` as the bytes of one journal line: checksum, space, JSON, newline. */
 function encodeLine(line: JournalLine): Uint8Array {
   const json = encoder.encode(JSON.stringify(line));
   const bytes = new Uint8Array(HASH_HEX_LENGTH + 1 + json.length + 1);
-  encoder.encodeInto(sha256HexOf(json), bytes);
+  encoder.encodeInto(sha256Hex(json), bytes);
   bytes[HASH_HEX_LENGTH] = SPACE;
   bytes.set(json, HASH_HEX_LENGTH + 1);
   bytes[bytes.length - 1] = NEWLINE;
@@ -175,7 +171,7 @@ function lineAt(bytes: Uint8Array, start: number): { line: JournalLine; end: num
   } catch {
     return null;
   }
-  if (sha256HexOf(json) !== hash) return null;
+  if (sha256Hex(json) !== hash) return null;
   let parsed: unknown;
   try {
     parsed = JSON.parse(decoder.decode(json));

@@ -3,6 +3,12 @@
  * (Python) worker reads and writes, payloads to and from {@link WirePayload} values (WIRE.md's payload
  * rules), the ABORT marker's error record, and the JSON view `vf decode` prints.
  *
+ * Writing goes through protobufjs (`writer.ts`): the codec turns a record into the message protobufjs
+ * writes, with only what the wire holds. Reading goes through the validating reader (`reader.ts`). A
+ * frame's pixels are copied once on encode, straight into the envelope's bytes (the Frame is queued in
+ * place as the `payload` field), and not at all on decode: a decoded payload, and the tensor data in it,
+ * are views into the envelope's bytes.
+ *
  * Integers of 64 bits (`seq`, `int_value`, `BlobRef.size`) are a `number` when they are safe
  * (|n| ≤ 2^53 − 1) and a `bigint` beyond, on decode; either is accepted on encode. See `value.ts` for how
  * ints and doubles stay distinct.
@@ -14,20 +20,22 @@ import { isPlainObject, isRecord } from "../core/checks.ts";
 import { DecodeError, type ErrorRecord, EXIT_FLOW_FAILED, SchemaError } from "../core/errors.ts";
 import type { JsonValue } from "../core/node.ts";
 import { MsgType, type Seq } from "./identities.ts";
+import { decodeMessage, type RawEntries, type RawMessages, type RawTensor, type RawValue } from "./reader.ts";
+import { enumValues, MAX_DEPTH, type MessageName, PROTO_PACKAGE } from "./schema.ts";
 import {
-  decodeMessage,
-  encodeMessage,
-  ENVELOPE_SCHEMA,
-  MAX_DEPTH,
-  MeasuredMessage,
-  type MessageName,
-  PROTO_PACKAGE,
-  type RawEntries,
-  type RawMessages,
-  type RawTensor,
-  type RawValue,
-  type Writable,
-} from "./schema.ts";
+  appendPayload,
+  appendWriter,
+  finish,
+  type Int64,
+  int64,
+  MessageWriter,
+  type PbMap,
+  type PbMessages,
+  type PbTensor,
+  type PbValue,
+  wellFormed,
+  writeMessage,
+} from "./writer.ts";
 import {
   BlobRef,
   Detections,
@@ -130,11 +138,9 @@ const VERSION_REMEDY = "run every worker of the flow on a videoflow release that
 
 const MSG_TYPE_NAMES = Object.values(MsgType);
 /** envelope.proto's MsgType values, by their names in lower case. */
-const MSG_TYPE_CODES: ReadonlyMap<string, number> = (() => {
-  const declared = ENVELOPE_SCHEMA.enums.find((e) => e.name === "MsgType");
-  if (declared === undefined) throw new SyntaxError("envelope.proto declares no enum MsgType");
-  return new Map(declared.values.map((value) => [value.name.toLowerCase(), value.number]));
-})();
+const MSG_TYPE_CODES: ReadonlyMap<string, number> = new Map(
+  Object.entries(enumValues("MsgType")).map(([name, code]) => [name.toLowerCase(), code]),
+);
 
 function msgTypeCode(type: MsgType): number {
   const code = MSG_TYPE_CODES.get(type);
@@ -194,12 +200,19 @@ function checkedInteger(value: number | bigint, what: string, min: bigint, limit
   return BigInt(value);
 }
 
-function uint64(value: number | bigint, what: string): bigint {
-  return checkedInteger(value, what, 0n, UINT64_LIMIT);
+function uint64(value: number | bigint, what: string): Int64 {
+  if (typeof value === "number" && Number.isSafeInteger(value) && value >= 0) return value;
+  return int64(checkedInteger(value, what, 0n, UINT64_LIMIT));
 }
 
 function uint32(value: number, what: string): number {
+  if (Number.isInteger(value) && value >= 0 && value < 2 ** 32) return value;
   return Number(checkedInteger(value, what, 0n, 2n ** 32n));
+}
+
+/** A string field as it is written: left out at its default (`""`), else checked to be well-formed. */
+function stringField(value: string, field: string): string | undefined {
+  return value === "" ? undefined : wellFormed(value, field);
 }
 
 function describe(value: unknown): string {
@@ -223,15 +236,25 @@ function unencodable(value: unknown, path: string): SchemaError {
   });
 }
 
-function rawTensor(tensor: Tensor): RawTensor {
-  return { shape: tensor.shape.map(BigInt), dtype: tensor.dtype, data: tensor.data };
+function pbTensor(tensor: Tensor): PbTensor {
+  const dtype = stringField(tensor.dtype, "Tensor.dtype");
+  const { shape, data } = tensor;
+  return data.byteLength === 0 ? { shape, dtype } : { shape, dtype, data };
 }
 
-function rawEntries(map: WireMap, path: string, depth: number): RawEntries {
-  return Object.entries(map).map(([key, value]) => [key, rawValue(value, `${path}.${key}`, depth)]);
+/** `map` as a map field (`field`, `Message.field`) writes it: its keys in their order, `__proto__` one of them. */
+function pbMap(map: WireMap, path: string, depth: number, field: string): PbMap {
+  const fields: Record<string, PbValue> = {};
+  for (const key of Object.keys(map)) {
+    const value = pbValue(map[key], `${path}.${key}`, depth);
+    if (key === "__proto__") {
+      Object.defineProperty(fields, key, { value, enumerable: true, writable: true, configurable: true });
+    } else fields[wellFormed(key, field)] = value;
+  }
+  return fields;
 }
 
-function rawValue(value: WireValue, path: string, depth: number): RawValue {
+function pbValue(value: WireValue, path: string, depth: number): PbValue {
   if (depth > MAX_DEPTH) {
     throw new SchemaError(
       `${path} nests deeper than ${MAX_DEPTH} levels (or refers to itself)`,
@@ -241,23 +264,23 @@ function rawValue(value: WireValue, path: string, depth: number): RawValue {
   }
   switch (typeof value) {
     case "boolean":
-      return { boolValue: value };
+      return { bool_value: value };
     case "number":
-      return isWireInt(value) ? { intValue: BigInt(value) } : { doubleValue: value };
+      return isWireInt(value) ? { int_value: value } : { double_value: value };
     case "bigint":
-      return { intValue: checkedInteger(value, path, INT64_MIN, -INT64_MIN) };
+      return { int_value: int64(checkedInteger(value, path, INT64_MIN, -INT64_MIN)) };
     case "string":
-      return { stringValue: value };
+      return { string_value: wellFormed(value, "Value.string_value") };
     case "object":
-      if (value === null) return { nullValue: 0 };
-      if (value instanceof WireDouble) return { doubleValue: value.value };
-      if (value instanceof Uint8Array) return { bytesValue: value };
-      if (value instanceof Tensor) return { tensorValue: rawTensor(value) };
+      if (value === null) return { null_value: 0 };
+      if (value instanceof WireDouble) return { double_value: value.value };
+      if (value instanceof Uint8Array) return { bytes_value: value };
+      if (value instanceof Tensor) return { tensor_value: pbTensor(value) };
       if (Array.isArray(value)) {
-        return { listValue: { values: value.map((item, i) => rawValue(item, `${path}[${i}]`, depth + 1)) } };
+        return { list_value: { values: value.map((item, i) => pbValue(item, `${path}[${i}]`, depth + 1)) } };
       }
       if (isPlainObject(value)) {
-        return { mapValue: { fields: rawEntries(value as WireMap, path, depth + 1) } };
+        return { map_value: { fields: pbMap(value as WireMap, path, depth + 1, "MapValue.fields") } };
       }
   }
   throw unencodable(value, path);
@@ -305,46 +328,64 @@ function requiredTensor(raw: RawTensor | undefined, field: string): Tensor {
 
 /**
  * A payload ready to be written: its type name and exact encoded size, known before any of its bytes
- * are written. An envelope writes it in place ({@link encodeEnvelopeWithPayload}), so a Frame's pixels are
- * copied once, straight into the envelope; {@link PreparedPayload.bytes} writes it on its own where
- * standalone bytes are needed (a payload store). Made by {@link preparePayload}.
+ * are written (its message queued on a protobufjs writer, its tensor data referenced, not copied). An
+ * envelope writes it in place ({@link encodeEnvelopeWithPayload}), so a Frame's pixels are copied once,
+ * straight into the envelope; {@link PreparedPayload.bytes} writes it on its own where standalone bytes are
+ * needed (a payload store). Made by {@link preparePayload}. It may be written any number of times: the
+ * first write uses the queue measured up front, each later one queues the message again.
  */
 export class PreparedPayload {
   /** Fully qualified type name of the payload; `""` for no payload. */
   readonly payloadType: string;
-  /**
-   * The payload as an envelope's `payload` field holds it: its bytes as they are (an opaque payload, no
-   * payload), or its message measured and not yet written.
-   */
-  readonly content: Uint8Array | MeasuredMessage;
   /** The exact size of the payload's encoding, in bytes: what an envelope's `payload` field holds. */
   readonly byteLength: number;
+  /** The payload's bytes as they are (an opaque payload, no payload), or its message to be queued. */
+  readonly #content: Uint8Array | (() => MessageWriter);
+  /** The message's queue, measured up front and not yet written; `null` once a write has taken it. */
+  #queued: MessageWriter | null;
 
-  /** A payload of type `payloadType` whose encoding is `content`, bytes or a measured message. */
-  constructor(payloadType: string, content: Uint8Array | MeasuredMessage) {
+  /** A payload of type `payloadType` whose encoding is `content`: bytes, or a message queued by `queue`. */
+  constructor(payloadType: string, content: Uint8Array | (() => MessageWriter)) {
     this.payloadType = payloadType;
-    this.content = content;
-    this.byteLength = content.byteLength;
+    this.#content = content;
+    this.#queued = content instanceof Uint8Array ? null : content();
+    this.byteLength = this.#queued === null ? (content as Uint8Array).byteLength : this.#queued.len;
+  }
+
+  /** The payload's bytes as they are, or its message queued for one write. */
+  #take(): Uint8Array | MessageWriter {
+    if (this.#content instanceof Uint8Array) return this.#content;
+    const queued = this.#queued ?? this.#content();
+    this.#queued = null;
+    return queued;
   }
 
   /**
-   * The payload's encoded bytes on their own: the bytes given, unchanged, or the measured message
-   * written into a new array of exactly {@link byteLength} that owns its whole `ArrayBuffer` (each call
-   * writes a new one).
+   * The payload's encoded bytes on their own: the bytes given, unchanged, or the message written into a
+   * new array of exactly {@link byteLength} that owns its whole `ArrayBuffer` (each call writes a new one).
    *
    * @throws SchemaError when the message would exceed protobuf's 2 GiB limit.
    */
   bytes(): Uint8Array {
-    return this.content instanceof Uint8Array ? this.content : this.content.encode();
+    const content = this.#take();
+    if (content instanceof Uint8Array) return content;
+    const writer = new MessageWriter();
+    appendWriter(writer, content);
+    return finish(writer, this.payloadType);
+  }
+
+  /** Queues the payload as the last two fields of an envelope whose header `writer` holds. */
+  appendTo(writer: MessageWriter): void {
+    appendPayload(writer, this.payloadType, this.#take());
   }
 }
 
-function prepared<K extends MessageName>(name: K, raw: Writable<RawMessages[K]>): PreparedPayload {
-  return new PreparedPayload(`${PROTO_PACKAGE}.${name}`, new MeasuredMessage(name, raw));
+function prepared<K extends MessageName>(name: K, message: PbMessages[K]): PreparedPayload {
+  return new PreparedPayload(`${PROTO_PACKAGE}.${name}`, () => writeMessage(name, message));
 }
 
 /**
- * A payload's type name and measured encoding, by WIRE.md's payload rules: a {@link Tensor} is a
+ * A payload's type name and queued encoding, by WIRE.md's payload rules: a {@link Tensor} is a
  * top-level `videoflow.v1.Tensor`; a Frame, Detections, Tracks or BlobRef its own message; an
  * {@link OpaquePayload} its own type and bytes, unchanged; any other {@link WireValue} (scalar, list, map,
  * with tensors nested as `tensor_value`) a `videoflow.v1.Value`; `undefined` no payload (`""`, empty), as
@@ -357,26 +398,30 @@ function prepared<K extends MessageName>(name: K, raw: Writable<RawMessages[K]>)
 export function preparePayload(value: WirePayload | undefined): PreparedPayload {
   if (value === undefined) return new PreparedPayload("", new Uint8Array(0));
   if (value instanceof OpaquePayload) return new PreparedPayload(value.payloadType, value.data);
-  if (value instanceof Tensor) return prepared("Tensor", rawTensor(value));
+  if (value instanceof Tensor) return prepared("Tensor", pbTensor(value));
   if (value instanceof Frame) {
     return prepared("Frame", {
-      pixels: rawTensor(value.pixels),
-      pixelFormat: value.pixelFormat,
-      captureTs: value.captureTs ?? undefined,
+      pixels: pbTensor(value.pixels),
+      pixel_format: stringField(value.pixelFormat, "Frame.pixel_format"),
+      capture_ts: value.captureTs ?? undefined,
     });
   }
   if (value instanceof Detections) {
-    return prepared("Detections", { boxes: rawTensor(value.boxes), classNames: value.classNames });
-  }
-  if (value instanceof Tracks) return prepared("Tracks", { tracks: rawTensor(value.tracks) });
-  if (value instanceof BlobRef) {
-    return prepared("BlobRef", {
-      ref: value.ref,
-      innerPayloadType: value.innerPayloadType,
-      size: uint64(value.size, "BlobRef.size"),
+    return prepared("Detections", {
+      boxes: pbTensor(value.boxes),
+      class_names: value.classNames.map((name) => wellFormed(name, "Detections.class_names")),
     });
   }
-  return prepared("Value", rawValue(value, "payload", 0));
+  if (value instanceof Tracks) return prepared("Tracks", { tracks: pbTensor(value.tracks) });
+  if (value instanceof BlobRef) {
+    const size = uint64(value.size, "BlobRef.size");
+    return prepared("BlobRef", {
+      ref: stringField(value.ref, "BlobRef.ref"),
+      inner_payload_type: stringField(value.innerPayloadType, "BlobRef.inner_payload_type"),
+      size: size === 0 ? undefined : size,
+    });
+  }
+  return prepared("Value", pbValue(value, "payload", 0));
 }
 
 /**
@@ -480,22 +525,24 @@ export function encodeEnvelopeWithPayload(
       `this codec writes version ${ENVELOPE_VERSION}`,
     );
   }
-  return encodeMessage("Envelope", {
+  const seq = uint64(env.seq, "seq");
+  const replicaId = uint32(env.replicaId, "replica_id");
+  const writer = writeMessage("Envelope", {
     v: env.v,
     type: msgTypeCode(env.type),
-    producerName: env.producerName,
-    flowId: env.flowId,
-    runId: env.runId,
-    traceId: env.traceId,
-    seq: uint64(env.seq, "seq"),
-    eventTs: env.eventTs ?? undefined,
-    spanId: env.spanId,
-    parentSpanId: env.parentSpanId,
-    replicaId: uint32(env.replicaId, "replica_id"),
-    metadata: rawEntries(env.metadata, "metadata", 0),
-    payloadType: payload.payloadType,
-    payload: payload.content,
-  }, options);
+    producer_name: stringField(env.producerName, "Envelope.producer_name"),
+    flow_id: stringField(env.flowId, "Envelope.flow_id"),
+    run_id: stringField(env.runId, "Envelope.run_id"),
+    trace_id: stringField(env.traceId, "Envelope.trace_id"),
+    seq: seq === 0 ? undefined : seq,
+    event_ts: env.eventTs ?? undefined,
+    span_id: stringField(env.spanId, "Envelope.span_id"),
+    parent_span_id: stringField(env.parentSpanId, "Envelope.parent_span_id"),
+    replica_id: replicaId === 0 ? undefined : replicaId,
+    metadata: pbMap(env.metadata, "metadata", 0, "Envelope.metadata"),
+  });
+  payload.appendTo(writer);
+  return finish(writer, `${PROTO_PACKAGE}.Envelope`, options);
 }
 
 /** Whether `bytes` open as a msgpack map whose first key is a lower-case name, as legacy envelopes do. */

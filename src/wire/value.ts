@@ -117,8 +117,12 @@ export function tensorProblem(shape: readonly number[], dtype: string, byteLengt
     return `tensor shape [${shape.join(", ")}] has a dimension that is not a size: ${bad}`;
   }
   if (!isKnownDtype(dtype)) return null;
-  const needed = shape.reduce((n, dim) => n * BigInt(dim), 1n) * BigInt(DTYPE_ITEMSIZE[dtype]);
-  if (needed === BigInt(byteLength)) return null;
+  // In doubles while the product stays safe (then it is exact: it only grows, or is 0), else in bigints.
+  const product = shape.reduce((n, dim) => n * dim, DTYPE_ITEMSIZE[dtype]);
+  const needed = Number.isSafeInteger(product)
+    ? product
+    : shape.reduce((n, dim) => n * BigInt(dim), 1n) * BigInt(DTYPE_ITEMSIZE[dtype]);
+  if (needed === byteLength) return null;
   return `a ${dtype} tensor of shape [${shape.join(", ")}] holds ${needed} bytes, its data has ${byteLength}`;
 }
 
