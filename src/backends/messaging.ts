@@ -475,6 +475,41 @@ export function checkSettlement(outcome: Settlement): Settlement {
   }
 }
 
+/** One settlement of a {@link MessagingBackend.settleBatch}: what {@link MessagingBackend.settle} takes. */
+export interface SettleRequest {
+  readonly token: DeliveryToken;
+  readonly outcome: Settlement;
+  readonly settlementId: string;
+}
+
+/**
+ * What a publisher asks of {@link MessagingBackend.reserveCredit}: up to `items` messages and up to `bytes`
+ * bytes, and no grant at all unless it holds at least `minBytes` (the size of the publication the
+ * publisher is about to send, so that one fits).
+ */
+export interface CreditRequest {
+  readonly items: number;
+  readonly bytes: number;
+  readonly minBytes: number;
+}
+
+/** Constructs a {@link CreditRequest}, refusing counts no grant could meet with a {@link ConfigError}. */
+export function creditRequest(items: number, bytes: number, minBytes: number): CreditRequest {
+  requireInteger(items, 1, "a credit request's items");
+  requireInteger(minBytes, 0, "a credit request's minimum bytes");
+  requireInteger(bytes, minBytes, "a credit request's bytes");
+  return Object.freeze({ items, bytes, minBytes });
+}
+
+/**
+ * Room a channel holds for one client's data publications: `items` messages and `bytes` bytes (`null`: the
+ * channel bounds no bytes). A grant of no items is no grant.
+ */
+export interface PublishCredit {
+  readonly items: number;
+  readonly bytes: number | null;
+}
+
 /** What a lease renewal achieved: `renewed` with the new expiry, or why not (`reason`). */
 export interface LeaseObservation {
   readonly token: DeliveryToken;
@@ -546,6 +581,40 @@ export interface MessagingBackend {
   publish(envelope: Envelope, deadline: number): Promise<PublicationOutcome>;
 
   /**
+   * Publishes `envelopes` in one call with one deadline: one outcome per envelope, in their order, each
+   * what {@link publish} would have answered had they been published one after another (so a batch is
+   * never "all accepted" when one entry is Unknown or Rejected). On a channel that refuses when full, an
+   * entry behind a data entry refused as retryable on the same channel is refused too, so a retry of the
+   * refused tail keeps the publisher's order. Input errors (a shut-down client, a NaN deadline) reject the
+   * whole call before any entry is stored.
+   */
+  publishBatch(envelopes: readonly Envelope[], deadline: number): Promise<readonly PublicationOutcome[]>;
+
+  /**
+   * Reserves room on `channel` for this client's data publications (flow control by credit): waits until
+   * `deadline` for room beside what the channel stores and what other clients hold, then grants at least
+   * one message and `request.minBytes` bytes, at most what was asked. Every data publication of this
+   * client the channel stores afterwards uses one message and its size of the credit held (as much as is
+   * held), and one that fits within the credit held is never Rejected for room. A channel that never
+   * refuses for room (it evicts, or keeps no history) grants what was asked at once and holds nothing.
+   * Known with no items: the deadline passed first, or `minBytes` exceeds what the channel could ever
+   * hold (the publication's own outcome then says why). Unknown when the channel does not exist or could
+   * not be asked.
+   */
+  reserveCredit(
+    channel: ChannelId,
+    request: CreditRequest,
+    deadline: number,
+  ): Promise<Observation<PublishCredit>>;
+
+  /**
+   * Gives back all the credit this client holds on `channel` (a publisher that is done, or whose count of
+   * what it holds became uncertain after an unknown outcome). No reply: a publication made after it in
+   * this client's order is judged without that credit.
+   */
+  releaseCredit(channel: ChannelId): void;
+
+  /**
    * What the backend can say later about `envelope.publicationId`: within its ledger an idempotent
    * re-publish (Accepted, `duplicate` when the first send was stored), beyond it Unresolvable.
    */
@@ -583,6 +652,13 @@ export interface MessagingBackend {
    * (PAY-004). A Terminal without a durable record reference is refused (DELIV-15).
    */
   settle(token: DeliveryToken, outcome: Settlement, settlementId: string): Promise<SettlementOutcome>;
+
+  /**
+   * Settles `requests` in one call: one outcome per request, in their order, each what {@link settle}
+   * would have answered (a batch is never "all confirmed" when one entry is SettleUnknown or SettleStale).
+   * Refuses the whole call before settling any entry when one request is malformed (DELIV-15).
+   */
+  settleBatch(requests: readonly SettleRequest[]): Promise<readonly SettlementOutcome[]>;
 
   /**
    * Retires a delivery token locally (the receiver now holds a newer attempt of the same logical message)
