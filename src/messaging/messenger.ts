@@ -73,6 +73,7 @@ import {
   retry,
   type Settlement as BackendSettlement,
   type SettlementOutcome,
+  type SettleRequest,
   type SubscriptionId,
   subscriptionKey,
   type SubscriptionObservation,
@@ -207,6 +208,8 @@ import {
   type NodeRouting,
   publishBackoffSeconds,
 } from "./topology.ts";
+import { CallBatcher } from "./call_batcher.ts";
+import { CreditWindow } from "./credit_window.ts";
 
 /** EOS-3's quiescence when nothing narrower is configured (`VF_EOS_QUIESCENCE_MS`), in milliseconds. */
 export const DEFAULT_EOS_QUIESCENCE_MS = 500;
@@ -226,6 +229,8 @@ export const LEDGER_FLUSH_BATCH = 256;
  * still acked only after its outputs were accepted, and EOS only after all of them.
  */
 export const DEFAULT_IN_FLIGHT = 256;
+/** The most publications (or settlements) one batch call carries. */
+export const CALL_BATCH_ENTRIES = 64;
 /** The longest accepted publications wait before they are noted in the ledger, in seconds. */
 export const LEDGER_FLUSH_SECONDS = 1;
 /**
@@ -634,6 +639,12 @@ export class BrokerMessenger implements Messenger {
   #givingUp = false;
   readonly #recoveredReady: ReadyGroup<Held>[] = [];
   readonly #work: InFlight;
+  /** This replica's credit on its output channel: a reliable output is sent only within it. */
+  readonly #credit: CreditWindow;
+  /** Publications made close together, sent as one batch call. */
+  readonly #publisher: CallBatcher<BackendEnvelope, PublicationOutcome>;
+  /** Settlements made close together, sent as one batch call. */
+  readonly #settler: CallBatcher<SettleRequest, SettlementOutcome>;
   /** Ids that send a lingering received-set write at once: half the in-flight depth. */
   readonly #receivedBatchIds: number;
   /** Settles once every persistent publication made so far has its final outcome (see {@link #publish}). */
@@ -757,6 +768,17 @@ export class BrokerMessenger implements Messenger {
       "the publish timeout",
     );
     this.#channel = channelId(this.#flowId, this.#runId, this.#node);
+    this.#credit = new CreditWindow(this.#backend, this.#channel, {
+      items: inFlight,
+      bytes: options.inFlightBytes ?? DEFAULT_IN_FLIGHT_BYTES,
+      waitSeconds: this.#publishTimeout,
+      clock: this.#clock,
+    });
+    this.#publisher = new CallBatcher(
+      (envelopes) => this.#backend.publishBatch(envelopes, this.#clock.monotonic() + this.#publishTimeout),
+      CALL_BATCH_ENTRIES,
+    );
+    this.#settler = new CallBatcher((requests) => this.#backend.settleBatch(requests), CALL_BATCH_ENTRIES);
     this.#reliableOutput = defaultProfile(this.#flowType) === MessagingProfile.reliableWork;
     this.#replayable = options.replayable ?? false;
     this.#analysisVersion = options.analysisVersion ?? null;
@@ -846,6 +868,8 @@ export class BrokerMessenger implements Messenger {
     }
     this.#backend.subscribeControl(() => {
       this.#control = true;
+      // A source's outputs that wait for credit at the stop are given up (see #givesUpAtStop).
+      if (this.#parents.length === 0) this.#credit.halt();
       this.#stopped.abort();
     });
     if (this.#durable) await this.#restoreLedgerState();
@@ -1383,6 +1407,7 @@ export class BrokerMessenger implements Messenger {
     }
     if (this.#started) {
       await this.#work.idle();
+      this.#credit.release();
       await this.#handBack();
       await this.#flushLedger();
       await Promise.allSettled(this.#recordings);
@@ -2192,11 +2217,11 @@ export class BrokerMessenger implements Messenger {
     // happen, and the delivery goes to the replacement when its lease lapses.
     if (this.#work.abandoned) return null;
     const token = held.delivery.token;
-    const result = await this.#backend.settle(
+    const result = await this.#settler.call({
       token,
       outcome,
-      `${token.messageId}/${token.attempt}/${outcome.kind}`,
-    );
+      settlementId: `${token.messageId}/${token.attempt}/${outcome.kind}`,
+    });
     // A first delivery settled for good is never delivered again: its id is proven received once.
     if (
       recording !== undefined && outcome.kind !== "retry" && token.attempt === 1 &&
@@ -2546,9 +2571,20 @@ export class BrokerMessenger implements Messenger {
     return outcome;
   }
 
-  /** One publication, then observations of it while its receipt is lost (a persistent one until known). */
+  /**
+   * One publication (in a batch call; a persistent data one once this replica's credit covers it), then
+   * observations of it while its receipt is lost (a persistent one until known). A source's output still
+   * waiting for credit at the flow's stop is given up (see {@link #givesUpAtStop}).
+   */
   async #publishOnce(env: BackendEnvelope, persistent: boolean): Promise<PublicationOutcome> {
-    let outcome = await this.#backend.publish(env, this.#clock.monotonic() + this.#publishTimeout);
+    const sent = persistent && env.kind === MessageKind.data
+      ? await this.#credit.send(env.size, () => this.#publisher.call(env))
+      : await this.#publisher.call(env);
+    if (sent === null) {
+      this.#givingUp = true;
+      return this.#giveUp(env);
+    }
+    let outcome = sent;
     let observations = 0;
     while (outcome.kind === "publication_unknown") {
       observations++;
@@ -2691,6 +2727,8 @@ export class BrokerMessenger implements Messenger {
   ) {
     if (type === MsgType.abort) await this.#work.idle();
     else await this.#work.drain();
+    // Every output has its outcome: the room still held for more goes back to the channel (and its marker).
+    this.#credit.release();
     await this.#flushLedger();
     const seq = this.#barrierFlow ? await this.#runtime.publishedCount() : this.#acceptedData;
     if (faultsInstalled()) await barrier(Barrier.terminatorPublishBefore, { node: this.#node, status: type });
