@@ -10,7 +10,11 @@
  *        `b` and settles it Completed once that publication is accepted; the sink receives `b` and
  *        settles. Both channels are interest channels with the default 120 s duplicate window, as
  *        reliable work uses.
- *    (b) bare: the same three workers joined by MessagePorts, one postMessage (a copy) per message per hop.
+ *    (b) batched: as (a), with the contract's batch forms: the producer publishes what its credit lets it
+ *        send in one turn with one `publishBatch`, the relay publishes each received batch with one
+ *        `publishBatch` and settles it with one `settleBatch` once accepted, the sink settles each
+ *        received batch with one `settleBatch`.
+ *    (c) bare: the same three workers joined by MessagePorts, one postMessage (a copy) per message per hop.
  * 2. Large bodies (`--large-count` frames of `--large-size` bytes, a 1280x720 RGB frame by default): a
  *    2-stage producer → sink, the producer writing each frame into a fresh buffer.
  *    (a) broker: as above, over channel `a`; the producer's client copies each body and moves the copy to
@@ -77,7 +81,7 @@ interface Settings {
 }
 
 type Role = "producer" | "relay" | "sink";
-type Mode = "broker" | "bare";
+type Mode = "broker" | "batched" | "bare";
 
 /** What a worker reports at the end of a round. */
 interface WorkerReport {
@@ -192,6 +196,69 @@ class SinkRecorder {
   }
 }
 
+/** The batched broker mode's worker (see the module comment, 1b). */
+async function batchedWorker(role: Role, settings: Settings, ports: Setup["ports"]): Promise<Float64Array> {
+  const connection = await EmbeddedConnection.connect(ports.broker, { label: role });
+  const backend = new EmbeddedMessagingBackend(connection);
+  const deadline = () => systemClock.monotonic() + 5;
+  const pending: Promise<readonly { readonly kind: string }[]>[] = [];
+  try {
+    if (role === "producer") {
+      let burst: Envelope[] = [];
+      const credit = creditFrom(ports.credit, settings.window);
+      for (let i = 0; i < settings.messages; i++) {
+        const wait = credit.take();
+        if (wait !== null) {
+          if (burst.length > 0) pending.push(backend.publishBatch(burst, deadline()));
+          burst = [];
+          await wait;
+        }
+        burst.push(message(channelA, `a${i}`, stamped(settings, i)));
+        if (burst.length >= settings.credit) {
+          pending.push(backend.publishBatch(burst, deadline()));
+          burst = [];
+        }
+      }
+      if (burst.length > 0) pending.push(backend.publishBatch(burst, deadline()));
+      for (const outcomes of await Promise.all(pending)) {
+        for (const outcome of outcomes) {
+          if (outcome.kind !== "accepted") throw new Error(JSON.stringify(outcome));
+        }
+      }
+      return new Float64Array(0);
+    }
+    const from: SubscriptionId = role === "sink" && settings.stages === 3 ? fromB : fromA;
+    const sink = role === "sink" ? new SinkRecorder(settings, ports.credit) : null;
+    let handled = 0;
+    let next = backend.receive(from, settings.credit, BIG, deadline());
+    while (handled < settings.messages) {
+      const batch: readonly Delivery[] = await next;
+      next = backend.receive(from, settings.credit, BIG, deadline());
+      const settles = batch.map((delivery) => ({
+        token: delivery.token,
+        outcome: completed(),
+        settlementId: `s${delivery.token.messageId}`,
+      }));
+      if (sink === null) {
+        const outputs = batch.map((d) => message(channelB, `b${d.token.messageId}`, d.envelopeBytes));
+        pending.push(backend.publishBatch(outputs, deadline()).then(() => backend.settleBatch(settles)));
+      } else {
+        for (const delivery of batch) sink.record(handled++, delivery.envelopeBytes);
+        pending.push(backend.settleBatch(settles));
+      }
+      if (sink === null) handled += batch.length;
+      if (pending.length > 64) await Promise.all(pending.splice(0));
+    }
+    await Promise.all(pending);
+    await backend.shutdown();
+    await next;
+    return sink?.latencies ?? new Float64Array(0);
+  } finally {
+    ports.credit?.close();
+    await connection.close();
+  }
+}
+
 async function brokerWorker(role: Role, settings: Settings, ports: Setup["ports"]): Promise<Float64Array> {
   const connection = await EmbeddedConnection.connect(ports.broker, { label: role });
   const backend = new EmbeddedMessagingBackend(connection);
@@ -284,6 +351,8 @@ if (inWorker) {
     const before = threadCpuMicros();
     const latencies = setup.mode === "broker"
       ? await brokerWorker(setup.role, setup.settings, setup.ports)
+      : setup.mode === "batched"
+      ? await batchedWorker(setup.role, setup.settings, setup.ports)
       : await bareWorker(setup.role, setup.settings, setup.ports);
     const after = threadCpuMicros();
     const report: WorkerReport = {
@@ -371,7 +440,7 @@ function perMessage(micros: number | null, messages: number): number | null {
 
 async function round(mode: Mode, settings: Settings): Promise<RoundResult> {
   const roles: Role[] = settings.stages === 3 ? ["producer", "relay", "sink"] : ["producer", "sink"];
-  const broker = mode === "broker"
+  const broker = mode !== "bare"
     ? new EmbeddedBroker({ messaging: new MemoryMessagingBackend({ clock: systemClock }) })
     : null;
   if (broker !== null) await provision(broker, settings);
@@ -522,11 +591,11 @@ if (import.meta.main && !inWorker) {
     await compare(
       `3-stage pipeline, ${small.messages} messages of ${small.body} bytes, credit ${small.credit}, ` +
         `window ${small.window}`,
-      [{ label: "bare", mode: "bare", settings: small }, {
-        label: "broker",
-        mode: "broker",
-        settings: small,
-      }],
+      [
+        { label: "bare", mode: "bare", settings: small },
+        { label: "broker", mode: "broker", settings: small },
+        { label: "batched", mode: "batched", settings: small },
+      ],
       rounds,
     );
   }
