@@ -196,104 +196,100 @@ class SinkRecorder {
   }
 }
 
-/** The batched broker mode's worker (see the module comment, 1b). */
-async function batchedWorker(role: Role, settings: Settings, ports: Setup["ports"]): Promise<Float64Array> {
-  const connection = await EmbeddedConnection.connect(ports.broker, { label: role });
-  const backend = new EmbeddedMessagingBackend(connection);
-  const deadline = () => systemClock.monotonic() + 5;
-  const pending: Promise<readonly { readonly kind: string }[]>[] = [];
-  try {
-    if (role === "producer") {
-      let burst: Envelope[] = [];
-      const credit = creditFrom(ports.credit, settings.window);
-      for (let i = 0; i < settings.messages; i++) {
-        const wait = credit.take();
-        if (wait !== null) {
-          if (burst.length > 0) pending.push(backend.publishBatch(burst, deadline()));
-          burst = [];
-          await wait;
-        }
-        burst.push(message(channelA, `a${i}`, stamped(settings, i)));
-        if (burst.length >= settings.credit) {
-          pending.push(backend.publishBatch(burst, deadline()));
-          burst = [];
-        }
-      }
-      if (burst.length > 0) pending.push(backend.publishBatch(burst, deadline()));
-      for (const outcomes of await Promise.all(pending)) {
-        for (const outcome of outcomes) {
-          if (outcome.kind !== "accepted") throw new Error(JSON.stringify(outcome));
-        }
-      }
-      return new Float64Array(0);
-    }
-    const from: SubscriptionId = role === "sink" && settings.stages === 3 ? fromB : fromA;
-    const sink = role === "sink" ? new SinkRecorder(settings, ports.credit) : null;
-    let handled = 0;
-    let next = backend.receive(from, settings.credit, BIG, deadline());
-    while (handled < settings.messages) {
-      const batch: readonly Delivery[] = await next;
-      next = backend.receive(from, settings.credit, BIG, deadline());
-      const settles = batch.map((delivery) => ({
-        token: delivery.token,
-        outcome: completed(),
-        settlementId: `s${delivery.token.messageId}`,
-      }));
-      if (sink === null) {
-        const outputs = batch.map((d) => message(channelB, `b${d.token.messageId}`, d.envelopeBytes));
-        pending.push(backend.publishBatch(outputs, deadline()).then(() => backend.settleBatch(settles)));
-      } else {
-        for (const delivery of batch) sink.record(handled++, delivery.envelopeBytes);
-        pending.push(backend.settleBatch(settles));
-      }
-      if (sink === null) handled += batch.length;
-      if (pending.length > 64) await Promise.all(pending.splice(0));
-    }
-    await Promise.all(pending);
-    await backend.shutdown();
-    await next;
-    return sink?.latencies ?? new Float64Array(0);
-  } finally {
-    ports.credit?.close();
-    await connection.close();
-  }
+/** What a broker worker does with its backend: the producer's sends, and a receiver's batches. */
+interface BrokerRole {
+  /** Produces every message; resolves with the outcomes of its publications. */
+  produce(backend: EmbeddedMessagingBackend, setup: Setup): Promise<readonly { readonly kind: string }[]>;
+  /** Forwards (relay) or records (sink) one received batch; returns the calls it left running. */
+  handle(
+    backend: EmbeddedMessagingBackend,
+    batch: readonly Delivery[],
+    sink: SinkRecorder | null,
+    handled: number,
+  ): Promise<unknown>[];
 }
 
-async function brokerWorker(role: Role, settings: Settings, ports: Setup["ports"]): Promise<Float64Array> {
-  const connection = await EmbeddedConnection.connect(ports.broker, { label: role });
+const deadline = () => systemClock.monotonic() + 5;
+
+/** The broker mode: one call per publication and per settlement (see the module comment, 1a). */
+const ONE_BY_ONE: BrokerRole = {
+  produce: async (backend, { settings, ports }) => {
+    const pending: Promise<{ readonly kind: string }>[] = [];
+    await produce(settings, ports.credit, (i) => {
+      pending.push(backend.publish(message(channelA, `a${i}`, stamped(settings, i)), deadline()));
+    });
+    return await Promise.all(pending);
+  },
+  handle: (backend, batch, sink, handled) =>
+    batch.map((delivery, i) => {
+      const token = delivery.token;
+      if (sink === null) {
+        return backend.publish(message(channelB, `b${token.messageId}`, delivery.envelopeBytes), deadline())
+          .then(() => backend.settle(token, completed(), `s${token.messageId}`));
+      }
+      sink.record(handled + i, delivery.envelopeBytes);
+      return backend.settle(token, completed(), `s${token.messageId}`);
+    }),
+};
+
+/** The batched mode: the contract's batch forms (see the module comment, 1b). */
+const BATCHED: BrokerRole = {
+  produce: async (backend, { settings, ports }) => {
+    const pending: Promise<readonly { readonly kind: string }[]>[] = [];
+    let burst: Envelope[] = [];
+    const send = () => {
+      if (burst.length > 0) pending.push(backend.publishBatch(burst, deadline()));
+      burst = [];
+    };
+    const credit = creditFrom(ports.credit, settings.window);
+    for (let i = 0; i < settings.messages; i++) {
+      const wait = credit.take();
+      if (wait !== null) {
+        send();
+        await wait;
+      }
+      burst.push(message(channelA, `a${i}`, stamped(settings, i)));
+      if (burst.length >= settings.credit) send();
+    }
+    send();
+    return (await Promise.all(pending)).flat();
+  },
+  handle: (backend, batch, sink, handled) => {
+    const settles = batch.map((delivery) => ({
+      token: delivery.token,
+      outcome: completed(),
+      settlementId: `s${delivery.token.messageId}`,
+    }));
+    if (sink === null) {
+      const outputs = batch.map((d) => message(channelB, `b${d.token.messageId}`, d.envelopeBytes));
+      return [backend.publishBatch(outputs, deadline()).then(() => backend.settleBatch(settles))];
+    }
+    batch.forEach((delivery, i) => sink.record(handled + i, delivery.envelopeBytes));
+    return [backend.settleBatch(settles)];
+  },
+};
+
+async function brokerWorker(role: Role, mode: BrokerRole, setup: Setup): Promise<Float64Array> {
+  const settings = setup.settings;
+  const connection = await EmbeddedConnection.connect(setup.ports.broker, { label: role });
   const backend = new EmbeddedMessagingBackend(connection);
-  const deadline = () => systemClock.monotonic() + 5;
-  const pending: Promise<unknown>[] = [];
   try {
     if (role === "producer") {
-      await produce(settings, ports.credit, (i) => {
-        pending.push(backend.publish(message(channelA, `a${i}`, stamped(settings, i)), deadline()));
-      });
-      for (const outcome of await Promise.all(pending)) {
-        if ((outcome as { kind: string }).kind !== "accepted") throw new Error(JSON.stringify(outcome));
+      for (const outcome of await mode.produce(backend, setup)) {
+        if (outcome.kind !== "accepted") throw new Error(JSON.stringify(outcome));
       }
       return new Float64Array(0);
     }
     const from: SubscriptionId = role === "sink" && settings.stages === 3 ? fromB : fromA;
-    const sink = role === "sink" ? new SinkRecorder(settings, ports.credit) : null;
+    const sink = role === "sink" ? new SinkRecorder(settings, setup.ports.credit) : null;
+    const pending: Promise<unknown>[] = [];
     let handled = 0;
     let next = backend.receive(from, settings.credit, BIG, deadline());
     while (handled < settings.messages) {
       const batch: readonly Delivery[] = await next;
       next = backend.receive(from, settings.credit, BIG, deadline());
-      for (const delivery of batch) {
-        const token = delivery.token;
-        if (sink === null) {
-          pending.push(
-            backend.publish(message(channelB, `b${token.messageId}`, delivery.envelopeBytes), deadline())
-              .then(() => backend.settle(token, completed(), `s${token.messageId}`)),
-          );
-        } else {
-          sink.record(handled, delivery.envelopeBytes);
-          pending.push(backend.settle(token, completed(), `s${token.messageId}`));
-        }
-        handled++;
-      }
+      pending.push(...mode.handle(backend, batch, sink, handled));
+      handled += batch.length;
       if (pending.length > 4096) await Promise.all(pending.splice(0));
     }
     await Promise.all(pending);
@@ -301,7 +297,7 @@ async function brokerWorker(role: Role, settings: Settings, ports: Setup["ports"
     await next;
     return sink?.latencies ?? new Float64Array(0);
   } finally {
-    ports.credit?.close();
+    setup.ports.credit?.close();
     await connection.close();
   }
 }
@@ -349,11 +345,9 @@ if (inWorker) {
     scope.onmessage = null;
     scope.postMessage({ ready: true });
     const before = threadCpuMicros();
-    const latencies = setup.mode === "broker"
-      ? await brokerWorker(setup.role, setup.settings, setup.ports)
-      : setup.mode === "batched"
-      ? await batchedWorker(setup.role, setup.settings, setup.ports)
-      : await bareWorker(setup.role, setup.settings, setup.ports);
+    const latencies = setup.mode === "bare"
+      ? await bareWorker(setup.role, setup.settings, setup.ports)
+      : await brokerWorker(setup.role, setup.mode === "batched" ? BATCHED : ONE_BY_ONE, setup);
     const after = threadCpuMicros();
     const report: WorkerReport = {
       cpuMicros: before === null || after === null ? null : after - before,
