@@ -376,19 +376,30 @@ export type EnvelopeInit =
   & Pick<Envelope, "channel" | "publicationId" | "body" | "eventId" | "schemaVersion">
   & Partial<Omit<Envelope, "channel" | "publicationId" | "body" | "eventId" | "schemaVersion">>;
 
+const NO_HEADERS: Readonly<Record<string, string>> = Object.freeze({});
+const NO_REFS: readonly ImmutablePayloadRef[] = Object.freeze([]);
+
 /**
  * Constructs an {@link Envelope}. Defaults: no headers, `size` = the body's length, no partition key,
  * event time, source epoch or offset, no payload refs, kind data, a body not transferable. The body is not
- * copied.
+ * copied; headers and payload refs are copied unless already frozen (a publisher's constant headers are
+ * then shared by every envelope, not made again per item).
  */
 export function envelope(init: EnvelopeInit): Envelope {
   const size = init.size ?? init.body.byteLength;
   requireInteger(size, 0, "an envelope's size");
   if (init.sourceOffset != null) requireInteger(init.sourceOffset, 0, "an envelope's source offset");
+  const headers = init.headers;
+  const refs = init.payloadRefs;
+  const kind = init.kind ?? MessageKind.data;
   return Object.freeze({
     channel: init.channel,
     publicationId: requireText(init.publicationId, "an envelope's publication id"),
-    headers: Object.freeze({ ...init.headers }),
+    headers: headers === undefined
+      ? NO_HEADERS
+      : Object.isFrozen(headers)
+      ? headers
+      : Object.freeze({ ...headers }),
     body: init.body,
     size,
     eventId: requireText(init.eventId, "an envelope's event id"),
@@ -397,8 +408,14 @@ export function envelope(init: EnvelopeInit): Envelope {
     sourceEpoch: init.sourceEpoch ?? null,
     sourceOffset: init.sourceOffset ?? null,
     schemaVersion: requireInteger(init.schemaVersion, 1, "an envelope's schema version"),
-    payloadRefs: Object.freeze([...(init.payloadRefs ?? [])]),
-    kind: oneOf(init.kind ?? MessageKind.data, MessageKind, "an envelope's kind"),
+    payloadRefs: refs === undefined || refs.length === 0
+      ? NO_REFS
+      : Object.isFrozen(refs)
+      ? refs
+      : Object.freeze([...refs]),
+    kind: kind === MessageKind.data || kind === MessageKind.eos
+      ? kind
+      : oneOf(kind, MessageKind, "an envelope's kind"),
     bodyTransferable: init.bodyTransferable ?? false,
   });
 }

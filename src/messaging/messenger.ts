@@ -244,6 +244,10 @@ export const BARRIER_CHECK_SECONDS = 0.25;
 
 /** The header every envelope carries: the envelope version. */
 export const ENVELOPE_VERSION_HEADER = "VF-Env";
+/** The headers of every envelope this messenger publishes: one frozen object, shared. */
+const ENVELOPE_HEADERS: Readonly<Record<string, string>> = Object.freeze({
+  [ENVELOPE_VERSION_HEADER]: String(ENVELOPE_VERSION),
+});
 /** Dead-letter headers (WIRE.md "Identities"). */
 export const DeadLetterHeader = {
   originNode: "VF-Origin-Node",
@@ -2454,7 +2458,7 @@ export class BrokerMessenger implements Messenger {
     return backendEnvelope({
       channel: this.#channel,
       publicationId,
-      headers: { [ENVELOPE_VERSION_HEADER]: String(ENVELOPE_VERSION) },
+      headers: ENVELOPE_HEADERS,
       body,
       eventId: publicationId,
       partitionKey,
@@ -2748,7 +2752,7 @@ export class BrokerMessenger implements Messenger {
       backendEnvelope({
         channel: this.#channel,
         publicationId,
-        headers: { [ENVELOPE_VERSION_HEADER]: String(ENVELOPE_VERSION) },
+        headers: ENVELOPE_HEADERS,
         body,
         eventId: publicationId,
         schemaVersion: ENVELOPE_VERSION,
