@@ -612,8 +612,11 @@ export interface MessagingBackend {
    * `deadline` for room beside what the channel stores and what other clients hold, then grants at least
    * one message and `request.minBytes` bytes, at most what was asked. Every data publication of this
    * client the channel stores afterwards uses one message and its size of the credit held (as much as is
-   * held), and one that fits within the credit held is never Rejected for room. A channel that never
-   * refuses for room (it evicts, or keeps no history) grants what was asked at once and holds nothing.
+   * held). Where credit is a reservation (the memory model, the embedded broker) a publication within the
+   * credit held is never Rejected for room; a backend that can only estimate room (JetStream keeps no
+   * reservations: its adapter grants from the stream's observed room and limits) may still refuse one,
+   * and a publisher handles that refusal as it would without credit. A channel that never refuses for
+   * room (it evicts, or keeps no history) grants what was asked at once and holds nothing.
    * Known with no items: the deadline passed first, or `minBytes` exceeds what the channel could ever
    * hold (the publication's own outcome then says why). Unknown when the channel does not exist or could
    * not be asked.

@@ -12,6 +12,11 @@
  * - A connection's data on a channel that refuses when full is taken in the order it was published: once
  *   one publication was refused, the connection's later data publications on that channel are refused
  *   behind it until it is taken (its messenger retries them in order), whatever room opens meanwhile.
+ * - A connection holds the publish credit it reserves (the hosted model counts it per connection), and it
+ *   is given back when the connection ends or its messaging shuts down, so a dead worker's credit never
+ *   holds a channel's room. A batch call (publish or settle) is taken entry by entry exactly as that many
+ *   calls in a row would be, its order guarantee included, and is answered as one number when every entry
+ *   was accepted as new (or confirmed).
  * - A server-side exception is its call's error, rebuilt client-side as the same class.
  * - The hosted models hit their fault barriers as they do in-process; the transport adds none.
  * - A worker's death never acks what it held: its leases lapse through the broker's ack wait. A receive

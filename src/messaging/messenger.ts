@@ -1038,9 +1038,10 @@ export class BrokerMessenger implements Messenger {
   /**
    * Publishes one output. A producer mints its identity; a receiver carries its input group's forward.
    * A checkpoint under {@link CHECKPOINT_METADATA_KEY} is committed with this output in one ledger write
-   * before the send and never reaches the wire. A live (best-effort) output the broker refuses is counted
-   * as a drop; a reliable one is retried with backoff until the broker takes it, in the order outputs were
-   * made (see {@link #publish}). An inline output resolves once it is under way within the in-flight bound
+   * before the send and never reaches the wire. A reliable output is sent once this replica's credit on its
+   * channel covers it (see `CreditWindow`), so the broker has no reason to refuse it; one the broker
+   * refuses all the same is retried with backoff until taken, in the order outputs were made (see
+   * {@link #publish}). A live (best-effort) output the broker refuses is counted as a drop. An inline output resolves once it is under way within the in-flight bound
    * (sent, or waiting its turn behind a refused one); its outcome is awaited by its input group's ack and
    * by EOS, and a refusal is thrown by the next call that publishes, acks, receives or ends the stream.
    *
