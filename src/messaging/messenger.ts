@@ -772,8 +772,10 @@ export class BrokerMessenger implements Messenger {
       "the publish timeout",
     );
     this.#channel = channelId(this.#flowId, this.#runId, this.#node);
+    // The replicas share the in-flight depth as a credit window, so together they hold at most about one
+    // and a half depths of a channel's room unused, and an idle replica never holds all of it.
     this.#credit = new CreditWindow(this.#backend, this.#channel, {
-      items: inFlight,
+      items: Math.ceil(inFlight / this.#nbTasks),
       bytes: options.inFlightBytes ?? DEFAULT_IN_FLIGHT_BYTES,
       waitSeconds: this.#publishTimeout,
       clock: this.#clock,
