@@ -18,14 +18,18 @@
  *
  * @example
  * ```ts
- * import { MemoryMessagingBackend, makeChannel } from "../backends/memory/messaging.ts";
- * import { envelope } from "../backends/messaging.ts";
+ * import { systemClock } from "../backends/clock.ts";
+ * import { makeChannel, makeEnvelope, MemoryMessagingBackend } from "../backends/memory/messaging.ts";
+ * import { Overflow } from "../backends/messaging.ts";
  * const backend = new MemoryMessagingBackend();
- * const spec = makeChannel("f", "r", "cam", "reliable_work", "interest", { maxMsgs: 4 });
+ * const spec = makeChannel("f", "r", "cam", "reliable_work", "interest", {
+ *   maxMsgs: 4,
+ *   overflow: Overflow.reject,
+ * });
  * await backend.ensureChannel(spec, "op");
  * const window = new CreditWindow(backend, spec.id, { items: 2, bytes: 1024, waitSeconds: 5 });
- * const env = envelope({ channel: spec.id, publicationId: "p-1", eventId: "p-1", body: new Uint8Array(8), schemaVersion: 4 });
- * const outcome = await window.send(8, () => backend.publish(env, performance.now() / 1000 + 5));
+ * const env = makeEnvelope(spec.id, "p-1");
+ * const outcome = await window.send(env.size, () => backend.publish(env, systemClock.monotonic() + 5));
  * console.log(outcome?.kind); // "accepted"
  * ```
  *
