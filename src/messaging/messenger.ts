@@ -940,7 +940,7 @@ export class BrokerMessenger implements Messenger {
     const persisted = this.#persistedGroup;
     this.#persistedGroup = null;
     this.#work.track(this.#ackAfter(outputs, outputIds, group.handles, persisted, onAcked));
-    await this.#work.admit();
+    if (!this.#work.admitsNow()) await this.#work.admit();
   }
 
   /**
@@ -1094,11 +1094,11 @@ export class BrokerMessenger implements Messenger {
       const env = this.#dataEnvelope(publicationId, body, eventTs, partitionKey, identity.offset);
       // Read before the send: a body moved to the broker is detached by then.
       const bytes = body.byteLength;
-      await this.#work.room(bytes);
+      if (!this.#work.roomNow(bytes)) await this.#work.room(bytes);
       const sending = this.#sendInline(env, identity.offset, onAccepted);
       this.#work.track(sending, bytes);
       if (this.#assembler !== null) this.#outputs.push(sending);
-      await this.#work.admit();
+      if (!this.#work.admitsNow()) await this.#work.admit();
       return;
     }
     if (checkpoint !== null) await this.#work.drain();
