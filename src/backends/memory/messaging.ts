@@ -1066,17 +1066,12 @@ export class MemoryMessagingBackend implements MessagingBackend {
    * data entry refused as retryable on a channel that refuses when full, the later data entries on that
    * channel are refused too.
    */
-  publishBatch(envelopes: readonly Envelope[], deadline: number): Promise<readonly PublicationOutcome[]> {
-    return this.publishBatchAs(this.#holder, envelopes, deadline);
-  }
-
-  /** {@link publishBatch} on behalf of `holder` (see {@link publishAs}). */
-  async publishBatchAs(
-    holder: CreditHolder,
+  async publishBatch(
     envelopes: readonly Envelope[],
     deadline: number,
   ): Promise<readonly PublicationOutcome[]> {
     this.#live("publishBatch");
+    const holder = this.#holder;
     requireDeadline(deadline);
     const outcomes: PublicationOutcome[] = new Array(envelopes.length);
     const refusedOn = new Set<ChannelState>();
