@@ -10,7 +10,11 @@
  *        `b` and settles it Completed once that publication is accepted; the sink receives `b` and
  *        settles. Both channels are interest channels with the default 120 s duplicate window, as
  *        reliable work uses.
- *    (b) bare: the same three workers joined by MessagePorts, one postMessage (a copy) per message per hop.
+ *    (b) batched: as (a), with the contract's batch forms: the producer publishes what its credit lets it
+ *        send in one turn with one `publishBatch`, the relay publishes each received batch with one
+ *        `publishBatch` and settles it with one `settleBatch` once accepted, the sink settles each
+ *        received batch with one `settleBatch`.
+ *    (c) bare: the same three workers joined by MessagePorts, one postMessage (a copy) per message per hop.
  * 2. Large bodies (`--large-count` frames of `--large-size` bytes, a 1280x720 RGB frame by default): a
  *    2-stage producer → sink, the producer writing each frame into a fresh buffer.
  *    (a) broker: as above, over channel `a`; the producer's client copies each body and moves the copy to
@@ -77,7 +81,7 @@ interface Settings {
 }
 
 type Role = "producer" | "relay" | "sink";
-type Mode = "broker" | "bare";
+type Mode = "broker" | "batched" | "bare";
 
 /** What a worker reports at the end of a round. */
 interface WorkerReport {
@@ -192,41 +196,100 @@ class SinkRecorder {
   }
 }
 
-async function brokerWorker(role: Role, settings: Settings, ports: Setup["ports"]): Promise<Float64Array> {
-  const connection = await EmbeddedConnection.connect(ports.broker, { label: role });
+/** What a broker worker does with its backend: the producer's sends, and a receiver's batches. */
+interface BrokerRole {
+  /** Produces every message; resolves with the outcomes of its publications. */
+  produce(backend: EmbeddedMessagingBackend, setup: Setup): Promise<readonly { readonly kind: string }[]>;
+  /** Forwards (relay) or records (sink) one received batch; returns the calls it left running. */
+  handle(
+    backend: EmbeddedMessagingBackend,
+    batch: readonly Delivery[],
+    sink: SinkRecorder | null,
+    handled: number,
+  ): Promise<unknown>[];
+}
+
+const deadline = () => systemClock.monotonic() + 5;
+
+/** The broker mode: one call per publication and per settlement (see the module comment, 1a). */
+const ONE_BY_ONE: BrokerRole = {
+  produce: async (backend, { settings, ports }) => {
+    const pending: Promise<{ readonly kind: string }>[] = [];
+    await produce(settings, ports.credit, (i) => {
+      pending.push(backend.publish(message(channelA, `a${i}`, stamped(settings, i)), deadline()));
+    });
+    return await Promise.all(pending);
+  },
+  handle: (backend, batch, sink, handled) =>
+    batch.map((delivery, i) => {
+      const token = delivery.token;
+      if (sink === null) {
+        return backend.publish(message(channelB, `b${token.messageId}`, delivery.envelopeBytes), deadline())
+          .then(() => backend.settle(token, completed(), `s${token.messageId}`));
+      }
+      sink.record(handled + i, delivery.envelopeBytes);
+      return backend.settle(token, completed(), `s${token.messageId}`);
+    }),
+};
+
+/** The batched mode: the contract's batch forms (see the module comment, 1b). */
+const BATCHED: BrokerRole = {
+  produce: async (backend, { settings, ports }) => {
+    const pending: Promise<readonly { readonly kind: string }[]>[] = [];
+    let burst: Envelope[] = [];
+    const send = () => {
+      if (burst.length > 0) pending.push(backend.publishBatch(burst, deadline()));
+      burst = [];
+    };
+    const credit = creditFrom(ports.credit, settings.window);
+    for (let i = 0; i < settings.messages; i++) {
+      const wait = credit.take();
+      if (wait !== null) {
+        send();
+        await wait;
+      }
+      burst.push(message(channelA, `a${i}`, stamped(settings, i)));
+      if (burst.length >= settings.credit) send();
+    }
+    send();
+    return (await Promise.all(pending)).flat();
+  },
+  handle: (backend, batch, sink, handled) => {
+    const settles = batch.map((delivery) => ({
+      token: delivery.token,
+      outcome: completed(),
+      settlementId: `s${delivery.token.messageId}`,
+    }));
+    if (sink === null) {
+      const outputs = batch.map((d) => message(channelB, `b${d.token.messageId}`, d.envelopeBytes));
+      return [backend.publishBatch(outputs, deadline()).then(() => backend.settleBatch(settles))];
+    }
+    batch.forEach((delivery, i) => sink.record(handled + i, delivery.envelopeBytes));
+    return [backend.settleBatch(settles)];
+  },
+};
+
+async function brokerWorker(role: Role, mode: BrokerRole, setup: Setup): Promise<Float64Array> {
+  const settings = setup.settings;
+  const connection = await EmbeddedConnection.connect(setup.ports.broker, { label: role });
   const backend = new EmbeddedMessagingBackend(connection);
-  const deadline = () => systemClock.monotonic() + 5;
-  const pending: Promise<unknown>[] = [];
   try {
     if (role === "producer") {
-      await produce(settings, ports.credit, (i) => {
-        pending.push(backend.publish(message(channelA, `a${i}`, stamped(settings, i)), deadline()));
-      });
-      for (const outcome of await Promise.all(pending)) {
-        if ((outcome as { kind: string }).kind !== "accepted") throw new Error(JSON.stringify(outcome));
+      for (const outcome of await mode.produce(backend, setup)) {
+        if (outcome.kind !== "accepted") throw new Error(JSON.stringify(outcome));
       }
       return new Float64Array(0);
     }
     const from: SubscriptionId = role === "sink" && settings.stages === 3 ? fromB : fromA;
-    const sink = role === "sink" ? new SinkRecorder(settings, ports.credit) : null;
+    const sink = role === "sink" ? new SinkRecorder(settings, setup.ports.credit) : null;
+    const pending: Promise<unknown>[] = [];
     let handled = 0;
     let next = backend.receive(from, settings.credit, BIG, deadline());
     while (handled < settings.messages) {
       const batch: readonly Delivery[] = await next;
       next = backend.receive(from, settings.credit, BIG, deadline());
-      for (const delivery of batch) {
-        const token = delivery.token;
-        if (sink === null) {
-          pending.push(
-            backend.publish(message(channelB, `b${token.messageId}`, delivery.envelopeBytes), deadline())
-              .then(() => backend.settle(token, completed(), `s${token.messageId}`)),
-          );
-        } else {
-          sink.record(handled, delivery.envelopeBytes);
-          pending.push(backend.settle(token, completed(), `s${token.messageId}`));
-        }
-        handled++;
-      }
+      pending.push(...mode.handle(backend, batch, sink, handled));
+      handled += batch.length;
       if (pending.length > 4096) await Promise.all(pending.splice(0));
     }
     await Promise.all(pending);
@@ -234,7 +297,7 @@ async function brokerWorker(role: Role, settings: Settings, ports: Setup["ports"
     await next;
     return sink?.latencies ?? new Float64Array(0);
   } finally {
-    ports.credit?.close();
+    setup.ports.credit?.close();
     await connection.close();
   }
 }
@@ -282,9 +345,9 @@ if (inWorker) {
     scope.onmessage = null;
     scope.postMessage({ ready: true });
     const before = threadCpuMicros();
-    const latencies = setup.mode === "broker"
-      ? await brokerWorker(setup.role, setup.settings, setup.ports)
-      : await bareWorker(setup.role, setup.settings, setup.ports);
+    const latencies = setup.mode === "bare"
+      ? await bareWorker(setup.role, setup.settings, setup.ports)
+      : await brokerWorker(setup.role, setup.mode === "batched" ? BATCHED : ONE_BY_ONE, setup);
     const after = threadCpuMicros();
     const report: WorkerReport = {
       cpuMicros: before === null || after === null ? null : after - before,
@@ -371,7 +434,7 @@ function perMessage(micros: number | null, messages: number): number | null {
 
 async function round(mode: Mode, settings: Settings): Promise<RoundResult> {
   const roles: Role[] = settings.stages === 3 ? ["producer", "relay", "sink"] : ["producer", "sink"];
-  const broker = mode === "broker"
+  const broker = mode !== "bare"
     ? new EmbeddedBroker({ messaging: new MemoryMessagingBackend({ clock: systemClock }) })
     : null;
   if (broker !== null) await provision(broker, settings);
@@ -522,11 +585,11 @@ if (import.meta.main && !inWorker) {
     await compare(
       `3-stage pipeline, ${small.messages} messages of ${small.body} bytes, credit ${small.credit}, ` +
         `window ${small.window}`,
-      [{ label: "bare", mode: "bare", settings: small }, {
-        label: "broker",
-        mode: "broker",
-        settings: small,
-      }],
+      [
+        { label: "bare", mode: "bare", settings: small },
+        { label: "broker", mode: "broker", settings: small },
+        { label: "batched", mode: "batched", settings: small },
+      ],
       rounds,
     );
   }

@@ -363,19 +363,30 @@ export type EnvelopeInit =
   & Pick<Envelope, "channel" | "publicationId" | "body" | "eventId" | "schemaVersion">
   & Partial<Omit<Envelope, "channel" | "publicationId" | "body" | "eventId" | "schemaVersion">>;
 
+const NO_HEADERS: Readonly<Record<string, string>> = Object.freeze({});
+const NO_REFS: readonly ImmutablePayloadRef[] = Object.freeze([]);
+
 /**
  * Constructs an {@link Envelope}. Defaults: no headers, `size` = the body's length, no partition key,
  * event time, source epoch or offset, no payload refs, kind data, a body not transferable. The body is not
- * copied.
+ * copied; headers and payload refs are copied unless already frozen (a publisher's constant headers are
+ * then shared by every envelope, not made again per item).
  */
 export function envelope(init: EnvelopeInit): Envelope {
   const size = init.size ?? init.body.byteLength;
   requireCount(size, "an envelope's size", 0);
   if (init.sourceOffset != null) requireCount(init.sourceOffset, "an envelope's source offset", 0);
+  const headers = init.headers;
+  const refs = init.payloadRefs;
+  const kind = init.kind ?? MessageKind.data;
   return Object.freeze({
     channel: init.channel,
     publicationId: requireText(init.publicationId, "an envelope's publication id"),
-    headers: Object.freeze({ ...init.headers }),
+    headers: headers === undefined
+      ? NO_HEADERS
+      : Object.isFrozen(headers)
+      ? headers
+      : Object.freeze({ ...headers }),
     body: init.body,
     size,
     eventId: requireText(init.eventId, "an envelope's event id"),
@@ -384,8 +395,14 @@ export function envelope(init: EnvelopeInit): Envelope {
     sourceEpoch: init.sourceEpoch ?? null,
     sourceOffset: init.sourceOffset ?? null,
     schemaVersion: requireCount(init.schemaVersion, "an envelope's schema version", 1),
-    payloadRefs: Object.freeze([...(init.payloadRefs ?? [])]),
-    kind: oneOf(init.kind ?? MessageKind.data, MessageKind, "an envelope's kind"),
+    payloadRefs: refs === undefined || refs.length === 0
+      ? NO_REFS
+      : Object.isFrozen(refs)
+      ? refs
+      : Object.freeze([...refs]),
+    kind: kind === MessageKind.data || kind === MessageKind.eos
+      ? kind
+      : oneOf(kind, MessageKind, "an envelope's kind"),
     bodyTransferable: init.bodyTransferable ?? false,
   });
 }
@@ -462,6 +479,41 @@ export function checkSettlement(outcome: Settlement): Settlement {
   }
 }
 
+/** One settlement of a {@link MessagingBackend.settleBatch}: what {@link MessagingBackend.settle} takes. */
+export interface SettleRequest {
+  readonly token: DeliveryToken;
+  readonly outcome: Settlement;
+  readonly settlementId: string;
+}
+
+/**
+ * What a publisher asks of {@link MessagingBackend.reserveCredit}: up to `items` messages and up to `bytes`
+ * bytes, and no grant at all unless it holds at least `minBytes` (the size of the publication the
+ * publisher is about to send, so that one fits).
+ */
+export interface CreditRequest {
+  readonly items: number;
+  readonly bytes: number;
+  readonly minBytes: number;
+}
+
+/** Constructs a {@link CreditRequest}, refusing counts no grant could meet with a {@link ConfigError}. */
+export function creditRequest(items: number, bytes: number, minBytes: number): CreditRequest {
+  requireCount(items, "a credit request's items", 1);
+  requireCount(minBytes, "a credit request's minimum bytes", 0);
+  requireCount(bytes, "a credit request's bytes", minBytes);
+  return Object.freeze({ items, bytes, minBytes });
+}
+
+/**
+ * Room a channel holds for one client's data publications: `items` messages and `bytes` bytes (`null`: the
+ * channel bounds no bytes). A grant of no items is no grant.
+ */
+export interface PublishCredit {
+  readonly items: number;
+  readonly bytes: number | null;
+}
+
 /** What a lease renewal achieved: `renewed` with the new expiry, or why not (`reason`). */
 export interface LeaseObservation {
   readonly token: DeliveryToken;
@@ -533,6 +585,43 @@ export interface MessagingBackend {
   publish(envelope: Envelope, deadline: number): Promise<PublicationOutcome>;
 
   /**
+   * Publishes `envelopes` in one call with one deadline: one outcome per envelope, in their order, each
+   * what {@link publish} would have answered had they been published one after another (so a batch is
+   * never "all accepted" when one entry is Unknown or Rejected). On a channel that refuses when full, an
+   * entry behind a data entry refused as retryable on the same channel is refused too, so a retry of the
+   * refused tail keeps the publisher's order. Input errors (a shut-down client, a NaN deadline) reject the
+   * whole call before any entry is stored.
+   */
+  publishBatch(envelopes: readonly Envelope[], deadline: number): Promise<readonly PublicationOutcome[]>;
+
+  /**
+   * Reserves room on `channel` for this client's data publications (flow control by credit): waits until
+   * `deadline` for room beside what the channel stores and what other clients hold, then grants at least
+   * one message and `request.minBytes` bytes, at most what was asked. Every data publication of this
+   * client the channel stores afterwards uses one message and its size of the credit held (as much as is
+   * held). Where credit is a reservation (the memory model, the embedded broker) a publication within the
+   * credit held is never Rejected for room; a backend that can only estimate room (JetStream keeps no
+   * reservations: its adapter grants from the stream's observed room and limits) may still refuse one,
+   * and a publisher handles that refusal as it would without credit. A channel that never refuses for
+   * room (it evicts, or keeps no history) grants what was asked at once and holds nothing.
+   * Known with no items: the deadline passed first, or `minBytes` exceeds what the channel could ever
+   * hold (the publication's own outcome then says why). Unknown when the channel does not exist or could
+   * not be asked.
+   */
+  reserveCredit(
+    channel: ChannelId,
+    request: CreditRequest,
+    deadline: number,
+  ): Promise<Observation<PublishCredit>>;
+
+  /**
+   * Gives back all the credit this client holds on `channel` (a publisher that is done, or whose count of
+   * what it holds became uncertain after an unknown outcome). No reply: a publication made after it in
+   * this client's order is judged without that credit.
+   */
+  releaseCredit(channel: ChannelId): void;
+
+  /**
    * What the backend can say later about `envelope.publicationId`: within its ledger an idempotent
    * re-publish (Accepted, `duplicate` when the first send was stored), beyond it Unresolvable.
    */
@@ -570,6 +659,13 @@ export interface MessagingBackend {
    * (PAY-004). A Terminal without a durable record reference is refused (DELIV-15).
    */
   settle(token: DeliveryToken, outcome: Settlement, settlementId: string): Promise<SettlementOutcome>;
+
+  /**
+   * Settles `requests` in one call: one outcome per request, in their order, each what {@link settle}
+   * would have answered (a batch is never "all confirmed" when one entry is SettleUnknown or SettleStale).
+   * Refuses the whole call before settling any entry when one request is malformed (DELIV-15).
+   */
+  settleBatch(requests: readonly SettleRequest[]): Promise<readonly SettlementOutcome[]>;
 
   /**
    * Retires a delivery token locally (the receiver now holds a newer attempt of the same logical message)

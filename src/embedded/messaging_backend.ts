@@ -54,14 +54,17 @@ import {
   type ChannelObservation,
   type ChannelSpec,
   checkSettlement,
+  type CreditRequest,
   type Delivery,
   type DeliveryToken,
   type Envelope,
   type LeaseObservation,
   leaseObservation,
   type MessagingBackend,
+  type PublishCredit,
   type Settlement,
   type SettlementOutcome,
+  type SettleRequest,
   type SubscriptionId,
   type SubscriptionObservation,
   type SubscriptionSpec,
@@ -84,6 +87,8 @@ import {
   decodeLease,
   decodeMovedPublication,
   decodePublication,
+  decodePublicationBatch,
+  decodeSettleBatch,
   decodeSettleOutcome,
   deepFreeze,
   type EmbeddedConnection,
@@ -192,18 +197,45 @@ const MOVED_PUBLICATION_REPLY: Reply<MovedPublish, PublicationOutcome> = Object.
     PUBLICATION_REPLY.lost(call.envelope.publicationId, sent, error),
 });
 
+/** Marks a token this client handed out settled once a Completed or Terminal settle of it is confirmed. */
+function noteSettled(call: SettleCall, outcome: SettlementOutcome): SettlementOutcome {
+  const own = EmbeddedToken.own(call.token);
+  if (outcome.kind === "settle_confirmed" && call.final && own !== null && own.state === LIVE) {
+    own.state = SETTLED;
+  }
+  return outcome;
+}
+
 const SETTLE_REPLY: Reply<SettleCall, SettlementOutcome> = Object.freeze({
-  decode: (value: unknown, call: SettleCall) => {
-    const outcome = decodeSettleOutcome(value, call.token, call.settlementId);
-    const own = EmbeddedToken.own(call.token);
-    if (outcome.kind === "settle_confirmed" && call.final && own !== null && own.state === LIVE) {
-      own.state = SETTLED;
-    }
-    return outcome;
-  },
+  decode: (value: unknown, call: SettleCall) =>
+    noteSettled(call, decodeSettleOutcome(value, call.token, call.settlementId)),
   lost: (call: SettleCall, sent: boolean, error: BrokerUnavailable) => {
     if (!sent) throw error;
     return settleUnknown(call.token, `the broker's confirmation was lost: ${error.message}`);
+  },
+});
+
+const PUBLICATION_BATCH_REPLY: Reply<readonly string[], PublicationOutcome[]> = Object.freeze({
+  decode: decodePublicationBatch,
+  lost: (publicationIds: readonly string[], sent: boolean, error: BrokerUnavailable) => {
+    if (!sent) throw error;
+    return publicationIds.map((id) =>
+      publicationUnknown(id, `the broker's receipt was lost: ${error.message}`)
+    );
+  },
+});
+
+const SETTLE_BATCH_REPLY: Reply<readonly SettleCall[], SettlementOutcome[]> = Object.freeze({
+  decode: (value: unknown, calls: readonly SettleCall[]) => {
+    const outcomes = decodeSettleBatch(value, calls);
+    for (let i = 0; i < calls.length; i++) noteSettled(calls[i], outcomes[i]);
+    return outcomes;
+  },
+  lost: (calls: readonly SettleCall[], sent: boolean, error: BrokerUnavailable) => {
+    if (!sent) throw error;
+    return calls.map((call) =>
+      settleUnknown(call.token, `the broker's confirmation was lost: ${error.message}`)
+    );
   },
 });
 
@@ -320,6 +352,85 @@ export class EmbeddedMessagingBackend implements MessagingBackend {
     return connection.call(Op.publishMoved, wire, call, MOVED_PUBLICATION_REPLY);
   }
 
+  /**
+   * {@link MessagingBackend.publishBatch}: consecutive entries go in one call (one frame entry, one reply
+   * for all); an entry whose transferable body moves to the broker goes in a call of its own between them,
+   * in the same frame, so the broker takes them in order. A batch whose connection is lost after sending is
+   * PublicationUnknown entry by entry. An entry whose moved body is with the broker refuses the whole
+   * batch before anything is sent.
+   */
+  publishBatch(envelopes: readonly Envelope[], deadline: number): Promise<readonly PublicationOutcome[]> {
+    if (this.#shutDown) return this.#refused("publishBatch");
+    const bodies: Uint8Array[] = new Array(envelopes.length);
+    for (let i = 0; i < envelopes.length; i++) {
+      const body = this.#bodyOf(envelopes[i]);
+      if (body === null) return this.#bodyGone(envelopes[i]);
+      bodies[i] = body;
+    }
+    const connection = this.#connection;
+    const parts: Promise<readonly PublicationOutcome[]>[] = [];
+    let wires: unknown[] = [deadline];
+    let ids: string[] = [];
+    const sendRun = () => {
+      if (ids.length === 0) return;
+      parts.push(connection.call(Op.publishBatch, wires, ids, PUBLICATION_BATCH_REPLY));
+      wires = [deadline];
+      ids = [];
+    };
+    for (let i = 0; i < envelopes.length; i++) {
+      const envelope = envelopes[i];
+      if (envelope.bodyTransferable && connection.movesGiven(bodies[i])) {
+        sendRun();
+        parts.push(this.publish(envelope, deadline).then((outcome) => [outcome]));
+        continue;
+      }
+      wires.push(
+        encodeEnvelope(
+          envelope,
+          connection.channelHandle(envelope.channel),
+          envelope.bodyTransferable ? connection.giver : connection,
+          null,
+          bodies[i],
+        ),
+      );
+      ids.push(envelope.publicationId);
+    }
+    sendRun();
+    if (parts.length === 1) return parts[0];
+    return Promise.all(parts).then((outcomes) => outcomes.flat());
+  }
+
+  /**
+   * {@link MessagingBackend.reserveCredit}, granted by the hosted broker to this connection (a connection
+   * that ends gives its credit back); Unknown('unreachable') when the connection is lost.
+   */
+  reserveCredit(
+    channel: ChannelId,
+    request: CreditRequest,
+    deadline: number,
+  ): Promise<Observation<PublishCredit>> {
+    if (this.#shutDown) return this.#refused("reserveCredit");
+    const args = [
+      this.#connection.channelHandle(channel),
+      request.items,
+      request.bytes,
+      request.minBytes,
+      deadline,
+    ];
+    return this.#connection.call(
+      Op.reserveCredit,
+      args,
+      this.#clock,
+      OBSERVATION_REPLY as Reply<Clock, Observation<PublishCredit>>,
+    );
+  }
+
+  /** {@link MessagingBackend.releaseCredit}: sent without waiting, ahead of every later call of this client. */
+  releaseCredit(channel: ChannelId): void {
+    if (this.#shutDown) throw this.#closedError("releaseCredit");
+    this.#connection.send(Op.releaseCredit, [this.#connection.channelHandle(channel)]);
+  }
+
   /** {@link MessagingBackend.observePublication}, answered by the hosted broker's ledger. */
   observePublication(envelope: Envelope): Promise<PublicationOutcome> {
     if (this.#shutDown) return this.#refused("observePublication");
@@ -393,14 +504,7 @@ export class EmbeddedMessagingBackend implements MessagingBackend {
    */
   settle(token: DeliveryToken, outcome: Settlement, settlementId: string): Promise<SettlementOutcome> {
     try {
-      if (this.#shutDown) throw this.#closedError("settle");
-      checkSettlement(outcome);
-      if (typeof settlementId !== "string" || settlementId === "") {
-        throw new ConfigError(
-          "an operation id must be a non-empty string",
-          "pass the settlement's stable identity",
-        );
-      }
+      this.#checkSettle("settle", outcome, settlementId);
     } catch (error) {
       return Promise.reject(error);
     }
@@ -408,16 +512,69 @@ export class EmbeddedMessagingBackend implements MessagingBackend {
     if (own !== null && own.state === RETIRED) {
       return Promise.resolve(settleStale(token, token.attempt, token.generation));
     }
-    let args: unknown[];
+    const call: SettleCall = { token, settlementId, final: outcome.kind !== "retry" };
+    return this.#connection.call(
+      Op.settle,
+      this.#settleWire(token, outcome, settlementId),
+      call,
+      SETTLE_REPLY,
+    );
+  }
+
+  /**
+   * {@link MessagingBackend.settleBatch}: every request checked first (DELIV-15), a token retired here
+   * SettleStale without the wire, the rest in one call whose reply is one count when every entry was
+   * confirmed; SettleUnknown entry by entry when the connection is lost after sending.
+   */
+  settleBatch(requests: readonly SettleRequest[]): Promise<readonly SettlementOutcome[]> {
+    try {
+      for (const request of requests) this.#checkSettle("settleBatch", request.outcome, request.settlementId);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    const outcomes: SettlementOutcome[] = new Array(requests.length);
+    const wires: unknown[][] = [];
+    const calls: SettleCall[] = [];
+    const sent: number[] = [];
+    for (let i = 0; i < requests.length; i++) {
+      const { token, outcome, settlementId } = requests[i];
+      const own = EmbeddedToken.own(token);
+      if (own !== null && own.state === RETIRED) {
+        outcomes[i] = settleStale(token, token.attempt, token.generation);
+        continue;
+      }
+      wires.push(this.#settleWire(token, outcome, settlementId));
+      calls.push({ token, settlementId, final: outcome.kind !== "retry" });
+      sent.push(i);
+    }
+    if (calls.length === 0) return Promise.resolve(outcomes);
+    return this.#connection.call(Op.settleBatch, wires, calls, SETTLE_BATCH_REPLY).then((answered) => {
+      for (let j = 0; j < sent.length; j++) outcomes[sent[j]] = answered[j];
+      return outcomes;
+    });
+  }
+
+  #checkSettle(operation: string, outcome: Settlement, settlementId: string): void {
+    if (this.#shutDown) throw this.#closedError(operation);
+    checkSettlement(outcome);
+    if (typeof settlementId !== "string" || settlementId === "") {
+      throw new ConfigError(
+        "an operation id must be a non-empty string",
+        "pass the settlement's stable identity",
+      );
+    }
+  }
+
+  /** A settle call's wire for `token` (by its server id alone while the server keeps it). */
+  #settleWire(token: DeliveryToken, outcome: Settlement, settlementId: string): unknown[] {
+    const own = EmbeddedToken.own(token);
     if (own === null) {
       const handle = this.#connection.subscriptionHandle(token.subscription);
-      args = encodeSettleCall(token, 0, handle, outcome, settlementId);
-    } else {
-      args = encodeSettleCall(token, own.id, own.finalSent ? own.handle : null, outcome, settlementId);
-      if (outcome.kind !== "retry") own.finalSent = true;
+      return encodeSettleCall(token, 0, handle, outcome, settlementId);
     }
-    const call: SettleCall = { token, settlementId, final: outcome.kind !== "retry" };
-    return this.#connection.call(Op.settle, args, call, SETTLE_REPLY);
+    const wire = encodeSettleCall(token, own.id, own.finalSent ? own.handle : null, outcome, settlementId);
+    if (outcome.kind !== "retry") own.finalSent = true;
+    return wire;
   }
 
   /**

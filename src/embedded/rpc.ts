@@ -201,6 +201,17 @@ export const Op = {
   closeChannels: 25,
   /** `[tokenId, ...]`, no reply: the client dropped these tokens, so the server forgets their broker tokens. */
   releaseTokens: 26,
+  /**
+   * `[deadline, EnvelopeWire, ...]` (each without its own deadline): a publish batch, taken in order as
+   * that many publishes would be; result {@link PublicationBatchWire}.
+   */
+  publishBatch: 28,
+  /** `[settle call, ...]` (each as {@link encodeSettleCall}); result {@link SettleBatchWire}. */
+  settleBatch: 29,
+  /** `[channelHandle, items, bytes, minBytes, deadline]`; result the `Observation<PublishCredit>` itself. */
+  reserveCredit: 30,
+  /** `[channelHandle]`, no reply: gives back this connection's credit on the channel. */
+  releaseCredit: 31,
   payloadPut: 40,
   payloadRead: 41,
   payloadAcquire: 42,
@@ -1408,6 +1419,39 @@ export function decodePublication(wire: unknown, publicationId: string): Publica
 }
 
 /**
+ * A publish batch's outcomes on the wire: the first entry's sequence alone when every entry was accepted
+ * as new at memory durability with consecutive sequences from it (the common case, one number for the
+ * whole batch), else one {@link PublicationWire} per entry.
+ */
+export type PublicationBatchWire = number | readonly PublicationWire[];
+
+/** Encodes a publish batch's outcomes, in entry order. */
+export function encodePublicationBatch(outcomes: readonly PublicationOutcome[]): PublicationBatchWire {
+  const first = outcomes.length === 0 ? null : outcomes[0];
+  let plain = first !== null && first.kind === "accepted" && first.sequence !== null;
+  for (let i = 0; plain && i < outcomes.length; i++) {
+    const outcome = outcomes[i];
+    plain = outcome.kind === "accepted" && !outcome.duplicate &&
+      outcome.durabilityBoundary === DURABILITY_MEMORY &&
+      outcome.sequence === (first as { sequence: number }).sequence + i;
+  }
+  if (plain) return (first as { sequence: number }).sequence;
+  return outcomes.map(encodePublication);
+}
+
+/** Decodes a {@link PublicationBatchWire} for the entries' `publicationIds`, in order. */
+export function decodePublicationBatch(
+  wire: unknown,
+  publicationIds: readonly string[],
+): PublicationOutcome[] {
+  if (typeof wire === "number") {
+    return publicationIds.map((id, i) => accepted(id, wire + i, false, DURABILITY_MEMORY));
+  }
+  if (!Array.isArray(wire) || wire.length !== publicationIds.length) throw malformed("publication batch");
+  return publicationIds.map((id, i) => decodePublication(wire[i], id));
+}
+
+/**
  * A {@link Op.publishMoved} result: the outcome, and with any outcome but accepted the publication's body
  * (packed) for the caller's retry, since its own went to the broker.
  */
@@ -1548,6 +1592,30 @@ export function decodeSettleOutcome(
   if (fields[0] === 1) return settleUnknown(token, fields[1] as string);
   if (fields[0] === 2) return settleStale(token, fields[1] as number, fields[2] as string);
   throw malformed("settle outcome");
+}
+
+/**
+ * A settle batch's outcomes on the wire: `0` when every entry was confirmed (the acks of a batch as one
+ * count), else one {@link SettleWire} per entry.
+ */
+export type SettleBatchWire = 0 | readonly SettleWire[];
+
+/** Encodes a settle batch's outcomes, in entry order. */
+export function encodeSettleBatch(outcomes: readonly SettlementOutcome[]): SettleBatchWire {
+  for (const outcome of outcomes) {
+    if (outcome.kind !== "settle_confirmed") return outcomes.map(encodeSettleOutcome);
+  }
+  return 0;
+}
+
+/** Decodes a {@link SettleBatchWire} for the entries' tokens and settlement ids, in order. */
+export function decodeSettleBatch(
+  wire: unknown,
+  entries: readonly { readonly token: DeliveryToken; readonly settlementId: string }[],
+): SettlementOutcome[] {
+  if (wire === 0) return entries.map((entry) => settleConfirmed(entry.token, entry.settlementId));
+  if (!Array.isArray(wire) || wire.length !== entries.length) throw malformed("settle batch");
+  return entries.map((entry, i) => decodeSettleOutcome(wire[i], entry.token, entry.settlementId));
 }
 
 /** A lease observation on the wire: `[renewed, expiresAt, reason]`. */

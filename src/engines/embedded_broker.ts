@@ -12,6 +12,11 @@
  * - A connection's data on a channel that refuses when full is taken in the order it was published: once
  *   one publication was refused, the connection's later data publications on that channel are refused
  *   behind it until it is taken (its messenger retries them in order), whatever room opens meanwhile.
+ * - A connection holds the publish credit it reserves (the hosted model counts it per connection), and it
+ *   is given back when the connection ends or its messaging shuts down, so a dead worker's credit never
+ *   holds a channel's room. A batch call (publish or settle) is taken entry by entry exactly as that many
+ *   calls in a row would be, its order guarantee included, and is answered as one number when every entry
+ *   was accepted as new (or confirmed).
  * - A server-side exception is its call's error, rebuilt client-side as the same class.
  * - The hosted models hit their fault barriers as they do in-process; the transport adds none.
  * - A worker's death never acks what it held: its leases lapse through the broker's ack wait. A receive
@@ -66,6 +71,7 @@ import { MemoryPayloadStore, StaticLedger } from "../backends/memory/payload.ts"
 import {
   type ChannelId,
   channelId,
+  creditRequest,
   type Delivery,
   type DeliveryToken,
   type Envelope,
@@ -73,6 +79,7 @@ import {
   MessageKind,
   retry,
   type SettlementOutcome,
+  type SettleRequest,
   type SubscriptionId,
   subscriptionId,
   subscriptionKey,
@@ -93,6 +100,8 @@ import {
   encodeLease,
   encodeMovedPublication,
   encodePublication,
+  encodePublicationBatch,
+  encodeSettleBatch,
   encodeSettleOutcome,
   envelopeDeadline,
   errorToWire,
@@ -103,6 +112,7 @@ import {
   Op,
   portLink,
   secretMatches,
+  type SettleWire,
   SHORT_SETTLE_FIELDS,
   socketLink,
   TOKEN_FIELDS,
@@ -252,6 +262,7 @@ export class BrokerConnection {
     clearTimeout(this.#helloTimer);
     this.#results.take(this.#link.kind);
     const messaging = this.#services.messaging;
+    messaging.releaseCreditOf(this);
     for (const token of this.#tokens.drain()) {
       const settlementId = `released:${this.id}:${token.messageId}:${token.attempt}`;
       if (messaging.settleNow(token, retry(), settlementId) === null) {
@@ -354,6 +365,15 @@ export class BrokerConnection {
       case Op.settle:
         wire = this.#settled(args, value as SettlementOutcome);
         break;
+      case Op.publishBatch:
+        wire = encodePublicationBatch(value as readonly PublicationOutcome[]);
+        break;
+      case Op.settleBatch: {
+        const outcomes = value as readonly SettlementOutcome[];
+        for (let i = 0; i < outcomes.length; i++) this.#settled(args[i] as unknown[], outcomes[i]);
+        wire = encodeSettleBatch(outcomes);
+        break;
+      }
       case Op.renew:
         wire = encodeLease(value as LeaseObservation);
         break;
@@ -391,6 +411,97 @@ export class BrokerConnection {
       this.#refusedHeads.set(handle, { publicationId: envelope.publicationId, arrival });
     }
     return outcome;
+  }
+
+  /**
+   * One publication of this connection, with its credit (the connection is its holder): a dead letter is
+   * answered once the supervisor kept it; a data publication is kept in order behind a refused one (see
+   * {@link #noteOrder}).
+   */
+  #publish(
+    handle: number,
+    envelope: Envelope,
+    deadline: number,
+  ): PublicationOutcome | Promise<PublicationOutcome> {
+    const messaging = this.#services.messaging;
+    const publish = () =>
+      messaging.publishNow(envelope, deadline, this) ?? messaging.publishAs(this, envelope, deadline);
+    if (envelope.kind === MessageKind.dlq) {
+      return Promise.resolve(publish()).then(async (outcome) => {
+        if (outcome.kind === "accepted" && !outcome.duplicate) await this.#services.deadLetterStored();
+        return outcome;
+      });
+    }
+    if (envelope.kind !== MessageKind.data) return publish();
+    const head = this.#refusedHeads.get(handle);
+    if (head !== undefined && head.publicationId !== envelope.publicationId) {
+      return rejected(
+        envelope.publicationId,
+        `publication ${head.publicationId}, refused earlier on this channel, is not taken yet: ` +
+          "outputs are taken in order",
+        true,
+      );
+    }
+    const arrival = ++this.#dataArrivals;
+    const outcome = publish();
+    return outcome instanceof Promise
+      ? outcome.then((settled) => this.#noteOrder(handle, envelope, arrival, settled))
+      : this.#noteOrder(handle, envelope, arrival, outcome);
+  }
+
+  /**
+   * A publish batch's entries from `from` on, one after another as that many publishes (`wires[i + 1]` is
+   * entry i's wire): synchronously while each is decided on the spot, the rest once the one that waits is.
+   */
+  #publishBatch(
+    wires: unknown[],
+    envelopes: readonly Envelope[],
+    deadline: number,
+    from: number,
+    outcomes: PublicationOutcome[],
+  ): PublicationOutcome[] | Promise<PublicationOutcome[]> {
+    for (let i = from; i < envelopes.length; i++) {
+      const outcome = this.#publish((wires[i + 1] as unknown[])[0] as number, envelopes[i], deadline);
+      if (outcome instanceof Promise) {
+        return outcome.then((settled) => {
+          outcomes[i] = settled;
+          return this.#publishBatch(wires, envelopes, deadline, i + 1, outcomes);
+        });
+      }
+      outcomes[i] = outcome;
+    }
+    return outcomes;
+  }
+
+  /** A settle call's token (the broker's own, when kept), settlement and settlement id. */
+  #settleRequest(wire: unknown[]): SettleRequest {
+    const at = wire.length === SHORT_SETTLE_FIELDS ? 1 : TOKEN_FIELDS;
+    return {
+      token: this.#token(wire),
+      outcome: decodeSettlement(wire[at], wire[at + 1]),
+      settlementId: wire[at + 2] as string,
+    };
+  }
+
+  /** A settle batch's requests from `from` on, in order (as {@link #publishBatch}). */
+  #settleBatch(
+    requests: readonly SettleRequest[],
+    from: number,
+    outcomes: SettlementOutcome[],
+  ): SettlementOutcome[] | Promise<SettlementOutcome[]> {
+    const messaging = this.#services.messaging;
+    for (let i = from; i < requests.length; i++) {
+      const { token, outcome, settlementId } = requests[i];
+      const now = messaging.settleNow(token, outcome, settlementId);
+      if (now === null) {
+        return messaging.settle(token, outcome, settlementId).then((settled) => {
+          outcomes[i] = settled;
+          return this.#settleBatch(requests, i + 1, outcomes);
+        });
+      }
+      outcomes[i] = now;
+    }
+    return outcomes;
   }
 
   #fail(id: number, error: unknown): void {
@@ -442,32 +553,28 @@ export class BrokerConnection {
           );
         }
         const envelope = decodeEnvelope(args, this.#channel(args[0]), arena);
-        const deadline = envelopeDeadline(args);
-        const publish = () =>
-          messaging.publishNow(envelope, deadline) ?? messaging.publish(envelope, deadline);
-        if (envelope.kind === MessageKind.dlq) {
-          return Promise.resolve(publish()).then(async (outcome) => {
-            if (outcome.kind === "accepted" && !outcome.duplicate) await this.#services.deadLetterStored();
-            return outcome;
-          });
-        }
-        if (envelope.kind !== MessageKind.data) return publish();
-        const handle = args[0] as number;
-        const head = this.#refusedHeads.get(handle);
-        if (head !== undefined && head.publicationId !== envelope.publicationId) {
-          return rejected(
-            envelope.publicationId,
-            `publication ${head.publicationId}, refused earlier on this channel, is not taken yet: ` +
-              "outputs are taken in order",
-            true,
-          );
-        }
-        const arrival = ++this.#dataArrivals;
-        const outcome = publish();
-        return outcome instanceof Promise
-          ? outcome.then((settled) => this.#noteOrder(handle, envelope, arrival, settled))
-          : this.#noteOrder(handle, envelope, arrival, outcome);
+        return this.#publish(args[0] as number, envelope, envelopeDeadline(args));
       }
+      case Op.publishBatch: {
+        const deadline = args[0] as number;
+        const envelopes: Envelope[] = new Array(args.length - 1);
+        for (let i = 1; i < args.length; i++) {
+          const wire = args[i] as unknown[];
+          envelopes[i - 1] = decodeEnvelope(wire, this.#channel(wire[0]), arena);
+        }
+        return this.#publishBatch(args, envelopes, deadline, 0, new Array(envelopes.length));
+      }
+      case Op.settleBatch: {
+        const requests = args.map((wire) => this.#settleRequest(wire as unknown[]));
+        return this.#settleBatch(requests, 0, new Array(requests.length));
+      }
+      case Op.reserveCredit: {
+        const request = creditRequest(args[1] as number, args[2] as number, args[3] as number);
+        return messaging.reserveCreditAs(this, this.#channel(args[0]), request, args[4] as number);
+      }
+      case Op.releaseCredit:
+        messaging.releaseCreditOf(this, this.#channel(args[0]));
+        return null;
       case Op.receive: {
         const sub = this.#sub(args[0]);
         return this.#longPoll(
@@ -476,12 +583,9 @@ export class BrokerConnection {
         );
       }
       case Op.settle: {
-        const at = args.length === SHORT_SETTLE_FIELDS ? 1 : TOKEN_FIELDS;
-        const token = this.#token(args);
-        const settlement = decodeSettlement(args[at], args[at + 1]);
-        const settlementId = args[at + 2] as string;
-        return messaging.settleNow(token, settlement, settlementId) ??
-          messaging.settle(token, settlement, settlementId);
+        const { token, outcome, settlementId } = this.#settleRequest(args);
+        return messaging.settleNow(token, outcome, settlementId) ??
+          messaging.settle(token, outcome, settlementId);
       }
       case Op.receiveAny: {
         const subs = (args[0] as number[]).map((handle) => this.#sub(handle));
@@ -527,6 +631,7 @@ export class BrokerConnection {
         return null;
       case Op.messagingShutdown:
         this.#messagingOpen = false;
+        messaging.releaseCreditOf(this);
         return null;
       case Op.closeChannels:
         return messaging.close(args[0] as ChannelId[], args[1] as string);
@@ -630,7 +735,7 @@ export class BrokerConnection {
    * forgets the broker's token: its entry is done at that very attempt, and a plain token of it gets the
    * same answers (confirmed, not renewed, not live).
    */
-  #settled(args: unknown[], outcome: SettlementOutcome): unknown {
+  #settled(args: unknown[], outcome: SettlementOutcome): SettleWire {
     const code = args[args.length === SHORT_SETTLE_FIELDS ? 1 : TOKEN_FIELDS];
     if (outcome.kind === "settle_confirmed" && code !== 1) this.#tokens.take(args[0] as number);
     return encodeSettleOutcome(outcome);

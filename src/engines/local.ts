@@ -226,11 +226,13 @@ export const DEFAULT_CHANNEL_MAX_BYTES = 256 * MIB;
 
 /**
  * How many messages the embedded broker keeps for one batch node's output (a JetStream stream keeps
- * 10,000): enough for a consumer to never wait on its producer, few enough that an item does not queue
- * behind thousands of others. Against 10,000, 30,000 small items through producer → relay → sink reach
- * the sink about 5× sooner (p50 latency 760 → 156 ms) and slightly faster (`deno task bench`).
+ * 10,000), which is also the credit its publishers share: they are sent only within it, so a smaller
+ * limit costs no refused publications, and by Little's law it is what an item queues behind when the
+ * consumer is the slower. 10,000 small items through producer → relay → sink (`deno task bench
+ * --sections items`, a loaded 2-core host): at 2,000, p50 916 ms at 2,243 items/s; at 512, p50 146 ms at
+ * 3,818 items/s; at 256 the relay's prefetch (256) holds the whole channel and the rate halves.
  */
-export const LOCAL_BATCH_MAX_MSGS = 2_000;
+export const LOCAL_BATCH_MAX_MSGS = 512;
 
 /**
  * Refuses, with a {@link ConfigError} before anything starts, what would make every replica fail or the

@@ -776,6 +776,81 @@ export class TraceGroupAssembler<H = unknown> extends GroupAssembler<H> {
   }
 }
 
+/**
+ * The trace assembler of a node with one parent: every data entry is a complete group the moment it
+ * arrives, so it is staged as it is, with no pending group, no slots and no clock reading. It gives what a
+ * {@link TraceGroupAssembler} over that one parent gives (the same groups in the same order, a redelivery
+ * of a staged entry superseding it in place, the same end group and hand-back); nothing is ever
+ * incomplete, so nothing times out, is evicted or waits on the parent's end.
+ */
+export class SingleParentAssembler<H = unknown> extends GroupAssembler<H> {
+  /** Entries not yet popped, by trace id, in arrival order. */
+  readonly #staged = new Map<string, EnvelopeEntry<H>>();
+
+  /** @throws ConfigError for other than one parent, or a policy whose mode is not `trace`. */
+  constructor(
+    nodeName: string,
+    parentNames: readonly string[],
+    policy: JoinPolicy,
+    options: AssemblerOptions = {},
+  ) {
+    super(nodeName, parentNames, policy, options);
+    checkMode(nodeName, policy, JOIN_TRACE, "trace");
+    if (parentNames.length !== 1) {
+      throw new ConfigError(
+        `node ${nodeName}: a single-parent assembler needs exactly one parent, got ${parentNames.length}`,
+        "build assemblers with makeAssembler(), which picks the assembler from the parents and the policy",
+        { node: nodeName },
+      );
+    }
+  }
+
+  /** Nothing to time out: every group is complete. */
+  sweep(): void {}
+
+  pendingCount(): number {
+    return 0;
+  }
+
+  oldestWaitSeconds(): number {
+    return 0;
+  }
+
+  nextDeadline(): number | null {
+    return null;
+  }
+
+  protected addData(_index: number, entry: EnvelopeEntry<H>): void {
+    const old = this.#staged.get(entry.traceId);
+    this.#staged.set(entry.traceId, entry);
+    if (old !== undefined) this.supersede(0, old);
+  }
+
+  protected nextData(): ReadyGroup<H> | null {
+    const entry = this.#staged.values().next().value;
+    if (entry === undefined) return null;
+    this.#staged.delete(entry.traceId);
+    this.letGo(0);
+    return {
+      kind: GroupKind.data,
+      traceId: entry.traceId,
+      seq: entry.seq,
+      eventTs: entry.eventTs,
+      entries: { [this.parentNames[0]]: entry },
+      handles: [entry.handle],
+    };
+  }
+
+  /** Nothing held lacks the parent: its end evicts nothing. */
+  protected onParentEnded(_index: number): void {}
+
+  protected takeAllData(): Member<H>[] {
+    const members = [...this.#staged.values()].map((entry) => ({ index: 0, entry }));
+    this.#staged.clear();
+    return members;
+  }
+}
+
 /** A synchronized member of a time group. */
 interface TimeMember<H> extends TimeGroupMember {
   readonly entry: EnvelopeEntry<H>;
@@ -1252,7 +1327,7 @@ export class TimeGroupAssembler<H = unknown> extends GroupAssembler<H> {
 
 /**
  * The assembler a join policy calls for (spec `make_assembler`): a {@link TimeGroupAssembler} for mode
- * `time`, else a {@link TraceGroupAssembler}.
+ * `time`, else a {@link SingleParentAssembler} for one parent and a {@link TraceGroupAssembler} for more.
  *
  * @throws ConfigError when the parents or the policy do not fit (see the assemblers' constructors).
  */
@@ -1262,7 +1337,8 @@ export function makeAssembler<H = unknown>(
   policy: JoinPolicy,
   options: AssemblerOptions = {},
 ): GroupAssembler<H> {
-  return policy.mode === JOIN_TIME
-    ? new TimeGroupAssembler<H>(nodeName, parentNames, policy, options)
+  if (policy.mode === JOIN_TIME) return new TimeGroupAssembler<H>(nodeName, parentNames, policy, options);
+  return parentNames.length === 1
+    ? new SingleParentAssembler<H>(nodeName, parentNames, policy, options)
     : new TraceGroupAssembler<H>(nodeName, parentNames, policy, options);
 }

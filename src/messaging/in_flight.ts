@@ -92,6 +92,23 @@ export class InFlight {
   }
 
   /**
+   * {@link admit} decided now: true (after {@link check}) when it would not wait, false when the caller
+   * must await it; saves a turn and a promise per operation on the common path.
+   */
+  admitsNow(): boolean {
+    if (this.#running >= this.#depth || (this.#running > 0 && this.#bytes >= this.#maxBytes)) return false;
+    this.check();
+    return true;
+  }
+
+  /** {@link room} decided now: true (after {@link check}) when `bytes` fit at once, false when the caller must await it. */
+  roomNow(bytes: number): boolean {
+    if (this.#running > 0 && this.#bytes + bytes > this.#maxBytes) return false;
+    this.check();
+    return true;
+  }
+
+  /**
    * Resolves once an operation holding `bytes` fits beside those running (none runs, or they hold at most
    * the bytes less `bytes`), then {@link check}s: called before the operation starts, it keeps the bytes
    * held within the bound, one operation larger than the bound running alone.

@@ -75,6 +75,7 @@ import {
   retry,
   type Settlement as BackendSettlement,
   type SettlementOutcome,
+  type SettleRequest,
   type SubscriptionId,
   subscriptionKey,
   type SubscriptionObservation,
@@ -208,6 +209,8 @@ import {
   type NodeRouting,
   publishBackoffSeconds,
 } from "./topology.ts";
+import { CallBatcher } from "./call_batcher.ts";
+import { CreditWindow } from "./credit_window.ts";
 
 /** EOS-3's quiescence when nothing narrower is configured (`VF_EOS_QUIESCENCE_MS`), in milliseconds. */
 export const DEFAULT_EOS_QUIESCENCE_MS = 500;
@@ -227,6 +230,8 @@ export const LEDGER_FLUSH_BATCH = 256;
  * still acked only after its outputs were accepted, and EOS only after all of them.
  */
 export const DEFAULT_IN_FLIGHT = 256;
+/** The most publications (or settlements) one batch call carries. */
+export const CALL_BATCH_ENTRIES = 64;
 /** The longest accepted publications wait before they are noted in the ledger, in seconds. */
 export const LEDGER_FLUSH_SECONDS = 1;
 /**
@@ -240,6 +245,10 @@ export const BARRIER_CHECK_SECONDS = 0.25;
 
 /** The header every envelope carries: the envelope version. */
 export const ENVELOPE_VERSION_HEADER = "VF-Env";
+/** The headers of every envelope this messenger publishes: one frozen object, shared. */
+const ENVELOPE_HEADERS: Readonly<Record<string, string>> = Object.freeze({
+  [ENVELOPE_VERSION_HEADER]: String(ENVELOPE_VERSION),
+});
 /** Dead-letter headers (WIRE.md "Identities"). */
 export const DeadLetterHeader = {
   originNode: "VF-Origin-Node",
@@ -602,6 +611,12 @@ export class BrokerMessenger implements Messenger {
   #givingUp = false;
   readonly #recoveredReady: ReadyGroup<Held>[] = [];
   readonly #work: InFlight;
+  /** This replica's credit on its output channel: a reliable output is sent only within it. */
+  readonly #credit: CreditWindow;
+  /** Publications made close together, sent as one batch call. */
+  readonly #publisher: CallBatcher<BackendEnvelope, PublicationOutcome>;
+  /** Settlements made close together, sent as one batch call. */
+  readonly #settler: CallBatcher<SettleRequest, SettlementOutcome>;
   /** Ids that send a lingering received-set write at once: half the in-flight depth. */
   readonly #receivedBatchIds: number;
   /** Settles once every persistent publication made so far has its final outcome (see {@link #publish}). */
@@ -728,6 +743,19 @@ export class BrokerMessenger implements Messenger {
       "the publish timeout",
     );
     this.#channel = channelId(this.#flowId, this.#runId, this.#node);
+    // The replicas share the in-flight depth as a credit window, so together they hold at most about one
+    // and a half depths of a channel's room unused, and an idle replica never holds all of it.
+    this.#credit = new CreditWindow(this.#backend, this.#channel, {
+      items: Math.ceil(inFlight / this.#nbTasks),
+      bytes: options.inFlightBytes ?? DEFAULT_IN_FLIGHT_BYTES,
+      waitSeconds: this.#publishTimeout,
+      clock: this.#clock,
+    });
+    this.#publisher = new CallBatcher(
+      (envelopes) => this.#backend.publishBatch(envelopes, this.#clock.monotonic() + this.#publishTimeout),
+      CALL_BATCH_ENTRIES,
+    );
+    this.#settler = new CallBatcher((requests) => this.#backend.settleBatch(requests), CALL_BATCH_ENTRIES);
     this.#reliableOutput = defaultProfile(this.#flowType) === MessagingProfile.reliableWork;
     this.#replayable = options.replayable ?? false;
     this.#analysisVersion = options.analysisVersion ?? null;
@@ -817,6 +845,8 @@ export class BrokerMessenger implements Messenger {
     }
     this.#backend.subscribeControl(() => {
       this.#control = true;
+      // A source's outputs that wait for credit at the stop are given up (see #givesUpAtStop).
+      if (this.#parents.length === 0) this.#credit.halt();
       this.#stopped.abort();
     });
     if (this.#durable) await this.#restoreLedgerState();
@@ -881,7 +911,7 @@ export class BrokerMessenger implements Messenger {
     const persisted = this.#persistedGroup;
     this.#persistedGroup = null;
     this.#work.track(this.#ackAfter(outputs, outputIds, group.handles, persisted, onAcked));
-    await this.#work.admit();
+    if (!this.#work.admitsNow()) await this.#work.admit();
   }
 
   /**
@@ -981,9 +1011,10 @@ export class BrokerMessenger implements Messenger {
   /**
    * Publishes one output. A producer mints its identity; a receiver carries its input group's forward.
    * A checkpoint under {@link CHECKPOINT_METADATA_KEY} is committed with this output in one ledger write
-   * before the send and never reaches the wire. A live (best-effort) output the broker refuses is counted
-   * as a drop; a reliable one is retried with backoff until the broker takes it, in the order outputs were
-   * made (see {@link #publish}). An inline output resolves once it is under way within the in-flight bound
+   * before the send and never reaches the wire. A reliable output is sent once this replica's credit on its
+   * channel covers it (see `CreditWindow`), so the broker has no reason to refuse it; one the broker
+   * refuses all the same is retried with backoff until taken, in the order outputs were made (see
+   * {@link #publish}). A live (best-effort) output the broker refuses is counted as a drop. An inline output resolves once it is under way within the in-flight bound
    * (sent, or waiting its turn behind a refused one); its outcome is awaited by its input group's ack and
    * by EOS, and a refusal is thrown by the next call that publishes, acks, receives or ends the stream.
    *
@@ -1034,11 +1065,11 @@ export class BrokerMessenger implements Messenger {
       const env = this.#dataEnvelope(publicationId, body, eventTs, partitionKey, identity.offset);
       // Read before the send: a body moved to the broker is detached by then.
       const bytes = body.byteLength;
-      await this.#work.room(bytes);
+      if (!this.#work.roomNow(bytes)) await this.#work.room(bytes);
       const sending = this.#sendInline(env, identity.offset, onAccepted);
       this.#work.track(sending, bytes);
       if (this.#assembler !== null) this.#outputs.push(sending);
-      await this.#work.admit();
+      if (!this.#work.admitsNow()) await this.#work.admit();
       return;
     }
     if (checkpoint !== null) await this.#work.drain();
@@ -1354,6 +1385,7 @@ export class BrokerMessenger implements Messenger {
     }
     if (this.#started) {
       await this.#work.idle();
+      this.#credit.release();
       await this.#handBack();
       await this.#flushLedger();
       await Promise.allSettled(this.#recordings);
@@ -2165,11 +2197,11 @@ export class BrokerMessenger implements Messenger {
     // happen, and the delivery goes to the replacement when its lease lapses.
     if (this.#work.abandoned) return null;
     const token = held.delivery.token;
-    const result = await this.#backend.settle(
+    const result = await this.#settler.call({
       token,
       outcome,
-      `${token.messageId}/${token.attempt}/${outcome.kind}`,
-    );
+      settlementId: `${token.messageId}/${token.attempt}/${outcome.kind}`,
+    });
     // A first delivery settled for good is never delivered again: its id is proven received once.
     if (
       recording !== undefined && outcome.kind !== "retry" && token.attempt === 1 &&
@@ -2402,7 +2434,7 @@ export class BrokerMessenger implements Messenger {
     return backendEnvelope({
       channel: this.#channel,
       publicationId,
-      headers: { [ENVELOPE_VERSION_HEADER]: String(ENVELOPE_VERSION) },
+      headers: ENVELOPE_HEADERS,
       body,
       eventId: publicationId,
       partitionKey,
@@ -2519,9 +2551,20 @@ export class BrokerMessenger implements Messenger {
     return outcome;
   }
 
-  /** One publication, then observations of it while its receipt is lost (a persistent one until known). */
+  /**
+   * One publication (in a batch call; a persistent data one once this replica's credit covers it), then
+   * observations of it while its receipt is lost (a persistent one until known). A source's output still
+   * waiting for credit at the flow's stop is given up (see {@link #givesUpAtStop}).
+   */
   async #publishOnce(env: BackendEnvelope, persistent: boolean): Promise<PublicationOutcome> {
-    let outcome = await this.#backend.publish(env, this.#clock.monotonic() + this.#publishTimeout);
+    const sent = persistent && env.kind === MessageKind.data
+      ? await this.#credit.send(env.size, () => this.#publisher.call(env))
+      : await this.#publisher.call(env);
+    if (sent === null) {
+      this.#givingUp = true;
+      return this.#giveUp(env);
+    }
+    let outcome = sent;
     let observations = 0;
     while (outcome.kind === "publication_unknown") {
       observations++;
@@ -2664,6 +2707,8 @@ export class BrokerMessenger implements Messenger {
   ) {
     if (type === MsgType.abort) await this.#work.idle();
     else await this.#work.drain();
+    // Every output has its outcome: the room still held for more goes back to the channel (and its marker).
+    this.#credit.release();
     await this.#flushLedger();
     const seq = this.#barrierFlow ? await this.#runtime.publishedCount() : this.#acceptedData;
     if (faultsInstalled()) await barrier(Barrier.terminatorPublishBefore, { node: this.#node, status: type });
@@ -2683,7 +2728,7 @@ export class BrokerMessenger implements Messenger {
       backendEnvelope({
         channel: this.#channel,
         publicationId,
-        headers: { [ENVELOPE_VERSION_HEADER]: String(ENVELOPE_VERSION) },
+        headers: ENVELOPE_HEADERS,
         body,
         eventId: publicationId,
         schemaVersion: ENVELOPE_VERSION,

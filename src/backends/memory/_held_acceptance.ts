@@ -9,10 +9,13 @@
 
 import type { Envelope } from "../messaging.ts";
 import { type PublicationOutcome, rejected } from "../outcomes.ts";
+import type { CreditHolder } from "./publish_credit.ts";
 
-/** A publication waiting for its channel's acceptance, and how to tell its publisher the outcome. */
+/** A publication waiting for its channel's acceptance, whose credit it was sent within, and how to tell
+ * its publisher the outcome. */
 export interface HeldPublication {
   readonly envelope: Envelope;
+  readonly holder: CreditHolder | null;
   readonly resolve: (outcome: PublicationOutcome) => void;
 }
 
@@ -37,8 +40,8 @@ export class HeldAcceptance {
   }
 
   /** Resolves with `envelope`'s outcome once it is stored, cancelled or ended. */
-  hold(envelope: Envelope): Promise<PublicationOutcome> {
-    return new Promise((resolve) => this.#held.push({ envelope, resolve }));
+  hold(envelope: Envelope, holder: CreditHolder | null): Promise<PublicationOutcome> {
+    return new Promise((resolve) => this.#held.push({ envelope, holder, resolve }));
   }
 
   /** Whether publication `publicationId` is held. */
@@ -47,10 +50,12 @@ export class HeldAcceptance {
   }
 
   /** Unpauses, stores every held publication in order with `store` and returns their outcomes. */
-  resume(store: (envelope: Envelope) => PublicationOutcome): PublicationOutcome[] {
+  resume(
+    store: (envelope: Envelope, holder: CreditHolder | null) => PublicationOutcome,
+  ): PublicationOutcome[] {
     this.#paused = false;
     return this.take().map((publication) => {
-      const outcome = store(publication.envelope);
+      const outcome = store(publication.envelope, publication.holder);
       publication.resolve(outcome);
       return outcome;
     });

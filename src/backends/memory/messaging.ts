@@ -88,6 +88,7 @@ import {
   type ChannelSpec,
   channelSpec,
   checkSettlement,
+  type CreditRequest,
   type Delivery,
   type DeliveryToken,
   type Envelope,
@@ -98,8 +99,10 @@ import {
   MessageKind,
   type MessagingBackend,
   Overflow,
+  type PublishCredit,
   type Settlement,
   type SettlementOutcome,
+  type SettleRequest,
   type SubscriptionId,
   subscriptionId,
   subscriptionKey,
@@ -111,6 +114,7 @@ import {
   type VerifiedSubscription,
 } from "../messaging.ts";
 import { streamNameFor } from "../names.ts";
+import { ChannelCredit, type CreditHolder, NO_CREDIT } from "./publish_credit.ts";
 import type { ObservationLog } from "../observation.ts";
 import {
   accepted,
@@ -397,6 +401,8 @@ class ChannelState {
   fanout: [SubState[], SubState[]] = [[], []];
   readonly acceptance = new HeldAcceptance();
   rejected = 0;
+  /** Room held for publishers' data beside what is stored (counted in the data slot). */
+  readonly credit = new ChannelCredit();
 
   constructor(public spec: ChannelSpec, readonly key: string, dedupSeconds: number, dedupBytes: number) {
     this.dedup = new DedupWindow(dedupSeconds, dedupBytes);
@@ -504,6 +510,8 @@ export class MemoryMessagingBackend implements MessagingBackend {
   #resident = 0;
   #budgetWaits = 0;
   #shutDown = false;
+  /** The credit holder this client's own calls publish as (a host names its own clients' holders). */
+  readonly #holder: CreditHolder = {};
 
   constructor(options: MemoryMessagingOptions = {}) {
     this.#clock = options.clock ?? systemClock;
@@ -592,6 +600,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
         ch.spec = checked;
         ch.dedup.resize(dedupSeconds);
         this.#trim(ch, this.#clock.monotonic());
+        this.#serveCredit(ch);
       }
       for (const required of checked.requiredSubscriptions) this.#subState(ch, required);
       this.#rebuildFanout(ch);
@@ -662,14 +671,58 @@ export class MemoryMessagingBackend implements MessagingBackend {
    * A deadline already past at the call sends nothing: Rejected, retryable.
    */
   publish(envelope: Envelope, deadline: number): Promise<PublicationOutcome> {
+    return this.publishAs(this.#holder, envelope, deadline);
+  }
+
+  /**
+   * {@link publish} on behalf of `holder` (a host's client, whose credit the publication uses: see
+   * {@link reserveCreditAs}).
+   */
+  publishAs(holder: CreditHolder, envelope: Envelope, deadline: number): Promise<PublicationOutcome> {
     try {
-      const outcome = this.publishNow(envelope, deadline);
+      const outcome = this.publishNow(envelope, deadline, holder);
       return outcome !== null
         ? Promise.resolve(outcome)
-        : this.#publishBeforeDeadline(envelope, deadline, envelope.kind === MessageKind.dlq);
+        : this.#publishBeforeDeadline(envelope, deadline, envelope.kind === MessageKind.dlq, holder);
     } catch (error) {
       return Promise.reject(error);
     }
+  }
+
+  /**
+   * Publishes `envelopes` in order (see {@link MessagingBackend.publishBatch}): each decided on the spot
+   * while it can be, else through {@link publish}'s slow path, awaited before the next starts; behind a
+   * data entry refused as retryable on a channel that refuses when full, the later data entries on that
+   * channel are refused too.
+   */
+  async publishBatch(
+    envelopes: readonly Envelope[],
+    deadline: number,
+  ): Promise<readonly PublicationOutcome[]> {
+    this.#live("publishBatch");
+    const holder = this.#holder;
+    requireDeadline(deadline);
+    const outcomes: PublicationOutcome[] = new Array(envelopes.length);
+    const refusedOn = new Set<ChannelState>();
+    for (let i = 0; i < envelopes.length; i++) {
+      const envelope = envelopes[i];
+      const ch = envelope.kind === MessageKind.data ? this.#channelOf(envelope.channel) : undefined;
+      if (ch !== undefined && refusedOn.has(ch)) {
+        ch.rejected++;
+        outcomes[i] = this.#refused(envelope, "an earlier publication of this batch was refused", true);
+        continue;
+      }
+      const outcome = this.publishNow(envelope, deadline, holder) ??
+        await this.#publishBeforeDeadline(envelope, deadline, envelope.kind === MessageKind.dlq, holder);
+      outcomes[i] = outcome;
+      if (
+        ch !== undefined && outcome.kind === "rejected" && outcome.retryable &&
+        ch.spec.overflow === Overflow.reject
+      ) {
+        refusedOn.add(ch);
+      }
+    }
+    return outcomes;
   }
 
   /**
@@ -678,7 +731,11 @@ export class MemoryMessagingBackend implements MessagingBackend {
    * (a fault schedule is installed, or the channel's acceptance is paused), where `publish` must be
    * called instead. Throws what `publish` rejects with.
    */
-  publishNow(envelope: Envelope, deadline: number): PublicationOutcome | null {
+  publishNow(
+    envelope: Envelope,
+    deadline: number,
+    holder: CreditHolder = this.#holder,
+  ): PublicationOutcome | null {
     this.#live("publish");
     const now = this.#clock.monotonic();
     if (requireDeadline(deadline) <= now) {
@@ -688,7 +745,94 @@ export class MemoryMessagingBackend implements MessagingBackend {
     if (faultsInstalled() || (!dlq && this.#channelOf(envelope.channel)?.acceptance.paused === true)) {
       return null;
     }
-    return dlq ? this.#storeDeadLetter(envelope, now) : this.#store(envelope, now);
+    return dlq ? this.#storeDeadLetter(envelope, now) : this.#store(envelope, now, holder);
+  }
+
+  /**
+   * Reserves room for this client's data on `channel` (see {@link MessagingBackend.reserveCredit}): at once
+   * when it fits beside what is stored and held and no earlier request waits, else when consumers or other
+   * holders free enough, or none at the deadline.
+   */
+  reserveCredit(
+    channel: ChannelId,
+    request: CreditRequest,
+    deadline: number,
+  ): Promise<Observation<PublishCredit>> {
+    return this.reserveCreditAs(this.#holder, channel, request, deadline);
+  }
+
+  /** {@link reserveCredit} on behalf of `holder`, a host's client (its publications go through {@link publishAs}). */
+  reserveCreditAs(
+    holder: CreditHolder,
+    channel: ChannelId,
+    request: CreditRequest,
+    deadline: number,
+  ): Promise<Observation<PublishCredit>> {
+    try {
+      this.#live("reserveCredit");
+      requireDeadline(deadline);
+      const ch = this.#channelOf(channel);
+      if (ch === undefined) {
+        return Promise.resolve(unknown("missing", this.#clock, `no channel ${describeChannel(channel)}`));
+      }
+      const spec = ch.spec;
+      if (this.#core || spec.overflow !== Overflow.reject) {
+        return Promise.resolve(
+          known({ items: request.items, bytes: spec.maxBytes === null ? null : request.bytes }, this.#clock),
+        );
+      }
+      if (spec.maxBytes !== null && request.minBytes > spec.maxBytes) {
+        return Promise.resolve(known(NO_CREDIT, this.#clock));
+      }
+      const now = this.#clock.monotonic();
+      this.#expireAged(ch, now);
+      const [items, bytes] = this.#creditRoom(ch);
+      const granted = ch.credit.grant(holder, request, items, bytes);
+      if (granted !== null) return Promise.resolve(known(granted, this.#clock));
+      if (deadline <= now) return Promise.resolve(known(NO_CREDIT, this.#clock));
+      return ch.credit.wait(holder, request, deadline, this.#clock).then((credit) =>
+        known(credit, this.#clock)
+      );
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** Gives back this client's credit on `channel` (see {@link MessagingBackend.releaseCredit}). */
+  releaseCredit(channel: ChannelId): void {
+    this.#live("releaseCredit");
+    this.releaseCreditOf(this.#holder, channel);
+  }
+
+  /**
+   * Gives back everything `holder` (a host's client) holds on `channel`, or on every channel (a client
+   * that ended).
+   */
+  releaseCreditOf(holder: CreditHolder, channel: ChannelId | null = null): void {
+    if (channel === null) {
+      for (const ch of this.#channels.values()) this.#releaseCreditOf(ch, holder);
+      return;
+    }
+    const ch = this.#channelOf(channel);
+    if (ch !== undefined) this.#releaseCreditOf(ch, holder);
+  }
+
+  #releaseCreditOf(ch: ChannelState, holder: CreditHolder): void {
+    ch.credit.release(holder);
+    this.#serveCredit(ch);
+  }
+
+  /** The room free of stored messages and of everyone's credit in `ch`'s data slot: messages, bytes (null: unbounded). */
+  #creditRoom(ch: ChannelState): readonly [number, number | null] {
+    const spec = ch.spec;
+    const items = spec.maxMsgs - this.#slotCount(ch, DATA) - ch.credit.items;
+    const bytes = spec.maxBytes === null ? null : spec.maxBytes - this.#slotBytes(ch, DATA) - ch.credit.bytes;
+    return [items, bytes];
+  }
+
+  /** Grants what waiting credit requests the room now meets. */
+  #serveCredit(ch: ChannelState): void {
+    if (ch.credit.waiting) ch.credit.serve(() => this.#creditRoom(ch));
   }
 
   /**
@@ -808,6 +952,26 @@ export class MemoryMessagingBackend implements MessagingBackend {
     if (refusal !== null) return refusal;
     this.#applyTo(state as SubState, token, outcome, settlementId);
     return settleConfirmed(token, settlementId);
+  }
+
+  /**
+   * Settles `requests` in order (see {@link MessagingBackend.settleBatch}): each decided on the spot while
+   * it can be, else through {@link settle}'s barriers, awaited before the next starts. Every request is
+   * checked before any is applied.
+   */
+  async settleBatch(requests: readonly SettleRequest[]): Promise<readonly SettlementOutcome[]> {
+    this.#live("settleBatch");
+    for (const request of requests) {
+      checkSettlement(request.outcome);
+      this.#requireOperation(request.settlementId);
+    }
+    const outcomes: SettlementOutcome[] = new Array(requests.length);
+    for (let i = 0; i < requests.length; i++) {
+      const { token, outcome, settlementId } = requests[i];
+      outcomes[i] = this.settleNow(token, outcome, settlementId) ??
+        await this.#settleThroughBarriers(token, outcome, settlementId);
+    }
+    return outcomes;
   }
 
   async #settleThroughBarriers(
@@ -976,6 +1140,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
     this.#shutDown = true;
     for (const waiter of [...this.#waiting]) this.#finishWaiter(waiter, NO_DELIVERIES);
     for (const ch of this.#channels.values()) {
+      ch.credit.clear();
       for (const publication of ch.acceptance.held) {
         publication.resolve(
           publicationUnknown(publication.envelope.publicationId, "the backend was shut down"),
@@ -1039,7 +1204,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
   resumeAcceptance(channel: ChannelId): PublicationOutcome[] {
     const acceptance = this.#requireChannel(channel).acceptance;
     const now = this.#clock.monotonic();
-    return acceptance.resume((envelope) => this.#store(envelope, now));
+    return acceptance.resume((envelope, holder) => this.#store(envelope, now, holder));
   }
 
   /** Definitely cancels a held publication (its publisher, if still waiting, gets Rejected). False when none was held. */
@@ -1149,7 +1314,12 @@ export class MemoryMessagingBackend implements MessagingBackend {
   // ---- publication ----------------------------------------------------------------------------------
 
   /** The slow path: barriers and held acceptance, raced against the deadline (whatever loses still happens). */
-  #publishBeforeDeadline(envelope: Envelope, deadline: number, dlq: boolean): Promise<PublicationOutcome> {
+  #publishBeforeDeadline(
+    envelope: Envelope,
+    deadline: number,
+    dlq: boolean,
+    holder: CreditHolder,
+  ): Promise<PublicationOutcome> {
     return new Promise((resolve, reject) => {
       let done = false;
       const timer = this.#clock.setTimer(deadline - this.#clock.monotonic(), () => {
@@ -1160,7 +1330,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
           publicationUnknown(envelope.publicationId, "the deadline passed before the broker's receipt"),
         );
       });
-      this.#publishSteps(envelope, dlq).then(
+      this.#publishSteps(envelope, dlq, holder).then(
         (outcome) => {
           if (done) return;
           done = true;
@@ -1177,7 +1347,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
     });
   }
 
-  async #publishSteps(envelope: Envelope, dlq: boolean): Promise<PublicationOutcome> {
+  async #publishSteps(envelope: Envelope, dlq: boolean, holder: CreditHolder): Promise<PublicationOutcome> {
     const context: BarrierContext = { op_id: envelope.publicationId, event_id: envelope.eventId };
     if (faultsInstalled()) {
       await barrier(dlq ? Barrier.dlqPublishBefore : Barrier.messagePublishBefore, context);
@@ -1188,8 +1358,8 @@ export class MemoryMessagingBackend implements MessagingBackend {
     } else {
       const ch = this.#channelOf(envelope.channel);
       outcome = ch !== undefined && ch.acceptance.paused
-        ? await ch.acceptance.hold(envelope)
-        : this.#store(envelope, this.#clock.monotonic());
+        ? await ch.acceptance.hold(envelope, holder)
+        : this.#store(envelope, this.#clock.monotonic(), holder);
     }
     if (outcome.kind !== "accepted" || !faultsInstalled()) return outcome;
     const hit = await barrier(dlq ? Barrier.dlqPublishAfter : Barrier.messagePublishAfter, context);
@@ -1219,13 +1389,16 @@ export class MemoryMessagingBackend implements MessagingBackend {
     const seq = window?.stored.get(id, now);
     if (seq !== undefined) return accepted(id, seq, true, DURABILITY_MEMORY);
     if (window?.unknownIds.get(id, now) !== undefined) {
-      return dlq ? this.#storeDeadLetter(envelope, now) : this.#store(envelope, now);
+      return dlq ? this.#storeDeadLetter(envelope, now) : this.#store(envelope, now, this.#holder);
     }
     return publicationUnresolvable(id, "no record of it within the channel's duplicate window");
   }
 
-  /** Stores a data or EOS publication on its channel: dedup, age, key slot, room, then fan-out. */
-  #store(envelope: Envelope, now: number): PublicationOutcome {
+  /**
+   * Stores a data or EOS publication on its channel: dedup, age, key slot, room (a data publication's
+   * within `holder`'s credit, which it then uses), then fan-out.
+   */
+  #store(envelope: Envelope, now: number, holder: CreditHolder | null): PublicationOutcome {
     const id = envelope.publicationId;
     const ch = this.#channelOf(envelope.channel);
     if (ch === undefined) {
@@ -1257,11 +1430,13 @@ export class MemoryMessagingBackend implements MessagingBackend {
       const previous = ch.byKey.get(key);
       if (previous !== undefined) this.#removeMessage(ch, previous, DropReason.superseded);
     }
-    const refusal = this.#makeRoom(ch, kind, envelope.size);
+    const spender = kind === DATA ? holder : null;
+    const refusal = this.#makeRoom(ch, kind, envelope.size, spender);
     if (refusal !== null) {
       ch.rejected++;
       return this.#refused(envelope, refusal.reason, refusal.retryable);
     }
+    ch.credit.use(spender, envelope.size);
     const message = new StoredMessage(ch.nextSeq++, envelope, kind, now);
     ch.messages[kind].push(message);
     ch.count[kind]++;
@@ -1311,12 +1486,17 @@ export class MemoryMessagingBackend implements MessagingBackend {
   }
 
   /** Null when the message fits (after evicting for it); otherwise why it is refused. */
-  #makeRoom(ch: ChannelState, kind: KindIndex, size: number): { reason: string; retryable: boolean } | null {
+  #makeRoom(
+    ch: ChannelState,
+    kind: KindIndex,
+    size: number,
+    holder: CreditHolder | null,
+  ): { reason: string; retryable: boolean } | null {
     const spec = ch.spec;
     if (spec.maxBytes !== null && size > spec.maxBytes) {
       return { reason: `${size} bytes exceed the channel's max_bytes ${spec.maxBytes}`, retryable: false };
     }
-    if (!this.#full(ch, kind, size)) return null;
+    if (!this.#full(ch, kind, size, holder)) return null;
     if (spec.overflow === Overflow.reject) {
       const held = this.#slotCount(ch, kind) >= spec.maxMsgs
         ? `${spec.maxMsgs} messages`
@@ -1339,11 +1519,17 @@ export class MemoryMessagingBackend implements MessagingBackend {
     return ch.spec.perSubjectLimits ? ch.bytes[kind] : ch.bytes[DATA] + ch.bytes[EOS];
   }
 
-  /** Whether one more message of `size` bytes would overflow the slot `kind` counts against. */
-  #full(ch: ChannelState, kind: KindIndex, size: number): boolean {
+  /**
+   * Whether one more message of `size` bytes would overflow the slot `kind` counts against, the credit
+   * other holders than `holder` keep in it counted as occupied (`holder`'s own as free).
+   */
+  #full(ch: ChannelState, kind: KindIndex, size: number, holder: CreditHolder | null = null): boolean {
     const maxBytes = ch.spec.maxBytes;
-    return this.#slotCount(ch, kind) >= ch.spec.maxMsgs ||
-      (maxBytes !== null && this.#slotBytes(ch, kind) + size > maxBytes);
+    const credited = kind === DATA || !ch.spec.perSubjectLimits;
+    const items = this.#slotCount(ch, kind) + (credited ? ch.credit.othersItems(holder) : 0);
+    if (items >= ch.spec.maxMsgs) return true;
+    if (maxBytes === null) return false;
+    return this.#slotBytes(ch, kind) + (credited ? ch.credit.othersBytes(holder) : 0) + size > maxBytes;
   }
 
   /** After a limit was tightened: evicts the oldest until every slot is within its limits again. */
@@ -1412,6 +1598,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
     if (key !== null && ch.byKey.get(key) === message) ch.byKey.delete(key);
     ch.head(message.kind);
     ch.messages[message.kind].compactBeyond(ch.count[message.kind], isRetained);
+    this.#serveCredit(ch);
     if (reason === null) return;
     for (const state of ch.fanout[message.kind]) {
       const entry = state.outstanding.get(message.seq);
@@ -1890,6 +2077,7 @@ export class MemoryMessagingBackend implements MessagingBackend {
 
   #removeChannel(ch: ChannelState): void {
     ch.removed = true;
+    ch.credit.clear();
     this.#channels.delete(ch.key);
     for (const state of ch.subs.values()) {
       state.closed = true;

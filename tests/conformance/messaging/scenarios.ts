@@ -34,6 +34,7 @@ import {
   type ChannelSpec,
   channelSpec,
   completed,
+  creditRequest,
   type Delivery,
   type DeliveryToken,
   type Envelope,
@@ -113,6 +114,7 @@ interface ChannelOptions {
   readonly retention?: Retention;
   readonly profile?: MessagingProfile;
   readonly maxMsgs?: number;
+  readonly maxBytes?: number | null;
   readonly overflow?: Overflow;
   readonly required?: readonly SubscriptionId[];
   readonly perSubjectLimits?: boolean;
@@ -128,7 +130,7 @@ function channel(node: string, options: ChannelOptions = {}): ChannelSpec {
     profile: options.profile ?? (retention === Retention.interest ? "reliable_work" : "live_latest"),
     retention,
     maxMsgs: options.maxMsgs ?? 10_000,
-    maxBytes: null,
+    maxBytes: options.maxBytes ?? null,
     maxAgeSeconds: null,
     overflow: options.overflow ?? (retention === Retention.interest ? Overflow.reject : Overflow.evictOldest),
     dedupWindowSeconds: DEDUP_SECONDS,
@@ -235,7 +237,192 @@ function assertUnknown<T>(observation: Observation<T>, what: string): void {
   assert.equal(observation.kind, "unknown", `${what} must be Unknown, got ${JSON.stringify(observation)}`);
 }
 
+/** A rejecting interest channel "cam" of `maxMsgs` (and `maxBytes`) with one required consumer "sink", bound. */
+async function boundedChannel(
+  h: MessagingHarness,
+  maxMsgs: number,
+  maxBytes: number | null = null,
+): Promise<{ spec: ChannelSpec; sink: SubscriptionSpec }> {
+  const spec = channel("cam", {
+    maxMsgs,
+    maxBytes,
+    required: [subscriptionId(channelId(FLOW, RUN, "cam"), "sink")],
+  });
+  const sink = subscription(spec.id, "sink", { itemCredit: 64 });
+  await provision(h, spec, [sink]);
+  return { spec, sink };
+}
+
+async function credit(
+  h: MessagingHarness,
+  channel: ChannelId,
+  items: number,
+  bytes: number,
+  minBytes: number,
+  deadline = h.now(),
+) {
+  return requireKnown(
+    await h.backend.reserveCredit(channel, creditRequest(items, bytes, minBytes), deadline),
+    `credit on ${channel.node}`,
+  );
+}
+
 const SCENARIOS: readonly Scenario[] = [
+  [
+    "[flow control by credit] a grant is the room beside what is stored; publications within it are " +
+    "accepted and nothing else fits; a request waits for a consumer's settle, and a deadline ends it with none",
+    "retained",
+    async (h) => {
+      const { spec, sink } = await boundedChannel(h, 4);
+      await publishAccepted(h, publication(spec.id, "a"));
+      assert.deepEqual(await credit(h, spec.id, 10, 100, 1), { items: 3, bytes: null }, "3 of 4 are free");
+      assert.deepEqual(await credit(h, spec.id, 10, 100, 1), { items: 0, bytes: 0 }, "nothing more is free");
+      const eos = await h.backend.publish(publication(spec.id, "end", MessageKind.eos), h.now() + 5);
+      assert.ok(eos.kind === "rejected" && eos.retryable, "a publication without credit finds no room");
+      const batch = await h.backend.publishBatch(
+        [publication(spec.id, "b"), publication(spec.id, "c"), publication(spec.id, "d")],
+        h.now() + 5,
+      );
+      assert.deepEqual(batch.map((o) => o.kind), ["accepted", "accepted", "accepted"], "within the credit");
+      const past = await h.backend.publish(publication(spec.id, "e"), h.now() + 5);
+      assert.ok(past.kind === "rejected" && past.retryable, "the credit is used up and the channel full");
+
+      const expiring = h.backend.reserveCredit(spec.id, creditRequest(2, 100, 1), h.now() + 2);
+      await h.advance(3);
+      assert.deepEqual(requireKnown(await expiring, "expired request"), { items: 0, bytes: 0 });
+
+      const waiting = h.backend.reserveCredit(spec.id, creditRequest(2, 100, 1), h.now() + 10);
+      const [first] = await receiveNow(h, sink.id, 1);
+      assert.equal((await h.backend.settle(first.token, completed(), "s-a")).kind, "settle_confirmed");
+      assert.deepEqual(requireKnown(await waiting, "granted request"), { items: 1, bytes: null });
+      await publishAccepted(h, publication(spec.id, "e"));
+    },
+  ],
+  [
+    "[flow control by credit] bytes: a grant never goes below the asked minimum and no publication within " +
+    "it is refused; released credit is room for anyone; an evicting channel grants at once, a missing one is " +
+    "Unknown and a minimum the channel could never hold is no grant",
+    "retained",
+    async (h) => {
+      const { spec } = await boundedChannel(h, 100, 100);
+      await publishAccepted(h, publication(spec.id, "a", MessageKind.data, 30));
+      assert.deepEqual(await credit(h, spec.id, 10, 50, 10), { items: 10, bytes: 50 });
+      assert.deepEqual(await credit(h, spec.id, 10, 50, 30), { items: 0, bytes: 0 }, "20 bytes are free");
+      await publishAccepted(h, publication(spec.id, "b", MessageKind.data, 40));
+      await publishAccepted(h, publication(spec.id, "c", MessageKind.data, 30));
+      const over = await h.backend.publish(publication(spec.id, "d", MessageKind.data, 1), h.now() + 5);
+      assert.ok(over.kind === "rejected" && over.retryable, "100 of 100 bytes are stored");
+      assert.deepEqual(await credit(h, spec.id, 1, 200, 101), { items: 0, bytes: 0 }, "never fits");
+
+      const other = channel("other", { maxMsgs: 100, maxBytes: 100, overflow: Overflow.reject });
+      await provision(h, other, []);
+      assert.deepEqual(await credit(h, other.id, 5, 80, 1), { items: 5, bytes: 80 });
+      h.backend.releaseCredit(other.id);
+      assert.deepEqual(
+        await credit(h, other.id, 5, 100, 1),
+        { items: 5, bytes: 100 },
+        "released, free again",
+      );
+
+      const live = channel("live", { retention: Retention.limits, maxMsgs: 2 });
+      await provision(h, live, []);
+      assert.deepEqual(await credit(h, live.id, 64, 1000, 1), { items: 64, bytes: null }, "never refuses");
+      assertUnknown(
+        await h.backend.reserveCredit(channelId(FLOW, RUN, "nowhere"), creditRequest(1, 1, 1), h.now()),
+        "credit on a missing channel",
+      );
+    },
+  ],
+  [
+    "[calls that carry many] a publish batch answers each entry in order: accepted, a duplicate, and behind " +
+    "an entry refused for room the channel's later entries refused too; a lost receipt makes that entry " +
+    "Unknown, never the batch accepted",
+    "retained",
+    async (h) => {
+      const { spec, sink } = await boundedChannel(h, 100, 100);
+      const first = await h.backend.publishBatch(
+        [
+          publication(spec.id, "a", MessageKind.data, 30),
+          publication(spec.id, "b", MessageKind.data, 30),
+          publication(spec.id, "a", MessageKind.data, 30),
+          publication(spec.id, "c", MessageKind.data, 50),
+          publication(spec.id, "d", MessageKind.data, 10),
+        ],
+        h.now() + 5,
+      );
+      assert.deepEqual(
+        first.map((o) => o.kind === "accepted" && o.duplicate ? "duplicate" : o.kind),
+        ["accepted", "accepted", "duplicate", "rejected", "rejected"],
+      );
+      assert.deepEqual(first.map((o) => o.publicationId), ["a", "b", "a", "c", "d"]);
+      assert.ok(first[4].kind === "rejected" && first[4].retryable, "d would fit, but c is ahead of it");
+      assert.equal(await retained(h, spec.id), 2);
+      for (const delivery of await receiveNow(h, sink.id)) {
+        await h.backend.settle(delivery.token, completed(), `s-${delivery.token.messageId}`);
+      }
+      const again = await h.backend.publishBatch(
+        [publication(spec.id, "c", MessageKind.data, 50), publication(spec.id, "d", MessageKind.data, 10)],
+        h.now() + 5,
+      );
+      assert.deepEqual(
+        again.map((o) => o.kind),
+        ["accepted", "accepted"],
+        "the refused tail, once there is room",
+      );
+
+      using schedule = faults({ [Barrier.messagePublishAfter]: nth(2, dropResponse()) });
+      const second = await h.backend.publishBatch(
+        [publication(spec.id, "e"), publication(spec.id, "f"), publication(spec.id, "g")],
+        h.now() + 5,
+      );
+      assert.deepEqual(second.map((o) => o.kind), ["accepted", "publication_unknown", "accepted"]);
+      assert.equal(await retained(h, spec.id), 5, "the entry whose receipt was lost was stored");
+      assert.deepEqual((await receiveNow(h, sink.id)).map((d) => d.token.messageId), [
+        "c",
+        "d",
+        "e",
+        "f",
+        "g",
+      ]);
+      schedule.assertAllFired();
+    },
+  ],
+  [
+    "[calls that carry many] a settle batch answers each entry in order: confirmed, or stale for a retired " +
+    "token; a lost confirmation is SettleUnknown for that entry alone; a malformed entry refuses the whole " +
+    "batch before any is settled (DELIV-15)",
+    "retained",
+    async (h) => {
+      const { spec, sink } = await boundedChannel(h, 100);
+      for (const id of ["a", "b", "c", "d", "e"]) await publishAccepted(h, publication(spec.id, id));
+      const [a, b, c, d, e] = await receiveNow(h, sink.id);
+      const unreferenced = { kind: "terminal", recordRef: "" } as Terminal;
+      await assert.rejects(
+        h.backend.settleBatch([
+          { token: a.token, outcome: completed(), settlementId: "s-a" },
+          { token: b.token, outcome: unreferenced, settlementId: "s-b" },
+        ]),
+        ConfigError,
+      );
+      assert.equal((await counts(h, sink.id)).leased, 5, "nothing of the refused batch was settled");
+      assert.equal(h.backend.supersede(b.token), true);
+      const settled = await h.backend.settleBatch([
+        { token: a.token, outcome: completed(), settlementId: "s-a" },
+        { token: b.token, outcome: completed(), settlementId: "s-b" },
+        { token: c.token, outcome: retry(), settlementId: "s-c" },
+      ]);
+      assert.deepEqual(settled.map((o) => o.kind), ["settle_confirmed", "settle_stale", "settle_confirmed"]);
+      assert.deepEqual(settled.map((o) => o.token.messageId), ["a", "b", "c"]);
+
+      using schedule = faults({ [Barrier.messageSettleAfter]: nth(1, dropResponse()) });
+      const lost = await h.backend.settleBatch([
+        { token: d.token, outcome: completed(), settlementId: "s-d" },
+        { token: e.token, outcome: completed(), settlementId: "s-e" },
+      ]);
+      assert.deepEqual(lost.map((o) => o.kind), ["settle_unknown", "settle_confirmed"]);
+      schedule.assertAllFired();
+    },
+  ],
   [
     "MSG-013 5: a publication held past its deadline is PublicationUnknown; it is stored late, observed as " +
     "one copy inside the dedup window and Unresolvable past it",

@@ -17,6 +17,7 @@ import {
   type Envelope,
   type MessagingBackend,
 } from "../../../src/backends/messaging.ts";
+import type { PublicationOutcome } from "../../../src/backends/outcomes.ts";
 import type { PayloadStore } from "../../../src/backends/payload.ts";
 import { FlowRuntime } from "../../../src/backends/runtime.ts";
 import type { RuntimeStore } from "../../../src/backends/runtime_store.ts";
@@ -367,4 +368,23 @@ export async function produce(
 ): Promise<void> {
   for (const value of values) await flow.drive(messenger.publishMessage(value));
   if (end) await flow.drive(messenger.publishStopSignal());
+}
+
+/** One publication as a test decides it: `original` is the backend's own single publish. */
+export type PublicationAnswer = (
+  envelope: Envelope,
+  deadline: number,
+  original: (envelope: Envelope, deadline: number) => Promise<PublicationOutcome>,
+) => Promise<PublicationOutcome>;
+
+/**
+ * Makes `answer` decide every publication `backend` is given, alone or in a batch (a batch's entries are
+ * handed to it in order, in one turn, and the batch answers once all have): the seam a test uses to play a
+ * broker that refuses, or answers late.
+ */
+export function answerPublications(backend: MessagingBackend, answer: PublicationAnswer): void {
+  const original = backend.publish.bind(backend);
+  backend.publish = (envelope, deadline) => answer(envelope, deadline, original);
+  backend.publishBatch = (envelopes, deadline) =>
+    Promise.all(envelopes.map((envelope) => answer(envelope, deadline, original)));
 }

@@ -29,6 +29,7 @@ import {
 import {
   channelId,
   completed,
+  creditRequest,
   type Delivery,
   type Envelope,
   MessageKind,
@@ -341,6 +342,51 @@ Deno.test("a waiting receive holds back none of the calls made after it on the s
     assert.deepEqual((await waiting).map((d) => d.token.messageId), ["p1"], "and the publish woke it");
   } finally {
     await connection.close();
+    await broker.close();
+  }
+});
+
+Deno.test("publish credit is held per connection: another's counts as occupied, its own as free, and a connection that ends gives its credit back", async () => {
+  const clock = new FakeClock();
+  const broker = new EmbeddedBroker({ clock, messaging: new MemoryMessagingBackend({ clock }) });
+  const small = makeChannel("flow-A", "run-1", "cam", "reliable_work", "interest", {
+    required: [subscriptionId(CAM, "det")],
+    maxMsgs: 3,
+    overflow: Overflow.reject,
+  });
+  await broker.messaging.ensureChannel(small, "ensure-cam");
+  await broker.messaging.ensureSubscription(detect, "bind-det");
+  const a = await client(broker, "a", clock);
+  const b = await client(broker, "b", clock);
+  try {
+    const request = creditRequest(8, 1024, 1);
+    const held = await a.messaging.reserveCredit(small.id, request, clock.monotonic());
+    assert.deepEqual(held.kind === "known" && held.value, { items: 3, bytes: null }, "a holds all three");
+    const refused = await b.messaging.publish(makeEnvelope(small.id, "b-1"), clock.monotonic() + 5);
+    assert.ok(refused.kind === "rejected" && refused.retryable, "a's credit is no room for b");
+    const waiting = b.messaging.reserveCredit(small.id, request, clock.monotonic() + 30);
+    const batch = await a.messaging.publishBatch(
+      [makeEnvelope(small.id, "a-1"), makeEnvelope(small.id, "a-2")],
+      clock.monotonic() + 5,
+    );
+    assert.deepEqual(batch.map((o) => o.kind), ["accepted", "accepted"], "within a's own credit");
+    await a.connection.close();
+    const granted = await Promise.race([
+      waiting,
+      new Promise<null>((resolve) => setTimeout(() => resolve(null), 5000)),
+    ]);
+    assert.ok(granted !== null, "b's request was granted once a's connection ended");
+    assert.deepEqual(
+      granted.kind === "known" && granted.value,
+      { items: 1, bytes: null },
+      "a's unused credit came back when its connection ended",
+    );
+    assert.equal(
+      (await b.messaging.publish(makeEnvelope(small.id, "b-1"), clock.monotonic() + 5)).kind,
+      "accepted",
+    );
+  } finally {
+    await b.connection.close();
     await broker.close();
   }
 });

@@ -14,6 +14,7 @@ import {
   type Release,
   ReleaseReason,
   Settlement,
+  SingleParentAssembler,
   TimeGroupAssembler,
   TraceGroupAssembler,
 } from "../../../src/messaging/grouping.ts";
@@ -172,8 +173,9 @@ Deno.test("an entry from a decoded envelope carries its fields, the decoded mess
 
 // ---------------------------------------------------------------- construction
 
-Deno.test("makeAssembler picks the assembler from the policy's mode", () => {
+Deno.test("makeAssembler picks the assembler from the policy's mode and the parents", () => {
   assert.ok(makeAssembler("j", ["a", "b"], new JoinPolicy()) instanceof TraceGroupAssembler);
+  assert.ok(makeAssembler("j", ["a"], new JoinPolicy()) instanceof SingleParentAssembler);
   const time = new JoinPolicy({ mode: "time", toleranceMs: 10 });
   assert.ok(makeAssembler("j", ["a", "b"], time) instanceof TimeGroupAssembler);
 });
@@ -848,6 +850,46 @@ Deno.test("random arrival orders of random trace streams: every complete group i
       );
     }
     assert.deepEqual(book.groups.map((g) => g.kind).slice(-1), ["end"], `${label}: the end comes last`);
+  }
+});
+
+Deno.test("a single-parent assembler gives what a trace assembler over that parent gives: the same groups, supersessions, releases, end and hand-back", () => {
+  const seed = testSeed();
+  const rnd = new SeededRandom(seed);
+  for (let round = 0; round < 40; round++) {
+    const policy = new JoinPolicy(
+      rnd.chance(0.5) ? { missing: "wait" } : { timeoutSeconds: 1, missing: "drop", maxPending: 2 },
+    );
+    const clock = new FakeClock();
+    const fast = new Book(new SingleParentAssembler<number>("join", ["a"], policy, { clock }));
+    const plain = new Book(new TraceGroupAssembler<number>("join", ["a"], policy, { clock }));
+    const label = `seed ${seed} round ${round}`;
+    const both = (step: (book: Book) => void) => {
+      step(fast);
+      step(plain);
+    };
+    const steps = rnd.int(1, 80);
+    for (let i = 0; i < steps; i++) {
+      const t = rnd.int(1, 20);
+      const roll = rnd.int(0, 20);
+      if (roll < 14) {
+        const eventTs = rnd.chance(0.3) ? null : t;
+        both((book) => book.offer("a", `src:${t}`, t, { eventTs }));
+      } else if (roll < 16) both((book) => book.offer("a", `eos-${t}`, t, { type: MsgType.eos }));
+      else if (roll < 17) both((book) => book.offer("a", `abort-${t}`, t, { type: MsgType.abort }));
+      else if (roll < 18) both((book) => book.join.handBack());
+      else if (roll < 19) clock.advance(2);
+      else both((book) => book.join.sweep());
+      if (rnd.chance(0.4)) {
+        const [a, b] = [fast.drain(), plain.drain()];
+        assert.deepEqual(a, b, `${label} step ${i}: the same groups and releases`);
+      }
+      assert.equal(fast.join.heldHandles(), plain.join.heldHandles(), `${label}: the same handles held`);
+      assert.equal(fast.join.hasPendingFrom("a"), plain.join.hasPendingFrom("a"), label);
+      assert.equal(fast.join.pendingCount(), plain.join.pendingCount(), label);
+    }
+    assert.deepEqual(fast.drain(), plain.drain(), `${label}: the same at the end`);
+    assert.deepEqual(fast.join.takeDrops(), plain.join.takeDrops(), label);
   }
 });
 

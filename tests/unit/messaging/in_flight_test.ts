@@ -104,3 +104,21 @@ Deno.test("a depth that is not a positive integer, or a byte bound that is not p
   for (const depth of [0, -1, 1.5, Number.NaN]) assert.throws(() => new InFlight(depth), ConfigError);
   for (const bytes of [0, -1, Number.NaN]) assert.throws(() => new InFlight(4, bytes), ConfigError);
 });
+
+Deno.test("admitsNow and roomNow answer what admit and room would do without waiting, and throw the failure", async () => {
+  const work = new InFlight(2, 1000);
+  assert.equal(work.admitsNow(), true, "nothing runs");
+  const first = Promise.withResolvers<void>();
+  work.track(first.promise, 800);
+  assert.equal(work.roomNow(100), true, "900 of 1000 bytes");
+  assert.equal(work.roomNow(300), false, "1100 of 1000 bytes: room would wait");
+  assert.equal(work.admitsNow(), true, "one of two runs, under the bytes");
+  const second = Promise.withResolvers<void>();
+  work.track(second.promise, 100);
+  assert.equal(work.admitsNow(), false, "two of two run: admit would wait");
+  first.reject(new Error("refused"));
+  second.resolve();
+  await work.idle();
+  assert.throws(() => work.admitsNow(), /refused/);
+  assert.throws(() => work.roomNow(1), /refused/);
+});

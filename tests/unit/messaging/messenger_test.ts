@@ -31,6 +31,7 @@ import { dataSubscriptionId } from "../../../src/messaging/topology.ts";
 import { decodeEnvelope, decodePayload, ENVELOPE_VERSION } from "../../../src/wire/codec.ts";
 import { messageId, partitionOwner } from "../../../src/wire/identities.ts";
 import {
+  answerPublications,
   consume,
   embeddedProvider,
   FLOW,
@@ -831,26 +832,22 @@ Deno.test("a large output moved to the embedded broker counts its bytes in fligh
 
 /** `flow`'s backend with the first `count` data publications refused for good (a non-retryable rejection). */
 function refuseFirstData(flow: MessengerFlow, count: number): void {
-  const backend = broker(flow);
-  const original = backend.publish.bind(backend);
   let refused = 0;
-  backend.publish = (env, deadline) => {
+  answerPublications(broker(flow), (env, deadline, original) => {
     if (env.kind === MessageKind.data && refused < count) {
       refused++;
       return Promise.resolve(rejected(env.publicationId, "refused by the test", false));
     }
     return original(env, deadline);
-  };
+  });
 }
 
 Deno.test("outputs refused by a full channel are retried in the order they were made, and later ones wait behind them", async () => {
   await withFlow(PIPELINE, async (flow) => {
     const cam = await flow.open("cam");
-    const backend = broker(flow);
-    const original = backend.publish.bind(backend);
     const refusedOnce = new Set<string>();
     const attempts: string[] = [];
-    backend.publish = (env, deadline) => {
+    answerPublications(broker(flow), (env, deadline, original) => {
       if (env.kind !== MessageKind.data) return original(env, deadline);
       attempts.push(env.publicationId);
       // The first two outputs are refused at their first attempt, as a full reliable channel refuses.
@@ -859,7 +856,7 @@ Deno.test("outputs refused by a full channel are retried in the order they were 
         return Promise.resolve(rejected(env.publicationId, "channel cam is full", true));
       }
       return original(env, deadline);
-    };
+    });
     for (const value of ["f1", "f2", "f3"]) await flow.drive(cam.publishMessage(value));
     await flow.drive(cam.awaitInFlight());
     const values = stored(flow, "cam").map(({ envelope }) => {
@@ -878,16 +875,14 @@ Deno.test("outputs refused by a full channel are retried in the order they were 
 Deno.test("a refused output waits the backoff ladder before each retry, its first included", async () => {
   await withFlow(PIPELINE, async (flow) => {
     const cam = await flow.open("cam");
-    const backend = broker(flow);
-    const original = backend.publish.bind(backend);
     const attempts: number[] = [];
-    backend.publish = (env, deadline) => {
+    answerPublications(broker(flow), (env, deadline, original) => {
       if (env.kind !== MessageKind.data) return original(env, deadline);
       attempts.push(flow.clock.monotonic());
       return attempts.length <= 3
         ? Promise.resolve(rejected(env.publicationId, "channel cam is full", true))
         : original(env, deadline);
-    };
+    });
     await flow.drive(cam.publishMessage("f1"));
     await flow.drive(cam.awaitInFlight());
     const gaps = attempts.slice(1).map((at, i) => Math.round((at - attempts[i]) * 1000) / 1000);
@@ -898,12 +893,10 @@ Deno.test("a refused output waits the backoff ladder before each retry, its firs
 Deno.test("an output whose refusal arrives late still goes before one made after it", async () => {
   await withFlow(PIPELINE, async (flow) => {
     const cam = await flow.open("cam");
-    const backend = broker(flow);
-    const original = backend.publish.bind(backend);
     let full = true;
     const firstAttempts: PromiseWithResolvers<PublicationOutcome>[] = [];
     const tried = new Set<string>();
-    backend.publish = (env, deadline) => {
+    answerPublications(broker(flow), (env, deadline, original) => {
       if (env.kind !== MessageKind.data) return original(env, deadline);
       if (!tried.has(env.publicationId) && firstAttempts.length < 2) {
         // The first two outputs' answers are held back, as answers still on their way are.
@@ -916,7 +909,7 @@ Deno.test("an output whose refusal arrives late still goes before one made after
       return full
         ? Promise.resolve(rejected(env.publicationId, "channel cam is full", true))
         : original(env, deadline);
-    };
+    });
     const refuse = (answer: PromiseWithResolvers<PublicationOutcome>) =>
       answer.resolve(rejected("held", "channel cam is full", true));
     await flow.drive(cam.publishMessage("f1"));

@@ -13,6 +13,7 @@ import { channelId, MessageKind } from "../../../src/backends/messaging.ts";
 import { rejected } from "../../../src/backends/outcomes.ts";
 import { FOLLOW_CLOSELY_BYTES, PublicationOrder } from "../../../src/messaging/publication_order.ts";
 import {
+  answerPublications,
   embeddedProvider,
   FLOW,
   type FlowOptions,
@@ -223,24 +224,23 @@ Deno.test("over the embedded broker a channel that refuses while full takes a pr
   let refusals = 0;
   const provider = embeddedProvider((messaging: MemoryMessagingBackend) => {
     const publishNow = messaging.publishNow.bind(messaging);
-    messaging.publishNow = (envelope, deadline) => {
+    messaging.publishNow = (envelope, deadline, holder) => {
       const held = messaging.stored(cam).filter((e) => e.kind === MessageKind.data).length;
       if (envelope.kind === MessageKind.data && held >= ROOM) {
         refusals++;
         return rejected(envelope.publicationId, `channel cam is full (${held} of ${ROOM})`, true);
       }
-      return publishNow(envelope, deadline);
+      return publishNow(envelope, deadline, holder);
     };
   });
   const flow = await MessengerFlow.create(provider, PIPELINE);
   try {
     const backend = flow.backend;
     assert.equal(backend.ordersRefusedPublications, true);
-    const publish = backend.publish.bind(backend);
     let outstanding = 0;
     let refusedSeen = false;
     let overlappedAfterRefusal = 0;
-    backend.publish = async (envelope, deadline) => {
+    answerPublications(backend, async (envelope, deadline, publish) => {
       if (envelope.kind !== MessageKind.data) return await publish(envelope, deadline);
       if (refusedSeen && outstanding > 0) overlappedAfterRefusal++;
       outstanding++;
@@ -251,7 +251,7 @@ Deno.test("over the embedded broker a channel that refuses while full takes a pr
       } finally {
         outstanding--;
       }
-    };
+    });
     const producer = await flow.open("cam");
     const consumer = await flow.open("det");
     const values = Array.from({ length: 40 }, (_, i) => `item-${i}`);
