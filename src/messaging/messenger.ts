@@ -685,6 +685,12 @@ export class BrokerMessenger implements Messenger {
   #flushedOffset = 0;
   #acceptedData = 0;
   #publishedPending: string[] = [];
+  /**
+   * How many published ids were noted for the ledger's tally, and how many of the first of them (in the
+   * order noted) it has recorded: an input is settled only once every output noted for it is recorded.
+   */
+  #publishedNoted = 0;
+  #publishedRecorded = 0;
   /** Published ids proven unique for good (see `FlowRuntime.provePublished`), for the next ledger flush. */
   #publishedProven: string[] = [];
   /**
@@ -914,10 +920,13 @@ export class BrokerMessenger implements Messenger {
   }
 
   /**
-   * Settles a group's deliveries once its outputs were accepted. When an output failed, the deliveries go
-   * back to the broker at once (no attempt counted against a replacement's wait) and the failure stands.
-   * When every delivery was a first one and the broker confirmed each settled, the group is never
-   * processed again, so its outputs (`outputIds`) are proven published for good.
+   * Settles a group's deliveries once its outputs were accepted and the ledger recorded their ids (EOS-7:
+   * an output of an input acked before its id was recorded, by a replica killed meanwhile, would be in no
+   * replica's tally, and the terminator's seq would fall short of what the child receives; the wait shares
+   * the batched flush). When an output failed, the deliveries go back to the broker at once (no attempt
+   * counted against a replacement's wait) and the failure stands. When every delivery was a first one and
+   * the broker confirmed each settled, the group is never processed again, so its outputs (`outputIds`)
+   * are proven published for good.
    */
   async #ackAfter(
     outputs: readonly Promise<void>[],
@@ -933,6 +942,8 @@ export class BrokerMessenger implements Messenger {
       if (!this.#work.abandoned) await Promise.all(handles.map((h) => this.#settle(h, retry(null))));
       throw error;
     }
+    const noted = outputIds.length > 0 ? this.#publishedNoted : 0;
+    while (this.#publishedRecorded < noted && !this.#work.abandoned) await this.#flushLedger();
     if (this.#work.abandoned) return;
     const settled = handles.length === 1
       ? [await this.#settle(handles[0], completed(), true)]
@@ -2602,6 +2613,7 @@ export class BrokerMessenger implements Messenger {
     this.#acceptedData++;
     if (this.#barrierFlow && toNote) {
       this.#publishedPending.push(publicationId);
+      this.#publishedNoted++;
       if (offset !== null && this.#replayable) this.#publishedUncovered.push([publicationId, offset]);
     }
     const offsets = this.#replayable && this.#durable ? this.#lastAcceptedOffset - this.#flushedOffset : 0;
@@ -2628,8 +2640,11 @@ export class BrokerMessenger implements Messenger {
     if (this.#publishedPending.length > 0) {
       const ids = this.#publishedPending;
       this.#publishedPending = [];
+      // Every id noted by now is in `ids` or was recorded by an earlier flush.
+      const through = this.#publishedNoted;
       try {
         await this.#runtime.recordPublished(ids);
+        this.#publishedRecorded = through;
       } catch (error) {
         // Kept for the next flush: an id the ledger never took must still count toward EOS's seq.
         this.#publishedPending = [...ids, ...this.#publishedPending];
