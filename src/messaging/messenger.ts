@@ -228,6 +228,9 @@ export const LEDGER_FLUSH_BATCH = 256;
 export const DEFAULT_IN_FLIGHT = 256;
 /** The longest accepted publications wait before they are noted in the ledger, in seconds. */
 export const LEDGER_FLUSH_SECONDS = 1;
+
+/** What a position save writes as the state: the one the last checkpoint write saved. */
+const SAVED_STATE = Symbol("the state saved last");
 /**
  * How many ack waits a replacement holds the redelivered members of a join group its predecessor persisted
  * before giving up on the rest and letting the join's own rules group them: a crashed predecessor's leases
@@ -704,6 +707,8 @@ export class BrokerMessenger implements Messenger {
   readonly #takeBody = (size: number) => this.#bodies.take(size);
   #lastFlush = 0;
   #state: Uint8Array | null = null;
+  /** The checkpoint writes, one at a time: the last one begun is the last one landed. */
+  #checkpoints: Promise<void> = Promise.resolve();
   #coveredKey: string | null = null;
   #coveredOutput: string | null = null;
   #coveredEnvelope: Uint8Array | null = null;
@@ -2657,7 +2662,7 @@ export class BrokerMessenger implements Messenger {
     }
     this.#runtime.provePublished(proven);
     if (this.#replayable && this.#durable && this.#lastAcceptedOffset > this.#flushedOffset) {
-      await this.#commitCheckpoint(this.#state, {});
+      await this.#commitCheckpoint(SAVED_STATE, {});
     }
     this.#proveCovered();
   }
@@ -2678,11 +2683,23 @@ export class BrokerMessenger implements Messenger {
   }
 
   /**
-   * One checkpoint write: the state, the group it covers, the output committed with it (and that output's
-   * bytes, so a replacement can confirm it), and a replayable source's last accepted offset. What counts
-   * as saved is the offset this write carried: outputs accepted while it was on its way are still to save.
+   * One checkpoint write, after every one begun before it: the state (`SAVED_STATE`: the one the last
+   * write saved, read when this one's turn comes, for a position save), the group it covers, the output
+   * committed with it (and that output's bytes, so a replacement can confirm it), and a replayable
+   * source's last accepted offset. What counts as saved is the offset this write carried: outputs accepted
+   * while it was on its way are still to save. One at a time, so that a position save (a quiesce's last
+   * flush) never lands an older state over a node's own newer checkpoint, nor an older offset over a
+   * newer one.
    */
-  async #commitCheckpoint(state: Uint8Array | null, extra: ReplayPosition): Promise<void> {
+  #commitCheckpoint(state: Uint8Array | null | typeof SAVED_STATE, extra: ReplayPosition): Promise<void> {
+    const write = this.#checkpoints.then(() =>
+      this.#writeCheckpoint(state === SAVED_STATE ? this.#state : state, extra)
+    );
+    this.#checkpoints = write.catch(() => {});
+    return write;
+  }
+
+  async #writeCheckpoint(state: Uint8Array | null, extra: ReplayPosition): Promise<void> {
     const position: Record<string, string | number> = {};
     if (this.#currentKey !== null && this.#current !== null) position.group = this.#currentKey;
     const offset = this.#lastAcceptedOffset;

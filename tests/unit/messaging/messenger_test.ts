@@ -461,6 +461,28 @@ class WatchedStore implements RuntimeStore {
   }
 }
 
+/** A ledger store (see {@link WatchedStore}) that can hold back its next checkpoint write until released. */
+class GatedCheckpoints extends WatchedStore {
+  #gate: { reached: PromiseWithResolvers<void>; open: PromiseWithResolvers<void> } | null = null;
+
+  /** Holds the next checkpoint write: `reached` resolves when it begins, `open` lets it go on. */
+  holdNextCheckpoint(): { reached: PromiseWithResolvers<void>; open: PromiseWithResolvers<void> } {
+    const gate = { reached: Promise.withResolvers<void>(), open: Promise.withResolvers<void>() };
+    this.#gate = gate;
+    return gate;
+  }
+
+  override async cas(key: string, expectedVersion: string | null, value: Uint8Array) {
+    const gate = this.#gate;
+    if (gate !== null && key.includes("/checkpoint/")) {
+      this.#gate = null;
+      gate.reached.resolve();
+      await gate.open.promise;
+    }
+    return await super.cas(key, expectedVersion, value);
+  }
+}
+
 /** `node`'s ledger over `store` instead of the flow's own, with the flow's parent replica counts. */
 function runtimeOver(flow: MessengerFlow, node: string, store: RuntimeStore): FlowRuntime {
   return new FlowRuntime({
@@ -934,6 +956,30 @@ Deno.test("an output whose refusal arrives late still goes before one made after
       return decodePayload(wire.payloadType, wire.payload);
     });
     assert.deepEqual(values, ["f1", "f2", "f3"], "f2 was made before f3, so it is taken before f3");
+  });
+});
+
+Deno.test("a quiesce's position save begun before the node's own checkpoint never lands its older state over it", async () => {
+  await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
+    const store = new GatedCheckpoints(flow.store);
+    const cam = await flow.open("cam", 0, { replayable: true, runtime: runtimeOver(flow, "cam", store) });
+    assert.equal(await flow.drive(cam.resumeOffset()), 0);
+    await flow.drive(cam.publishMessage("f1"));
+    await flow.drive(cam.awaitInFlight());
+    // Straight after f1's flush: f2's offset waits for the next position save.
+    await cam.publishMessage("f2");
+    await cam.awaitInFlight();
+    const gate = store.holdNextCheckpoint();
+    const quiesced = cam.quiesce();
+    await flow.drive(gate.reached.promise);
+    const state = new TextEncoder().encode("the state after f2");
+    const checkpointed = cam.checkpoint(state);
+    await flow.drive(flow.clock.sleep(1));
+    gate.open.resolve();
+    await flow.drive(Promise.all([quiesced, checkpointed]));
+    const restored = await flow.runtime("cam").restoreCheckpoint();
+    assert.deepEqual(restored.state, state, "the node's checkpoint, not the older state the save began with");
+    assert.equal(restored.replayPosition.offset, 2);
   });
 });
 
