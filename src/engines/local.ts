@@ -389,6 +389,11 @@ interface Replica {
   inNode: readonly string[];
   /** Of its restarts, those after a death that used up the budget of an input inside its node. */
   restartsForInputs: number;
+  /**
+   * Settled once the current launch's exit was handled and its death counted against the inputs inside
+   * its node: what the broker's release of the deliveries its connection held waits for.
+   */
+  deathCounted: PromiseWithResolvers<void>;
   /** The counters of its earlier launches, so a restart does not reset what the view shows. */
   earlier: Counters;
   kill: (() => void) | null;
@@ -398,6 +403,12 @@ interface Replica {
 function hasEnded(replica: Replica): boolean {
   return replica.state === NodeState.done || replica.state === NodeState.failed;
 }
+
+/**
+ * How long the deliveries a replica's connection held wait, once it ended, for the supervisor to count that
+ * replica's death (milliseconds, once its exit is seen) before they go back to the broker anyway.
+ */
+const RELEASE_WAIT_SECONDS = 10;
 
 const DENO_ENV_PASSTHROUGH = ["PATH", "HOME", "DENO_DIR", "TMPDIR", "NO_COLOR", "XDG_CACHE_HOME", "LANG"];
 
@@ -599,6 +610,7 @@ export class LocalEngine {
         maxPayloadBytes: EMBEDDED_MAX_ENVELOPE_BYTES,
         dedupWindowBytes: DEDUP_WINDOW_BYTES,
       }),
+      releaseAfter: (label) => this.#deathCountedOf(label),
       // A dead letter that cannot be kept fails its publication, so its input is not acked: the run ends.
       onDeadLetter: () =>
         this.#writeDeadLetters().catch((error) => {
@@ -796,6 +808,7 @@ export class LocalEngine {
             stats: null,
             inNode: [],
             restartsForInputs: 0,
+            deathCounted: Promise.withResolvers(),
             earlier: NO_COUNTS,
             kill: null,
           };
@@ -926,6 +939,7 @@ export class LocalEngine {
     replica.earlier = addCounts(replica.earlier, replica.stats);
     replica.stats = null;
     replica.inNode = [];
+    replica.deathCounted = Promise.withResolvers();
     this.#event(nodeStarted(replica.spec.name, replica.index, replica.restarts));
     if (this.#options.isolation === Isolation.worker) this.#launchWorker(replica);
     else this.#launchProcess(replica);
@@ -1094,10 +1108,13 @@ export class LocalEngine {
     const exited = nodeExited(replica.spec.name, replica.index, code, replica.reason);
     this.#event(exited);
     const charge = this.#chargeDeath(replica, code);
+    const counted = replica.deathCounted;
     if (charge === null) {
+      counted.resolve();
       this.#settleExit(replica, exited, false);
       return;
     }
+    void charge.finally(() => counted.resolve());
     // What becomes of the replica waits for the ledger's count of its death (milliseconds), which also
     // comes before any replacement takes the inputs again.
     replica.state = NodeState.restarting;
@@ -1175,6 +1192,25 @@ export class LocalEngine {
         return false;
       },
     );
+  }
+
+  /**
+   * What the release of the deliveries held by the connection labelled `label` (`<node>/<index>`, as a
+   * replica's connection is) waits for: that replica's death counted against the inputs inside its node,
+   * so a sibling that takes one at once sees the count; at most {@link RELEASE_WAIT_SECONDS}, for a
+   * connection that ended while its replica lives on. Null for a connection of no replica.
+   */
+  #deathCountedOf(label: string): Promise<void> | null {
+    const replica = this.#replicas.find((r) => `${r.spec.name}/${r.index}` === label);
+    if (replica === undefined) return null;
+    const counted = replica.deathCounted.promise;
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, RELEASE_WAIT_SECONDS * 1000);
+      void counted.then(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
   }
 
   /** How many deliveries the ledger allows an input of an at-least-once node; null for best-effort. */

@@ -1476,6 +1476,37 @@ for (const [isolation, kind, maxRetries] of killerStories) {
 }
 
 for (const isolation of ["worker", "process"]) {
+  Deno.test(`an item that kills whichever of three replicas takes it gets its budget of deliveries, not one more: the sibling that takes it at once sees the death counted (${isolation} isolation)`, async () => {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
+        dir,
+        ["Count", "ExitAt"],
+        pipeline(
+          "sibling-death-story",
+          `new Count({ name: "count", n: 3 })`,
+          `new ExitAt({ name: "bad", at: 3, code: 9, nbTasks: 3 })`,
+          dir,
+        ),
+      );
+      const state = join(dir, "state");
+      const run = await vf(
+        ["run-local", flow, "--state", state, "--run-id", "r1", "--isolation", isolation],
+        { cwd: dir, env: { VF_MAX_RETRIES: "1" } },
+      );
+      assert.equal(run.code, 0, run.text);
+      assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), [1, 2]);
+      const letters = await deadLetters(flow, "r1", state, dir);
+      assert.deepEqual(
+        letters.map((l) => [l.node, l.code, l.deliveries]),
+        [["bad", "VF_POISON_REPLICA_CRASHED", 2]],
+        run.text,
+      );
+      assert.equal(summaryRow(run, "bad").restarts, 2, "a launch per delivery that killed its replica");
+    });
+  });
+}
+
+for (const isolation of ["worker", "process"]) {
   Deno.test(`a node that blocks its event loop in process is stopped as stalled when it goes silent, exit 5 (${isolation} isolation)`, async () => {
     await inTempDir(async (dir) => {
       const flow = await writeFlow(
