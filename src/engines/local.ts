@@ -1162,15 +1162,17 @@ export class LocalEngine {
    * every delivery is dead-lettered once its budget is spent (`ReplicaDeath`: a stall when it exited as
    * stalled, else a crash). Inputs prefetched but never handed to the node lose nothing. A death the
    * supervisor caused (ending the run, a forced stop) charges nothing; neither does a ledger that does not
-   * keep the retry budget, nor a best-effort node (the broker's delivery count is their budget). Resolves
-   * whether the death used up the budget of an input it held; null when it charged nothing.
+   * keep the retry budget. A best-effort node's death is charged too, so the input it killed is given up
+   * (sampled into the DLQ as the poison it is) instead of lost unseen; having one delivery, it never spends
+   * a budget that would take the restart from the replica's own. Resolves whether the death used up the
+   * budget of an at-least-once input it held; null when it charged nothing.
    */
   #chargeDeath(replica: Replica, code: number): Promise<boolean> | null {
     const messageIds = replica.inNode;
     replica.inNode = [];
     const ledger = this.#broker.runtimeStore;
     const budget = this.#deliveryBudget(replica.spec);
-    if (messageIds.length === 0 || !this.#ledgerBudget || ledger === null || budget === null) return null;
+    if (messageIds.length === 0 || !this.#ledgerBudget || ledger === null) return null;
     if (replica.endedBySupervisor || this.#forced) return null;
     const { flowId, runId } = this.#options;
     const runtime = new FlowRuntime({
@@ -1183,7 +1185,7 @@ export class LocalEngine {
     const death = code === EXIT_STALLED ? ReplicaDeath.stalled : ReplicaDeath.crashed;
     const cause = describeReason(replica.reason);
     return Promise.all(messageIds.map((id) => runtime.recordReplicaDeath(id, death, cause))).then(
-      (counts) => counts.some((count) => count >= budget),
+      (counts) => budget !== null && counts.some((count) => count >= budget),
       (error) => {
         this.#view.event(
           `${replica.spec.name}[${replica.index}]'s death could not be counted against its inputs: ` +

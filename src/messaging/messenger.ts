@@ -106,6 +106,7 @@ import {
   ACTION_NAK,
   ACTION_TERM,
   AT_LEAST_ONCE,
+  BEST_EFFORT,
   type DeliveryAction,
   type DeliveryMode,
   DeliveryPolicy,
@@ -847,7 +848,7 @@ export class BrokerMessenger implements Messenger {
         ackWaitSeconds: this.#ackWait,
         prefetch: this.#prefetch,
         byteCredit: this.#byteCredit,
-        ledgerBudget: this.#ledgerBudget,
+        ledgerBudget: this.#durableShared,
       };
       const spec = dataSubscriptionSpec(routing, parent.data.channel, parent.data.partition, settings);
       await this.#backend.ensureSubscription(spec, `bind/${parent.durable}`);
@@ -1637,7 +1638,12 @@ export class BrokerMessenger implements Messenger {
     }
     const held = new Held(delivery, parent, decoded, this.#blobKey(decoded), now);
     this.#held.add(held);
-    if (this.#ledgerBudget && delivery.token.attempt > 1) return this.#joinRedelivered(held, decoded);
+    if (
+      delivery.token.attempt > 1 &&
+      (this.#ledgerBudget || this.#durableShared && this.#delivery.delivery === BEST_EFFORT)
+    ) {
+      return this.#joinRedelivered(held, decoded);
+    }
     return this.#readAndJoin(held, decoded);
   }
 
@@ -1655,9 +1661,10 @@ export class BrokerMessenger implements Messenger {
   }
 
   /**
-   * A redelivery under the ledger budget: when replica deaths used up its budget (it was inside the node
-   * each time a replica crashed or stalled, the last counted attempt a death), it is dead-lettered with
-   * what that death was and never reaches the node again; otherwise it is joined.
+   * A redelivery under the ledger budget (or a best-effort one over the same ledger): when replica deaths
+   * used up its budget (it was inside the node each time a replica crashed or stalled, the last counted
+   * attempt a death; a best-effort input's one delivery), it is given up by the poison ladder with what
+   * that death was and never reaches the node again; otherwise it is joined.
    */
   async #joinRedelivered(held: Held, decoded: WireEnvelope): Promise<void> {
     const record = await this.#runtime.replicaDeathOf(held.delivery.token.messageId);

@@ -1476,6 +1476,38 @@ for (const [isolation, kind, maxRetries] of killerStories) {
 }
 
 for (const isolation of ["worker", "process"]) {
+  Deno.test(`a best-effort node's item that kills its replica is given up as the poison it is, sampled into the DLQ after its one delivery: the run finishes (${isolation} isolation)`, async () => {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
+        dir,
+        ["Count", "ExitAt"],
+        pipeline(
+          "best-effort-death-story",
+          `new Count({ name: "count", n: 6 })`,
+          `new ExitAt({ name: "bad", at: 3, code: 9, delivery: "best-effort" })`,
+          dir,
+        ),
+      );
+      const state = join(dir, "state");
+      // Unfixed, the item is stranded at the broker after its one delivery and the run waits for it.
+      const run = await vf(
+        ["run-local", flow, "--state", state, "--run-id", "r1", "--isolation", isolation],
+        { cwd: dir, env: { VF_PROGRESS_TIMEOUT_SECONDS: "8" } },
+      );
+      assert.equal(run.code, 0, run.text);
+      assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), [1, 2, 4, 5, 6]);
+      const letters = await deadLetters(flow, "r1", state, dir);
+      assert.deepEqual(
+        letters.map((l) => [l.node, l.code, l.deliveries]),
+        [["bad", "VF_POISON_REPLICA_CRASHED", 1]],
+      );
+      assert.equal(deadLetterValue(letters[0]), 3);
+      assert.equal(summaryRow(run, "bad").restarts, 1, "the death's restart, then the next item");
+    });
+  });
+}
+
+for (const isolation of ["worker", "process"]) {
   Deno.test(`an item that kills whichever of three replicas takes it gets its budget of deliveries, not one more: the sibling that takes it at once sees the death counted (${isolation} isolation)`, async () => {
     await inTempDir(async (dir) => {
       const flow = await writeFlow(
