@@ -2136,6 +2136,10 @@ export class BrokerMessenger implements Messenger {
       const state = await this.#runtime.completionState(parent.name, parent.durable, counts, false);
       parent.barrierShort = state === CompletionState.draining;
       if (state !== CompletionState.complete) return false;
+      // A terminator recorded after that look at the broker (by a sibling) may end a stream whose last
+      // outputs the look missed; a count that falls short (outputs of a replica killed before its tally
+      // noted them) would not hold them: the broker is looked at again, after the terminators.
+      if (await this.#holdsWork(parent)) return false;
       await this.#runtime.commitCompletion(parent.name, this.#lease);
       return true;
     }
@@ -2150,6 +2154,13 @@ export class BrokerMessenger implements Messenger {
     if (now - parent.quietSince >= this.#quiescence) return true;
     parent.nextCheck = Math.min(parent.nextCheck, parent.quietSince + this.#quiescence);
     return false;
+  }
+
+  /** Whether the broker holds work on `parent`'s data for this node beyond the join's halves, or cannot say. */
+  async #holdsWork(parent: ParentState): Promise<boolean> {
+    const observed = await this.#backend.observeSubscription(parent.data);
+    return observed.kind !== "known" || this.#waiting(observed.value) > 0 ||
+      observed.value.leased - parent.inJoin > 0;
   }
 
   /**

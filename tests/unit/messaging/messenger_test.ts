@@ -6,7 +6,12 @@ import { CONTROL_STOP_KEY } from "../../../src/backends/memory/messaging.ts";
 import { Barrier, FaultSchedule, raiseTyped } from "../../../src/backends/faults.ts";
 import { channelId, type Envelope, envelope, MessageKind } from "../../../src/backends/messaging.ts";
 import { known, type PublicationOutcome, rejected, requireKnown } from "../../../src/backends/outcomes.ts";
-import { FlowRuntime, type OutboxDocument, OutboxOutcome } from "../../../src/backends/runtime.ts";
+import {
+  FlowRuntime,
+  type OutboxDocument,
+  OutboxOutcome,
+  TerminatorKind,
+} from "../../../src/backends/runtime.ts";
 import {
   type RuntimeCapabilities,
   runtimeCapabilities,
@@ -22,6 +27,7 @@ import {
 } from "../../../src/core/errors.ts";
 import { StopReason } from "../../../src/core/messenger.ts";
 import {
+  type BrokerMessenger,
   DeadLetterHeader,
   DEFAULT_IN_FLIGHT,
   MessengerDropReason,
@@ -514,6 +520,64 @@ Deno.test("the EOS-7 check reads the received ids only once the broker holds not
       [],
       `received ids read while the broker still held work: ${store.receivedScans.join(", ")}`,
     );
+  });
+});
+
+/** A ledger store (see {@link WatchedStore}) that runs `beforeTerminators` once, as the first terminator scan begins. */
+class TerminatorScanHook extends WatchedStore {
+  #hook: (() => Promise<void>) | null;
+
+  constructor(inner: RuntimeStore, beforeTerminators: () => Promise<void>) {
+    super(inner);
+    this.#hook = beforeTerminators;
+  }
+
+  override async scan(prefix: string) {
+    const hook = this.#hook;
+    if (hook !== null && prefix.includes("/terminator/")) {
+      this.#hook = null;
+      await hook();
+    }
+    return await super.scan(prefix);
+  }
+}
+
+Deno.test("an EOS-7 barrier whose announced count falls short still waits for an output published while it read the terminators", async () => {
+  await withFlow({
+    flowType: "batch",
+    nodes: [{ name: "src" }, { name: "cam", parents: ["src"], nbTasks: 2 }, {
+      name: "det",
+      parents: ["cam"],
+    }],
+    durableLedger: true,
+  }, async (flow) => {
+    const src = await flow.open("src");
+    await produce(flow, src, ["x", "y"], false);
+    const cam0 = await flow.open("cam", 0, { prefetch: 1 });
+    const cam1 = await flow.open("cam", 1, { prefetch: 1 });
+    const pass = async (cam: BrokerMessenger) => {
+      const group = await flow.drive(cam.receiveMessage());
+      await flow.drive(cam.publishMessage(`${group.src?.message}'`));
+      await flow.drive(cam.ackInputs());
+      await flow.drive(cam.awaitInFlight());
+    };
+    await pass(cam0);
+    // As if replica 0 had been killed before its tally noted x': its EOS announces none.
+    for (const record of await flow.store.scan(`vf/${FLOW}/${RUN}/cam/published/`)) {
+      await flow.store.delete(record.key, record.version);
+    }
+    await flow.drive(cam0.publishStopSignal());
+    // Between the barrier's look at the broker and its read of the terminators: replica 1 passes y on and
+    // ends, and a sibling of det records that end.
+    const store = new TerminatorScanHook(flow.store, async () => {
+      await pass(cam1);
+      await flow.drive(cam1.publishStopSignal());
+      await flow.runtime("det").recordTerminator("cam", 1, TerminatorKind.eos, 1);
+    });
+    const det = await flow.open("det", 0, { runtime: runtimeOver(flow, "det", store) });
+    const seen = await consume(flow, det, (g) => g.cam?.message);
+    assert.deepEqual(seen.groups.map((g) => g.cam?.message).sort(), ["x'", "y'"], "y' was not left behind");
+    assert.equal(seen.end.cam?.isStopSignal, true);
   });
 });
 
