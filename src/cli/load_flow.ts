@@ -42,17 +42,27 @@ function describe(error: unknown): string {
 
 /**
  * How long a flow file may take to load before a probe process is asked whether it ever will: Deno ends a
- * process whose top-level await can never settle with a raw message, so the load keeps this process alive
- * and lets a separate one meet that end instead.
+ * process whose top-level await can never settle with a raw message (no event, no handler, whatever keeps
+ * the loop alive: tried on Deno 2.9), so the load keeps this process alive and lets a separate one meet
+ * that end instead.
  */
 const STALL_PROBE_DELAY_MS = 1_000;
+
+/**
+ * What the probe may do as it evaluates the flow file a second time: read (files, the environment, the
+ * system's facts) and import code, never write, connect, run a program or load a library. A flow file's
+ * effects at module scope (a file written, a request sent) then happen once, in vf: in the probe they
+ * fail, and a probe whose import fails finds nothing, which leaves vf's own import to decide.
+ */
+const PROBE_PERMISSIONS = ["--allow-read", "--allow-env", "--allow-sys", "--allow-import", "--no-prompt"];
 
 /** What Deno prints, and where it points, when a module's top-level await can never settle. */
 const NEVER_SETTLES = /Top-level await promise never resolved[\s\S]*?\((file:\/\/[^\s)]+):(\d+):\d+\)/;
 
 /**
- * Where the flow file at `url` waits forever when Deno, importing it in a process of its own, reports a
- * top-level await nothing can settle; `null` when that process loads it, fails otherwise, or cannot start.
+ * Where the flow file at `url` waits forever when Deno, importing it in a process of its own (under
+ * {@link PROBE_PERMISSIONS}), reports a top-level await nothing can settle; `null` when that process loads
+ * it, fails otherwise, or cannot start.
  */
 async function neverSettlingAwait(url: string, probe: AbortSignal): Promise<string | null> {
   let output: Deno.CommandOutput;
@@ -60,7 +70,7 @@ async function neverSettlingAwait(url: string, probe: AbortSignal): Promise<stri
     output = await new Deno.Command(Deno.execPath(), {
       args: [
         "run",
-        "-A",
+        ...PROBE_PERMISSIONS,
         ...subprocessResolutionArgs(),
         // A static import: Deno then points at the flow file's own await, and the file is not the main
         // module (`import.meta.main` is false, as when vf imports it).

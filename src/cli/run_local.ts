@@ -84,18 +84,23 @@ function channelMaxBytesOf(value: string | undefined): number | undefined {
   return mib * MIB;
 }
 
-/** The terminal's width, when stdout (or another standard stream) is one; `null` otherwise. */
-function terminalColumns(): number | null {
+/** The terminal's size, when stdout (or another standard stream) is one; `null` otherwise. */
+function terminalSize(): { columns: number; rows: number } | null {
   try {
-    return Deno.consoleSize().columns;
+    return Deno.consoleSize();
   } catch {
     return null;
   }
 }
 
-/** The live view on this process's stdout, written through `write`: on a terminal, as wide as it is. */
+/** The live view on this process's stdout, written through `write`: on a terminal, as wide and high as it is. */
 function stdoutView(write: (text: string) => void): ViewOutput {
-  return { isTerminal: Deno.stdout.isTerminal(), write, columns: terminalColumns };
+  return {
+    isTerminal: Deno.stdout.isTerminal(),
+    write,
+    columns: () => terminalSize()?.columns ?? null,
+    rows: () => terminalSize()?.rows ?? null,
+  };
 }
 
 /** How {@link runLocal} runs a flow file: what `vf run-local`'s options say, typed. */

@@ -139,6 +139,13 @@ export interface EmbeddedBrokerOptions {
    * records is acked. None by default.
    */
   readonly onDeadLetter?: () => Promise<void>;
+  /**
+   * Called with a connection's label when it ends holding deliveries; their release back to the broker
+   * waits for the returned promise (at once when it returns null, the default). The supervisor counts the
+   * death of the worker behind the connection against the inputs inside its node first, so a sibling that
+   * takes one of them at once reads that count.
+   */
+  readonly releaseAfter?: (label: string) => Promise<void> | null;
 }
 
 /** What a {@link BrokerConnection} serves: the hosted services, shared by every connection. */
@@ -150,6 +157,8 @@ interface Services {
   forget(connection: BrokerConnection): void;
   /** See {@link EmbeddedBrokerOptions.onDeadLetter}. */
   deadLetterStored(): Promise<void>;
+  /** See {@link EmbeddedBrokerOptions.releaseAfter}. */
+  releaseAfter(label: string): Promise<void> | null;
 }
 
 let connectionIds = 0;
@@ -252,24 +261,32 @@ export class BrokerConnection {
   }
 
   /**
-   * The connection ended (its worker exited, crashed or was disconnected): every delivery it still held
-   * goes back to the broker at once, as a retry, instead of waiting out its lease, so a replacement or a
-   * sibling takes it now (a settle of it that is still on its way becomes stale).
+   * The connection ended (its worker exited, crashed or was disconnected): its publish credit is given back
+   * at once, and every delivery it still held goes back to the broker as a retry, once the supervisor's `releaseAfter` says (at once by default),
+   * instead of waiting out its lease, so a replacement or a sibling takes it now (a settle of it that is
+   * still on its way becomes stale).
    */
   #closed(): void {
     this.#open = false;
     this.#messagingOpen = false;
     clearTimeout(this.#helloTimer);
     this.#results.take(this.#link.kind);
-    const messaging = this.#services.messaging;
-    messaging.releaseCreditOf(this);
-    for (const token of this.#tokens.drain()) {
-      const settlementId = `released:${this.id}:${token.messageId}:${token.attempt}`;
-      if (messaging.settleNow(token, retry(), settlementId) === null) {
-        messaging.settle(token, retry(), settlementId).catch(() => {});
-      }
-    }
+    this.#services.messaging.releaseCreditOf(this);
+    const tokens = this.#tokens.drain();
     this.#services.forget(this);
+    if (tokens.length === 0) return;
+    const messaging = this.#services.messaging;
+    const release = () => {
+      for (const token of tokens) {
+        const settlementId = `released:${this.id}:${token.messageId}:${token.attempt}`;
+        if (messaging.settleNow(token, retry(), settlementId) === null) {
+          messaging.settle(token, retry(), settlementId).catch(() => {});
+        }
+      }
+    };
+    const after = this.#services.releaseAfter(this.#label);
+    if (after === null) release();
+    else after.then(release, release);
   }
 
   #onFrame(frame: unknown[]): void {
@@ -901,6 +918,7 @@ export class EmbeddedBroker {
       stopCommitted: () => this.#stopCommitted,
       forget: (connection) => this.#connections.delete(connection),
       deadLetterStored: options.onDeadLetter ?? (() => Promise.resolve()),
+      releaseAfter: options.releaseAfter ?? (() => null),
     };
     this.messaging.subscribeControl(() => {
       this.#stopCommitted = true;

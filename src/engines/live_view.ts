@@ -119,16 +119,66 @@ function aligned(rows: readonly string[][], gap: number, columns: number): strin
   );
 }
 
+/** Which nodes a table too short for all of them shows first: those in trouble, then those at work. */
+const STATE_PRIORITY: Readonly<Record<NodeState, number>> = {
+  failed: 0,
+  restarting: 0,
+  running: 1,
+  starting: 1,
+  waiting: 1,
+  done: 2,
+};
+
 /**
- * The table as aligned lines, none longer than `columns` (a terminal's width; unbounded by default). A
- * table too wide is narrowed step by step until it fits: node names cut short, drops shown as one total,
- * one space between columns, then without rate, replicas and in flight; only a terminal too narrow for
- * what is left gets its lines cut.
+ * The nodes a table of at most `lines` lines shows, in flow order, and the line that sums up the others
+ * (null when every node has its own row). The header and that line count among the `lines`; nodes failed
+ * or restarting are kept before those at work, and those before the done ones.
+ */
+function shownNodes(
+  snapshots: readonly NodeSnapshot[],
+  lines: number,
+): { shown: readonly NodeSnapshot[]; rest: string | null } {
+  if (snapshots.length + 1 <= lines) return { shown: snapshots, rest: null };
+  const room = Math.max(0, lines - 2);
+  const kept = new Set(
+    [...snapshots.keys()]
+      .sort((a, b) => STATE_PRIORITY[snapshots[a].state] - STATE_PRIORITY[snapshots[b].state] || a - b)
+      .slice(0, room),
+  );
+  const hidden = snapshots.filter((_, i) => !kept.has(i));
+  const states = new Map<string, number>();
+  for (const s of hidden) states.set(s.state, (states.get(s.state) ?? 0) + 1);
+  const total = (of: (s: NodeSnapshot) => number) => hidden.reduce((sum, s) => sum + of(s), 0);
+  const rest = `… ${hidden.length} more node${hidden.length === 1 ? "" : "s"} (` +
+    [...states].map(([state, n]) => `${n} ${state}`).join(", ") +
+    `): processed ${total((s) => s.processed)}, dlq ${total((s) => s.deadLetters)}, ` +
+    `restarts ${total((s) => s.restarts)}`;
+  return { shown: snapshots.filter((_, i) => kept.has(i)), rest };
+}
+
+/**
+ * The table as aligned lines, at most `lines` of them and none longer than `columns` (a terminal's height
+ * and width; unbounded by default). A table with more nodes than `lines` has rows for shows as many as fit
+ * and sums up the others in its last line. A table too wide is narrowed step by step until it fits: node
+ * names cut short, drops shown as one total, one space between columns, then without rate, replicas and
+ * in flight; only a terminal too narrow for what is left gets its lines cut.
  */
 export function renderTable(
   snapshots: readonly NodeSnapshot[],
   rate: ReadonlyMap<string, number>,
   columns = Infinity,
+  lines = Infinity,
+): string[] {
+  const { shown, rest } = shownNodes(snapshots, lines);
+  const table = lines < 2 ? [] : widthBound(shown, rate, columns);
+  return rest === null ? table : [...table, cut(rest, columns)];
+}
+
+/** {@link renderTable} of every node in `snapshots`, narrowed to `columns`. */
+function widthBound(
+  snapshots: readonly NodeSnapshot[],
+  rate: ReadonlyMap<string, number>,
+  columns: number,
 ): string[] {
   const fits = (lines: readonly string[]) => lines.every((line) => line.length <= columns);
   let lines = aligned(tableRows(snapshots, rate), 2, columns);
@@ -175,16 +225,25 @@ export interface ViewOutput {
    * {@link DEFAULT_TERMINAL_COLUMNS}.
    */
   columns?(): number | null;
+  /**
+   * The terminal's height now, in rows (`Deno.consoleSize().rows`), read at every redraw; `null` (or
+   * absent) when it cannot be read: then {@link DEFAULT_TERMINAL_ROWS}.
+   */
+  rows?(): number | null;
 }
 
 /** The width a terminal that does not say its own is taken to have. */
 export const DEFAULT_TERMINAL_COLUMNS = 80;
 
+/** The height a terminal that does not say its own is taken to have. */
+export const DEFAULT_TERMINAL_ROWS = 24;
+
 /**
  * Shows snapshots as they come: on a terminal the table is redrawn in place (cursor up, clear line), each
  * line within the terminal's width (a line that wrapped would take two rows, and the redraw, moving up one
- * row a line, would leave a header behind each time); on anything else each update is printed as plain
- * lines.
+ * row a line, would leave a header behind each time) and the whole table a row shorter than the terminal
+ * (a table that scrolled would leave its top behind the same way); on anything else each update is printed
+ * as plain lines.
  */
 export class LiveView {
   #drawn = 0;
@@ -201,13 +260,22 @@ export class LiveView {
     return this.output.isTerminal ? this.output.columns?.() ?? DEFAULT_TERMINAL_COLUMNS : Infinity;
   }
 
+  /**
+   * How many lines a table written to the output may take: one fewer than the terminal's rows now (else
+   * {@link DEFAULT_TERMINAL_ROWS}), since the cursor rests on the row below it; unbounded on anything but
+   * a terminal.
+   */
+  get lines(): number {
+    return this.output.isTerminal ? (this.output.rows?.() ?? DEFAULT_TERMINAL_ROWS) - 1 : Infinity;
+  }
+
   /** Shows the snapshots taken at `now` (monotonic seconds). */
   update(now: number, snapshots: readonly NodeSnapshot[]): void {
     const rate = rates(this.#previous, snapshots, this.#previousAt === null ? 0 : now - this.#previousAt);
     this.#previous = snapshots;
     this.#previousAt = now;
     if (this.output.isTerminal) {
-      const lines = renderTable(snapshots, rate, this.columns);
+      const lines = renderTable(snapshots, rate, this.columns, this.lines);
       const up = this.#drawn > 0 ? `\x1b[${this.#drawn}A` : "";
       this.output.write(`${up}${lines.map((line) => `\x1b[2K${line}`).join("\n")}\n`);
       this.#drawn = lines.length;

@@ -391,6 +391,11 @@ interface Replica {
   inNode: readonly string[];
   /** Of its restarts, those after a death that used up the budget of an input inside its node. */
   restartsForInputs: number;
+  /**
+   * Settled once the current launch's exit was handled and its death counted against the inputs inside
+   * its node: what the broker's release of the deliveries its connection held waits for.
+   */
+  deathCounted: PromiseWithResolvers<void>;
   /** The counters of its earlier launches, so a restart does not reset what the view shows. */
   earlier: Counters;
   kill: (() => void) | null;
@@ -400,6 +405,12 @@ interface Replica {
 function hasEnded(replica: Replica): boolean {
   return replica.state === NodeState.done || replica.state === NodeState.failed;
 }
+
+/**
+ * How long the deliveries a replica's connection held wait, once it ended, for the supervisor to count that
+ * replica's death (milliseconds, once its exit is seen) before they go back to the broker anyway.
+ */
+const RELEASE_WAIT_SECONDS = 10;
 
 const DENO_ENV_PASSTHROUGH = ["PATH", "HOME", "DENO_DIR", "TMPDIR", "NO_COLOR", "XDG_CACHE_HOME", "LANG"];
 
@@ -601,6 +612,7 @@ export class LocalEngine {
         maxPayloadBytes: EMBEDDED_MAX_ENVELOPE_BYTES,
         dedupWindowBytes: DEDUP_WINDOW_BYTES,
       }),
+      releaseAfter: (label) => this.#deathCountedOf(label),
       // A dead letter that cannot be kept fails its publication, so its input is not acked: the run ends.
       onDeadLetter: () =>
         this.#writeDeadLetters().catch((error) => {
@@ -798,6 +810,7 @@ export class LocalEngine {
             stats: null,
             inNode: [],
             restartsForInputs: 0,
+            deathCounted: Promise.withResolvers(),
             earlier: NO_COUNTS,
             kill: null,
           };
@@ -928,6 +941,7 @@ export class LocalEngine {
     replica.earlier = addCounts(replica.earlier, replica.stats);
     replica.stats = null;
     replica.inNode = [];
+    replica.deathCounted = Promise.withResolvers();
     this.#event(nodeStarted(replica.spec.name, replica.index, replica.restarts));
     if (this.#options.isolation === Isolation.worker) this.#launchWorker(replica);
     else this.#launchProcess(replica);
@@ -1096,10 +1110,13 @@ export class LocalEngine {
     const exited = nodeExited(replica.spec.name, replica.index, code, replica.reason);
     this.#event(exited);
     const charge = this.#chargeDeath(replica, code);
+    const counted = replica.deathCounted;
     if (charge === null) {
+      counted.resolve();
       this.#settleExit(replica, exited, false);
       return;
     }
+    void charge.finally(() => counted.resolve());
     // What becomes of the replica waits for the ledger's count of its death (milliseconds), which also
     // comes before any replacement takes the inputs again.
     replica.state = NodeState.restarting;
@@ -1147,15 +1164,17 @@ export class LocalEngine {
    * every delivery is dead-lettered once its budget is spent (`ReplicaDeath`: a stall when it exited as
    * stalled, else a crash). Inputs prefetched but never handed to the node lose nothing. A death the
    * supervisor caused (ending the run, a forced stop) charges nothing; neither does a ledger that does not
-   * keep the retry budget, nor a best-effort node (the broker's delivery count is their budget). Resolves
-   * whether the death used up the budget of an input it held; null when it charged nothing.
+   * keep the retry budget. A best-effort node's death is charged too, so the input it killed is given up
+   * (sampled into the DLQ as the poison it is) instead of lost unseen; having one delivery, it never spends
+   * a budget that would take the restart from the replica's own. Resolves whether the death used up the
+   * budget of an at-least-once input it held; null when it charged nothing.
    */
   #chargeDeath(replica: Replica, code: number): Promise<boolean> | null {
     const messageIds = replica.inNode;
     replica.inNode = [];
     const ledger = this.#broker.runtimeStore;
     const budget = this.#deliveryBudget(replica.spec);
-    if (messageIds.length === 0 || !this.#ledgerBudget || ledger === null || budget === null) return null;
+    if (messageIds.length === 0 || !this.#ledgerBudget || ledger === null) return null;
     if (replica.endedBySupervisor || this.#forced) return null;
     const { flowId, runId } = this.#options;
     const runtime = new FlowRuntime({
@@ -1168,7 +1187,7 @@ export class LocalEngine {
     const death = code === EXIT_STALLED ? ReplicaDeath.stalled : ReplicaDeath.crashed;
     const cause = describeReason(replica.reason);
     return Promise.all(messageIds.map((id) => runtime.recordReplicaDeath(id, death, cause))).then(
-      (counts) => counts.some((count) => count >= budget),
+      (counts) => budget !== null && counts.some((count) => count >= budget),
       (error) => {
         this.#view.event(
           `${replica.spec.name}[${replica.index}]'s death could not be counted against its inputs: ` +
@@ -1177,6 +1196,25 @@ export class LocalEngine {
         return false;
       },
     );
+  }
+
+  /**
+   * What the release of the deliveries held by the connection labelled `label` (`<node>/<index>`, as a
+   * replica's connection is) waits for: that replica's death counted against the inputs inside its node,
+   * so a sibling that takes one at once sees the count; at most {@link RELEASE_WAIT_SECONDS}, for a
+   * connection that ended while its replica lives on. Null for a connection of no replica.
+   */
+  #deathCountedOf(label: string): Promise<void> | null {
+    const replica = this.#replicas.find((r) => `${r.spec.name}/${r.index}` === label);
+    if (replica === undefined) return null;
+    const counted = replica.deathCounted.promise;
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, RELEASE_WAIT_SECONDS * 1000);
+      void counted.then(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
   }
 
   /** How many deliveries the ledger allows an input of an at-least-once node; null for best-effort. */

@@ -109,6 +109,7 @@ import {
   ACTION_NAK,
   ACTION_TERM,
   AT_LEAST_ONCE,
+  BEST_EFFORT,
   type DeliveryAction,
   type DeliveryMode,
   DeliveryPolicy,
@@ -234,6 +235,9 @@ export const DEFAULT_IN_FLIGHT = 256;
 export const CALL_BATCH_ENTRIES = 64;
 /** The longest accepted publications wait before they are noted in the ledger, in seconds. */
 export const LEDGER_FLUSH_SECONDS = 1;
+
+/** What a position save writes as the state: the one the last checkpoint write saved. */
+const SAVED_STATE = Symbol("the state saved last");
 /**
  * How many ack waits a replacement holds the redelivered members of a join group its predecessor persisted
  * before giving up on the rest and letting the join's own rules group them: a crashed predecessor's leases
@@ -668,6 +672,12 @@ export class BrokerMessenger implements Messenger {
   #flushedOffset = 0;
   #acceptedData = 0;
   #publishedPending: string[] = [];
+  /**
+   * How many published ids were noted for the ledger's tally, and how many of the first of them (in the
+   * order noted) it has recorded: an input is settled only once every output noted for it is recorded.
+   */
+  #publishedNoted = 0;
+  #publishedRecorded = 0;
   /** Published ids proven unique for good (see `FlowRuntime.provePublished`), for the next ledger flush. */
   #publishedProven: string[] = [];
   /**
@@ -681,6 +691,8 @@ export class BrokerMessenger implements Messenger {
   readonly #takeBody = (size: number) => this.#bodies.take(size);
   #lastFlush = 0;
   #state: Uint8Array | null = null;
+  /** The checkpoint writes, one at a time: the last one begun is the last one landed. */
+  #checkpoints: Promise<void> = Promise.resolve();
   #coveredKey: string | null = null;
   #coveredOutput: string | null = null;
   #coveredEnvelope: Uint8Array | null = null;
@@ -835,7 +847,7 @@ export class BrokerMessenger implements Messenger {
         ackWaitSeconds: this.#ackWait,
         prefetch: this.#prefetch,
         byteCredit: this.#byteCredit,
-        ledgerBudget: this.#ledgerBudget,
+        ledgerBudget: this.#durableShared,
       };
       const spec = dataSubscriptionSpec(routing, parent.data.channel, parent.data.partition, settings);
       await this.#backend.ensureSubscription(spec, `bind/${parent.durable}`);
@@ -915,10 +927,13 @@ export class BrokerMessenger implements Messenger {
   }
 
   /**
-   * Settles a group's deliveries once its outputs were accepted. When an output failed, the deliveries go
-   * back to the broker at once (no attempt counted against a replacement's wait) and the failure stands.
-   * When every delivery was a first one and the broker confirmed each settled, the group is never
-   * processed again, so its outputs (`outputIds`) are proven published for good.
+   * Settles a group's deliveries once its outputs were accepted and the ledger recorded their ids (EOS-7:
+   * an output of an input acked before its id was recorded, by a replica killed meanwhile, would be in no
+   * replica's tally, and the terminator's seq would fall short of what the child receives; the wait shares
+   * the batched flush). When an output failed, the deliveries go back to the broker at once (no attempt
+   * counted against a replacement's wait) and the failure stands. When every delivery was a first one and
+   * the broker confirmed each settled, the group is never processed again, so its outputs (`outputIds`)
+   * are proven published for good.
    */
   async #ackAfter(
     outputs: readonly Promise<void>[],
@@ -934,6 +949,8 @@ export class BrokerMessenger implements Messenger {
       if (!this.#work.abandoned) await Promise.all(handles.map((h) => this.#settle(h, retry(null))));
       throw error;
     }
+    const noted = outputIds.length > 0 ? this.#publishedNoted : 0;
+    while (this.#publishedRecorded < noted && !this.#work.abandoned) await this.#flushLedger();
     if (this.#work.abandoned) return;
     const settled = handles.length === 1
       ? [await this.#settle(handles[0], completed(), true)]
@@ -1624,7 +1641,12 @@ export class BrokerMessenger implements Messenger {
     }
     const held = new Held(delivery, parent, decoded, this.#blobKey(decoded), now);
     this.#held.add(held);
-    if (this.#ledgerBudget && delivery.token.attempt > 1) return this.#joinRedelivered(held, decoded);
+    if (
+      delivery.token.attempt > 1 &&
+      (this.#ledgerBudget || this.#durableShared && this.#delivery.delivery === BEST_EFFORT)
+    ) {
+      return this.#joinRedelivered(held, decoded);
+    }
     return this.#readAndJoin(held, decoded);
   }
 
@@ -1642,9 +1664,10 @@ export class BrokerMessenger implements Messenger {
   }
 
   /**
-   * A redelivery under the ledger budget: when replica deaths used up its budget (it was inside the node
-   * each time a replica crashed or stalled, the last counted attempt a death), it is dead-lettered with
-   * what that death was and never reaches the node again; otherwise it is joined.
+   * A redelivery under the ledger budget (or a best-effort one over the same ledger): when replica deaths
+   * used up its budget (it was inside the node each time a replica crashed or stalled, the last counted
+   * attempt a death; a best-effort input's one delivery), it is given up by the poison ladder with what
+   * that death was and never reaches the node again; otherwise it is joined.
    */
   async #joinRedelivered(held: Held, decoded: WireEnvelope): Promise<void> {
     const record = await this.#runtime.replicaDeathOf(held.delivery.token.messageId);
@@ -2118,6 +2141,10 @@ export class BrokerMessenger implements Messenger {
       const state = await this.#runtime.completionState(parent.name, parent.durable, counts, false);
       parent.barrierShort = state === CompletionState.draining;
       if (state !== CompletionState.complete) return false;
+      // A terminator recorded after that look at the broker (by a sibling) may end a stream whose last
+      // outputs the look missed; a count that falls short (outputs of a replica killed before its tally
+      // noted them) would not hold them: the broker is looked at again, after the terminators.
+      if (await this.#holdsWork(parent)) return false;
       await this.#runtime.commitCompletion(parent.name, this.#lease);
       return true;
     }
@@ -2132,6 +2159,13 @@ export class BrokerMessenger implements Messenger {
     if (now - parent.quietSince >= this.#quiescence) return true;
     parent.nextCheck = Math.min(parent.nextCheck, parent.quietSince + this.#quiescence);
     return false;
+  }
+
+  /** Whether the broker holds work on `parent`'s data for this node beyond the join's halves, or cannot say. */
+  async #holdsWork(parent: ParentState): Promise<boolean> {
+    const observed = await this.#backend.observeSubscription(parent.data);
+    return observed.kind !== "known" || this.#waiting(observed.value) > 0 ||
+      observed.value.leased - parent.inJoin > 0;
   }
 
   /**
@@ -2618,6 +2652,7 @@ export class BrokerMessenger implements Messenger {
     this.#acceptedData++;
     if (this.#barrierFlow && toNote) {
       this.#publishedPending.push(publicationId);
+      this.#publishedNoted++;
       if (offset !== null && this.#replayable) this.#publishedUncovered.push([publicationId, offset]);
     }
     const offsets = this.#replayable && this.#durable ? this.#lastAcceptedOffset - this.#flushedOffset : 0;
@@ -2644,8 +2679,11 @@ export class BrokerMessenger implements Messenger {
     if (this.#publishedPending.length > 0) {
       const ids = this.#publishedPending;
       this.#publishedPending = [];
+      // Every id noted by now is in `ids` or was recorded by an earlier flush.
+      const through = this.#publishedNoted;
       try {
         await this.#runtime.recordPublished(ids);
+        this.#publishedRecorded = through;
       } catch (error) {
         // Kept for the next flush: an id the ledger never took must still count toward EOS's seq.
         this.#publishedPending = [...ids, ...this.#publishedPending];
@@ -2658,7 +2696,7 @@ export class BrokerMessenger implements Messenger {
     }
     this.#runtime.provePublished(proven);
     if (this.#replayable && this.#durable && this.#lastAcceptedOffset > this.#flushedOffset) {
-      await this.#commitCheckpoint(this.#state, {});
+      await this.#commitCheckpoint(SAVED_STATE, {});
     }
     this.#proveCovered();
   }
@@ -2679,11 +2717,23 @@ export class BrokerMessenger implements Messenger {
   }
 
   /**
-   * One checkpoint write: the state, the group it covers, the output committed with it (and that output's
-   * bytes, so a replacement can confirm it), and a replayable source's last accepted offset. What counts
-   * as saved is the offset this write carried: outputs accepted while it was on its way are still to save.
+   * One checkpoint write, after every one begun before it: the state (`SAVED_STATE`: the one the last
+   * write saved, read when this one's turn comes, for a position save), the group it covers, the output
+   * committed with it (and that output's bytes, so a replacement can confirm it), and a replayable
+   * source's last accepted offset. What counts as saved is the offset this write carried: outputs accepted
+   * while it was on its way are still to save. One at a time, so that a position save (a quiesce's last
+   * flush) never lands an older state over a node's own newer checkpoint, nor an older offset over a
+   * newer one.
    */
-  async #commitCheckpoint(state: Uint8Array | null, extra: ReplayPosition): Promise<void> {
+  #commitCheckpoint(state: Uint8Array | null | typeof SAVED_STATE, extra: ReplayPosition): Promise<void> {
+    const write = this.#checkpoints.then(() =>
+      this.#writeCheckpoint(state === SAVED_STATE ? this.#state : state, extra)
+    );
+    this.#checkpoints = write.catch(() => {});
+    return write;
+  }
+
+  async #writeCheckpoint(state: Uint8Array | null, extra: ReplayPosition): Promise<void> {
     const position: Record<string, string | number> = {};
     if (this.#currentKey !== null && this.#current !== null) position.group = this.#currentKey;
     const offset = this.#lastAcceptedOffset;

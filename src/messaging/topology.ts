@@ -277,11 +277,17 @@ export function joinItemCredit(nbParents: number, join: JoinPolicy | null): numb
 /**
  * The delivery cap of a node's data subscriptions, from its effective DeliveryPolicy: 1 for best-effort,
  * `max_retries + 1` for at-least-once, and -1 (the broker never strands a message) for at-least-once when
- * the run ledger counts attempts (`ledgerBudget`, decision D11).
+ * the run ledger counts attempts (`ledgerBudget`, decision D11). With the ledger, a best-effort input gets
+ * a second delivery, which never reaches the node when the ledger counted a replica's death against the
+ * first: the messenger gives it up then (the poison ladder), where the broker would strand it unseen.
  */
 export function maxDeliverFor(delivery: DeliveryPolicy, ledgerBudget: boolean): number {
-  return ledgerBudget && delivery.delivery === AT_LEAST_ONCE ? -1 : delivery.maxDeliver;
+  if (!ledgerBudget) return delivery.maxDeliver;
+  return delivery.delivery === AT_LEAST_ONCE ? -1 : BEST_EFFORT_LEDGER_DELIVERIES;
 }
+
+/** Deliveries of a best-effort input under the ledger budget: its own, then one to give it up after a death. */
+export const BEST_EFFORT_LEDGER_DELIVERIES = 2;
 
 /** The messaging profile a flow type gives a channel the planner said nothing about. */
 export function defaultProfile(flowType: FlowType): MessagingProfile {

@@ -16,7 +16,9 @@
  * and every write of a shard drops the markers in it whose retention has passed, so what the markers take
  * is bounded by the retention (under 100 bytes a marker on disk), not by the run's length. Every write is one
  * compare-and-swap of the key's shard, so of two writers marking the same key exactly one reports it as
- * newly marked.
+ * newly marked. A ledger written before the shards holds one legacy document per key, under the prefix
+ * and the key itself ({@link LEGACY_MARKER_FORMAT}); those are still read, and swept once expired, so a
+ * run resumed after an upgrade applies no effect its previous version marked.
  *
  * @example
  * ```ts
@@ -45,6 +47,12 @@ export const EFFECT_KEY_PREFIX = "vf/effects/";
 
 /** The `format` field of a marker shard document. */
 export const EFFECT_MARKER_FORMAT = 2;
+
+/**
+ * The `format` field of a marker written by the version before the shards: one document per key, at the
+ * prefix followed by the key, `{format, key, marked_at, expires_at}`. Only read (and swept) now.
+ */
+export const LEGACY_MARKER_FORMAT = 1;
 
 /**
  * How many shard documents the markers are spread over: a key's shard is the first three hex digits of its
@@ -146,11 +154,12 @@ export class LedgerIdempotencyStore implements IdempotencyStore {
   async seen(key: string): Promise<boolean> {
     const { shardKey, name } = this.#place(key);
     const markers = markersOf(shardKey, await this.#store.get(shardKey));
-    return this.#clock.now() < (markers.get(name) ?? -Infinity);
+    return this.#clock.now() < (markers.get(name) ?? -Infinity) || await this.#legacyLive(key);
   }
 
   async mark(key: string): Promise<boolean> {
     const { shardKey, name } = this.#place(key);
+    if (await this.#legacyLive(key)) return false;
     for (let attempt = 0; attempt < MARK_ATTEMPTS; attempt++) {
       const entry = await this.#store.get(shardKey);
       const now = this.#clock.now();
@@ -170,15 +179,33 @@ export class LedgerIdempotencyStore implements IdempotencyStore {
   }
 
   /**
-   * Removes every expired marker under the prefix, and a shard left empty; resolves with how many markers
-   * this call removed. A shard another writer changed meanwhile is left to that writer, which drops its
-   * expired markers itself. Safe at any time: an expired marker already reads as not seen, so removing it
-   * changes no answer of {@link seen} or {@link mark}.
+   * Whether the legacy marker of `key` (one document at the prefix and the key, written before the shards)
+   * is there and still counts. A shard document at that key (a key that is itself a shard's name) is none.
+   */
+  async #legacyLive(key: string): Promise<boolean> {
+    const storeKey = this.prefix + key;
+    const entry = await this.#store.get(storeKey);
+    if (entry.kind === "absent") return false;
+    const marker = parseMarkerDocument(storeKey, entry.value);
+    return marker.kind === "legacy" && this.#clock.now() < marker.expiresAt;
+  }
+
+  /**
+   * Removes every expired marker under the prefix, and a shard left empty (an expired legacy marker too);
+   * resolves with how many markers this call removed. A shard another writer changed meanwhile is left to
+   * that writer, which drops its expired markers itself. Safe at any time: an expired marker already reads
+   * as not seen, so removing it changes no answer of {@link seen} or {@link mark}.
    */
   async sweep(): Promise<number> {
     let removed = 0;
     for (const record of await this.#store.scan(this.prefix)) {
-      const markers = parseShard(record.key, record.value);
+      const document = parseMarkerDocument(record.key, record.value);
+      if (document.kind === "legacy") {
+        const expired = document.expiresAt <= this.#clock.now();
+        if (expired && await this.#store.delete(record.key, record.version)) removed++;
+        continue;
+      }
+      const markers = document.markers;
       const kept = liveMarkers(markers, this.#clock.now());
       const expired = markers.size - kept.size;
       if (expired === 0) continue;
@@ -193,7 +220,10 @@ export class LedgerIdempotencyStore implements IdempotencyStore {
 
 /** The markers of a shard entry; none for an absent shard. */
 function markersOf(shardKey: string, entry: StoreEntry): ReadonlyMap<string, number> {
-  return entry.kind === "present" ? parseShard(shardKey, entry.value) : new Map();
+  if (entry.kind === "absent") return new Map();
+  const document = parseMarkerDocument(shardKey, entry.value);
+  if (document.kind === "shard") return document.markers;
+  throw malformed(shardKey);
 }
 
 /** The markers whose retention has not passed at `now`. */
@@ -206,26 +236,41 @@ function shardBytes(markers: ReadonlyMap<string, number>): Uint8Array {
   return encoder.encode(JSON.stringify(document));
 }
 
-function parseShard(shardKey: string, bytes: Uint8Array): ReadonlyMap<string, number> {
+/** A document under the effect prefix: a shard's markers, or one legacy marker's expiry. */
+type MarkerDocument =
+  | { readonly kind: "shard"; readonly markers: ReadonlyMap<string, number> }
+  | { readonly kind: "legacy"; readonly expiresAt: number };
+
+const isExpiry = (value: unknown): value is number => typeof value === "number" && Number.isFinite(value);
+
+/** @throws UnobservableState when `bytes` are neither a shard document nor a legacy marker. */
+function parseMarkerDocument(key: string, bytes: Uint8Array): MarkerDocument {
   let document: unknown;
   try {
     document = JSON.parse(decoder.decode(bytes));
   } catch {
     document = null;
   }
-  const shard = document as Partial<ShardDocument> | null;
-  const markers = shard?.markers;
-  if (
-    shard === null || typeof shard !== "object" || shard.format !== EFFECT_MARKER_FORMAT ||
-    markers === null || typeof markers !== "object" || Array.isArray(markers) ||
-    !Object.values(markers).every((expiresAt) => typeof expiresAt === "number" && Number.isFinite(expiresAt))
-  ) {
-    throw new UnobservableState(
-      `the effect marker shard ${JSON.stringify(shardKey)} is not a marker shard document`,
-      "something other than videoflow wrote under the effect prefix; remove the key, or give the idempotency " +
-        "store a prefix of its own",
-      { key: shardKey, reason: "malformed" },
-    );
+  if (document === null || typeof document !== "object") throw malformed(key);
+  const fields = document as Record<string, unknown>;
+  if (fields.format === LEGACY_MARKER_FORMAT && isExpiry(fields.expires_at)) {
+    return { kind: "legacy", expiresAt: fields.expires_at };
   }
-  return new Map(Object.entries(markers as Record<string, number>));
+  const markers = fields.markers;
+  if (
+    fields.format !== EFFECT_MARKER_FORMAT || markers === null || typeof markers !== "object" ||
+    Array.isArray(markers) || !Object.values(markers).every(isExpiry)
+  ) {
+    throw malformed(key);
+  }
+  return { kind: "shard", markers: new Map(Object.entries(markers as Record<string, number>)) };
+}
+
+function malformed(key: string): UnobservableState {
+  return new UnobservableState(
+    `the effect marker document ${JSON.stringify(key)} is neither a marker shard nor a legacy marker`,
+    "something other than videoflow wrote under the effect prefix; remove the key, or give the idempotency " +
+      "store a prefix of its own",
+    { key, reason: "malformed" },
+  );
 }

@@ -162,6 +162,30 @@ Deno.test("a flow file that throws while loading names the file and line, exit 2
   assertNoStackTrace(run);
 });
 
+Deno.test("a flow file slower than a second to load makes its effects at module scope once: the hang probe cannot write", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "vf-cli-" });
+  try {
+    const effects = `${dir}/effects.txt`;
+    const flow = `${dir}/flow.ts`;
+    await Deno.writeTextFile(
+      flow,
+      [
+        `import { Flow } from ${JSON.stringify(new URL("mod.ts", root).href)};`,
+        `Deno.writeTextFileSync(${JSON.stringify(effects)}, "loaded\\n", { append: true });`,
+        // Long enough for the probe, begun after a second, to evaluate the file's first line too.
+        `await new Promise((resolve) => setTimeout(resolve, 3000));`,
+        `export default new Flow([]);`,
+      ].join("\n"),
+    );
+    const run = await vf("validate", flow);
+    assert.equal(run.code, 2, run.stderr);
+    assert.match(run.stdout, /the flow has no consumer/, "the flow loaded and was validated");
+    assert.equal(await Deno.readTextFile(effects), "loaded\n", "one evaluation wrote, vf's own");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("a flow file importing a name vf's import map lacks is told to run with its project's --config, exit 2", async () => {
   const dir = await Deno.makeTempDir({ prefix: "vf-cli-" });
   try {

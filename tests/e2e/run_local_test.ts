@@ -1044,6 +1044,45 @@ Deno.test("a replica killed after its output was noted, whose input its sibling 
   });
 });
 
+Deno.test("a replica killed after its input was acked counts that input's output: the stage's EOS-7 seqs add up to every item it published", async () => {
+  await inTempDir(async (dir) => {
+    const marks = join(dir, "marks");
+    await Deno.mkdir(marks);
+    const state = join(dir, "state");
+    const flow = await writeFlow(
+      dir,
+      ["Count", "DiesAfterAck", "Poison"],
+      [
+        // Items 150 ms apart: each replica's second output comes within a second of its first.
+        `const count = new Count({ name: "count", n: 10, delayMs: 150 });`,
+        `const mid = new DiesAfterAck({ name: "mid", nbTasks: 2, at: 3, marks: ${JSON.stringify(marks)} })`,
+        `  .from(count);`,
+        `const after = new Poison({ name: "after", poison: [] }).from(mid);`,
+        `const sink = new JsonlSink({ name: "sink", path: ${
+          JSON.stringify(join(dir, "out.jsonl"))
+        } }).from(after);`,
+        `export default new Flow([sink], { flowType: "batch", flowId: "acked-kill" });`,
+      ].join("\n"),
+    );
+    const run = await vf(["run-local", flow, "--state", state, "--run-id", "r1", "--isolation", "process"], {
+      cwd: dir,
+    });
+    assert.equal(run.code, 0, run.text);
+    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 10));
+    const died = Number(await Deno.readTextFile(join(marks, "died")));
+    assert.match(run.text, new RegExp(`mid\\[${died}\\] started \\(restart 1\\)`));
+    // What each replica's terminator announces is its tally: together they must count all 10 outputs.
+    const ids = await publishedIds(join(state, "acked-kill", "r1", "ledger"), "acked-kill", "r1", "mid");
+    const none = { counted: 0, named: new Set<string>() };
+    const [first, second] = [ids.get(0) ?? none, ids.get(1) ?? none];
+    assert.equal(
+      first.counted + second.counted + new Set([...first.named, ...second.named]).size,
+      10,
+      JSON.stringify([...ids].map(([replica, { counted, named }]) => [replica, counted, [...named]])),
+    );
+  });
+});
+
 for (const isolation of ["worker", "process"]) {
   Deno.test(`a fault schedule in vf's environment crashes a replica mid-run: restarted, no item lost (${isolation})`, async () => {
     await inTempDir(async (dir) => {
@@ -1440,6 +1479,69 @@ for (const [isolation, kind, maxRetries] of killerStories) {
       const letters = await deadLetters(flow, "r1", state, dir);
       assert.deepEqual(letters.map((l) => [l.node, l.code, l.deliveries]), [["bad", story.code, deliveries]]);
       assert.equal(deadLetterValue(letters[0]), 3);
+    });
+  });
+}
+
+for (const isolation of ["worker", "process"]) {
+  Deno.test(`a best-effort node's item that kills its replica is given up as the poison it is, sampled into the DLQ after its one delivery: the run finishes (${isolation} isolation)`, async () => {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
+        dir,
+        ["Count", "ExitAt"],
+        pipeline(
+          "best-effort-death-story",
+          `new Count({ name: "count", n: 6 })`,
+          `new ExitAt({ name: "bad", at: 3, code: 9, delivery: "best-effort" })`,
+          dir,
+        ),
+      );
+      const state = join(dir, "state");
+      // Unfixed, the item is stranded at the broker after its one delivery and the run waits for it.
+      const run = await vf(
+        ["run-local", flow, "--state", state, "--run-id", "r1", "--isolation", isolation],
+        { cwd: dir, env: { VF_PROGRESS_TIMEOUT_SECONDS: "8" } },
+      );
+      assert.equal(run.code, 0, run.text);
+      assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), [1, 2, 4, 5, 6]);
+      const letters = await deadLetters(flow, "r1", state, dir);
+      assert.deepEqual(
+        letters.map((l) => [l.node, l.code, l.deliveries]),
+        [["bad", "VF_POISON_REPLICA_CRASHED", 1]],
+      );
+      assert.equal(deadLetterValue(letters[0]), 3);
+      assert.equal(summaryRow(run, "bad").restarts, 1, "the death's restart, then the next item");
+    });
+  });
+}
+
+for (const isolation of ["worker", "process"]) {
+  Deno.test(`an item that kills whichever of three replicas takes it gets its budget of deliveries, not one more: the sibling that takes it at once sees the death counted (${isolation} isolation)`, async () => {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
+        dir,
+        ["Count", "ExitAt"],
+        pipeline(
+          "sibling-death-story",
+          `new Count({ name: "count", n: 3 })`,
+          `new ExitAt({ name: "bad", at: 3, code: 9, nbTasks: 3 })`,
+          dir,
+        ),
+      );
+      const state = join(dir, "state");
+      const run = await vf(
+        ["run-local", flow, "--state", state, "--run-id", "r1", "--isolation", isolation],
+        { cwd: dir, env: { VF_MAX_RETRIES: "1" } },
+      );
+      assert.equal(run.code, 0, run.text);
+      assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), [1, 2]);
+      const letters = await deadLetters(flow, "r1", state, dir);
+      assert.deepEqual(
+        letters.map((l) => [l.node, l.code, l.deliveries]),
+        [["bad", "VF_POISON_REPLICA_CRASHED", 2]],
+        run.text,
+      );
+      assert.equal(summaryRow(run, "bad").restarts, 2, "a launch per delivery that killed its replica");
     });
   });
 }

@@ -146,3 +146,51 @@ Deno.test("the summary's notes stand between the table and the outcome", () => {
   const lines = renderSummary(4, [snap("a", 40, { state: "done" })], "flow squares finished", ["a note"]);
   assert.deepEqual(lines.slice(-2), ["a note", "flow squares finished in 4.0s"]);
 });
+
+/** A flow of `n` nodes `node-1` … `node-n`, the third one restarting and the others done. */
+function tallFlow(n: number): NodeSnapshot[] {
+  return Array.from({ length: n }, (_, i) =>
+    snap(`node-${i + 1}`, 10 * (i + 1), {
+      state: i === 2 ? "restarting" : "done",
+      deadLetters: i === 5 ? 2 : 0,
+      restarts: i === 2 ? 1 : 0,
+    }));
+}
+
+Deno.test("a table with more nodes than its lines shows as many as fit and sums up the rest in one line", () => {
+  const lines = renderTable(tallFlow(12), new Map(), 80, 6);
+  assert.equal(lines.length, 6, lines.join("\n"));
+  assert.ok(lines[0].startsWith("node "), lines[0]);
+  assert.deepEqual(
+    lines.slice(1, 5).map((line) => line.split(/ +/)[0]),
+    ["node-1", "node-2", "node-3", "node-4"],
+    "the restarting node kept, then the done ones, shown in flow order",
+  );
+  assert.equal(lines[5], "… 8 more nodes (8 done): processed 680, dlq 2, restarts 0");
+  const trouble = renderTable(tallFlow(12), new Map(), 80, 3);
+  assert.equal(trouble[1].split(/ +/)[0], "node-3", "with room for one node, the one in trouble");
+  assert.deepEqual(renderTable(tallFlow(4), new Map(), 80, 5), renderTable(tallFlow(4), new Map()));
+});
+
+Deno.test("on a terminal each redraw fits the height the terminal has at that moment: it never scrolls", () => {
+  const written: string[] = [];
+  let rows: number | null = 8;
+  const tty = new LiveView({
+    isTerminal: true,
+    write: (t) => written.push(t),
+    columns: () => 80,
+    rows: () => rows,
+  }, 0);
+  const drawn = (text: string) => text.split("\n").length - 1;
+  tty.update(1, tallFlow(30));
+  assert.equal(drawn(written[0]), 7, "a row fewer than the terminal's 8: the cursor rests below the table");
+  tty.update(2, tallFlow(30));
+  assert.ok(written[1].startsWith("\x1b[7A"), "it moves up over exactly what it drew");
+  rows = 5;
+  tty.update(3, tallFlow(30));
+  assert.equal(drawn(written[2]), 4);
+  assert.match(written[2], /… 28 more nodes/);
+  rows = null;
+  tty.update(4, tallFlow(30));
+  assert.equal(drawn(written[3]), 23, "a height that cannot be read is taken as 24 rows");
+});

@@ -7,7 +7,12 @@ import { CONTROL_STOP_KEY } from "../../../src/backends/memory/messaging.ts";
 import { Barrier, FaultSchedule, raiseTyped } from "../../../src/backends/faults.ts";
 import { channelId, type Envelope, envelope, MessageKind } from "../../../src/backends/messaging.ts";
 import { known, type PublicationOutcome, rejected, requireKnown } from "../../../src/backends/outcomes.ts";
-import { FlowRuntime, type OutboxDocument, OutboxOutcome } from "../../../src/backends/runtime.ts";
+import {
+  FlowRuntime,
+  type OutboxDocument,
+  OutboxOutcome,
+  TerminatorKind,
+} from "../../../src/backends/runtime.ts";
 import {
   type RuntimeCapabilities,
   runtimeCapabilities,
@@ -23,6 +28,7 @@ import {
 } from "../../../src/core/errors.ts";
 import { StopReason } from "../../../src/core/messenger.ts";
 import {
+  type BrokerMessenger,
   DeadLetterHeader,
   DEFAULT_IN_FLIGHT,
   RECEIVED_LINGER_SECONDS,
@@ -462,6 +468,28 @@ class WatchedStore implements RuntimeStore {
   }
 }
 
+/** A ledger store (see {@link WatchedStore}) that can hold back its next checkpoint write until released. */
+class GatedCheckpoints extends WatchedStore {
+  #gate: { reached: PromiseWithResolvers<void>; open: PromiseWithResolvers<void> } | null = null;
+
+  /** Holds the next checkpoint write: `reached` resolves when it begins, `open` lets it go on. */
+  holdNextCheckpoint(): { reached: PromiseWithResolvers<void>; open: PromiseWithResolvers<void> } {
+    const gate = { reached: Promise.withResolvers<void>(), open: Promise.withResolvers<void>() };
+    this.#gate = gate;
+    return gate;
+  }
+
+  override async cas(key: string, expectedVersion: string | null, value: Uint8Array) {
+    const gate = this.#gate;
+    if (gate !== null && key.includes("/checkpoint/")) {
+      this.#gate = null;
+      gate.reached.resolve();
+      await gate.open.promise;
+    }
+    return await super.cas(key, expectedVersion, value);
+  }
+}
+
 /** `node`'s ledger over `store` instead of the flow's own, with the flow's parent replica counts. */
 function runtimeOver(flow: MessengerFlow, node: string, store: RuntimeStore): FlowRuntime {
   return new FlowRuntime({
@@ -493,6 +521,64 @@ Deno.test("the EOS-7 check reads the received ids only once the broker holds not
       [],
       `received ids read while the broker still held work: ${store.receivedScans.join(", ")}`,
     );
+  });
+});
+
+/** A ledger store (see {@link WatchedStore}) that runs `beforeTerminators` once, as the first terminator scan begins. */
+class TerminatorScanHook extends WatchedStore {
+  #hook: (() => Promise<void>) | null;
+
+  constructor(inner: RuntimeStore, beforeTerminators: () => Promise<void>) {
+    super(inner);
+    this.#hook = beforeTerminators;
+  }
+
+  override async scan(prefix: string) {
+    const hook = this.#hook;
+    if (hook !== null && prefix.includes("/terminator/")) {
+      this.#hook = null;
+      await hook();
+    }
+    return await super.scan(prefix);
+  }
+}
+
+Deno.test("an EOS-7 barrier whose announced count falls short still waits for an output published while it read the terminators", async () => {
+  await withFlow({
+    flowType: "batch",
+    nodes: [{ name: "src" }, { name: "cam", parents: ["src"], nbTasks: 2 }, {
+      name: "det",
+      parents: ["cam"],
+    }],
+    durableLedger: true,
+  }, async (flow) => {
+    const src = await flow.open("src");
+    await produce(flow, src, ["x", "y"], false);
+    const cam0 = await flow.open("cam", 0, { prefetch: 1 });
+    const cam1 = await flow.open("cam", 1, { prefetch: 1 });
+    const pass = async (cam: BrokerMessenger) => {
+      const group = await flow.drive(cam.receiveMessage());
+      await flow.drive(cam.publishMessage(`${group.src?.message}'`));
+      await flow.drive(cam.ackInputs());
+      await flow.drive(cam.awaitInFlight());
+    };
+    await pass(cam0);
+    // As if replica 0 had been killed before its tally noted x': its EOS announces none.
+    for (const record of await flow.store.scan(`vf/${FLOW}/${RUN}/cam/published/`)) {
+      await flow.store.delete(record.key, record.version);
+    }
+    await flow.drive(cam0.publishStopSignal());
+    // Between the barrier's look at the broker and its read of the terminators: replica 1 passes y on and
+    // ends, and a sibling of det records that end.
+    const store = new TerminatorScanHook(flow.store, async () => {
+      await pass(cam1);
+      await flow.drive(cam1.publishStopSignal());
+      await flow.runtime("det").recordTerminator("cam", 1, TerminatorKind.eos, 1);
+    });
+    const det = await flow.open("det", 0, { runtime: runtimeOver(flow, "det", store) });
+    const seen = await consume(flow, det, (g) => g.cam?.message);
+    assert.deepEqual(seen.groups.map((g) => g.cam?.message).sort(), ["x'", "y'"], "y' was not left behind");
+    assert.equal(seen.end.cam?.isStopSignal, true);
   });
 });
 
@@ -927,6 +1013,30 @@ Deno.test("an output whose refusal arrives late still goes before one made after
       return decodePayload(wire.payloadType, wire.payload);
     });
     assert.deepEqual(values, ["f1", "f2", "f3"], "f2 was made before f3, so it is taken before f3");
+  });
+});
+
+Deno.test("a quiesce's position save begun before the node's own checkpoint never lands its older state over it", async () => {
+  await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
+    const store = new GatedCheckpoints(flow.store);
+    const cam = await flow.open("cam", 0, { replayable: true, runtime: runtimeOver(flow, "cam", store) });
+    assert.equal(await flow.drive(cam.resumeOffset()), 0);
+    await flow.drive(cam.publishMessage("f1"));
+    await flow.drive(cam.awaitInFlight());
+    // Straight after f1's flush: f2's offset waits for the next position save.
+    await cam.publishMessage("f2");
+    await cam.awaitInFlight();
+    const gate = store.holdNextCheckpoint();
+    const quiesced = cam.quiesce();
+    await flow.drive(gate.reached.promise);
+    const state = new TextEncoder().encode("the state after f2");
+    const checkpointed = cam.checkpoint(state);
+    await flow.drive(flow.clock.sleep(1));
+    gate.open.resolve();
+    await flow.drive(Promise.all([quiesced, checkpointed]));
+    const restored = await flow.runtime("cam").restoreCheckpoint();
+    assert.deepEqual(restored.state, state, "the node's checkpoint, not the older state the save began with");
+    assert.equal(restored.replayPosition.offset, 2);
   });
 });
 

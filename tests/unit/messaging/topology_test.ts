@@ -9,6 +9,7 @@ import { ConfigError } from "../../../src/core/errors.ts";
 import { JoinPolicy } from "../../../src/core/join_policy.ts";
 import {
   BATCH_PREFETCH,
+  BEST_EFFORT_LEDGER_DELIVERIES,
   channelSpecFor,
   consumerCredit,
   creditAdmits,
@@ -80,7 +81,11 @@ Deno.test("the delivery cap follows the node's policy, and the ledger budget lif
   assert.equal(maxDeliverFor(DeliveryPolicy.defaultFor("batch"), false), 4);
   assert.equal(maxDeliverFor(DeliveryPolicy.resolve("batch", null, 6), false), 7);
   assert.equal(maxDeliverFor(DeliveryPolicy.defaultFor("batch"), true), -1);
-  assert.equal(maxDeliverFor(DeliveryPolicy.defaultFor("realtime"), true), 1);
+  assert.equal(
+    maxDeliverFor(DeliveryPolicy.defaultFor("realtime"), true),
+    BEST_EFFORT_LEDGER_DELIVERIES,
+    "under the ledger a best-effort input gets a second delivery, only to be given up after a death",
+  );
   assert.equal(maxDeliverFor(DeliveryPolicy.resolve("realtime", { delivery: "at-least-once" }), false), 4);
 });
 

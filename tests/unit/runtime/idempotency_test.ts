@@ -6,6 +6,7 @@ import {
   EFFECT_RETENTION_SECONDS,
   idempotencyKey,
   LedgerIdempotencyStore,
+  LEGACY_MARKER_FORMAT,
 } from "../../../src/runtime/idempotency.ts";
 import { FileRuntimeStore } from "../../../src/runtime/file_store.ts";
 import { MemoryRuntimeStore } from "../../../src/backends/memory/runtime_store.ts";
@@ -174,6 +175,47 @@ for (const provider of providers) {
       schedule.assertAllFired();
       assert.equal(await effects.mark(key), false);
       assert.equal(await effects.seen(key), true);
+    },
+  );
+
+  scenario(
+    "a marker the version before the shards wrote (one document per key) is still honoured, then swept once expired",
+    async (clock, store, reopen) => {
+      const marked = idempotencyKey("flow-A", "sink", "marked by the previous version");
+      const expiring = idempotencyKey("flow-A", "sink", "marked a day ago");
+      const now = clock.now();
+      for (
+        const [legacy, markedAt] of [[marked, now - 60], [
+          expiring,
+          now - EFFECT_RETENTION_SECONDS + 30,
+        ]] as const
+      ) {
+        const document = {
+          format: LEGACY_MARKER_FORMAT,
+          key: legacy,
+          marked_at: markedAt,
+          expires_at: markedAt + EFFECT_RETENTION_SECONDS,
+        };
+        assert.ok(
+          await store.cas(
+            EFFECT_KEY_PREFIX + legacy,
+            null,
+            new TextEncoder().encode(JSON.stringify(document)),
+          ),
+        );
+      }
+      const effects = new LedgerIdempotencyStore(await reopen(), { clock });
+      assert.equal(await effects.seen(marked), true, "the upgraded runtime sees the old marker");
+      assert.equal(await effects.mark(marked), false, "and does not mark (nor redo) that effect again");
+      assert.equal(await effects.seen(expiring), true);
+      assert.equal(await effects.sweep(), 0, "a legacy marker still kept is not swept");
+      clock.advance(31);
+      assert.equal(await effects.seen(expiring), false, "an old marker expires on its own schedule");
+      assert.equal(await effects.mark(expiring), true);
+      assert.equal(await effects.sweep(), 1, "the expired legacy document is removed");
+      assert.equal((await store.get(EFFECT_KEY_PREFIX + expiring)).kind, "absent");
+      assert.equal(await effects.seen(expiring), true, "its new marker lives in its shard");
+      assert.equal(await effects.seen(marked), true);
     },
   );
 
