@@ -195,6 +195,7 @@ const STORIES: readonly Story[] = [
         assert.equal(replacement.lastInputKey(), key);
         await flow.drive(replacement.publishMessage("a1+b1"));
         await flow.drive(replacement.ackInputs());
+        await flow.drive(replacement.awaitInFlight());
         assert.equal(replacement.publicationStats.duplicate, 1);
         assert.equal(dataOn(flow, "fuse").length, 1);
         await flow.drive(flow.clock.sleep(1));
