@@ -16,7 +16,10 @@
  *    own not counted) is set beside the VideoFileReader's alone: what the flow adds to reading the frames.
  * 3. Start-up: a 10-node chain (producer → 8 relays → sink), from the start of `vf run-local` (a fresh
  *    `deno task vf run-local` process) and from {@link LocalEngine.run} in this process to the first
- *    item at the sink, against ten bare workers chained the same way, spawn to first item.
+ *    item at the sink, against ten bare workers chained the same way, spawn to first item; and the CPU
+ *    time (every thread) ten Workers spawned at once take to evaluate a replica's entry (a node module and
+ *    `workers/node_worker.ts`), against ten Workers that load nothing: the part of start-up each replica's
+ *    isolate spends before it serves.
  * 4. Backlog: the video flow with a consumer far slower than its decoder (`--backlog-delay-ms` per frame),
  *    so the embedded broker holds the decoder back at its channel limit: the peak growth of this process's
  *    resident memory during the run, against the decoded size of the whole clip (what a broker that never
@@ -1108,6 +1111,41 @@ async function runLocalCli(
   return startedAt;
 }
 
+/**
+ * The CPU time, over every thread of this process, that `count` Workers spawned at once (as the engine
+ * spawns a flow's replicas, with no permissions, as a node's) take until each has evaluated `source`, a
+ * module whose last statement posts a message.
+ */
+async function workersCpuMs(source: string, count: number): Promise<number> {
+  const url = `data:application/typescript;base64,${btoa(source)}`;
+  const before = processCpuMs();
+  const workers = Array.from(
+    { length: count },
+    () => new Worker(url, { type: "module", deno: { permissions: "none" } } as WorkerOptions),
+  );
+  try {
+    await Promise.all(workers.map((worker) =>
+      new Promise((resolve, reject) => {
+        worker.onmessage = resolve;
+        worker.onerror = (event) => {
+          event.preventDefault();
+          reject(new Error(event.message));
+        };
+      })
+    ));
+    return processCpuMs() - before;
+  } finally {
+    for (const worker of workers) worker.terminate();
+  }
+}
+
+/** What a Worker replica of the chain evaluates before it serves: its node's module and the Worker entry. */
+const REPLICA_ENTRY_SOURCE = [
+  `import ${JSON.stringify(new URL("./_bench_flows/stamped.ts", import.meta.url).href)};`,
+  `import ${JSON.stringify(new URL("../workers/node_worker.ts", import.meta.url).href)};`,
+  "self.postMessage(0);",
+].join("\n");
+
 async function startup(
   { settings, dir, stateDir, progress }: SectionContext,
   section: string,
@@ -1118,7 +1156,11 @@ async function startup(
   const cli: (number | null)[] = [];
   const engine: (number | null)[] = [];
   const bare: (number | null)[] = [];
+  const entryCpu: number[] = [];
+  const emptyCpu: number[] = [];
   for (let round = 0; round < settings.startupRounds; round++) {
+    emptyCpu.push(await workersCpuMs("self.postMessage(0);", CHAIN_NODES));
+    entryCpu.push(await workersCpuMs(REPLICA_ENTRY_SOURCE, CHAIN_NODES));
     const bareRun = await runBareChain(CHAIN_NODES, STARTUP_ITEMS, settings.window);
     bare.push(startupSeconds(bareRun.startedAt, bareRun.summary));
     const cliStarted = await runLocalCli(flowPath, stateDir, `startup-cli-${round}`, settings.runTimeout);
@@ -1135,7 +1177,9 @@ async function startup(
     engine.push(startupSeconds(run.startedAt, run.summary));
     progress(
       `start-up round ${round + 1}/${settings.startupRounds}: cli ${fmt(cli.at(-1) ?? null, 3)} s, ` +
-        `engine ${fmt(engine.at(-1) ?? null, 3)} s, bare ${fmt(bare.at(-1) ?? null, 3)} s`,
+        `engine ${fmt(engine.at(-1) ?? null, 3)} s, bare ${fmt(bare.at(-1) ?? null, 3)} s, ` +
+        `${CHAIN_NODES} replica entries ${fmt(entryCpu.at(-1) ?? null)} ms CPU (empty Workers ` +
+        `${fmt(emptyCpu.at(-1) ?? null)} ms)`,
     );
   }
   const baselineName = `${CHAIN_NODES} bare Workers, spawn to first item`;
@@ -1158,6 +1202,16 @@ async function startup(
       rounds: engine,
       baselineName,
       baselineRounds: bare,
+    }),
+    figure({
+      section,
+      name:
+        `CPU of ${CHAIN_NODES} Worker replicas evaluating their entry (node module + workers/node_worker.ts)`,
+      unit: "ms",
+      better: "lower",
+      rounds: entryCpu,
+      baselineName: `${CHAIN_NODES} Workers that load nothing`,
+      baselineRounds: emptyCpu,
     }),
   ];
 }

@@ -99,7 +99,7 @@ import {
   writeDeadLetters,
 } from "./dead_letters.ts";
 import { EmbeddedBroker } from "./embedded_broker.ts";
-import { StopSignals } from "./stop_signals.ts";
+import { STOP_REQUESTED, type StopRequester, StopSignals } from "./stop_signals.ts";
 import { decodeEnvelope } from "../wire/codec.ts";
 import { MsgType } from "../wire/identities.ts";
 import { subprocessResolutionArgs, subprocessV8Args, workerOptionsEnabled } from "./deno_config.ts";
@@ -184,12 +184,6 @@ export interface LocalRunOptions {
    */
   readonly onStart?: () => void;
 }
-
-/** What {@link LocalRunOptions.signal} is named as when it stops a run. */
-export const STOP_REQUESTED = "request";
-
-/** What asked a run to stop: a signal to this process, or the caller's abort signal. */
-export type StopRequester = Deno.Signal | typeof STOP_REQUESTED;
 
 /** How a local run ended. */
 export interface LocalRunResult {

@@ -22,6 +22,12 @@ export const STOP_SIGNALS = ["SIGINT", "SIGTERM"] as const;
 /** One of {@link STOP_SIGNALS}. */
 export type StopSignal = typeof STOP_SIGNALS[number];
 
+/** What a run's caller's abort signal is named as when it stops the run (`LocalRunOptions.signal`). */
+export const STOP_REQUESTED = "request";
+
+/** What asked a run to stop: a signal to this process, or the caller's abort signal. */
+export type StopRequester = Deno.Signal | typeof STOP_REQUESTED;
+
 /** The listener of {@link STOP_SIGNALS} for one process: see the module comment. */
 export class StopSignals implements Disposable {
   readonly #listeners: readonly (readonly [StopSignal, () => void])[];
