@@ -63,11 +63,9 @@ import * as arrivalSink from "./_bench_flows/arrival_sink.ts";
 import type { BareDone, BareStage } from "./_bench_flows/bare_worker.ts";
 import * as channelMean from "./_bench_flows/channel_mean.ts";
 import { nowMs, processCpuMs } from "./_bench_flows/clock.ts";
+import { eachFrame, FRAME_BYTES, HEIGHT, makeClip, rawDecoder, WIDTH } from "./_bench_flows/raw_video.ts";
 import * as stamped from "./_bench_flows/stamped.ts";
 
-const WIDTH = 1280;
-const HEIGHT = 720;
-const FRAME_BYTES = WIDTH * HEIGHT * 3;
 /** How often the bare sink grants the producer credit back, in items. */
 const GRANT = 256;
 /**
@@ -478,18 +476,6 @@ async function smallItems(
   ];
 }
 
-async function makeClip(path: string, frames: number): Promise<void> {
-  const made = await new Deno.Command("ffmpeg", {
-    args: [
-      ...["-hide_banner", "-nostdin", "-loglevel", "error"],
-      ...["-f", "lavfi", "-i", `testsrc=size=${WIDTH}x${HEIGHT}:rate=30`],
-      ...["-frames:v", String(frames), "-c:v", "libx264", "-pix_fmt", "yuv420p", "-y", path],
-    ],
-    stdin: "null",
-  }).output();
-  if (!made.success) throw new Error(`ffmpeg cannot make the clip: ${new TextDecoder().decode(made.stderr)}`);
-}
-
 /** ffmpeg alone: the clip decoded to bgr24 on a pipe this process drains. */
 interface DecodeRun {
   readonly frames: number;
@@ -502,15 +488,7 @@ interface DecodeRun {
 
 async function ffmpegAlone(clip: string): Promise<DecodeRun> {
   const startedAt = nowMs();
-  const child = new Deno.Command("ffmpeg", {
-    args: [
-      ...["-hide_banner", "-nostdin", "-loglevel", "error", "-i", clip],
-      ...["-an", "-f", "rawvideo", "-pix_fmt", "bgr24", "pipe:1"],
-    ],
-    stdin: "null",
-    stdout: "piped",
-    stderr: "inherit",
-  }).spawn();
+  const child = rawDecoder(clip);
   let bytes = 0;
   let firstAt: number | null = null;
   let lastAt = startedAt;
@@ -542,42 +520,20 @@ async function ffmpegAlone(clip: string): Promise<DecodeRun> {
  */
 async function bareProgram(clip: string): Promise<DecodeRun> {
   const startedAt = nowMs();
-  const child = new Deno.Command("ffmpeg", {
-    args: [
-      ...["-hide_banner", "-nostdin", "-loglevel", "error", "-i", clip],
-      ...["-an", "-f", "rawvideo", "-pix_fmt", "bgr24", "pipe:1"],
-    ],
-    stdin: "null",
-    stdout: "piped",
-    stderr: "inherit",
-  }).spawn();
-  const reader = child.stdout.getReader({ mode: "byob" });
-  let frame = new Uint8Array(FRAME_BYTES);
-  let frames = 0;
   let means = 0;
   let firstAt: number | null = null;
   let cpuAtFirst: number | null = null;
   let lastAt = startedAt;
-  for (let filled = 0;;) {
-    const { value, done } = await reader.read(frame.subarray(filled));
-    if (done || value === undefined) break;
-    frame = new Uint8Array(value.buffer);
-    filled += value.byteLength;
-    if (filled < FRAME_BYTES) continue;
-    filled = 0;
+  const frames = await eachFrame(clip, (frame) => {
     means += channelMean.channelMeanOf(frame, 3, 0);
-    frames++;
     lastAt = nowMs();
     if (firstAt === null) {
       firstAt = lastAt;
       cpuAtFirst = processCpuMs();
     }
-  }
+  });
   const cpuAtEnd = processCpuMs();
-  const status = await child.status;
-  if (!status.success || !Number.isFinite(means)) {
-    throw new Error(`ffmpeg decoding ${clip} exited ${status.code} after ${frames} frames`);
-  }
+  if (!Number.isFinite(means)) throw new Error(`the bare program's means of ${clip} are not finite`);
   const span = firstAt === null ? 0 : (lastAt - firstAt) / 1000;
   return {
     frames,
