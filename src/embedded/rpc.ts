@@ -696,11 +696,12 @@ export class FrameBuilder implements BytePacker {
    * As {@link pack}, for bytes the caller gives up (it keeps no other view of them and never changes them):
    * large ones go as they are, never copied (a view of part of a buffer given up whole, `giveWhole`, with
    * the rest of its buffer); over a port they are moved, so the caller's array is detached once the frame
-   * leaves.
+   * leaves. `whole`: the caller owns all of `bytes`' buffer (bytes that came moved and were kept as they
+   * came, {@link unpack}), so a view of part of it goes with the rest of it too.
    */
-  packGiven(bytes: Uint8Array): number | Uint8Array {
+  packGiven(bytes: Uint8Array, whole = false): number | Uint8Array {
     if (bytes.byteLength <= PACK_LIMIT) return this.pack(bytes);
-    const own = isGivenWhole(bytes.buffer) ? bytes : exactBytes(bytes);
+    const own = whole || isGivenWhole(bytes.buffer) ? bytes : exactBytes(bytes);
     if (this.movesGiven(own)) this.move(own.buffer as ArrayBuffer);
     else this.#bytes += own.byteLength;
     return own;
@@ -1435,7 +1436,7 @@ export function encodeMovedPublication(
     case "accepted":
       return [encodePublication(outcome), null];
     case "rejected":
-      return [encodePublication(outcome), results.packGiven(body)];
+      return [encodePublication(outcome), results.packGiven(body, true)];
     default:
       return [encodePublication(outcome), results.pack(body)];
   }

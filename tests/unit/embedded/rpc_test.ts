@@ -22,6 +22,7 @@ import {
 } from "../../../src/core/errors.ts";
 import { UnobservableComposition } from "../../../src/backends/capabilities.ts";
 import { Barrier, InjectedFault, SimulatedCrash } from "../../../src/backends/faults.ts";
+import { rejected } from "../../../src/backends/outcomes.ts";
 import { PayloadBudgetExceeded } from "../../../src/backends/payload.ts";
 import {
   ARENA_LIMIT,
@@ -29,6 +30,7 @@ import {
   DeferredFlush,
   EMBEDDED_PROTOCOL_VERSION,
   EmbeddedConnection,
+  encodeMovedPublication,
   errorFromWire,
   errorToWire,
   FLUSH_BYTES,
@@ -526,6 +528,15 @@ Deno.test("over a MessagePort bytes in a buffer given up whole move with their b
   peer.link.send([Frame.results, null, 1, 1, "ok"], []);
   assert.equal(await call, "ok");
   await closeBoth(peer, connection);
+});
+
+Deno.test("a refused moved publication's body goes back with its whole buffer, uncopied, even as a view of part of it", () => {
+  const results = new FrameBuilder(Frame.results, "port");
+  const buffer = new ArrayBuffer(ENVELOPE_HEADROOM + PACK_LIMIT * 2);
+  const body = new Uint8Array(buffer, 100, PACK_LIMIT * 2);
+  const [, back] = encodeMovedPublication(rejected("p-1", "full", true), body, results);
+  assert.equal(back, body, "the very view that came, not a copy");
+  assert.ok(listed(results.take("port").transfer, buffer), "moved back with its buffer");
 });
 
 Deno.test("bytes not given up whole that a caller gives are copied when they do not span their buffer", () => {
