@@ -24,6 +24,43 @@ export function copyBytes(bytes: Uint8Array): Uint8Array<ArrayBuffer> {
   return copy;
 }
 
+/**
+ * Bytes a maker of large arrays (a decoder's frames) leaves free before them in their buffer, so that the
+ * envelope that carries them can be written around them in place ({@link giveWhole}); an envelope whose
+ * header and trailer do not fit is written into an allocation of its own, as any other.
+ */
+export const ENVELOPE_HEADROOM = 4096;
+/** Bytes left free after such an array, for what an envelope writes after it (a Frame's format, time). */
+export const ENVELOPE_TAILROOM = 64;
+
+/** Buffers given up whole, each mapped to whether an encoder may still claim it. */
+const givenWhole = new WeakMap<ArrayBufferLike, boolean>();
+
+/**
+ * Gives `buffer` up whole, as a decoder does with each frame it makes: its maker keeps nothing of it, so
+ * the first encoder that writes an array held in it may write its message around that array, over the
+ * rest of the buffer ({@link claimGiven}), and whatever sends that message may move the whole buffer to
+ * another thread ({@link isGivenWhole}), detaching every view of it here.
+ */
+export function giveWhole(buffer: ArrayBufferLike): void {
+  givenWhole.set(buffer, true);
+}
+
+/** Whether `buffer` was given up whole ({@link giveWhole}); an encoder that claimed it keeps it so. */
+export function isGivenWhole(buffer: ArrayBufferLike): boolean {
+  return givenWhole.has(buffer);
+}
+
+/**
+ * Claims a buffer given up whole for one message written into it in place: true the first time only, so
+ * no second message is ever written over the first.
+ */
+export function claimGiven(buffer: ArrayBufferLike): boolean {
+  if (givenWhole.get(buffer) !== true) return false;
+  givenWhole.set(buffer, false);
+  return true;
+}
+
 /** The largest array a {@link ByteSlab} carves out of a slab by default, in bytes. */
 export const SLAB_PIECE_LIMIT = 2048;
 /** The size of each slab a {@link ByteSlab} carves from by default, in bytes. */

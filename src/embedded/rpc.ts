@@ -73,7 +73,7 @@
  * @module
  */
 
-import { copyBytes } from "../core/bytes.ts";
+import { copyBytes, ENVELOPE_HEADROOM, ENVELOPE_TAILROOM, isGivenWhole } from "../core/bytes.ts";
 import * as taxonomy from "../core/errors.ts";
 import {
   BrokerUnavailable,
@@ -626,12 +626,19 @@ export class FrameArena implements BytePacker {
   }
 }
 
+/** The most free bytes a carried array's buffer may hold beside it and be kept as it came. */
+const ROOM = ENVELOPE_HEADROOM + ENVELOPE_TAILROOM;
+
 /**
  * The bytes a packed field names: a view into `arena` (sharing its buffer with the frame's other small
- * byte arrays, at most {@link ARENA_LIMIT} bytes), or the array the field carries itself.
+ * byte arrays, at most {@link ARENA_LIMIT} bytes), or the array the field carries itself: as it came when
+ * its buffer holds at most the room a frame's envelope is written in (it came moved, or cloned with its
+ * buffer, so it is the receiver's alone), else an exact copy, so little is kept that is not its bytes.
  */
 export function unpack(field: unknown, arena: Uint8Array | null): Uint8Array {
-  if (field instanceof Uint8Array) return exactBytes(field);
+  if (field instanceof Uint8Array) {
+    return field.byteLength >= field.buffer.byteLength - ROOM ? field : exactBytes(field);
+  }
   if (typeof field !== "number" || arena === null) throw malformed("byte field");
   const length = field % PACK_STRIDE;
   const offset = (field - length) / PACK_STRIDE;
@@ -698,12 +705,14 @@ export class FrameBuilder implements BytePacker {
 
   /**
    * As {@link pack}, for bytes the caller gives up (it keeps no other view of them and never changes them):
-   * large ones go as they are, never copied; over a port they are moved, so the caller's array is detached
-   * once the frame leaves.
+   * large ones go as they are, never copied (a view of part of a buffer given up whole, `giveWhole`, with
+   * the rest of its buffer); over a port they are moved, so the caller's array is detached once the frame
+   * leaves. `whole`: the caller owns all of `bytes`' buffer (bytes that came moved and were kept as they
+   * came, {@link unpack}), so a view of part of it goes with the rest of it too.
    */
-  packGiven(bytes: Uint8Array): number | Uint8Array {
+  packGiven(bytes: Uint8Array, whole = false): number | Uint8Array {
     if (bytes.byteLength <= PACK_LIMIT) return this.pack(bytes);
-    const own = exactBytes(bytes);
+    const own = whole || isGivenWhole(bytes.buffer) ? bytes : exactBytes(bytes);
     if (this.movesGiven(own)) this.move(own.buffer as ArrayBuffer);
     else this.#bytes += own.byteLength;
     return own;
@@ -1471,7 +1480,7 @@ export function encodeMovedPublication(
     case "accepted":
       return [encodePublication(outcome), null];
     case "rejected":
-      return [encodePublication(outcome), results.packGiven(body)];
+      return [encodePublication(outcome), results.packGiven(body, true)];
     default:
       return [encodePublication(outcome), results.pack(body)];
   }

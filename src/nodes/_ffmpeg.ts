@@ -142,20 +142,22 @@ export class ToolProcess {
   }
 
   /**
-   * The next `size` bytes of stdout in a fresh `ArrayBuffer` of exactly that size (so it can be transferred
-   * without a copy), or `null` once stdout ends; bytes of an incomplete last record are dropped.
+   * The next `size` bytes of stdout, read straight from the pipe into a fresh `ArrayBuffer` (no copy),
+   * with `headroom` free bytes before them and `tailroom` after (none by default: the array then spans its
+   * buffer exactly, so it can be transferred without a copy), or `null` once stdout ends; bytes of an
+   * incomplete last record are dropped.
    */
-  async readRecord(size: number): Promise<Uint8Array<ArrayBuffer> | null> {
+  async readRecord(size: number, headroom = 0, tailroom = 0): Promise<Uint8Array<ArrayBuffer> | null> {
     const reader = this.#reader!;
-    let view = new Uint8Array(new ArrayBuffer(size));
+    let buffer = new ArrayBuffer(headroom + size + tailroom);
     let filled = 0;
     while (filled < size) {
-      const { value, done } = await reader.read(new Uint8Array(view.buffer, filled, size - filled));
+      const { value, done } = await reader.read(new Uint8Array(buffer, headroom + filled, size - filled));
       if (done || value === undefined) return null;
       filled += value.byteLength;
-      view = new Uint8Array(value.buffer, 0, size);
+      buffer = value.buffer;
     }
-    return view;
+    return new Uint8Array(buffer, headroom, size);
   }
 
   /** Writes `bytes` to stdin, waiting while the pipe is full; rejects once the child stopped reading. */

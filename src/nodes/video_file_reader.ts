@@ -10,6 +10,7 @@
  */
 
 import { systemClock } from "../backends/clock.ts";
+import { ENVELOPE_HEADROOM, ENVELOPE_TAILROOM, giveWhole } from "../core/bytes.ts";
 import type { RuntimeContext } from "../core/context.ts";
 import { ConfigError, NodeContractError, ResourceUnavailable } from "../core/errors.ts";
 import type { End, NodePermissions } from "../core/node.ts";
@@ -135,7 +136,11 @@ function firstSlot(framemd5: string): number | null {
 /**
  * Decodes a video file or a live stream with an `ffmpeg` subprocess (`-f rawvideo`), one {@link Frame}
  * per `next()`: pixels a `uint8` {@link Tensor} of shape `[height, width, channels]` (3, or 1 for `gray`)
- * over a fresh `ArrayBuffer` of exactly one frame, so it can be transferred to another worker uncopied.
+ * read from ffmpeg's pipe straight into a fresh `ArrayBuffer` of its own, with room before and after the
+ * pixels. The reader gives that buffer up whole: the envelope that publishes the frame is written around
+ * the pixels in place (no allocation, no copy) and moved to the broker, so once a frame is published its
+ * pixels are gone from this thread (its data detached); a node that keeps a frame after `next()` keeps a
+ * copy (`frame.pixels.data.slice()`).
  *
  * Event time (`Frame.captureTs`, also set with `ctx.setEventTimestamp`): for a file, `startTs + index /
  * fps`, the frame's position on the file's timeline from an origin that defaults to when `open()` ran (set
@@ -456,15 +461,25 @@ export class VideoFileReader extends ProducerNode<VideoFileReaderParams> {
    * first frame may take `firstFrameTimeoutSeconds`).
    */
   #read(decoder: ToolProcess): Promise<Uint8Array<ArrayBuffer> | null> {
-    if (!this.live) return decoder.readRecord(this.#frameBytes);
+    if (!this.live) return this.#readFrame(decoder);
     const seconds = this.#connectionFrames > 0
       ? this.params.readTimeoutSeconds ?? DEFAULTS.readTimeoutSeconds
       : this.#firstFrameSeconds();
     return this.#bounded((signal) => {
       // A stop() failure is not lost: wait() (memoized) rethrows it where the reader reaps the decoder.
       signal.addEventListener("abort", () => decoder.stop().catch(() => {}), { once: true });
-      return decoder.readRecord(this.#frameBytes);
+      return this.#readFrame(decoder);
     }, seconds);
+  }
+
+  /**
+   * One frame's bytes in a buffer of their own with room for the envelope around them, given up whole
+   * (`giveWhole`): the envelope that publishes the frame is written around its pixels in place, and moved.
+   */
+  async #readFrame(decoder: ToolProcess): Promise<Uint8Array<ArrayBuffer> | null> {
+    const bytes = await decoder.readRecord(this.#frameBytes, ENVELOPE_HEADROOM, ENVELOPE_TAILROOM);
+    if (bytes !== null) giveWhole(bytes.buffer);
+    return bytes;
   }
 
   /** How long a new connection may take to its first frame (or ffprobe to its answer). */

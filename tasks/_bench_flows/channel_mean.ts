@@ -26,10 +26,16 @@ export class ChannelMean extends ProcessorNode<ChannelMeanParams> {
 
   #mean(frame: Frame): { readonly mean: number } {
     const [, , channels] = frame.pixels.shape;
-    const data = frame.pixels.data;
-    const stride = channels ?? 1;
-    let total = 0;
-    for (let at = this.params.channel ?? 0; at < data.length; at += stride) total += data[at];
-    return { mean: total / (data.length / stride) };
+    return { mean: channelMeanOf(frame.pixels.data, channels ?? 1, this.params.channel ?? 0) };
   }
+}
+
+/**
+ * The mean of channel `channel` of interleaved 8-bit pixels with `stride` channels: the flow's work, and
+ * the bare program's (`tasks/bench.ts`), so both do the same per frame.
+ */
+export function channelMeanOf(data: Uint8Array, stride: number, channel: number): number {
+  let total = 0;
+  for (let at = channel; at < data.length; at += stride) total += data[at];
+  return total / (data.length / stride);
 }

@@ -9,6 +9,7 @@
 
 import assert from "node:assert/strict";
 import { serialize } from "node:v8";
+import { ENVELOPE_HEADROOM, ENVELOPE_TAILROOM, giveWhole } from "../../../src/core/bytes.ts";
 import * as taxonomy from "../../../src/core/errors.ts";
 import {
   BrokerUnavailable,
@@ -21,6 +22,7 @@ import {
 } from "../../../src/core/errors.ts";
 import { UnobservableComposition } from "../../../src/backends/capabilities.ts";
 import { Barrier, InjectedFault, SimulatedCrash } from "../../../src/backends/faults.ts";
+import { rejected } from "../../../src/backends/outcomes.ts";
 import { PayloadBudgetExceeded } from "../../../src/backends/payload.ts";
 import {
   ARENA_LIMIT,
@@ -28,6 +30,7 @@ import {
   DeferredFlush,
   EMBEDDED_PROTOCOL_VERSION,
   EmbeddedConnection,
+  encodeMovedPublication,
   errorFromWire,
   errorToWire,
   FLUSH_BYTES,
@@ -490,6 +493,60 @@ Deno.test("over a MessagePort a large packed body moves to the peer as a copy: t
   peer.link.send([Frame.results, null, 1, 1, "ok"], []);
   assert.equal(await call, "ok");
   await closeBoth(peer, connection);
+});
+
+Deno.test("over a MessagePort bytes in a buffer given up whole move with their buffer, uncopied, and the peer keeps them as they came", async () => {
+  const { peer, connection } = await pair();
+  const seed = testSeed();
+  const bytes = new SeededRandom(seed).bytes(PACK_LIMIT * 3 + 5);
+  const buffer = new ArrayBuffer(ENVELOPE_HEADROOM + bytes.byteLength + ENVELOPE_TAILROOM);
+  const view = new Uint8Array(buffer, ENVELOPE_HEADROOM - 100, bytes.byteLength);
+  view.set(bytes);
+  giveWhole(buffer);
+  const field = connection.giver.pack(view);
+  assert.equal(field, view, `seed ${seed}: the caller's view itself goes, not a copy`);
+  const call = connection.call(Op.storeGet, [field], null, ECHO);
+  const [frame] = await peer.untilCalls(1);
+  const received = (frame[4] as unknown[])[0] as Uint8Array;
+  assert.equal(buffer.detached, true, "the whole buffer moved with the frame");
+  assert.deepEqual(received, bytes, `seed ${seed}: the bytes arrived`);
+  assert.equal(received.byteOffset, ENVELOPE_HEADROOM - 100, "at the offset they had");
+  assert.equal(
+    unpack(received, frame[1] as Uint8Array | null),
+    received,
+    "the peer keeps the view that arrived: unpacking it copies nothing",
+  );
+  const roomy = new Uint8Array(
+    new ArrayBuffer(bytes.byteLength + ENVELOPE_HEADROOM * 2),
+    8,
+    bytes.byteLength,
+  );
+  roomy.set(bytes);
+  const kept = unpack(roomy, null);
+  assert.ok(kept !== roomy && spansBuffer(kept), "a view in a much larger buffer is kept as an exact copy");
+  assert.deepEqual(kept, bytes);
+  peer.link.send([Frame.results, null, 1, 1, "ok"], []);
+  assert.equal(await call, "ok");
+  await closeBoth(peer, connection);
+});
+
+Deno.test("a refused moved publication's body goes back with its whole buffer, uncopied, even as a view of part of it", () => {
+  const results = new FrameBuilder(Frame.results, "port");
+  const buffer = new ArrayBuffer(ENVELOPE_HEADROOM + PACK_LIMIT * 2);
+  const body = new Uint8Array(buffer, 100, PACK_LIMIT * 2);
+  const [, back] = encodeMovedPublication(rejected("p-1", "full", true), body, results);
+  assert.equal(back, body, "the very view that came, not a copy");
+  assert.ok(listed(results.take("port").transfer, buffer), "moved back with its buffer");
+});
+
+Deno.test("bytes not given up whole that a caller gives are copied when they do not span their buffer", () => {
+  const moving = new FrameBuilder(Frame.calls, "port");
+  const buffer = new ArrayBuffer(PACK_LIMIT * 2 + 16);
+  const view = new Uint8Array(buffer, 8, PACK_LIMIT * 2);
+  const given = moving.packGiven(view) as Uint8Array;
+  assert.ok(given !== view && spansBuffer(given), "an exact copy of the view, moved");
+  assert.ok(listed(moving.take("port").transfer, given.buffer));
+  assert.equal(buffer.detached, false, "the caller's buffer stays");
 });
 
 Deno.test("over a socket link shared bytes cross as a plain copy of just their bytes", async () => {

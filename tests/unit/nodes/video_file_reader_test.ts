@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { ENVELOPE_HEADROOM, ENVELOPE_TAILROOM, isGivenWhole } from "../../../src/core/bytes.ts";
 import { ConfigError, NodeContractError, ResourceUnavailable } from "../../../src/core/errors.ts";
 import { END } from "../../../src/core/node.ts";
 import {
@@ -57,12 +58,14 @@ Deno.test("a 50-frame clip yields exactly 50 bgr8 frames of shape [240, 320, 3],
     assert.equal(frame.pixelFormat, "bgr8");
     assert.equal(frame.pixels.dtype, "uint8");
     assert.deepEqual(frame.pixels.shape, [240, 320, 3]);
-    assert.equal(frame.pixels.data.byteOffset, 0);
+    assert.equal(frame.pixels.data.byteOffset, ENVELOPE_HEADROOM);
+    assert.equal(frame.pixels.data.byteLength, FRAME);
     assert.equal(
       frame.pixels.data.buffer.byteLength,
-      FRAME,
-      "each frame owns an ArrayBuffer of its own size",
+      ENVELOPE_HEADROOM + FRAME + ENVELOPE_TAILROOM,
+      "each frame owns an ArrayBuffer of its own, with room for its envelope around the pixels",
     );
+    assert.ok(isGivenWhole(frame.pixels.data.buffer), "the reader gives each frame's buffer up whole");
     assert.ok(Math.abs(frame.captureTs! - (1000 + i / 25)) < 1e-9, `frame ${i} at ${frame.captureTs}`);
   }
   assert.deepEqual(t.eventTimestamps, frames.map((f) => f.captureTs));

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { ENVELOPE_HEADROOM, ENVELOPE_TAILROOM, giveWhole, isGivenWhole } from "../../../src/core/bytes.ts";
 import { SchemaError } from "../../../src/core/errors.ts";
 import { createEnvelope, encodeEnvelope, encodePayload } from "../../../src/wire/codec.ts";
 import { decodeMessage } from "../../../src/wire/reader.ts";
@@ -123,6 +124,74 @@ Deno.test("a queued payload is put in place: the bytes of writing it on its own 
     appendWriter(alone, writeMessage("Frame", frame));
     assert.equal(finish(alone, "videoflow.v1.Frame").toHex(), standalone.toHex(), where);
     assert.equal(decodeMessage("Envelope", expected).payload!.toHex(), standalone.toHex(), where);
+  }
+});
+
+/** `pixels` in a buffer of their own with `before` and `after` free bytes around them, given up whole or not. */
+function framed(pixels: Uint8Array, before: number, after: number, given: boolean): Uint8Array {
+  const buffer = new ArrayBuffer(before + pixels.byteLength + after);
+  const view = new Uint8Array(buffer, before, pixels.byteLength);
+  view.set(pixels);
+  if (given) giveWhole(buffer);
+  return view;
+}
+
+function frameEnvelope(data: Uint8Array, allocate?: (size: number) => Uint8Array): Uint8Array {
+  const writer = writeMessage("Envelope", { v: 4, producer_name: "decode", seq: 7 });
+  appendPayload(
+    writer,
+    "videoflow.v1.Frame",
+    writeMessage("Frame", {
+      pixels: { shape: [data.byteLength], dtype: "uint8", data },
+      pixel_format: "bgr8",
+      capture_ts: 12.5,
+    }),
+  );
+  return finish(writer, "videoflow.v1.Envelope", allocate === undefined ? {} : { allocate });
+}
+
+Deno.test("pixels in a buffer given up whole are written around in place, once, to the same bytes", () => {
+  const seed = testSeed();
+  const rng = new SeededRandom(seed);
+  for (let i = 0; i < 50; i++) {
+    const pixels = rng.bytes(rng.pick([1, 127, 128, 16384, rng.int(1, 300_000)]));
+    const where = `VF_TEST_SEED=${seed}, case ${i}`;
+    const expected = frameEnvelope(new Uint8Array(pixels)).toHex();
+    const data = framed(pixels, ENVELOPE_HEADROOM, ENVELOPE_TAILROOM, true);
+    let allocated = 0;
+    const bytes = frameEnvelope(data, (size) => {
+      allocated++;
+      return new Uint8Array(size);
+    });
+    assert.equal(bytes.buffer, data.buffer, `${where}: written in the pixels' own buffer`);
+    assert.equal(allocated, 0, `${where}: nothing allocated`);
+    assert.equal(bytes.toHex(), expected, where);
+    assert.ok(
+      isGivenWhole(bytes.buffer),
+      `${where}: the envelope's buffer stays given up whole, to be moved`,
+    );
+    const again = frameEnvelope(data);
+    assert.notEqual(again.buffer, data.buffer, `${where}: a second message is never written over the first`);
+    assert.equal(again.toHex(), expected, where);
+    assert.equal(bytes.toHex(), expected, `${where}: the first stays as written`);
+  }
+});
+
+Deno.test("pixels not given up whole, or without room around them, are copied into an allocation", () => {
+  const pixels = new Uint8Array(1000).map((_, i) => i);
+  const expected = frameEnvelope(new Uint8Array(pixels)).toHex();
+  for (
+    const [before, after, given, why] of [
+      [ENVELOPE_HEADROOM, ENVELOPE_TAILROOM, false, "not given up"],
+      [8, ENVELOPE_TAILROOM, true, "too little room before"],
+      [ENVELOPE_HEADROOM, 2, true, "too little room after"],
+    ] as const
+  ) {
+    const data = framed(pixels, before, after, given);
+    const bytes = frameEnvelope(data);
+    assert.notEqual(bytes.buffer, data.buffer, why);
+    assert.equal(bytes.toHex(), expected, why);
+    assert.equal(data.toHex(), pixels.toHex(), `${why}: the pixels are untouched`);
   }
 });
 
