@@ -82,7 +82,7 @@ import {
   terminal,
 } from "../backends/messaging.ts";
 import { MemoryRuntimeStore } from "../backends/memory/runtime_store.ts";
-import { known, type Observation, type PublicationOutcome, rejected } from "../backends/outcomes.ts";
+import { known, type Observation, type PublicationOutcome } from "../backends/outcomes.ts";
 import { intentObligationId, type PayloadStore } from "../backends/payload.ts";
 import {
   BATCH_BLOB_TTL_SECONDS,
@@ -171,11 +171,8 @@ import {
   partitionKeyOf,
   partitionKeyString,
   partitionOwner,
-  producerTrace,
   recordKeyError,
-  replayableTraceId,
   type Seq,
-  sourceEpochTraceId,
 } from "../wire/identities.ts";
 import type { BlobRef, WireMap, WirePayload } from "../wire/value.ts";
 import {
@@ -192,7 +189,6 @@ import {
 } from "./grouping.ts";
 import { OrderedRelease } from "./ordered_release.ts";
 import { InFlight } from "./in_flight.ts";
-import { PublicationOrder } from "./publication_order.ts";
 import {
   dataSubscriptionId,
   dataSubscriptionSpec,
@@ -207,10 +203,10 @@ import {
   eosSubscriptionId,
   eosSubscriptionSpec,
   type NodeRouting,
-  publishBackoffSeconds,
 } from "./topology.ts";
 import { CallBatcher } from "./call_batcher.ts";
-import { CreditWindow } from "./credit_window.ts";
+import { OrderedPublisher } from "./ordered_publisher.ts";
+import { OutputIdentities, type OutputIdentity } from "./output_identity.ts";
 
 /** EOS-3's quiescence when nothing narrower is configured (`VF_EOS_QUIESCENCE_MS`), in milliseconds. */
 export const DEFAULT_EOS_QUIESCENCE_MS = 500;
@@ -406,14 +402,6 @@ interface ParentState {
   recordingLast: Promise<void>;
 }
 
-/** The identity an output carries: its trace, its event time, and a replayable source's offset. */
-interface OutputIdentity {
-  readonly traceId: string;
-  readonly seq: Seq;
-  readonly eventTs: number | null;
-  readonly offset: number | null;
-}
-
 /** A join group persisted before a replacement's restart (story 1), re-formed from its redelivered members. */
 interface RecoveredGroup {
   readonly groupId: string;
@@ -539,16 +527,6 @@ interface ReceivedWrite {
   readonly ready: () => void;
 }
 
-/** The outcome of a persistent publication whose replica stopped (crashed) before it could be sent. */
-function stoppedBeforeTurn(env: BackendEnvelope): PublicationOutcome {
-  return rejected(env.publicationId, "the replica stopped before this output's turn", false);
-}
-
-/** Whether a persistent publication's outcome calls for another attempt: refused retryably, or unresolvable. */
-function retriesAfter(outcome: PublicationOutcome): boolean {
-  return outcome.kind === "publication_unresolvable" || (outcome.kind === "rejected" && outcome.retryable);
-}
-
 /**
  * The {@link Messenger} over a {@link MessagingBackend}, a {@link PayloadStore} and a {@link FlowRuntime}.
  * Build it with {@link BrokerMessenger.open}; one instance serves one replica of one node.
@@ -573,11 +551,8 @@ export class BrokerMessenger implements Messenger {
   readonly #quiescence: number;
   readonly #prefetch: number;
   readonly #byteCredit: number;
-  readonly #publishTimeout: number;
   readonly #channel: ChannelId;
   readonly #reliableOutput: boolean;
-  readonly #replayable: boolean;
-  readonly #analysisVersion: string | null;
   readonly #instance: string;
   readonly #parentReplicas: Readonly<Record<string, number>>;
   readonly #parents: ParentState[];
@@ -605,35 +580,22 @@ export class BrokerMessenger implements Messenger {
   readonly #dlqSamples = new Map<string, { windowStart: number; count: number }>();
   readonly #stats: PublicationStats = { accepted: 0, duplicate: 0, unknown: 0, dropped: 0, rejected: 0 };
   readonly #recovered = new Map<string, RecoveredGroup>();
-  /** The outcomes of a source's outputs given up at the flow's stop (see {@link #givesUpAtStop}). */
-  readonly #givenUp = new WeakSet<PublicationOutcome>();
-  /** Whether this source gave up an output at the stop: every later one is given up too. */
-  #givingUp = false;
   readonly #recoveredReady: ReadyGroup<Held>[] = [];
   readonly #work: InFlight;
-  /** This replica's credit on its output channel: a reliable output is sent only within it. */
-  readonly #credit: CreditWindow;
-  /** Publications made close together, sent as one batch call. */
-  readonly #publisher: CallBatcher<BackendEnvelope, PublicationOutcome>;
+  /** Every publication, in order and within credit, until its outcome is known. */
+  readonly #publisher: OrderedPublisher;
   /** Settlements made close together, sent as one batch call. */
   readonly #settler: CallBatcher<SettleRequest, SettlementOutcome>;
   /** Ids that send a lingering received-set write at once: half the in-flight depth. */
   readonly #receivedBatchIds: number;
-  /** Settles once every persistent publication made so far has its final outcome (see {@link #publish}). */
-  #lastTurn: Promise<void> = Promise.resolve();
-  /** Persistent publications waiting for their turn: refused ones, and those made while any was. */
-  #waitingTurns = 0;
-  /** Persistent publications in the order made, over a backend that keeps that order across refusals. */
-  readonly #order = new PublicationOrder();
   /** The publications of the group in hand, which its settlement waits for. */
   #outputs: Promise<void>[] = [];
   /** The ids of the group in hand's outputs (under the EOS-7 barrier): proven published once it is. */
   #outputIds: string[] = [];
   /** The ledger flushes, one after another: what each writes is taken when it starts. */
   readonly #ledgerFlushes = new CoalescedRun(() => this.#writeLedger());
-  /** A replayable producer's offsets minted and not yet final, in order. */
-  readonly #offsetsOpen: number[] = [];
-  readonly #offsetsFinal = new Set<number>();
+  /** The identity of each output, and a replayable source's accepted offsets. */
+  readonly #identity: OutputIdentities;
 
   #started = false;
   #closed = false;
@@ -659,12 +621,6 @@ export class BrokerMessenger implements Messenger {
   #ended: InputGroup | null = null;
   /** The join's end group, held while an input of this node is still outstanding at the broker. */
   #heldEnd: ReadyGroup<Held> | null = null;
-  #outEventTs: number | null = null;
-  #outPartitionKey: unknown = undefined;
-  #count = 0;
-  #epoch: string | null = null;
-  #nextOffset = 1;
-  #lastAcceptedOffset = 0;
   #flushedOffset = 0;
   #acceptedData = 0;
   #publishedPending: string[] = [];
@@ -738,27 +694,26 @@ export class BrokerMessenger implements Messenger {
     const inFlight = options.inFlight ?? DEFAULT_IN_FLIGHT;
     this.#work = new InFlight(inFlight, options.inFlightBytes ?? DEFAULT_IN_FLIGHT_BYTES);
     this.#receivedBatchIds = Math.max(1, Math.floor(inFlight / 2));
-    this.#publishTimeout = requirePositiveSeconds(
+    const publishTimeout = requirePositiveSeconds(
       options.publishTimeoutSeconds ?? DEFAULT_PUBLISH_TIMEOUT_SECONDS,
       "the publish timeout",
     );
     this.#channel = channelId(this.#flowId, this.#runId, this.#node);
     // The replicas share the in-flight depth as a credit window, so together they hold at most about one
     // and a half depths of a channel's room unused, and an idle replica never holds all of it.
-    this.#credit = new CreditWindow(this.#backend, this.#channel, {
-      items: Math.ceil(inFlight / this.#nbTasks),
-      bytes: options.inFlightBytes ?? DEFAULT_IN_FLIGHT_BYTES,
-      waitSeconds: this.#publishTimeout,
+    this.#publisher = new OrderedPublisher({
+      backend: this.#backend,
+      channel: this.#channel,
+      creditItems: Math.ceil(inFlight / this.#nbTasks),
+      creditBytes: options.inFlightBytes ?? DEFAULT_IN_FLIGHT_BYTES,
+      batchEntries: CALL_BATCH_ENTRIES,
+      publishTimeoutSeconds: publishTimeout,
+      source: (options.parentNames ?? []).length === 0,
+      work: this.#work,
       clock: this.#clock,
     });
-    this.#publisher = new CallBatcher(
-      (envelopes) => this.#backend.publishBatch(envelopes, this.#clock.monotonic() + this.#publishTimeout),
-      CALL_BATCH_ENTRIES,
-    );
     this.#settler = new CallBatcher((requests) => this.#backend.settleBatch(requests), CALL_BATCH_ENTRIES);
     this.#reliableOutput = defaultProfile(this.#flowType) === MessagingProfile.reliableWork;
-    this.#replayable = options.replayable ?? false;
-    this.#analysisVersion = options.analysisVersion ?? null;
     this.#instance = options.instanceId ?? randomHex(6);
     this.#runtime = options.runtime ?? new FlowRuntime({
       store: new MemoryRuntimeStore(this.#clock),
@@ -771,6 +726,12 @@ export class BrokerMessenger implements Messenger {
     });
     this.#parentReplicas = { ...options.parentReplicas };
     const parentNames = [...(options.parentNames ?? [])];
+    this.#identity = new OutputIdentities({
+      node: this.#node,
+      receiver: parentNames.length > 0,
+      replayable: options.replayable ?? false,
+      analysisVersion: options.analysisVersion ?? null,
+    });
     this.#join = parentNames.length > 1 ? options.joinPolicy ?? JoinPolicy.defaultFor(this.#flowType) : null;
     this.#assembler = parentNames.length === 0
       ? null
@@ -845,8 +806,8 @@ export class BrokerMessenger implements Messenger {
     }
     this.#backend.subscribeControl(() => {
       this.#control = true;
-      // A source's outputs that wait for credit at the stop are given up (see #givesUpAtStop).
-      if (this.#parents.length === 0) this.#credit.halt();
+      // A source's outputs that wait for credit at the stop are given up (see OrderedPublisher).
+      this.#publisher.haltAtStop();
       this.#stopped.abort();
     });
     if (this.#durable) await this.#restoreLedgerState();
@@ -1040,16 +1001,15 @@ export class BrokerMessenger implements Messenger {
       }
     }
     let partitionKey: string | null = null;
-    if (this.#outPartitionKey !== undefined) {
-      wireMetadata[PARTITION_KEY_METADATA_KEY] = this.#outPartitionKey;
-      if (isValidPartitionKey(this.#outPartitionKey)) {
-        partitionKey = partitionKeyString(this.#outPartitionKey);
+    const outPartitionKey = this.#identity.takePartitionKey();
+    if (outPartitionKey !== undefined) {
+      wireMetadata[PARTITION_KEY_METADATA_KEY] = outPartitionKey;
+      if (isValidPartitionKey(outPartitionKey)) {
+        partitionKey = partitionKeyString(outPartitionKey);
       }
-      this.#outPartitionKey = undefined;
     }
-    const identity = this.#outputIdentity();
-    const eventTs = this.#outEventTs ?? identity.eventTs;
-    this.#outEventTs = null;
+    const identity = this.#identity.next(this.#current);
+    const eventTs = this.#identity.takeEventTimestamp(identity.eventTs);
     const publicationId = messageId(
       this.#flowId,
       this.#runId,
@@ -1095,7 +1055,7 @@ export class BrokerMessenger implements Messenger {
       });
     }
     const env = this.#dataEnvelope(publicationId, body, eventTs, partitionKey, identity.offset);
-    const outcome = await this.#publish(env, this.#reliableOutput);
+    const outcome = await this.#publisher.publish(env, this.#reliableOutput);
     this.#countPublication(outcome, onAccepted);
     // After a crash nothing more reaches the ledger: the intent stays open for the replacement to resolve.
     if (this.#work.abandoned) return;
@@ -1138,7 +1098,7 @@ export class BrokerMessenger implements Messenger {
 
   /** An inline output's send, run on while the node goes on (the backend sees it at once). */
   async #sendInline(env: BackendEnvelope, offset: number | null, onAccepted?: () => void): Promise<void> {
-    const outcome = await this.#publish(env, this.#reliableOutput);
+    const outcome = await this.#publisher.publish(env, this.#reliableOutput);
     this.#countPublication(outcome, onAccepted);
     await this.#concludePublication(env.publicationId, outcome, offset, false);
   }
@@ -1153,29 +1113,14 @@ export class BrokerMessenger implements Messenger {
     offset: number | null,
     inOutbox: boolean,
   ): Promise<void> {
-    if (this.#work.abandoned || this.#givenUp.has(outcome)) return;
-    if (offset !== null && (outcome.kind === "accepted" || !this.#reliableOutput)) this.#finalOffset(offset);
+    if (this.#work.abandoned || this.#publisher.isGivenUp(outcome)) return;
+    if (offset !== null && (outcome.kind === "accepted" || !this.#reliableOutput)) {
+      this.#identity.finalOffset(offset);
+    }
     if (outcome.kind === "accepted") {
       const noting = this.#noteAccepted(publicationId, inOutbox ? null : offset, !inOutbox);
       if (noting !== null) await noting;
     } else if (this.#reliableOutput) this.#refused(outcome);
-  }
-
-  /**
-   * Marks a replayable source's offset final (accepted, or dropped as a live output may be; a reliable
-   * output refused for good stays open, so a resume replays it). The last accepted offset advances only
-   * over offsets final with every one before them, so a resume never skips an output still awaiting the
-   * broker.
-   */
-  #finalOffset(offset: number): void {
-    this.#offsetsFinal.add(offset);
-    const open = this.#offsetsOpen;
-    let done = 0;
-    while (done < open.length && this.#offsetsFinal.delete(open[done])) {
-      if (open[done] > this.#lastAcceptedOffset) this.#lastAcceptedOffset = open[done];
-      done++;
-    }
-    if (done > 0) open.splice(0, done);
   }
 
   /**
@@ -1214,20 +1159,12 @@ export class BrokerMessenger implements Messenger {
 
   /** Sets the event time stamped on the next published output. */
   setOutputEventTimestamp(value: number): void {
-    if (typeof value !== "number" || !Number.isFinite(value)) {
-      throw new ConfigError(
-        `an event time must be finite epoch seconds, got ${
-          typeof value === "number" ? value : `${typeof value} ${JSON.stringify(value) ?? String(value)}`
-        }`,
-        "pass Date.now() / 1000",
-      );
-    }
-    this.#outEventTs = value;
+    this.#identity.setEventTimestamp(value);
   }
 
   /** Sets the partition key carried on the next published output, under `_partition_key` metadata. */
   setOutputPartitionKey(value: unknown): void {
-    this.#outPartitionKey = value;
+    this.#identity.setPartitionKey(value);
   }
 
   /** Publication outcomes by kind since the start. */
@@ -1301,11 +1238,10 @@ export class BrokerMessenger implements Messenger {
    * (one that restarted empty) forgets the positions first (`forgetReplayPositions`).
    */
   async resumeOffset(): Promise<number> {
-    if (!this.#replayable) return 0;
+    if (!this.#identity.replayable) return 0;
     const offset = (await this.#runtime.restoreCheckpoint()).replayPosition.offset;
     const last = typeof offset === "number" && Number.isSafeInteger(offset) && offset > 0 ? offset : 0;
-    this.#nextOffset = last + 1;
-    this.#lastAcceptedOffset = last;
+    this.#identity.resume(last);
     this.#flushedOffset = last;
     return last;
   }
@@ -1385,7 +1321,7 @@ export class BrokerMessenger implements Messenger {
     }
     if (this.#started) {
       await this.#work.idle();
-      this.#credit.release();
+      this.#publisher.releaseCredit();
       await this.#handBack();
       await this.#flushLedger();
       await Promise.allSettled(this.#recordings);
@@ -1447,7 +1383,9 @@ export class BrokerMessenger implements Messenger {
     this.#coveredEnvelope = typeof position.envelope === "string"
       ? Uint8Array.fromBase64(position.envelope)
       : null;
-    if (this.#parents.length === 0 && !this.#replayable) this.#epoch = await this.#runtime.sourceEpoch();
+    if (this.#parents.length === 0 && !this.#identity.replayable) {
+      this.#identity.adoptEpoch(await this.#runtime.sourceEpoch());
+    }
     if (this.#join?.mode !== JOIN_TIME) return;
     for (const record of await this.#runtime.openGroups()) {
       const wanted = new Map<string, string>();
@@ -2051,7 +1989,10 @@ export class BrokerMessenger implements Messenger {
     const coverage = await this.#runtime.checkpointCoverage(this.#coveredKey as string);
     if (coverage.kind !== "covered_unconfirmed") return;
     // The committed body stays this messenger's for a later confirmation: it is sent as a copy.
-    const outcome = await this.#publish(this.#dataEnvelope(output, body, null, null, null, false), true);
+    const outcome = await this.#publisher.publish(
+      this.#dataEnvelope(output, body, null, null, null, false),
+      true,
+    );
     this.#countPublication(outcome);
     if (outcome.kind !== "accepted") this.#refused(outcome);
   }
@@ -2377,7 +2318,7 @@ export class BrokerMessenger implements Messenger {
       kind: MessageKind.dlq,
     });
     try {
-      return await this.#publish(env, false);
+      return await this.#publisher.publish(env, false);
     } catch (error) {
       this.#logger.warn("a dead letter could not be published", {
         id: recordId,
@@ -2392,36 +2333,6 @@ export class BrokerMessenger implements Messenger {
   }
 
   // ---- publishing -----------------------------------------------------------------------------------------
-
-  /** The identity of the next output: minted by a producer, carried forward by a receiver. */
-  #outputIdentity(): OutputIdentity {
-    if (this.#parents.length > 0) {
-      const group = this.#current;
-      if (group === null) {
-        throw new ConfigError(
-          `${this.#node} published outside an input group`,
-          "publish a receiver's output while processing the group it was received with",
-          { node: this.#node },
-        );
-      }
-      return { traceId: group.traceId, seq: group.seq, eventTs: group.eventTs, offset: null };
-    }
-    if (this.#replayable) {
-      const offset = this.#nextOffset++;
-      this.#offsetsOpen.push(offset);
-      return {
-        traceId: replayableTraceId(this.#node, offset, this.#analysisVersion),
-        seq: offset,
-        eventTs: null,
-        offset,
-      };
-    }
-    const n = ++this.#count;
-    if (this.#epoch !== null) {
-      return { traceId: sourceEpochTraceId(this.#node, this.#epoch, n), seq: n, eventTs: null, offset: null };
-    }
-    return { ...producerTrace(this.#node, n), eventTs: null, offset: null };
-  }
 
   #dataEnvelope(
     publicationId: string,
@@ -2440,144 +2351,15 @@ export class BrokerMessenger implements Messenger {
       partitionKey,
       eventTs,
       sourceOffset: offset,
-      sourceEpoch: this.#epoch,
+      sourceEpoch: this.#identity.epoch,
       schemaVersion: ENVELOPE_VERSION,
       kind: MessageKind.data,
       bodyTransferable: transferable,
     });
   }
 
-  /**
-   * Publishes until the outcome is known: a lost receipt is resolved by observation (an idempotent
-   * re-publish inside the dedup window). `persistent`: a retryable refusal (a full reliable channel) is
-   * retried with backoff until taken; otherwise the first refusal stands. Persistent publications keep the
-   * order they were made in: a refused one retries only once every earlier one has its final outcome, and
-   * one made while any waits is not sent until its turn, so the outputs a replica makes while its consumers
-   * hold it back are taken in the order it made them. One already sent when an earlier one's refusal
-   * arrives is kept behind it by the embedded broker, which refuses a connection's later data on a channel
-   * until its refused publication is taken; a backend that does not may take it first. Over a backend that
-   * does (`ordersRefusedPublications`), {@link #publishOrdered} keeps the order without waiting for each
-   * outcome.
-   */
-  async #publish(env: BackendEnvelope, persistent: boolean): Promise<PublicationOutcome> {
-    if (!persistent) return await this.#publishOnce(env, false);
-    if (this.#backend.ordersRefusedPublications === true) return await this.#publishOrdered(env);
-    const previous = this.#lastTurn;
-    const turn = Promise.withResolvers<void>();
-    this.#lastTurn = turn.promise;
-    let earlierDone = false;
-    previous.then(() => earlierDone = true);
-    try {
-      let refused: PublicationOutcome | null = null;
-      if (this.#waitingTurns === 0) {
-        refused = await this.#publishOnce(env, true);
-        if (!retriesAfter(refused) || this.#work.abandoned) return refused;
-      }
-      this.#waitingTurns++;
-      try {
-        // Refused with nothing earlier outstanding, it heads the queue: it backs off before its retry.
-        if (refused !== null && earlierDone) await this.#clock.sleep(publishBackoffSeconds(1));
-        return await this.#publishInTurn(env, refused, previous);
-      } finally {
-        this.#waitingTurns--;
-      }
-    } finally {
-      // A turn ends once this publication and every earlier one have their final outcomes.
-      previous.then(() => turn.resolve());
-    }
-  }
-
-  /**
-   * A persistent publication waiting its turn (see {@link #publish}): attempted once every earlier one has
-   * its final outcome, then retried with backoff until taken.
-   */
-  async #publishInTurn(
-    env: BackendEnvelope,
-    refused: PublicationOutcome | null,
-    previous: Promise<void>,
-  ): Promise<PublicationOutcome> {
-    await previous;
-    let outcome = refused;
-    for (let retries = refused === null ? 0 : 1;;) {
-      if (this.#work.abandoned) return outcome ?? stoppedBeforeTurn(env);
-      outcome = await this.#publishOnce(env, true);
-      if (!retriesAfter(outcome)) return outcome;
-      await this.#clock.sleep(publishBackoffSeconds(++retries));
-    }
-  }
-
-  /**
-   * A persistent publication over a backend that keeps order across refusals: sent once every earlier one
-   * is at the broker, and after a retryable refusal sent again right behind the earlier one that held it
-   * back, or, when none is outstanding, after a backoff (see {@link PublicationOrder}).
-   */
-  async #publishOrdered(env: BackendEnvelope): Promise<PublicationOutcome> {
-    const place = this.#order.enter(env.body.byteLength);
-    try {
-      await place.turn();
-      let outcome: PublicationOutcome | null = null;
-      for (let retries = 0;;) {
-        if (this.#work.abandoned) return outcome ?? stoppedBeforeTurn(env);
-        if (this.#givesUpAtStop(env, outcome)) return this.#giveUp(env);
-        const attempt = this.#publishOnce(env, true);
-        place.sending();
-        outcome = await attempt;
-        if (!retriesAfter(outcome) || this.#work.abandoned) return outcome;
-        if (await place.refused()) await this.#clock.sleep(publishBackoffSeconds(++retries));
-      }
-    } finally {
-      place.finished();
-    }
-  }
-
-  /**
-   * Whether a source's output is no longer tried because the flow stops (the control stop) while its
-   * consumers hold it back: one the full channel refused (`outcome`) is given up, and so is every later one,
-   * so what the broker took stays a prefix of what the source made (over a backend that keeps its order)
-   * and a resumed run, in which a replayable source makes the rest again, redoes nothing. The stop then
-   * waits only for the consumers to work through what the broker took. A receiver's outputs, made from
-   * inputs already taken, and the end markers are tried until taken.
-   */
-  #givesUpAtStop(env: BackendEnvelope, outcome: PublicationOutcome | null): boolean {
-    if (!this.#control || this.#parents.length > 0 || env.kind !== MessageKind.data) return false;
-    if (outcome?.kind === "rejected") this.#givingUp = true;
-    return this.#givingUp;
-  }
-
-  /** The outcome of an output given up at the stop: not taken, not counted, and no failure of the replica. */
-  #giveUp(env: BackendEnvelope): PublicationOutcome {
-    const outcome = rejected(env.publicationId, "the flow stopped before the broker took this output", false);
-    this.#givenUp.add(outcome);
-    return outcome;
-  }
-
-  /**
-   * One publication (in a batch call; a persistent data one once this replica's credit covers it), then
-   * observations of it while its receipt is lost (a persistent one until known). A source's output still
-   * waiting for credit at the flow's stop is given up (see {@link #givesUpAtStop}).
-   */
-  async #publishOnce(env: BackendEnvelope, persistent: boolean): Promise<PublicationOutcome> {
-    const sent = persistent && env.kind === MessageKind.data
-      ? await this.#credit.send(env.size, () => this.#publisher.call(env))
-      : await this.#publisher.call(env);
-    if (sent === null) {
-      this.#givingUp = true;
-      return this.#giveUp(env);
-    }
-    let outcome = sent;
-    let observations = 0;
-    while (outcome.kind === "publication_unknown") {
-      observations++;
-      if (!persistent && observations > 1) return outcome;
-      await this.#clock.sleep(publishBackoffSeconds(observations));
-      if (this.#work.abandoned) return outcome;
-      outcome = await this.#backend.observePublication(env);
-    }
-    return outcome;
-  }
-
   #countPublication(outcome: PublicationOutcome, onAccepted?: () => void): void {
-    if (this.#givenUp.has(outcome)) return;
+    if (this.#publisher.isGivenUp(outcome)) return;
     switch (outcome.kind) {
       case "accepted":
         if (outcome.duplicate) {
@@ -2618,9 +2400,13 @@ export class BrokerMessenger implements Messenger {
     this.#acceptedData++;
     if (this.#barrierFlow && toNote) {
       this.#publishedPending.push(publicationId);
-      if (offset !== null && this.#replayable) this.#publishedUncovered.push([publicationId, offset]);
+      if (offset !== null && this.#identity.replayable) {
+        this.#publishedUncovered.push([publicationId, offset]);
+      }
     }
-    const offsets = this.#replayable && this.#durable ? this.#lastAcceptedOffset - this.#flushedOffset : 0;
+    const offsets = this.#identity.replayable && this.#durable
+      ? this.#identity.lastAcceptedOffset - this.#flushedOffset
+      : 0;
     if (this.#publishedPending.length === 0 && offsets === 0) return null;
     const due = this.#publishedPending.length >= LEDGER_FLUSH_BATCH || offsets >= LEDGER_FLUSH_BATCH ||
       this.#clock.monotonic() - this.#lastFlush >= LEDGER_FLUSH_SECONDS;
@@ -2653,11 +2439,13 @@ export class BrokerMessenger implements Messenger {
         throw error;
       }
       // A live source mints its ids under a capture epoch of its own process: none is ever made again.
-      if (this.#parents.length === 0 && this.#epoch !== null) this.#runtime.provePublished(ids);
-      if (this.#replayable) this.#uncoveredNoted += ids.length;
+      if (this.#parents.length === 0 && this.#identity.epoch !== null) this.#runtime.provePublished(ids);
+      if (this.#identity.replayable) this.#uncoveredNoted += ids.length;
     }
     this.#runtime.provePublished(proven);
-    if (this.#replayable && this.#durable && this.#lastAcceptedOffset > this.#flushedOffset) {
+    if (
+      this.#identity.replayable && this.#durable && this.#identity.lastAcceptedOffset > this.#flushedOffset
+    ) {
       await this.#commitCheckpoint(this.#state, {});
     }
     this.#proveCovered();
@@ -2686,8 +2474,8 @@ export class BrokerMessenger implements Messenger {
   async #commitCheckpoint(state: Uint8Array | null, extra: ReplayPosition): Promise<void> {
     const position: Record<string, string | number> = {};
     if (this.#currentKey !== null && this.#current !== null) position.group = this.#currentKey;
-    const offset = this.#lastAcceptedOffset;
-    if (this.#replayable) position.offset = offset;
+    const offset = this.#identity.lastAcceptedOffset;
+    if (this.#identity.replayable) position.offset = offset;
     Object.assign(position, extra);
     try {
       await this.#runtime.checkpoint(state, position);
@@ -2696,7 +2484,7 @@ export class BrokerMessenger implements Messenger {
       throw error;
     }
     this.#state = state;
-    if (this.#replayable) this.#flushedOffset = offset;
+    if (this.#identity.replayable) this.#flushedOffset = offset;
   }
 
   /** Publishes an EOS or ABORT marker on the EOS subject, retrying until the broker takes it. */
@@ -2708,7 +2496,7 @@ export class BrokerMessenger implements Messenger {
     if (type === MsgType.abort) await this.#work.idle();
     else await this.#work.drain();
     // Every output has its outcome: the room still held for more goes back to the channel (and its marker).
-    this.#credit.release();
+    this.#publisher.releaseCredit();
     await this.#flushLedger();
     const seq = this.#barrierFlow ? await this.#runtime.publishedCount() : this.#acceptedData;
     if (faultsInstalled()) await barrier(Barrier.terminatorPublishBefore, { node: this.#node, status: type });
@@ -2724,7 +2512,7 @@ export class BrokerMessenger implements Messenger {
       payloadType: payload.payloadType,
       payload: payload.payload,
     }));
-    const outcome = await this.#publish(
+    const outcome = await this.#publisher.publish(
       backendEnvelope({
         channel: this.#channel,
         publicationId,
