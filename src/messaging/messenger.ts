@@ -57,7 +57,6 @@
  */
 
 import { ByteSlab } from "../core/bytes.ts";
-import { CoalescedRun } from "../core/coalesced_run.ts";
 import { requireCount, requirePositiveSeconds } from "../core/checks.ts";
 import { DropReason } from "../core/metrics.ts";
 import { MessagingProfile } from "../backends/capabilities.ts";
@@ -99,7 +98,6 @@ import {
   type LeaseKeeper,
   type OwnershipToken,
   PublicationKind,
-  type ReplayPosition,
   TerminatorKind,
 } from "../backends/runtime.ts";
 import { CHECKPOINT_METADATA_KEY, type Logger, PARTITION_KEY_METADATA_KEY } from "../core/context.ts";
@@ -126,7 +124,6 @@ import {
   type PartitionKeyError,
   PoisonMessage,
   replicaDeathFailure,
-  StaleAuthority,
   TRANSIENT,
   TransientFailure,
   type VideoflowRuntimeError,
@@ -206,6 +203,7 @@ import {
 } from "./topology.ts";
 import { CallBatcher } from "./call_batcher.ts";
 import { OrderedPublisher } from "./ordered_publisher.ts";
+import { LedgerWriter } from "./ledger_writer.ts";
 import { OutputIdentities, type OutputIdentity } from "./output_identity.ts";
 
 /** EOS-3's quiescence when nothing narrower is configured (`VF_EOS_QUIESCENCE_MS`), in milliseconds. */
@@ -219,8 +217,6 @@ export const RECEIVE_WAIT_SECONDS = 0.5;
  * next turn without the loop spinning on a deadline that rounding keeps a hair ahead of the clock.
  */
 export const MIN_RECEIVE_WAIT_SECONDS = 0.001;
-/** Accepted publication ids (and a replayable source's offset) noted in the ledger per flush, at most. */
-export const LEDGER_FLUSH_BATCH = 256;
 /**
  * Publications and settlements that may await the broker at once while the node goes on: an input is
  * still acked only after its outputs were accepted, and EOS only after all of them.
@@ -228,8 +224,6 @@ export const LEDGER_FLUSH_BATCH = 256;
 export const DEFAULT_IN_FLIGHT = 256;
 /** The most publications (or settlements) one batch call carries. */
 export const CALL_BATCH_ENTRIES = 64;
-/** The longest accepted publications wait before they are noted in the ledger, in seconds. */
-export const LEDGER_FLUSH_SECONDS = 1;
 /**
  * How many ack waits a replacement holds the redelivered members of a join group its predecessor persisted
  * before giving up on the rest and letting the join's own rules group them: a crashed predecessor's leases
@@ -592,8 +586,8 @@ export class BrokerMessenger implements Messenger {
   #outputs: Promise<void>[] = [];
   /** The ids of the group in hand's outputs (under the EOS-7 barrier): proven published once it is. */
   #outputIds: string[] = [];
-  /** The ledger flushes, one after another: what each writes is taken when it starts. */
-  readonly #ledgerFlushes = new CoalescedRun(() => this.#writeLedger());
+  /** The batched ledger records of this replica's outputs, and its checkpoints. */
+  readonly #ledger: LedgerWriter;
   /** The identity of each output, and a replayable source's accepted offsets. */
   readonly #identity: OutputIdentities;
 
@@ -621,22 +615,9 @@ export class BrokerMessenger implements Messenger {
   #ended: InputGroup | null = null;
   /** The join's end group, held while an input of this node is still outstanding at the broker. */
   #heldEnd: ReadyGroup<Held> | null = null;
-  #flushedOffset = 0;
-  #acceptedData = 0;
-  #publishedPending: string[] = [];
-  /** Published ids proven unique for good (see `FlowRuntime.provePublished`), for the next ledger flush. */
-  #publishedProven: string[] = [];
-  /**
-   * A replayable source's published ids with their offsets, in the order noted, until a saved position
-   * covers them; the first `#uncoveredNoted` of them are in the ledger.
-   */
-  #publishedUncovered: Array<readonly [string, number]> = [];
-  #uncoveredNoted = 0;
   /** Where small data envelope bodies are carved from. */
   readonly #bodies = new ByteSlab();
   readonly #takeBody = (size: number) => this.#bodies.take(size);
-  #lastFlush = 0;
-  #state: Uint8Array | null = null;
   #coveredKey: string | null = null;
   #coveredOutput: string | null = null;
   #coveredEnvelope: Uint8Array | null = null;
@@ -740,6 +721,17 @@ export class BrokerMessenger implements Messenger {
         lossless: this.#flowType === FlowType.batch,
       });
     this.#parents = parentNames.map((name) => this.#parentState(name));
+    this.#ledger = new LedgerWriter({
+      runtime: this.#runtime,
+      identity: this.#identity,
+      source: parentNames.length === 0,
+      durable: () => this.#durable,
+      barrierFlow: () => this.#barrierFlow,
+      coveredGroup: () => this.#current === null ? null : this.#currentKey,
+      onStale: () => this.#loseAuthority(),
+      work: this.#work,
+      clock: this.#clock,
+    });
     this.#payloadStore = options.payloadStore ?? null;
     this.#blobReaders = Object.freeze([...(options.blobReaderIds ?? [])]);
     this.#blobTtl = options.blobTtlSeconds ??
@@ -814,7 +806,7 @@ export class BrokerMessenger implements Messenger {
     await this.#republishHandoffs();
     await this.#keepPartition();
     this.#armKeepalive();
-    this.#lastFlush = this.#clock.monotonic();
+    this.#ledger.begin();
     this.#started = true;
   }
 
@@ -902,7 +894,7 @@ export class BrokerMessenger implements Messenger {
     if (persisted !== null) await this.#runtime.settleGroup(persisted);
     if (!settled.every((result) => result?.kind === "settle_confirmed")) return;
     if (outputIds.length > 0 && handles.every((h) => h.delivery.token.attempt === 1)) {
-      for (const id of outputIds) this.#publishedProven.push(id);
+      this.#ledger.proveAfterFlush(outputIds);
     }
     onAcked?.();
   }
@@ -1045,7 +1037,7 @@ export class BrokerMessenger implements Messenger {
     }
     const body = this.#dataBody(identity, eventTs, wireMetadata, payload);
     if (checkpoint !== null) {
-      await this.#commitCheckpoint(checkpoint, { output: publicationId, envelope: body.toBase64() });
+      await this.#ledger.commitCheckpoint(checkpoint, { output: publicationId, envelope: body.toBase64() });
     }
     if (ref !== null) {
       await this.#runtime.intendPublication(publicationId, ref.digest, {
@@ -1118,7 +1110,7 @@ export class BrokerMessenger implements Messenger {
       this.#identity.finalOffset(offset);
     }
     if (outcome.kind === "accepted") {
-      const noting = this.#noteAccepted(publicationId, inOutbox ? null : offset, !inOutbox);
+      const noting = this.#ledger.noteAccepted(publicationId, inOutbox ? null : offset, !inOutbox);
       if (noting !== null) await noting;
     } else if (this.#reliableOutput) this.#refused(outcome);
   }
@@ -1208,7 +1200,7 @@ export class BrokerMessenger implements Messenger {
     this.#stopped.abort();
     await this.#work.idle();
     await this.#handBack();
-    await this.#flushLedger();
+    await this.#ledger.flush();
   }
 
   /**
@@ -1222,13 +1214,13 @@ export class BrokerMessenger implements Messenger {
   async checkpoint(state: Uint8Array): Promise<void> {
     this.#requireStarted("checkpoint");
     await this.#work.drain();
-    await this.#commitCheckpoint(state, {});
+    await this.#ledger.commitCheckpoint(state, {});
   }
 
   /** The last checkpointed state of this replica's partition, or `null`. */
   async restoreCheckpoint(): Promise<Uint8Array | null> {
     const restored = await this.#runtime.restoreCheckpoint();
-    this.#state = restored.state;
+    this.#ledger.adoptState(restored.state);
     return restored.state;
   }
 
@@ -1242,7 +1234,7 @@ export class BrokerMessenger implements Messenger {
     const offset = (await this.#runtime.restoreCheckpoint()).replayPosition.offset;
     const last = typeof offset === "number" && Number.isSafeInteger(offset) && offset > 0 ? offset : 0;
     this.#identity.resume(last);
-    this.#flushedOffset = last;
+    this.#ledger.resume(last);
     return last;
   }
 
@@ -1323,7 +1315,7 @@ export class BrokerMessenger implements Messenger {
       await this.#work.idle();
       this.#publisher.releaseCredit();
       await this.#handBack();
-      await this.#flushLedger();
+      await this.#ledger.flush();
       await Promise.allSettled(this.#recordings);
     }
     if (this.#lease !== null && !this.#authorityLost) await this.#runtime.releasePartition(this.#lease);
@@ -1376,7 +1368,7 @@ export class BrokerMessenger implements Messenger {
 
   async #restoreLedgerState(): Promise<void> {
     const restored = await this.#runtime.restoreCheckpoint();
-    this.#state = restored.state;
+    this.#ledger.adoptState(restored.state);
     const position = restored.replayPosition;
     this.#coveredKey = typeof position.group === "string" ? position.group : null;
     this.#coveredOutput = typeof position.output === "string" ? position.output : null;
@@ -2392,101 +2384,6 @@ export class BrokerMessenger implements Messenger {
     );
   }
 
-  /**
-   * Counts an accepted output and notes it (unless `toNote` is false: its outbox entry notes it) and a
-   * replayable source's offset for the ledger's batch.
-   */
-  #noteAccepted(publicationId: string, offset: number | null, toNote: boolean): Promise<void> | null {
-    this.#acceptedData++;
-    if (this.#barrierFlow && toNote) {
-      this.#publishedPending.push(publicationId);
-      if (offset !== null && this.#identity.replayable) {
-        this.#publishedUncovered.push([publicationId, offset]);
-      }
-    }
-    const offsets = this.#identity.replayable && this.#durable
-      ? this.#identity.lastAcceptedOffset - this.#flushedOffset
-      : 0;
-    if (this.#publishedPending.length === 0 && offsets === 0) return null;
-    const due = this.#publishedPending.length >= LEDGER_FLUSH_BATCH || offsets >= LEDGER_FLUSH_BATCH ||
-      this.#clock.monotonic() - this.#lastFlush >= LEDGER_FLUSH_SECONDS;
-    return due ? this.#flushLedger() : null;
-  }
-
-  /**
-   * Writes the batched ledger records: accepted publication ids (EOS-7) and a replayable source's offset,
-   * after any flush still running (one at a time).
-   */
-  #flushLedger(): Promise<void> {
-    return this.#ledgerFlushes.request();
-  }
-
-  async #writeLedger(): Promise<void> {
-    if (this.#work.abandoned) return;
-    this.#lastFlush = this.#clock.monotonic();
-    // Taken with the ids to note: every id proven by now was noted before it was proven.
-    const proven = this.#publishedProven;
-    this.#publishedProven = [];
-    if (this.#publishedPending.length > 0) {
-      const ids = this.#publishedPending;
-      this.#publishedPending = [];
-      try {
-        await this.#runtime.recordPublished(ids);
-      } catch (error) {
-        // Kept for the next flush: an id the ledger never took must still count toward EOS's seq.
-        this.#publishedPending = [...ids, ...this.#publishedPending];
-        this.#publishedProven = [...proven, ...this.#publishedProven];
-        throw error;
-      }
-      // A live source mints its ids under a capture epoch of its own process: none is ever made again.
-      if (this.#parents.length === 0 && this.#identity.epoch !== null) this.#runtime.provePublished(ids);
-      if (this.#identity.replayable) this.#uncoveredNoted += ids.length;
-    }
-    this.#runtime.provePublished(proven);
-    if (
-      this.#identity.replayable && this.#durable && this.#identity.lastAcceptedOffset > this.#flushedOffset
-    ) {
-      await this.#commitCheckpoint(this.#state, {});
-    }
-    this.#proveCovered();
-  }
-
-  /**
-   * Proves published the noted outputs of a replayable source that its saved position covers: a resume
-   * starts after that position, so they are never made again.
-   */
-  #proveCovered(): void {
-    let covered = 0;
-    while (covered < this.#uncoveredNoted && this.#publishedUncovered[covered][1] <= this.#flushedOffset) {
-      covered++;
-    }
-    if (covered === 0) return;
-    this.#runtime.provePublished(this.#publishedUncovered.slice(0, covered).map(([id]) => id));
-    this.#publishedUncovered.splice(0, covered);
-    this.#uncoveredNoted -= covered;
-  }
-
-  /**
-   * One checkpoint write: the state, the group it covers, the output committed with it (and that output's
-   * bytes, so a replacement can confirm it), and a replayable source's last accepted offset. What counts
-   * as saved is the offset this write carried: outputs accepted while it was on its way are still to save.
-   */
-  async #commitCheckpoint(state: Uint8Array | null, extra: ReplayPosition): Promise<void> {
-    const position: Record<string, string | number> = {};
-    if (this.#currentKey !== null && this.#current !== null) position.group = this.#currentKey;
-    const offset = this.#identity.lastAcceptedOffset;
-    if (this.#identity.replayable) position.offset = offset;
-    Object.assign(position, extra);
-    try {
-      await this.#runtime.checkpoint(state, position);
-    } catch (error) {
-      if (error instanceof StaleAuthority) this.#loseAuthority();
-      throw error;
-    }
-    this.#state = state;
-    if (this.#identity.replayable) this.#flushedOffset = offset;
-  }
-
   /** Publishes an EOS or ABORT marker on the EOS subject, retrying until the broker takes it. */
   async #publishMarker(
     type: MsgType,
@@ -2497,8 +2394,8 @@ export class BrokerMessenger implements Messenger {
     else await this.#work.drain();
     // Every output has its outcome: the room still held for more goes back to the channel (and its marker).
     this.#publisher.releaseCredit();
-    await this.#flushLedger();
-    const seq = this.#barrierFlow ? await this.#runtime.publishedCount() : this.#acceptedData;
+    await this.#ledger.flush();
+    const seq = this.#barrierFlow ? await this.#runtime.publishedCount() : this.#ledger.acceptedCount;
     if (faultsInstalled()) await barrier(Barrier.terminatorPublishBefore, { node: this.#node, status: type });
     const publicationId = messageId(this.#flowId, this.#runId, this.#node, traceId, seq, type);
     const body = encodeEnvelope(createEnvelope({
