@@ -78,7 +78,6 @@ import {
   type SubscriptionId,
   subscriptionKey,
   type SubscriptionObservation,
-  terminal,
 } from "../backends/messaging.ts";
 import { MemoryRuntimeStore } from "../backends/memory/runtime_store.ts";
 import { known, type Observation, type PublicationOutcome } from "../backends/outcomes.ts";
@@ -102,12 +101,8 @@ import {
 } from "../backends/runtime.ts";
 import { CHECKPOINT_METADATA_KEY, type Logger, PARTITION_KEY_METADATA_KEY } from "../core/context.ts";
 import {
-  ACTION_DLQ,
-  ACTION_DLQ_SAMPLED,
   ACTION_NAK,
-  ACTION_TERM,
   AT_LEAST_ONCE,
-  type DeliveryAction,
   type DeliveryMode,
   DeliveryPolicy,
   drawRetryJitter,
@@ -124,10 +119,8 @@ import {
   type PartitionKeyError,
   PoisonMessage,
   replicaDeathFailure,
-  TRANSIENT,
   TransientFailure,
   type VideoflowRuntimeError,
-  WORKER_FATAL,
 } from "../core/errors.ts";
 import { checkFlowType, FlowType } from "../core/flow_type.ts";
 import { randomHex } from "../core/hex.ts";
@@ -160,7 +153,6 @@ import {
 } from "../wire/codec.ts";
 import {
   abortTraceId,
-  dlqMessageId,
   eosTraceId,
   isValidPartitionKey,
   messageId,
@@ -194,7 +186,6 @@ import {
   DEFAULT_IN_FLIGHT_BYTES,
   defaultPrefetch,
   defaultProfile,
-  DLQ_RETENTION_SECONDS,
   durableNameOf,
   EOS_ACK_WAIT_SECONDS,
   eosSubscriptionId,
@@ -204,6 +195,7 @@ import {
 import { CallBatcher } from "./call_batcher.ts";
 import { OrderedPublisher } from "./ordered_publisher.ts";
 import { LedgerWriter } from "./ledger_writer.ts";
+import { DeadLetterLadder } from "./dead_letter_ladder.ts";
 import { OutputIdentities, type OutputIdentity } from "./output_identity.ts";
 
 /** EOS-3's quiescence when nothing narrower is configured (`VF_EOS_QUIESCENCE_MS`), in milliseconds. */
@@ -233,18 +225,14 @@ export const RECOVERY_WAIT_ACK_WAITS = 2;
 /** How often the EOS-7 barrier is re-evaluated for a parent whose end was seen, at most, in seconds. */
 export const BARRIER_CHECK_SECONDS = 0.25;
 
+export { DeadLetterHeader } from "./dead_letter_ladder.ts";
+
 /** The header every envelope carries: the envelope version. */
 export const ENVELOPE_VERSION_HEADER = "VF-Env";
 /** The headers of every envelope this messenger publishes: one frozen object, shared. */
 const ENVELOPE_HEADERS: Readonly<Record<string, string>> = Object.freeze({
   [ENVELOPE_VERSION_HEADER]: String(ENVELOPE_VERSION),
 });
-/** Dead-letter headers (WIRE.md "Identities"). */
-export const DeadLetterHeader = {
-  originNode: "VF-Origin-Node",
-  error: "VF-Error",
-  numDelivered: "VF-Num-Delivered",
-} as const;
 
 /** Publication outcomes by kind. */
 export interface PublicationStats {
@@ -461,11 +449,6 @@ function decodeDelivery(bytes: Uint8Array): WireEnvelope | DecodeError {
   }
 }
 
-/** The VF-Error header of a dead letter: the error's code and message on one line. */
-function errorHeader(error: VideoflowRuntimeError): string {
-  return `${error.code}: ${error.message}`.replace(/[\r\n]+/g, " ");
-}
-
 /** What an ABORT envelope says; a marker whose payload is unreadable still ends its parent, as its producer. */
 function abortMarker(decoded: WireEnvelope): AbortMarker {
   try {
@@ -564,14 +547,14 @@ export class BrokerMessenger implements Messenger {
   /** Received-id writes still running. */
   readonly #recordings = new Set<Promise<void>>();
   readonly #relayOrigins = new WeakMap<object, string>();
-  readonly #payloadStore: PayloadStore | null;
   readonly #bridge: PayloadStoreBlobBridge | null;
   readonly #readerId: string;
   readonly #blobReaders: readonly string[];
   readonly #blobTtl: number;
   readonly #maxInline: number;
   readonly #drops = new Map<string, number>();
-  readonly #dlqSamples = new Map<string, { windowStart: number; count: number }>();
+  /** What happens to a delivery that failed or can never reach the node (DELIV-15). */
+  readonly #ladder: DeadLetterLadder<Held>;
   readonly #stats: PublicationStats = { accepted: 0, duplicate: 0, unknown: 0, dropped: 0, rejected: 0 };
   readonly #recovered = new Map<string, RecoveredGroup>();
   readonly #recoveredReady: ReadyGroup<Held>[] = [];
@@ -732,7 +715,24 @@ export class BrokerMessenger implements Messenger {
       work: this.#work,
       clock: this.#clock,
     });
-    this.#payloadStore = options.payloadStore ?? null;
+    const payloadStore = options.payloadStore ?? null;
+    this.#ladder = new DeadLetterLadder<Held>({
+      flowId: this.#flowId,
+      runId: this.#runId,
+      node: this.#node,
+      channel: this.#channel,
+      multiParent: parentNames.length > 1,
+      delivery: this.#delivery,
+      runtime: this.#runtime,
+      ledgerBudget: () => this.#ledgerBudget,
+      payloadStore,
+      publish: (env) => this.#publisher.publish(env, false),
+      settle: (held, outcome) => this.#settle(held, outcome),
+      drop: (reason) => this.#drop(reason),
+      random: this.#random,
+      clock: this.#clock,
+      logger: this.#logger,
+    });
     this.#blobReaders = Object.freeze([...(options.blobReaderIds ?? [])]);
     this.#blobTtl = options.blobTtlSeconds ??
       (this.#flowType === FlowType.batch ? BATCH_BLOB_TTL_SECONDS : REALTIME_BLOB_TTL_SECONDS);
@@ -742,7 +742,7 @@ export class BrokerMessenger implements Messenger {
       0,
     );
     this.#readerId = readerObligationId(this.#node, this.#partitionBy === null ? null : this.#replicaId);
-    this.#bridge = this.#payloadStore === null ? null : new PayloadStoreBlobBridge(this.#payloadStore, {
+    this.#bridge = payloadStore === null ? null : new PayloadStoreBlobBridge(payloadStore, {
       obligations: this.#blobReaders,
       horizonSeconds: this.#blobTtl,
       durableRequired: this.#flowType === FlowType.batch,
@@ -803,7 +803,7 @@ export class BrokerMessenger implements Messenger {
       this.#stopped.abort();
     });
     if (this.#durable) await this.#restoreLedgerState();
-    await this.#republishHandoffs();
+    if (this.#parents.length > 0) await this.#ladder.republishHandoffs();
     await this.#keepPartition();
     this.#armKeepalive();
     this.#ledger.begin();
@@ -911,7 +911,7 @@ export class BrokerMessenger implements Messenger {
     this.#outputs = [];
     this.#outputIds = [];
     const failure = asRuntimeError(error, this.#delivery.onError ?? DEFAULT_DISPOSITION);
-    const actions = await Promise.all(group.handles.map((h) => this.#applyLadder(h, failure)));
+    const actions = await Promise.all(group.handles.map((h) => this.#ladder.apply(h, failure)));
     await this.#closeGroup();
     return actions.some((action) => action !== ACTION_NAK);
   }
@@ -1390,15 +1390,6 @@ export class BrokerMessenger implements Messenger {
     this.#recoveryDeadline = this.#clock.monotonic() + RECOVERY_WAIT_ACK_WAITS * this.#ackWait;
   }
 
-  /** Re-publishes every dead letter a predecessor could not hand off, under its recorded id (story 26). */
-  async #republishHandoffs(): Promise<void> {
-    if (this.#parents.length === 0) return;
-    for (const handoff of await this.#runtime.pendingHandoffs()) {
-      const outcome = await this.#publishDeadLetter(handoff.recordId, handoff.headers, handoff.raw);
-      if (outcome?.kind === "accepted") await this.#runtime.clearPendingHandoff(handoff.recordId);
-    }
-  }
-
   /** Keeps a partition lease the runtime holds (acquiring a partitioned replica's over a shared ledger). */
   async #keepPartition(): Promise<void> {
     let token = this.#runtime.heldPartition();
@@ -1583,9 +1574,13 @@ export class BrokerMessenger implements Messenger {
       return;
     }
     this.#drop(DropReason.exhausted);
-    await this.#applyLadder(held, replicaDeathFailure(record.death, this.#node, record.count, record.cause), {
-      counted: record.count,
-    });
+    await this.#ladder.apply(
+      held,
+      replicaDeathFailure(record.death, this.#node, record.count, record.cause),
+      {
+        counted: record.count,
+      },
+    );
   }
 
   /** An offloaded payload: fetched from the store (on this turn, after ownership was decided), then joined. */
@@ -1834,7 +1829,7 @@ export class BrokerMessenger implements Messenger {
             break;
           case Settlement.nak:
             settling.push(
-              failure === null ? this.#settle(held, retry(null)) : this.#applyLadder(held, failure),
+              failure === null ? this.#settle(held, retry(null)) : this.#ladder.apply(held, failure),
             );
             break;
           case Settlement.retire:
@@ -2166,158 +2161,7 @@ export class BrokerMessenger implements Messenger {
   async #rejectInput(held: Held, error: VideoflowRuntimeError, reason: DropReason): Promise<void> {
     this.#held.add(held);
     this.#drop(reason);
-    await this.#applyLadder(held, error);
-  }
-
-  /**
-   * Applies the delivery policy's action to one failed delivery; resolves with that action. The attempt
-   * is counted here (the broker's delivery count, or one more in the ledger) unless `counted` says how
-   * many attempts the ledger already holds for it.
-   */
-  async #applyLadder(
-    held: Held,
-    failure: VideoflowRuntimeError,
-    { counted }: { readonly counted?: number } = {},
-  ): Promise<DeliveryAction> {
-    const disposition = failure.disposition;
-    const token = held.delivery.token;
-    const numDelivered = counted ??
-      (this.#ledgerBudget
-        ? Math.max(1, await this.#runtime.recordAttempt(token.messageId, disposition))
-        : token.attempt);
-    const action: DeliveryAction = this.#delivery.actionFor(disposition, numDelivered);
-    if (
-      action !== ACTION_NAK && disposition === TRANSIENT && this.#delivery.delivery === AT_LEAST_ONCE
-    ) {
-      this.#drop(DropReason.exhausted);
-    }
-    switch (action) {
-      case ACTION_NAK: {
-        const delay = disposition === WORKER_FATAL
-          ? null
-          : this.#delivery.retryDelay(numDelivered, drawRetryJitter(this.#random));
-        await this.#settle(held, retry(delay));
-        return action;
-      }
-      case ACTION_TERM:
-        await this.#terminate(held, failure, numDelivered, "term");
-        return action;
-      case ACTION_DLQ_SAMPLED:
-        if (!this.#sampleAdmits(failure.code)) {
-          await this.#terminate(held, failure, numDelivered, "dlq_sample_cap");
-          return action;
-        }
-        await this.#deadLetter(held, failure, numDelivered);
-        return action;
-      case ACTION_DLQ:
-        await this.#deadLetter(held, failure, numDelivered);
-        return action;
-    }
-  }
-
-  #sampleAdmits(code: string): boolean {
-    const now = this.#clock.monotonic();
-    let window = this.#dlqSamples.get(code);
-    if (window === undefined || now - window.windowStart >= 60) {
-      window = { windowStart: now, count: 0 };
-      this.#dlqSamples.set(code, window);
-    }
-    if (window.count >= this.#delivery.samplePerMinute) return false;
-    window.count++;
-    return true;
-  }
-
-  /** Ends a delivery without a dead letter, against a terminal-log record (DELIV-15). */
-  async #terminate(
-    held: Held,
-    failure: VideoflowRuntimeError,
-    numDelivered: number,
-    action: string,
-  ): Promise<void> {
-    const token = held.delivery.token;
-    const record = await this.#runtime.recordTerminal({
-      node: this.#node,
-      parent: held.parent.name,
-      message_id: token.messageId,
-      stream_sequence: token.streamSequence,
-      num_delivered: numDelivered,
-      action,
-      code: failure.code,
-      disposition: failure.disposition,
-      message: failure.message,
-    });
-    await this.#settle(held, terminal(record));
-  }
-
-  /**
-   * Dead-letters the original bytes and terminates the delivery against the dead letter's id once the
-   * broker accepted it; otherwise records a pending handoff and keeps the delivery alive (DELIV-15).
-   */
-  async #deadLetter(held: Held, failure: VideoflowRuntimeError, numDelivered: number): Promise<void> {
-    const token = held.delivery.token;
-    const parent = this.#parents.length > 1 ? held.parent.name : null;
-    const recordId = token.streamSequence === null
-      ? `dlq:${this.#flowId}:${this.#runId}:${this.#node}:${token.messageId}`
-      : dlqMessageId(this.#flowId, this.#runId, this.#node, token.streamSequence, parent);
-    const headers = {
-      ...held.delivery.headers,
-      [DeadLetterHeader.originNode]: this.#node,
-      [DeadLetterHeader.error]: errorHeader(failure),
-      [DeadLetterHeader.numDelivered]: String(numDelivered),
-    };
-    if (held.blobRef !== null) await this.#pinDeadLetterPayload(held.blobRef, recordId);
-    const outcome = await this.#publishDeadLetter(recordId, headers, held.delivery.envelopeBytes);
-    if (outcome?.kind === "accepted") {
-      await this.#runtime.clearPendingHandoff(recordId);
-      await this.#settle(held, terminal(recordId));
-      return;
-    }
-    await this.#runtime.recordPendingHandoff(recordId, headers, held.delivery.envelopeBytes);
-    await this.#settle(held, retry(this.#delivery.retryDelay(numDelivered, drawRetryJitter(this.#random))));
-  }
-
-  /** A dead letter's payload outlives the run's readers: pinned for the DLQ's retention (BLOB-14 step 3). */
-  async #pinDeadLetterPayload(key: string, recordId: string): Promise<void> {
-    const store = this.#payloadStore;
-    if (store === null) return;
-    try {
-      await store.acquireObligation(
-        await store.refForKey(key),
-        `dlq/${recordId}`,
-        this.#clock.now() + DLQ_RETENTION_SECONDS,
-      );
-    } catch (error) {
-      this.#logger.warn("a dead letter's payload could not be pinned", {
-        key,
-        error: errorToDict(error).message,
-      });
-    }
-  }
-
-  /** One dead-letter publication attempt (resolving a lost receipt); null when the attempt threw. */
-  async #publishDeadLetter(
-    recordId: string,
-    headers: Readonly<Record<string, string>>,
-    raw: Uint8Array,
-  ): Promise<PublicationOutcome | null> {
-    const env = backendEnvelope({
-      channel: this.#channel,
-      publicationId: recordId,
-      headers,
-      body: raw,
-      eventId: recordId,
-      schemaVersion: ENVELOPE_VERSION,
-      kind: MessageKind.dlq,
-    });
-    try {
-      return await this.#publisher.publish(env, false);
-    } catch (error) {
-      this.#logger.warn("a dead letter could not be published", {
-        id: recordId,
-        error: errorToDict(error).message,
-      });
-      return null;
-    }
+    await this.#ladder.apply(held, error);
   }
 
   #drop(reason: DropReason | typeof DropReason.joinEvicted, count = 1): void {
