@@ -91,14 +91,7 @@ import {
   readerObligationId,
   REALTIME_BLOB_TTL_SECONDS,
 } from "../backends/payload_bridge.ts";
-import {
-  CompletionState,
-  FlowRuntime,
-  type LeaseKeeper,
-  type OwnershipToken,
-  PublicationKind,
-  TerminatorKind,
-} from "../backends/runtime.ts";
+import { CompletionState, FlowRuntime, PublicationKind, TerminatorKind } from "../backends/runtime.ts";
 import { CHECKPOINT_METADATA_KEY, type Logger, PARTITION_KEY_METADATA_KEY } from "../core/context.ts";
 import {
   ACTION_NAK,
@@ -196,6 +189,7 @@ import { CallBatcher } from "./call_batcher.ts";
 import { OrderedPublisher } from "./ordered_publisher.ts";
 import { LedgerWriter } from "./ledger_writer.ts";
 import { DeadLetterLadder } from "./dead_letter_ladder.ts";
+import { PartitionLease } from "./partition_lease.ts";
 import { OutputIdentities, type OutputIdentity } from "./output_identity.ts";
 
 /** EOS-3's quiescence when nothing narrower is configured (`VF_EOS_QUIESCENCE_MS`), in milliseconds. */
@@ -606,8 +600,8 @@ export class BrokerMessenger implements Messenger {
   #coveredEnvelope: Uint8Array | null = null;
   #publicationInFlight = "";
   #keepalive: TimerHandle | null = null;
-  #leaseKeeper: LeaseKeeper | null = null;
-  #lease: OwnershipToken | null = null;
+  /** This replica's partition lease, when it holds one. */
+  readonly #lease: PartitionLease;
   /** When recovered groups whose members did not all come back are handed to the join instead. */
   #recoveryDeadline = 0;
 
@@ -715,6 +709,11 @@ export class BrokerMessenger implements Messenger {
       work: this.#work,
       clock: this.#clock,
     });
+    this.#lease = new PartitionLease({
+      runtime: this.#runtime,
+      onLost: () => this.#loseAuthority(),
+      logger: this.#logger,
+    });
     const payloadStore = options.payloadStore ?? null;
     this.#ladder = new DeadLetterLadder<Held>({
       flowId: this.#flowId,
@@ -804,7 +803,7 @@ export class BrokerMessenger implements Messenger {
     });
     if (this.#durable) await this.#restoreLedgerState();
     if (this.#parents.length > 0) await this.#ladder.republishHandoffs();
-    await this.#keepPartition();
+    await this.#lease.keep(this.#partitionBy !== null && this.#durableShared);
     this.#armKeepalive();
     this.#ledger.begin();
     this.#started = true;
@@ -1305,7 +1304,7 @@ export class BrokerMessenger implements Messenger {
     this.#closed = true;
     this.#keepalive?.cancel();
     this.#keepalive = null;
-    await this.#leaseKeeper?.stop();
+    await this.#lease.stop();
     if (options.handBack === false) {
       this.#work.abandon();
       for (const parent of this.#parents) parent.recordingNext?.ready();
@@ -1318,7 +1317,7 @@ export class BrokerMessenger implements Messenger {
       await this.#ledger.flush();
       await Promise.allSettled(this.#recordings);
     }
-    if (this.#lease !== null && !this.#authorityLost) await this.#runtime.releasePartition(this.#lease);
+    if (!this.#authorityLost) await this.#lease.release();
   }
 
   // ---- start-up ---------------------------------------------------------------------------------------
@@ -1388,20 +1387,6 @@ export class BrokerMessenger implements Messenger {
       for (const key of wanted.values()) this.#recovered.set(key, group);
     }
     this.#recoveryDeadline = this.#clock.monotonic() + RECOVERY_WAIT_ACK_WAITS * this.#ackWait;
-  }
-
-  /** Keeps a partition lease the runtime holds (acquiring a partitioned replica's over a shared ledger). */
-  async #keepPartition(): Promise<void> {
-    let token = this.#runtime.heldPartition();
-    if (token === null && this.#partitionBy !== null && this.#durableShared) {
-      token = await this.#runtime.acquirePartition();
-    }
-    if (token === null) return;
-    this.#lease = token;
-    this.#leaseKeeper = this.#runtime.keepLease(token, (error) => {
-      this.#loseAuthority();
-      this.#logger.error("the partition lease was lost", { error: error.message });
-    });
   }
 
   /** Renews every held delivery's lease every `max(1 s, ack_wait / 3)` (EOS markers' by their own wait). */
@@ -2046,7 +2031,7 @@ export class BrokerMessenger implements Messenger {
       const state = await this.#runtime.completionState(parent.name, parent.durable, counts, false);
       parent.barrierShort = state === CompletionState.draining;
       if (state !== CompletionState.complete) return false;
-      await this.#runtime.commitCompletion(parent.name, this.#lease);
+      await this.#runtime.commitCompletion(parent.name, this.#lease.token);
       return true;
     }
     parent.nextCheck = now + Math.max(0.01, this.#quiescence / 5);
