@@ -190,6 +190,7 @@ import { OrderedPublisher } from "./ordered_publisher.ts";
 import { LedgerWriter } from "./ledger_writer.ts";
 import { DeadLetterLadder } from "./dead_letter_ladder.ts";
 import { PartitionLease } from "./partition_lease.ts";
+import { ReceivedRecorder } from "./received_recorder.ts";
 import { OutputIdentities, type OutputIdentity } from "./output_identity.ts";
 
 /** EOS-3's quiescence when nothing narrower is configured (`VF_EOS_QUIESCENCE_MS`), in milliseconds. */
@@ -220,6 +221,7 @@ export const RECOVERY_WAIT_ACK_WAITS = 2;
 export const BARRIER_CHECK_SECONDS = 0.25;
 
 export { DeadLetterHeader } from "./dead_letter_ladder.ts";
+export { RECEIVED_LINGER_SECONDS } from "./received_recorder.ts";
 
 /** The header every envelope carries: the envelope version. */
 export const ENVELOPE_VERSION_HEADER = "VF-Env";
@@ -372,10 +374,6 @@ interface ParentState {
    * ledger noted fewer ids received than the parent announced: the held end markers are work that waits.
    */
   barrierShort: boolean;
-  /** Received ids waiting for the write running now to finish, and the write that will note them. */
-  recordingNext: ReceivedWrite | null;
-  /** The latest received-id write begun or queued. */
-  recordingLast: Promise<void>;
 }
 
 /** A join group persisted before a replacement's restart (story 1), re-formed from its redelivered members. */
@@ -485,20 +483,6 @@ const STOP_ENTRY: InputEntry = Object.freeze({
 });
 
 /**
- * How long a received-set write waits, from its batch's first id, for more ids to note in the same write,
- * unless half the messenger's in-flight depth arrive first (so the acks waiting for it never hold the node
- * back): a node taking a few items a second writes a few records a second instead of one per item. A
- * settlement of a delivery waits at most this much longer for the write that notes it.
- */
-export const RECEIVED_LINGER_SECONDS = 0.1;
-/** A received-set write: the ids it notes, its completion, and a way to send it before its linger is over. */
-interface ReceivedWrite {
-  readonly ids: string[];
-  readonly written: Promise<void>;
-  readonly ready: () => void;
-}
-
-/**
  * The {@link Messenger} over a {@link MessagingBackend}, a {@link PayloadStore} and a {@link FlowRuntime}.
  * Build it with {@link BrokerMessenger.open}; one instance serves one replica of one node.
  */
@@ -536,10 +520,8 @@ export class BrokerMessenger implements Messenger {
   readonly #assembler: GroupAssembler<Held> | null;
   readonly #held = new Set<Held>();
   readonly #decoded = new WeakMap<Delivery, WireEnvelope | DecodeError>();
-  /** The ledger write noting a delivery as received (EOS-7), which must be done before it is settled. */
-  readonly #recordingOf = new WeakMap<Delivery, ReceivedWrite>();
-  /** Received-id writes still running. */
-  readonly #recordings = new Set<Promise<void>>();
+  /** The ledger writes noting received ids (EOS-7), which a delivery's settlement waits for. */
+  readonly #received: ReceivedRecorder;
   readonly #relayOrigins = new WeakMap<object, string>();
   readonly #bridge: PayloadStoreBlobBridge | null;
   readonly #readerId: string;
@@ -557,8 +539,6 @@ export class BrokerMessenger implements Messenger {
   readonly #publisher: OrderedPublisher;
   /** Settlements made close together, sent as one batch call. */
   readonly #settler: CallBatcher<SettleRequest, SettlementOutcome>;
-  /** Ids that send a lingering received-set write at once: half the in-flight depth. */
-  readonly #receivedBatchIds: number;
   /** The publications of the group in hand, which its settlement waits for. */
   #outputs: Promise<void>[] = [];
   /** The ids of the group in hand's outputs (under the EOS-7 barrier): proven published once it is. */
@@ -651,7 +631,6 @@ export class BrokerMessenger implements Messenger {
     this.#byteCredit = requireCount(options.prefetchBytes ?? DEFAULT_BYTE_CREDIT, "the prefetch bytes", 1);
     const inFlight = options.inFlight ?? DEFAULT_IN_FLIGHT;
     this.#work = new InFlight(inFlight, options.inFlightBytes ?? DEFAULT_IN_FLIGHT_BYTES);
-    this.#receivedBatchIds = Math.max(1, Math.floor(inFlight / 2));
     const publishTimeout = requirePositiveSeconds(
       options.publishTimeoutSeconds ?? DEFAULT_PUBLISH_TIMEOUT_SECONDS,
       "the publish timeout",
@@ -698,6 +677,13 @@ export class BrokerMessenger implements Messenger {
         lossless: this.#flowType === FlowType.batch,
       });
     this.#parents = parentNames.map((name) => this.#parentState(name));
+    // Ids that send a lingering received-set write at once: half the in-flight depth.
+    this.#received = new ReceivedRecorder({
+      runtime: this.#runtime,
+      batchIds: Math.max(1, Math.floor(inFlight / 2)),
+      work: this.#work,
+      clock: this.#clock,
+    });
     this.#ledger = new LedgerWriter({
       runtime: this.#runtime,
       identity: this.#identity,
@@ -1307,7 +1293,7 @@ export class BrokerMessenger implements Messenger {
     await this.#lease.stop();
     if (options.handBack === false) {
       this.#work.abandon();
-      for (const parent of this.#parents) parent.recordingNext?.ready();
+      this.#received.sendWaiting();
       return;
     }
     if (this.#started) {
@@ -1315,7 +1301,7 @@ export class BrokerMessenger implements Messenger {
       this.#publisher.releaseCredit();
       await this.#handBack();
       await this.#ledger.flush();
-      await Promise.allSettled(this.#recordings);
+      await this.#received.finished();
     }
     if (!this.#authorityLost) await this.#lease.release();
   }
@@ -1339,8 +1325,6 @@ export class BrokerMessenger implements Messenger {
       quietSince: null,
       nextCheck: 0,
       barrierShort: false,
-      recordingNext: null,
-      recordingLast: Promise.resolve(),
     };
     for (const [id, kind] of [[state.data, MessageKind.data], [state.eos, MessageKind.eos]] as const) {
       this.#routes.set(subscriptionKey(id), { parent: state, kind });
@@ -1459,44 +1443,11 @@ export class BrokerMessenger implements Messenger {
       }
       data.push([parent, delivery]);
     }
-    for (const [parent, batch] of received) this.#recordReceived(parent, batch);
+    for (const [parent, batch] of received) this.#received.record(parent, batch);
     for (const [parent, delivery] of data) {
       const pending = this.#onData(parent, delivery, now);
       if (pending !== null) await pending;
     }
-  }
-
-  /**
-   * Notes a received batch's ids in the ledger (EOS-7), which runs while the batch is processed: each
-   * delivery of the batch remembers the write that notes it, and {@link #settle} waits for that write
-   * before the delivery leaves the broker, so an id is never acked unrecorded. One write per parent runs
-   * at a time; batches received meanwhile join the next one (a group commit).
-   */
-  #recordReceived(parent: ParentState, batch: readonly Delivery[]): void {
-    let next = parent.recordingNext;
-    if (next === null) {
-      const ids: string[] = [];
-      const ready = Promise.withResolvers<void>();
-      const linger = this.#clock.setTimer(RECEIVED_LINGER_SECONDS, ready.resolve);
-      const written = Promise.all([parent.recordingLast, ready.promise]).then(async () => {
-        linger.cancel();
-        parent.recordingNext = null;
-        // A write not begun before a crash never begins: its deliveries, unacked, go to the replacement.
-        if (!this.#work.abandoned) await this.#runtime.recordReceivedMany(parent.name, parent.durable, ids);
-      });
-      next = { ids, written, ready: ready.resolve };
-      parent.recordingNext = next;
-      // The next write follows this one whether or not it failed; a failure is reported by the settles.
-      parent.recordingLast = written.catch(() => {});
-      this.#recordings.add(written);
-      const forget = () => this.#recordings.delete(written);
-      written.then(forget, forget);
-    }
-    for (const delivery of batch) {
-      next.ids.push(delivery.token.messageId);
-      this.#recordingOf.set(delivery, next);
-    }
-    if (next.ids.length >= this.#receivedBatchIds) next.ready();
   }
 
   /**
@@ -2101,7 +2052,7 @@ export class BrokerMessenger implements Messenger {
     if (held.settled) return null;
     held.settled = true;
     this.#held.delete(held);
-    const recording = this.#recordingOf.get(held.delivery);
+    const recording = this.#received.writeOf(held.delivery);
     if (recording !== undefined && outcome.kind !== "retry") {
       if (!lingering) recording.ready();
       await recording.written;
