@@ -91,7 +91,7 @@ import {
   readerObligationId,
   REALTIME_BLOB_TTL_SECONDS,
 } from "../backends/payload_bridge.ts";
-import { CompletionState, FlowRuntime, PublicationKind, TerminatorKind } from "../backends/runtime.ts";
+import { FlowRuntime, PublicationKind, TerminatorKind } from "../backends/runtime.ts";
 import { CHECKPOINT_METADATA_KEY, type Logger, PARTITION_KEY_METADATA_KEY } from "../core/context.ts";
 import {
   ACTION_NAK,
@@ -191,6 +191,7 @@ import { LedgerWriter } from "./ledger_writer.ts";
 import { DeadLetterLadder } from "./dead_letter_ladder.ts";
 import { PartitionLease } from "./partition_lease.ts";
 import { ReceivedRecorder } from "./received_recorder.ts";
+import { EosDrain } from "./eos_drain.ts";
 import { OutputIdentities, type OutputIdentity } from "./output_identity.ts";
 
 /** EOS-3's quiescence when nothing narrower is configured (`VF_EOS_QUIESCENCE_MS`), in milliseconds. */
@@ -217,8 +218,6 @@ export const CALL_BATCH_ENTRIES = 64;
  * lapse after one.
  */
 export const RECOVERY_WAIT_ACK_WAITS = 2;
-/** How often the EOS-7 barrier is re-evaluated for a parent whose end was seen, at most, in seconds. */
-export const BARRIER_CHECK_SECONDS = 0.25;
 
 export { DeadLetterHeader } from "./dead_letter_ladder.ts";
 export { RECEIVED_LINGER_SECONDS } from "./received_recorder.ts";
@@ -367,13 +366,6 @@ interface ParentState {
   drained: boolean;
   /** Data handles of this parent the join holds. */
   inJoin: number;
-  quietSince: number | null;
-  nextCheck: number;
-  /**
-   * At the last EOS-7 check, every replica had ended and the broker held nothing for this node, yet the
-   * ledger noted fewer ids received than the parent announced: the held end markers are work that waits.
-   */
-  barrierShort: boolean;
 }
 
 /** A join group persisted before a replacement's restart (story 1), re-formed from its redelivered members. */
@@ -383,9 +375,6 @@ interface RecoveredGroup {
   readonly wanted: ReadonlyMap<string, string>;
   readonly arrived: Map<string, EnvelopeEntry<Held>>;
 }
-
-/** Readings this close count as the same instant: a deadline met by a timer's rounding is met. */
-const TIME_TOLERANCE_SECONDS = 1e-6;
 
 /**
  * A wait shortened to whole microseconds (less a hair), so a clock that keeps time in microsecond ticks
@@ -503,7 +492,8 @@ export class BrokerMessenger implements Messenger {
   readonly #delivery: DeliveryPolicy;
   readonly #join: JoinPolicy | null;
   readonly #ackWait: number;
-  readonly #quiescence: number;
+  /** When a parent whose end was seen has drained (EOS-3) or passed the EOS-7 barrier. */
+  readonly #eos: EosDrain;
   readonly #prefetch: number;
   readonly #byteCredit: number;
   readonly #channel: ChannelId;
@@ -624,7 +614,7 @@ export class BrokerMessenger implements Messenger {
       options.ackWaitSeconds ?? DEFAULT_ACK_WAIT_SECONDS,
       "the ack wait",
     );
-    this.#quiescence =
+    const quiescence =
       requireCount(options.eosQuiescenceMs ?? DEFAULT_EOS_QUIESCENCE_MS, "the EOS quiescence", 0) /
       1000;
     this.#prefetch = requireCount(options.prefetch ?? defaultPrefetch(this.#flowType), "the prefetch", 0);
@@ -699,6 +689,13 @@ export class BrokerMessenger implements Messenger {
       runtime: this.#runtime,
       onLost: () => this.#loseAuthority(),
       logger: this.#logger,
+    });
+    this.#eos = new EosDrain({
+      backend: this.#backend,
+      runtime: this.#runtime,
+      quiescenceSeconds: quiescence,
+      atLeastOnce: this.#delivery.delivery === AT_LEAST_ONCE,
+      lease: () => this.#lease.token,
     });
     const payloadStore = options.payloadStore ?? null;
     this.#ladder = new DeadLetterLadder<Held>({
@@ -816,7 +813,7 @@ export class BrokerMessenger implements Messenger {
       if (releasing !== null) await releasing;
       // Every parent drained, but an input the join gave back for a retry may still come back: the end
       // waits for it (it joins, finds its parent ended, and is settled), so no input is left behind.
-      if (group?.kind === GroupKind.end && await this.#inputsOutstanding()) {
+      if (group?.kind === GroupKind.end && await this.#eos.inputsOutstanding(this.#parents)) {
         this.#heldEnd = group;
         await this.#pull();
         continue;
@@ -1248,8 +1245,8 @@ export class BrokerMessenger implements Messenger {
     for (const parent of this.#parents) {
       const observed = await this.#backend.observeSubscription(parent.data);
       if (observed.kind !== "known") return observed;
-      total += this.#waiting(observed.value) + observed.value.leased;
-      if (parent.barrierShort && !parent.drained) total += parent.ends.size;
+      total += this.#eos.waiting(observed.value) + observed.value.leased;
+      if (this.#eos.barrierShort(parent) && !parent.drained) total += parent.ends.size;
     }
     return known(total, this.#clock);
   }
@@ -1322,9 +1319,6 @@ export class BrokerMessenger implements Messenger {
       ends: new Map(),
       drained: false,
       inJoin: 0,
-      quietSince: null,
-      nextCheck: 0,
-      barrierShort: false,
     };
     for (const [id, kind] of [[state.data, MessageKind.data], [state.eos, MessageKind.eos]] as const) {
       this.#routes.set(subscriptionKey(id), { parent: state, kind });
@@ -1417,8 +1411,8 @@ export class BrokerMessenger implements Messenger {
     const joinDeadline = this.#assembler?.nextDeadline() ?? null;
     if (joinDeadline !== null && joinDeadline < deadline) deadline = Math.max(now, joinDeadline);
     for (const parent of this.#parents) {
-      if (this.#awaitsDrain(parent) && parent.nextCheck < deadline) {
-        deadline = Math.max(now, parent.nextCheck);
+      if (this.#eos.awaitsDrain(parent) && this.#eos.nextCheck(parent) < deadline) {
+        deadline = Math.max(now, this.#eos.nextCheck(parent));
       }
     }
     const deliveries = await this.#backend.receiveAny(
@@ -1922,88 +1916,19 @@ export class BrokerMessenger implements Messenger {
 
   // ---- end of stream ------------------------------------------------------------------------------------
 
-  /**
-   * Whether a parent's subscription still holds work for this node: waiting (a retry's delay included) or
-   * leased. A subscription that cannot be read counts as holding some (Unknown never passes for none).
-   */
-  async #inputsOutstanding(): Promise<boolean> {
-    for (const parent of this.#parents) {
-      const observed = await this.#backend.observeSubscription(parent.data);
-      if (observed.kind !== "known" || this.#waiting(observed.value) > 0 || observed.value.leased > 0) {
-        return true;
-      }
-    }
-    return false;
-  }
-
   /** Re-evaluates every parent whose end was seen; true when one drained (its EOS was fed to the join). */
   async #checkDrains(): Promise<boolean> {
     let drained = false;
     for (const parent of this.#parents) {
-      if (!this.#awaitsDrain(parent)) continue;
+      if (!this.#eos.awaitsDrain(parent)) continue;
       const now = this.#clock.monotonic();
-      if (now + TIME_TOLERANCE_SECONDS < parent.nextCheck) continue;
-      if (await this.#isDrained(parent, now)) {
+      if (!this.#eos.due(parent, now)) continue;
+      if (await this.#eos.isDrained(parent, now)) {
         await this.#drain(parent);
         drained = true;
       }
     }
     return drained;
-  }
-
-  /**
-   * Whether a parent's drain is being decided: its end was seen (under EOS-3, every expected replica's;
-   * under EOS-7 the ledger counts the replicas) and it has not drained yet.
-   */
-  #awaitsDrain(parent: ParentState): boolean {
-    if (parent.drained || parent.ends.size === 0) return false;
-    return parent.barrier || parent.ends.size >= parent.expected;
-  }
-
-  /**
-   * Whether `parent`'s data subscription holds nothing for this node any more (EOS-3), or the EOS-7
-   * barrier is complete. Deliveries leased beyond the halves this join holds, and work the broker keeps
-   * unresolved (unless the node is best-effort, whose exhausted deliveries are dropped by design), keep
-   * it open.
-   */
-  async #isDrained(parent: ParentState, now: number): Promise<boolean> {
-    const observed = await this.#backend.observeSubscription(parent.data);
-    if (parent.barrier) {
-      parent.nextCheck = now + BARRIER_CHECK_SECONDS;
-      const counts: Observation<readonly [number, number]> = observed.kind === "known"
-        ? { ...observed, value: [this.#waiting(observed.value), observed.value.leased - parent.inJoin] }
-        : observed;
-      // The barrier is never complete while the broker holds work for this node or cannot be read, so the
-      // ledger (terminators, every received record) is read only when the broker's facts allow completion.
-      if (counts.kind !== "known" || counts.value[0] > 0 || counts.value[1] > 0) {
-        parent.barrierShort = false;
-        return false;
-      }
-      const state = await this.#runtime.completionState(parent.name, parent.durable, counts, false);
-      parent.barrierShort = state === CompletionState.draining;
-      if (state !== CompletionState.complete) return false;
-      await this.#runtime.commitCompletion(parent.name, this.#lease.token);
-      return true;
-    }
-    parent.nextCheck = now + Math.max(0.01, this.#quiescence / 5);
-    const quiet = observed.kind === "known" && this.#waiting(observed.value) === 0 &&
-      observed.value.leased === parent.inJoin;
-    if (!quiet) {
-      parent.quietSince = null;
-      return false;
-    }
-    parent.quietSince ??= now;
-    if (now - parent.quietSince >= this.#quiescence) return true;
-    parent.nextCheck = Math.min(parent.nextCheck, parent.quietSince + this.#quiescence);
-    return false;
-  }
-
-  /**
-   * Work on a subscription that is not leased and still counts for this node: what waits for delivery, and
-   * what the broker keeps unresolved (MSG-012), except for a best-effort node, which drops it by design.
-   */
-  #waiting(observed: SubscriptionObservation): number {
-    return observed.available + (this.#delivery.delivery === AT_LEAST_ONCE ? observed.unresolved : 0);
   }
 
   /** Acks the parent's EOS markers (only now, EOS-3) and feeds them to the join. */
