@@ -192,6 +192,7 @@ import { DeadLetterLadder } from "./dead_letter_ladder.ts";
 import { PartitionLease } from "./partition_lease.ts";
 import { ReceivedRecorder } from "./received_recorder.ts";
 import { EosDrain } from "./eos_drain.ts";
+import { GroupRecovery } from "./group_recovery.ts";
 import { OutputIdentities, type OutputIdentity } from "./output_identity.ts";
 
 /** EOS-3's quiescence when nothing narrower is configured (`VF_EOS_QUIESCENCE_MS`), in milliseconds. */
@@ -212,12 +213,6 @@ export const MIN_RECEIVE_WAIT_SECONDS = 0.001;
 export const DEFAULT_IN_FLIGHT = 256;
 /** The most publications (or settlements) one batch call carries. */
 export const CALL_BATCH_ENTRIES = 64;
-/**
- * How many ack waits a replacement holds the redelivered members of a join group its predecessor persisted
- * before giving up on the rest and letting the join's own rules group them: a crashed predecessor's leases
- * lapse after one.
- */
-export const RECOVERY_WAIT_ACK_WAITS = 2;
 
 export { DeadLetterHeader } from "./dead_letter_ladder.ts";
 export { RECEIVED_LINGER_SECONDS } from "./received_recorder.ts";
@@ -368,14 +363,6 @@ interface ParentState {
   inJoin: number;
 }
 
-/** A join group persisted before a replacement's restart (story 1), re-formed from its redelivered members. */
-interface RecoveredGroup {
-  readonly groupId: string;
-  /** Parent name to the member key it waits for. */
-  readonly wanted: ReadonlyMap<string, string>;
-  readonly arrived: Map<string, EnvelopeEntry<Held>>;
-}
-
 /**
  * A wait shortened to whole microseconds (less a hair), so a clock that keeps time in microsecond ticks
  * reaches the deadline exactly when its timer fires, never a rounding error short of it.
@@ -391,10 +378,6 @@ const SILENT: Logger = Object.freeze({
   warn() {},
   error() {},
 });
-
-function memberKey(parent: string, producer: string, traceId: string, seq: Seq): string {
-  return `${parent}\u0000${producer}\u0000${traceId}\u0000${seq}`;
-}
 
 /**
  * The replica of a node partitioned by `partitionBy` over `nbTasks` replicas that owns `decoded`: its
@@ -522,8 +505,8 @@ export class BrokerMessenger implements Messenger {
   /** What happens to a delivery that failed or can never reach the node (DELIV-15). */
   readonly #ladder: DeadLetterLadder<Held>;
   readonly #stats: PublicationStats = { accepted: 0, duplicate: 0, unknown: 0, dropped: 0, rejected: 0 };
-  readonly #recovered = new Map<string, RecoveredGroup>();
-  readonly #recoveredReady: ReadyGroup<Held>[] = [];
+  /** The join groups a predecessor persisted, re-formed from their redelivered members (story 1). */
+  readonly #recovery: GroupRecovery<Held>;
   readonly #work: InFlight;
   /** Every publication, in order and within credit, until its outcome is known. */
   readonly #publisher: OrderedPublisher;
@@ -572,8 +555,6 @@ export class BrokerMessenger implements Messenger {
   #keepalive: TimerHandle | null = null;
   /** This replica's partition lease, when it holds one. */
   readonly #lease: PartitionLease;
-  /** When recovered groups whose members did not all come back are handed to the join instead. */
-  #recoveryDeadline = 0;
 
   /**
    * Validates the options; binds nothing ({@link start} does). Prefer {@link BrokerMessenger.open}.
@@ -667,6 +648,12 @@ export class BrokerMessenger implements Messenger {
         lossless: this.#flowType === FlowType.batch,
       });
     this.#parents = parentNames.map((name) => this.#parentState(name));
+    this.#recovery = new GroupRecovery<Held>({
+      parentNames,
+      collect: this.#join?.collect ?? {},
+      retire: (held) => this.#retire(held),
+      clock: this.#clock,
+    });
     // Ids that send a lingering received-set write at once: half the in-flight depth.
     this.#received = new ReceivedRecorder({
       runtime: this.#runtime,
@@ -1356,15 +1343,7 @@ export class BrokerMessenger implements Messenger {
       this.#identity.adoptEpoch(await this.#runtime.sourceEpoch());
     }
     if (this.#join?.mode !== JOIN_TIME) return;
-    for (const record of await this.#runtime.openGroups()) {
-      const wanted = new Map<string, string>();
-      for (const [parent, member] of record.members) {
-        wanted.set(parent, memberKey(parent, member.producer, member.traceId, member.seq));
-      }
-      const group: RecoveredGroup = { groupId: record.groupId, wanted, arrived: new Map() };
-      for (const key of wanted.values()) this.#recovered.set(key, group);
-    }
-    this.#recoveryDeadline = this.#clock.monotonic() + RECOVERY_WAIT_ACK_WAITS * this.#ackWait;
+    this.#recovery.restore(await this.#runtime.openGroups(), this.#ackWait);
   }
 
   /** Renews every held delivery's lease every `max(1 s, ack_wait / 3)` (EOS markers' by their own wait). */
@@ -1543,15 +1522,7 @@ export class BrokerMessenger implements Messenger {
   #enter(held: Held, decoded: WireEnvelope, message: unknown): void {
     const parent = held.parent;
     const entry = entryFromEnvelope(decoded, held, message, held.blobRef);
-    if (this.#recovered.size > 0) {
-      const recovered = this.#recovered.get(
-        memberKey(parent.name, decoded.producerName, decoded.traceId, decoded.seq),
-      );
-      if (recovered !== undefined) {
-        this.#recover(recovered, parent.name, entry);
-        return;
-      }
-    }
+    if (this.#recovery.claim(parent.name, decoded, entry)) return;
     held.inJoin = true;
     parent.inJoin++;
     (this.#assembler as GroupAssembler<Held>).add(parent.name, entry);
@@ -1646,51 +1617,15 @@ export class BrokerMessenger implements Messenger {
     }
   }
 
-  /** Holds a member of a recovered group; the complete group is handed out before anything new. */
-  #recover(group: RecoveredGroup, parent: string, entry: EnvelopeEntry<Held>): void {
-    const old = group.arrived.get(parent);
-    if (old !== undefined) this.#retire(old.handle);
-    group.arrived.set(parent, entry);
-    if (group.arrived.size < group.wanted.size) return;
-    for (const key of group.wanted.values()) this.#recovered.delete(key);
-    const members = [...group.arrived.values()];
-    const seqText = /^tw-(\d+)-/.exec(group.groupId)?.[1];
-    const eventTimes = members.map((m) => m.eventTs).filter((ts): ts is number => ts !== null);
-    const assembler = this.#assembler as GroupAssembler<Held>;
-    this.#recoveredReady.push({
-      kind: GroupKind.data,
-      traceId: group.groupId,
-      seq: seqText === undefined ? members[0].seq : BigInt(seqText),
-      eventTs: eventTimes.length === 0 ? null : Math.min(...eventTimes),
-      entries: Object.fromEntries(assembler.parentNames.map((name) => {
-        const member = group.arrived.get(name);
-        if (member !== undefined) return [name, member];
-        const collect: CollectEntry = {
-          kind: "collect",
-          message: [],
-          metadata: [],
-          eventTs: [],
-          isStopSignal: false,
-          isAbort: false,
-        };
-        return [name, Object.hasOwn(this.#join?.collect ?? {}, name) ? collect : null];
-      })),
-      handles: members.map((m) => m.handle),
-    });
-  }
-
   /** Hands every recovered member still waiting to the join, so the normal rules resolve it. */
   #releaseRecovered(): void {
     const assembler = this.#assembler as GroupAssembler<Held>;
-    for (const group of new Set(this.#recovered.values())) {
-      for (const [parent, entry] of group.arrived) {
-        const state = this.#parents.find((p) => p.name === parent) as ParentState;
-        entry.handle.inJoin = true;
-        state.inJoin++;
-        assembler.add(parent, entry);
-      }
-    }
-    this.#recovered.clear();
+    this.#recovery.release((parent, entry) => {
+      const state = this.#parents.find((p) => p.name === parent) as ParentState;
+      entry.handle.inJoin = true;
+      state.inJoin++;
+      assembler.add(parent, entry);
+    });
   }
 
   /** The next group to hand out: the join's next ready one, through the ordering policy when there is one. */
@@ -1714,11 +1649,9 @@ export class BrokerMessenger implements Messenger {
   }
 
   #nextAssembled(): ReadyGroup<Held> | null {
-    const recovered = this.#recoveredReady.shift();
+    const recovered = this.#recovery.nextReady();
     if (recovered !== undefined) return recovered;
-    if (this.#recovered.size > 0 && this.#clock.monotonic() >= this.#recoveryDeadline) {
-      this.#releaseRecovered();
-    }
+    if (this.#recovery.expired()) this.#releaseRecovered();
     const assembler = this.#assembler as GroupAssembler<Held>;
     assembler.sweep();
     return assembler.popReady();
@@ -1934,7 +1867,7 @@ export class BrokerMessenger implements Messenger {
   /** Acks the parent's EOS markers (only now, EOS-3) and feeds them to the join. */
   async #drain(parent: ParentState): Promise<void> {
     parent.drained = true;
-    if (this.#recovered.size > 0) this.#releaseRecovered();
+    if (this.#recovery.waiting) this.#releaseRecovered();
     const ends = [...parent.ends.values()];
     await Promise.all(ends.map((h) => this.#settle(h, completed())));
     const assembler = this.#assembler as GroupAssembler<Held>;
@@ -1947,7 +1880,7 @@ export class BrokerMessenger implements Messenger {
   /** Returns everything held and not handed to the node (join halves, end markers, recovered members). */
   async #handBack(): Promise<void> {
     if (this.#assembler === null) return;
-    if (this.#recovered.size > 0) this.#releaseRecovered();
+    if (this.#recovery.waiting) this.#releaseRecovered();
     this.#assembler.handBack();
     await this.#settleReleases();
     const waiting: Promise<unknown>[] = [];
@@ -1955,7 +1888,7 @@ export class BrokerMessenger implements Messenger {
       for (const held of parent.ends.values()) waiting.push(this.#settle(held, retry(null)));
       parent.ends.clear();
     }
-    for (const group of this.#recoveredReady.splice(0)) {
+    for (const group of this.#recovery.takeReady()) {
       for (const held of group.handles) waiting.push(this.#settle(held, retry(null)));
     }
     await Promise.all(waiting);

@@ -1,0 +1,157 @@
+/**
+ * The messenger's join-group recovery (story 1): a replacement re-forms each time-join group its
+ * predecessor persisted from that group's redelivered members, so the node sees the same group again.
+ *
+ * It guarantees: a redelivered member of a persisted group is held here, not joined anew (a newer attempt
+ * of the same member retires the older one); a group whose members all came back is handed out before
+ * anything new, with the persisted group id, its seq and its earliest event time; after
+ * {@link RECOVERY_WAIT_ACK_WAITS} ack waits (a crashed predecessor's leases lapse after one), or when a
+ * parent drains or the replica hands back, the members still waiting go to the join, whose own rules
+ * resolve them.
+ *
+ * @module
+ */
+
+import type { Clock } from "../backends/clock.ts";
+import type { RecoveryRecord } from "../backends/runtime.ts";
+import type { Seq } from "../wire/identities.ts";
+import { type CollectEntry, type EnvelopeEntry, GroupKind, type ReadyGroup } from "./grouping.ts";
+
+/**
+ * How many ack waits a replacement holds the redelivered members of a join group its predecessor persisted
+ * before giving up on the rest and letting the join's own rules group them: a crashed predecessor's leases
+ * lapse after one.
+ */
+export const RECOVERY_WAIT_ACK_WAITS = 2;
+
+/** A join group persisted before a replacement's restart (story 1), re-formed from its redelivered members. */
+interface RecoveredGroup<H> {
+  readonly groupId: string;
+  /** Parent name to the member key it waits for. */
+  readonly wanted: ReadonlyMap<string, string>;
+  readonly arrived: Map<string, EnvelopeEntry<H>>;
+}
+
+/** The facts that name a member of a join group: who made it and its identity. */
+export interface MemberFacts {
+  readonly producerName: string;
+  readonly traceId: string;
+  readonly seq: Seq;
+}
+
+/** How a {@link GroupRecovery} re-forms groups. */
+export interface GroupRecoveryOptions<H> {
+  /** The join's parents in `.from()` order. */
+  readonly parentNames: readonly string[];
+  /** The parents the join collects (their entry in a re-formed group is an empty window). */
+  readonly collect: Readonly<Record<string, unknown>>;
+  /** Retires a delivery a newer attempt of the same member replaced (no broker settlement). */
+  readonly retire: (handle: H) => void;
+  readonly clock: Clock;
+}
+
+function memberKey(parent: string, producer: string, traceId: string, seq: Seq): string {
+  return `${parent}\u0000${producer}\u0000${traceId}\u0000${seq}`;
+}
+
+/** One replacement's persisted join groups, re-formed from their members' handles (`H`). */
+export class GroupRecovery<H> {
+  readonly #parentNames: readonly string[];
+  readonly #collect: Readonly<Record<string, unknown>>;
+  readonly #retire: (handle: H) => void;
+  readonly #clock: Clock;
+  readonly #recovered = new Map<string, RecoveredGroup<H>>();
+  readonly #recoveredReady: ReadyGroup<H>[] = [];
+  /** When recovered groups whose members did not all come back are handed to the join instead. */
+  #recoveryDeadline = 0;
+
+  /** Holds no group until {@link restore}. */
+  constructor(options: GroupRecoveryOptions<H>) {
+    this.#parentNames = options.parentNames;
+    this.#collect = options.collect;
+    this.#retire = options.retire;
+    this.#clock = options.clock;
+  }
+
+  /** Waits for the members of the open groups a predecessor persisted, for {@link RECOVERY_WAIT_ACK_WAITS} ack waits. */
+  restore(records: readonly RecoveryRecord[], ackWaitSeconds: number): void {
+    for (const record of records) {
+      const wanted = new Map<string, string>();
+      for (const [parent, member] of record.members) {
+        wanted.set(parent, memberKey(parent, member.producer, member.traceId, member.seq));
+      }
+      const group: RecoveredGroup<H> = { groupId: record.groupId, wanted, arrived: new Map() };
+      for (const key of wanted.values()) this.#recovered.set(key, group);
+    }
+    this.#recoveryDeadline = this.#clock.monotonic() + RECOVERY_WAIT_ACK_WAITS * ackWaitSeconds;
+  }
+
+  /** Whether a recovered group still waits for a member. */
+  get waiting(): boolean {
+    return this.#recovered.size > 0;
+  }
+
+  /** Whether groups still wait and their wait is over (their members then go to the join). */
+  expired(): boolean {
+    return this.#recovered.size > 0 && this.#clock.monotonic() >= this.#recoveryDeadline;
+  }
+
+  /** Holds `entry` when a recovered group waits for it (true), else leaves it to the join (false). */
+  claim(parent: string, member: MemberFacts, entry: EnvelopeEntry<H>): boolean {
+    if (this.#recovered.size === 0) return false;
+    const recovered = this.#recovered.get(memberKey(parent, member.producerName, member.traceId, member.seq));
+    if (recovered === undefined) return false;
+    this.#recover(recovered, parent, entry);
+    return true;
+  }
+
+  /** The next re-formed group, complete, to hand out before anything new. */
+  nextReady(): ReadyGroup<H> | undefined {
+    return this.#recoveredReady.shift();
+  }
+
+  /** Every re-formed group not handed out yet, which is then no longer held here. */
+  takeReady(): ReadyGroup<H>[] {
+    return this.#recoveredReady.splice(0);
+  }
+
+  /** Hands every recovered member still waiting to `join`, so the normal rules resolve it. */
+  release(join: (parent: string, entry: EnvelopeEntry<H>) => void): void {
+    for (const group of new Set(this.#recovered.values())) {
+      for (const [parent, entry] of group.arrived) join(parent, entry);
+    }
+    this.#recovered.clear();
+  }
+
+  /** Holds a member of a recovered group; the complete group is handed out before anything new. */
+  #recover(group: RecoveredGroup<H>, parent: string, entry: EnvelopeEntry<H>): void {
+    const old = group.arrived.get(parent);
+    if (old !== undefined) this.#retire(old.handle);
+    group.arrived.set(parent, entry);
+    if (group.arrived.size < group.wanted.size) return;
+    for (const key of group.wanted.values()) this.#recovered.delete(key);
+    const members = [...group.arrived.values()];
+    const seqText = /^tw-(\d+)-/.exec(group.groupId)?.[1];
+    const eventTimes = members.map((m) => m.eventTs).filter((ts): ts is number => ts !== null);
+    this.#recoveredReady.push({
+      kind: GroupKind.data,
+      traceId: group.groupId,
+      seq: seqText === undefined ? members[0].seq : BigInt(seqText),
+      eventTs: eventTimes.length === 0 ? null : Math.min(...eventTimes),
+      entries: Object.fromEntries(this.#parentNames.map((name) => {
+        const member = group.arrived.get(name);
+        if (member !== undefined) return [name, member];
+        const collect: CollectEntry = {
+          kind: "collect",
+          message: [],
+          metadata: [],
+          eventTs: [],
+          isStopSignal: false,
+          isAbort: false,
+        };
+        return [name, Object.hasOwn(this.#collect, name) ? collect : null];
+      })),
+      handles: members.map((m) => m.handle),
+    });
+  }
+}
