@@ -109,7 +109,6 @@ import {
   type Disposition,
   type ErrorRecord,
   errorToDict,
-  type PartitionKeyError,
   PoisonMessage,
   replicaDeathFailure,
   TransientFailure,
@@ -127,12 +126,11 @@ import {
 } from "../core/messenger.ts";
 import type { JsonObject } from "../core/node.ts";
 import { ORDER_SEQUENCE, type OrderingPolicy } from "../core/ordering_policy.ts";
-import { INVALID_KEY_FALLBACK, type PartitionKeyPolicy } from "../core/partition_key_policy.ts";
+import type { PartitionKeyPolicy } from "../core/partition_key_policy.ts";
 import {
   type AbortMarker,
   abortPayload,
   createEnvelope,
-  decodeEnvelope,
   decodePayload,
   encodeEnvelope,
   encodeEnvelopeWithPayload,
@@ -152,8 +150,6 @@ import {
   MsgType,
   partitionKeyOf,
   partitionKeyString,
-  partitionOwner,
-  recordKeyError,
   type Seq,
 } from "../wire/identities.ts";
 import type { BlobRef, WireMap, WirePayload } from "../wire/value.ts";
@@ -193,6 +189,7 @@ import { PartitionLease } from "./partition_lease.ts";
 import { ReceivedRecorder } from "./received_recorder.ts";
 import { EosDrain } from "./eos_drain.ts";
 import { GroupRecovery } from "./group_recovery.ts";
+import { decodeDelivery, PartitionAdmission } from "./partition_admission.ts";
 import { OutputIdentities, type OutputIdentity } from "./output_identity.ts";
 
 /** EOS-3's quiescence when nothing narrower is configured (`VF_EOS_QUIESCENCE_MS`), in milliseconds. */
@@ -216,6 +213,7 @@ export const CALL_BATCH_ENTRIES = 64;
 
 export { DeadLetterHeader } from "./dead_letter_ladder.ts";
 export { RECEIVED_LINGER_SECONDS } from "./received_recorder.ts";
+export { envelopeOwner } from "./partition_admission.ts";
 
 /** The header every envelope carries: the envelope version. */
 export const ENVELOPE_VERSION_HEADER = "VF-Env";
@@ -379,40 +377,6 @@ const SILENT: Logger = Object.freeze({
   error() {},
 });
 
-/**
- * The replica of a node partitioned by `partitionBy` over `nbTasks` replicas that owns `decoded`: its
- * key's owner; replica 0 for an undecodable envelope, `unusable` for one whose key cannot be used.
- */
-function ownerOf(
-  decoded: WireEnvelope | DecodeError,
-  partitionBy: string,
-  nbTasks: number,
-  unusable: number,
-): number {
-  if (decoded instanceof DecodeError) return 0;
-  const key = partitionKeyOf(partitionBy, decoded.traceId, decoded.metadata);
-  return isValidPartitionKey(key) ? partitionOwner(key, nbTasks) : unusable;
-}
-
-/**
- * The replica of a node partitioned by `partitionBy` over `nbTasks` replicas that owns the envelope in
- * `bytes`, as its replicas decide it under the default key policy (an unusable key: replica 0).
- */
-export function envelopeOwner(bytes: Uint8Array, partitionBy: string, nbTasks: number): number {
-  return ownerOf(decodeDelivery(bytes), partitionBy, nbTasks, 0);
-}
-
-/** The envelope in a delivery's bytes, or the DecodeError that says why there is none. */
-function decodeDelivery(bytes: Uint8Array): WireEnvelope | DecodeError {
-  try {
-    return decodeEnvelope(bytes);
-  } catch (error) {
-    return error instanceof DecodeError
-      ? error
-      : new DecodeError(`the envelope could not be decoded: ${errorToDict(error).message}`);
-  }
-}
-
 /** What an ABORT envelope says; a marker whose payload is unreadable still ends its parent, as its producer. */
 function abortMarker(decoded: WireEnvelope): AbortMarker {
   try {
@@ -471,7 +435,8 @@ export class BrokerMessenger implements Messenger {
   readonly #replicaId: number;
   readonly #nbTasks: number;
   readonly #partitionBy: string | null;
-  readonly #keyPolicy: PartitionKeyPolicy | null;
+  /** Which replica owns each delivery of a partitioned node, and whether its key can be used (RUN-020). */
+  readonly #admission: PartitionAdmission;
   readonly #delivery: DeliveryPolicy;
   readonly #join: JoinPolicy | null;
   readonly #ackWait: number;
@@ -492,7 +457,6 @@ export class BrokerMessenger implements Messenger {
   readonly #subscriptions: SubscriptionId[] = [];
   readonly #assembler: GroupAssembler<Held> | null;
   readonly #held = new Set<Held>();
-  readonly #decoded = new WeakMap<Delivery, WireEnvelope | DecodeError>();
   /** The ledger writes noting received ids (EOS-7), which a delivery's settlement waits for. */
   readonly #received: ReceivedRecorder;
   readonly #relayOrigins = new WeakMap<object, string>();
@@ -581,8 +545,13 @@ export class BrokerMessenger implements Messenger {
       );
     }
     this.#partitionBy = this.#nbTasks > 1 ? options.partitionBy ?? null : null;
-    this.#keyPolicy = options.partitionKeyPolicy ?? null;
-    this.#keyPolicy?.checkBound(this.#nbTasks);
+    this.#admission = new PartitionAdmission({
+      node: this.#node,
+      partitionBy: this.#partitionBy,
+      nbTasks: this.#nbTasks,
+      replicaId: this.#replicaId,
+      keyPolicy: options.partitionKeyPolicy ?? null,
+    });
     if (options.orderingPolicy?.mode === ORDER_SEQUENCE) {
       this.#ordered = new OrderedRelease(options.orderingPolicy, (group) => this.#orderingKey(group));
     }
@@ -1324,7 +1293,7 @@ export class BrokerMessenger implements Messenger {
     }
     const installed = this.#backend.setAdmission(
       parent.data,
-      (delivery) => this.#owns(delivery),
+      (delivery) => this.#admission.owns(delivery),
       (delivery) => void this.#afterSkip(delivery),
     );
     parent.admission = installed ? "backend" : "receiver";
@@ -1429,9 +1398,9 @@ export class BrokerMessenger implements Messenger {
    */
   #onData(parent: ParentState, delivery: Delivery, now: number): Promise<void> | null {
     const decoded = parent.admission === "backend"
-      ? this.#decodeCached(delivery)
+      ? this.#admission.decodeCached(delivery)
       : decodeDelivery(delivery.envelopeBytes);
-    if (parent.admission === "receiver" && this.#owner(decoded) !== this.#replicaId) {
+    if (parent.admission === "receiver" && this.#admission.owner(decoded) !== this.#replicaId) {
       const blobRef = decoded instanceof DecodeError ? null : this.#blobKey(decoded);
       const held = new Held(delivery, parent, null, blobRef, now);
       this.#held.add(held);
@@ -1444,7 +1413,7 @@ export class BrokerMessenger implements Messenger {
         DropReason.undecodable,
       );
     }
-    const keyError = this.#keyError(decoded);
+    const keyError = this.#admission.keyError(decoded);
     if (keyError !== null) {
       return this.#rejectInput(
         new Held(delivery, parent, decoded, null, now),
@@ -1567,45 +1536,12 @@ export class BrokerMessenger implements Messenger {
     parent.ends.set(decoded.replicaId, held);
   }
 
-  /** {@link decodeDelivery}, remembered for the delivery: the admission filter decodes it first. */
-  #decodeCached(delivery: Delivery): WireEnvelope | DecodeError {
-    let decoded = this.#decoded.get(delivery);
-    if (decoded === undefined) {
-      decoded = decodeDelivery(delivery.envelopeBytes);
-      this.#decoded.set(delivery, decoded);
-    }
-    return decoded;
-  }
-
-  /** The replica owning a decoded delivery (undecodable bytes and unusable rejected keys: replica 0). */
-  #owner(decoded: WireEnvelope | DecodeError): number {
-    const unusable = this.#keyPolicy?.invalid === INVALID_KEY_FALLBACK
-      ? this.#keyPolicy.fallbackPartition
-      : 0;
-    return ownerOf(decoded, this.#partitionBy as string, this.#nbTasks, unusable);
-  }
-
-  /** The admission decision: whether this replica owns `delivery` (runs on the backend's turn: cheap, sync). */
-  #owns(delivery: Delivery): boolean {
-    return this.#owner(this.#decodeCached(delivery)) === this.#replicaId;
-  }
-
   /** A partitioned delivery another replica owns was acked by the backend: release this replica's obligation. */
   async #afterSkip(delivery: Delivery): Promise<void> {
-    const decoded = this.#decodeCached(delivery);
+    const decoded = this.#admission.decodeCached(delivery);
     if (decoded instanceof DecodeError) return;
     const key = this.#blobKey(decoded);
     if (key !== null) await this.#release(key, this.#readerId, delivery.token.messageId);
-  }
-
-  /** The PartitionKeyError of an owned delivery whose key is unusable under the reject policy, else null. */
-  #keyError(decoded: WireEnvelope): PartitionKeyError | null {
-    if (this.#partitionBy === null || this.#keyPolicy?.invalid === INVALID_KEY_FALLBACK) return null;
-    const error = recordKeyError(this.#partitionBy, decoded.traceId, decoded.metadata);
-    if (error === null) return null;
-    error.context.node = this.#node;
-    error.context.trace_id = decoded.traceId;
-    return error;
   }
 
   #blobKey(decoded: WireEnvelope): string | null {
