@@ -190,6 +190,7 @@ import { ReceivedRecorder } from "./received_recorder.ts";
 import { EosDrain } from "./eos_drain.ts";
 import { GroupRecovery } from "./group_recovery.ts";
 import { decodeDelivery, PartitionAdmission } from "./partition_admission.ts";
+import { CheckpointCoverage } from "./checkpoint_coverage.ts";
 import { OutputIdentities, type OutputIdentity } from "./output_identity.ts";
 
 /** EOS-3's quiescence when nothing narrower is configured (`VF_EOS_QUIESCENCE_MS`), in milliseconds. */
@@ -512,9 +513,8 @@ export class BrokerMessenger implements Messenger {
   /** Where small data envelope bodies are carved from. */
   readonly #bodies = new ByteSlab();
   readonly #takeBody = (size: number) => this.#bodies.take(size);
-  #coveredKey: string | null = null;
-  #coveredOutput: string | null = null;
-  #coveredEnvelope: Uint8Array | null = null;
+  /** The group and output the restored checkpoint covers. */
+  readonly #coverage: CheckpointCoverage;
   #publicationInFlight = "";
   #keepalive: TimerHandle | null = null;
   /** This replica's partition lease, when it holds one. */
@@ -640,6 +640,10 @@ export class BrokerMessenger implements Messenger {
       onStale: () => this.#loseAuthority(),
       work: this.#work,
       clock: this.#clock,
+    });
+    this.#coverage = new CheckpointCoverage({
+      runtime: this.#runtime,
+      republish: (output, body) => this.#republishCovered(output, body),
     });
     this.#lease = new PartitionLease({
       runtime: this.#runtime,
@@ -1303,11 +1307,7 @@ export class BrokerMessenger implements Messenger {
     const restored = await this.#runtime.restoreCheckpoint();
     this.#ledger.adoptState(restored.state);
     const position = restored.replayPosition;
-    this.#coveredKey = typeof position.group === "string" ? position.group : null;
-    this.#coveredOutput = typeof position.output === "string" ? position.output : null;
-    this.#coveredEnvelope = typeof position.envelope === "string"
-      ? Uint8Array.fromBase64(position.envelope)
-      : null;
+    this.#coverage.restore(position);
     if (this.#parents.length === 0 && !this.#identity.replayable) {
       this.#identity.adoptEpoch(await this.#runtime.sourceEpoch());
     }
@@ -1699,8 +1699,8 @@ export class BrokerMessenger implements Messenger {
         break;
     }
     const key = this.#groupKey(group);
-    if (key === this.#coveredKey) {
-      await this.#confirmCovered();
+    if (this.#coverage.covers(key)) {
+      await this.#coverage.confirm();
       await Promise.all(group.handles.map((h) => this.#settle(h, completed())));
       return null;
     }
@@ -1767,13 +1767,8 @@ export class BrokerMessenger implements Messenger {
     this.#persistedGroup = group.traceId;
   }
 
-  /** Re-confirms the output committed with the covering checkpoint before its redelivered input is acked. */
-  async #confirmCovered(): Promise<void> {
-    const output = this.#coveredOutput;
-    const body = this.#coveredEnvelope;
-    if (output === null || body === null) return;
-    const coverage = await this.#runtime.checkpointCoverage(this.#coveredKey as string);
-    if (coverage.kind !== "covered_unconfirmed") return;
+  /** Publishes the output committed with the covering checkpoint again, until taken (see CheckpointCoverage). */
+  async #republishCovered(output: string, body: Uint8Array): Promise<void> {
     // The committed body stays this messenger's for a later confirmation: it is sent as a copy.
     const outcome = await this.#publisher.publish(
       this.#dataEnvelope(output, body, null, null, null, false),
