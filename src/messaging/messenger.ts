@@ -76,7 +76,6 @@ import {
   type SettlementOutcome,
   type SettleRequest,
   type SubscriptionId,
-  subscriptionKey,
   type SubscriptionObservation,
 } from "../backends/messaging.ts";
 import { MemoryRuntimeStore } from "../backends/memory/runtime_store.ts";
@@ -191,6 +190,7 @@ import { EosDrain } from "./eos_drain.ts";
 import { GroupRecovery } from "./group_recovery.ts";
 import { decodeDelivery, PartitionAdmission } from "./partition_admission.ts";
 import { CheckpointCoverage } from "./checkpoint_coverage.ts";
+import { DeliveryRoutes } from "./delivery_routes.ts";
 import { OutputIdentities, type OutputIdentity } from "./output_identity.ts";
 
 /** EOS-3's quiescence when nothing narrower is configured (`VF_EOS_QUIESCENCE_MS`), in milliseconds. */
@@ -450,12 +450,8 @@ export class BrokerMessenger implements Messenger {
   readonly #instance: string;
   readonly #parentReplicas: Readonly<Record<string, number>>;
   readonly #parents: ParentState[];
-  readonly #routes = new Map<string, { readonly parent: ParentState; readonly kind: MessageKind }>();
-  readonly #routeCache = new WeakMap<
-    SubscriptionId,
-    { readonly parent: ParentState; readonly kind: MessageKind }
-  >();
-  readonly #subscriptions: SubscriptionId[] = [];
+  /** Which parent, and which of its streams, each bound subscription serves. */
+  readonly #routes: DeliveryRoutes<ParentState>;
   readonly #assembler: GroupAssembler<Held> | null;
   readonly #held = new Set<Held>();
   /** The ledger writes noting received ids (EOS-7), which a delivery's settlement waits for. */
@@ -616,6 +612,7 @@ export class BrokerMessenger implements Messenger {
         clock: this.#clock,
         lossless: this.#flowType === FlowType.batch,
       });
+    this.#routes = new DeliveryRoutes<ParentState>(this.#node);
     this.#parents = parentNames.map((name) => this.#parentState(name));
     this.#recovery = new GroupRecovery<Held>({
       parentNames,
@@ -1280,10 +1277,8 @@ export class BrokerMessenger implements Messenger {
       drained: false,
       inJoin: 0,
     };
-    for (const [id, kind] of [[state.data, MessageKind.data], [state.eos, MessageKind.eos]] as const) {
-      this.#routes.set(subscriptionKey(id), { parent: state, kind });
-      this.#subscriptions.push(id);
-    }
+    this.#routes.add(state.data, state, MessageKind.data);
+    this.#routes.add(state.eos, state, MessageKind.eos);
     return state;
   }
 
@@ -1336,22 +1331,6 @@ export class BrokerMessenger implements Messenger {
 
   // ---- receiving ------------------------------------------------------------------------------------------
 
-  #route(id: SubscriptionId): { readonly parent: ParentState; readonly kind: MessageKind } {
-    let route = this.#routeCache.get(id);
-    if (route === undefined) {
-      route = this.#routes.get(subscriptionKey(id));
-      if (route === undefined) {
-        throw new ConfigError(
-          `a delivery arrived for a subscription ${this.#node} did not bind`,
-          "receive only through the messenger's own subscriptions",
-          { node: this.#node },
-        );
-      }
-      this.#routeCache.set(id, route);
-    }
-    return route;
-  }
-
   /** Takes one batch from every subscription, waiting until the next thing the messenger must re-check. */
   async #pull(): Promise<void> {
     const now = this.#clock.monotonic();
@@ -1364,7 +1343,7 @@ export class BrokerMessenger implements Messenger {
       }
     }
     const deliveries = await this.#backend.receiveAny(
-      this.#subscriptions,
+      this.#routes.subscriptions,
       Math.max(1, this.#prefetch),
       this.#byteCredit,
       now + wholeMicroseconds(Math.max(MIN_RECEIVE_WAIT_SECONDS, deadline - now)),
@@ -1373,7 +1352,7 @@ export class BrokerMessenger implements Messenger {
     const received = new Map<ParentState, Delivery[]>();
     const data: Array<readonly [ParentState, Delivery]> = [];
     for (const delivery of deliveries) {
-      const { parent, kind } = this.#route(delivery.token.subscription);
+      const { parent, kind } = this.#routes.route(delivery.token.subscription);
       if (kind === MessageKind.eos) {
         await this.#onMarker(parent, delivery);
         continue;
