@@ -60,7 +60,7 @@ import { ByteSlab } from "../core/bytes.ts";
 import { requireCount, requirePositiveSeconds } from "../core/checks.ts";
 import { DropReason } from "../core/metrics.ts";
 import { MessagingProfile } from "../backends/capabilities.ts";
-import { type Clock, systemClock, type TimerHandle } from "../backends/clock.ts";
+import { type Clock, systemClock } from "../backends/clock.ts";
 import { Barrier, barrier, faultsInstalled } from "../backends/faults.ts";
 import {
   type ChannelId,
@@ -175,7 +175,6 @@ import {
   defaultPrefetch,
   defaultProfile,
   durableNameOf,
-  EOS_ACK_WAIT_SECONDS,
   eosSubscriptionId,
   eosSubscriptionSpec,
   type NodeRouting,
@@ -191,6 +190,7 @@ import { GroupRecovery } from "./group_recovery.ts";
 import { decodeDelivery, PartitionAdmission } from "./partition_admission.ts";
 import { CheckpointCoverage } from "./checkpoint_coverage.ts";
 import { DeliveryRoutes } from "./delivery_routes.ts";
+import { DeliveryKeepalive } from "./delivery_keepalive.ts";
 import { OutputIdentities, type OutputIdentity } from "./output_identity.ts";
 
 /** EOS-3's quiescence when nothing narrower is configured (`VF_EOS_QUIESCENCE_MS`), in milliseconds. */
@@ -453,7 +453,8 @@ export class BrokerMessenger implements Messenger {
   /** Which parent, and which of its streams, each bound subscription serves. */
   readonly #routes: DeliveryRoutes<ParentState>;
   readonly #assembler: GroupAssembler<Held> | null;
-  readonly #held = new Set<Held>();
+  /** The deliveries held unsettled, their leases renewed while held. */
+  readonly #held: DeliveryKeepalive<Held>;
   /** The ledger writes noting received ids (EOS-7), which a delivery's settlement waits for. */
   readonly #received: ReceivedRecorder;
   readonly #relayOrigins = new WeakMap<object, string>();
@@ -512,7 +513,6 @@ export class BrokerMessenger implements Messenger {
   /** The group and output the restored checkpoint covers. */
   readonly #coverage: CheckpointCoverage;
   #publicationInFlight = "";
-  #keepalive: TimerHandle | null = null;
   /** This replica's partition lease, when it holds one. */
   readonly #lease: PartitionLease;
 
@@ -613,6 +613,11 @@ export class BrokerMessenger implements Messenger {
         lossless: this.#flowType === FlowType.batch,
       });
     this.#routes = new DeliveryRoutes<ParentState>(this.#node);
+    this.#held = new DeliveryKeepalive<Held>({
+      backend: this.#backend,
+      clock: this.#clock,
+      logger: this.#logger,
+    });
     this.#parents = parentNames.map((name) => this.#parentState(name));
     this.#recovery = new GroupRecovery<Held>({
       parentNames,
@@ -744,7 +749,7 @@ export class BrokerMessenger implements Messenger {
     if (this.#durable) await this.#restoreLedgerState();
     if (this.#parents.length > 0) await this.#ladder.republishHandoffs();
     await this.#lease.keep(this.#partitionBy !== null && this.#durableShared);
-    this.#armKeepalive();
+    if (this.#parents.length > 0) this.#held.arm(this.#ackWait);
     this.#ledger.begin();
     this.#started = true;
   }
@@ -1242,8 +1247,7 @@ export class BrokerMessenger implements Messenger {
   async close(options: { readonly handBack?: boolean } = {}): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    this.#keepalive?.cancel();
-    this.#keepalive = null;
+    this.#held.stop();
     await this.#lease.stop();
     if (options.handBack === false) {
       this.#work.abandon();
@@ -1308,25 +1312,6 @@ export class BrokerMessenger implements Messenger {
     }
     if (this.#join?.mode !== JOIN_TIME) return;
     this.#recovery.restore(await this.#runtime.openGroups(), this.#ackWait);
-  }
-
-  /** Renews every held delivery's lease every `max(1 s, ack_wait / 3)` (EOS markers' by their own wait). */
-  #armKeepalive(): void {
-    if (this.#parents.length === 0) return;
-    const interval = Math.max(1, Math.min(this.#ackWait, EOS_ACK_WAIT_SECONDS) / 3);
-    const tick = () => {
-      if (this.#closed) return;
-      const now = this.#clock.monotonic();
-      for (const held of this.#held) {
-        if (held.settled || now - held.renewedAt < interval) continue;
-        held.renewedAt = now;
-        this.#backend.renew(held.delivery.token).catch((error) =>
-          this.#logger.warn("a lease renewal failed", { error: errorToDict(error).message })
-        );
-      }
-      this.#keepalive = this.#clock.setTimer(interval, tick);
-    };
-    this.#keepalive = this.#clock.setTimer(interval, tick);
   }
 
   // ---- receiving ------------------------------------------------------------------------------------------
