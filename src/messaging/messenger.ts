@@ -84,10 +84,6 @@ import { intentObligationId, type PayloadStore } from "../backends/payload.ts";
 import {
   BATCH_BLOB_TTL_SECONDS,
   DEFAULT_MAX_INLINE_PAYLOAD_BYTES,
-  fetchOffloaded,
-  offloadPayload,
-  PayloadStoreBlobBridge,
-  readerObligationId,
   REALTIME_BLOB_TTL_SECONDS,
 } from "../backends/payload_bridge.ts";
 import { FlowRuntime, PublicationKind, TerminatorKind } from "../backends/runtime.ts";
@@ -136,7 +132,6 @@ import {
   encodePayload,
   type Envelope as WireEnvelope,
   ENVELOPE_VERSION,
-  PayloadType,
   type PreparedPayload,
   preparePayload,
   readAbortPayload,
@@ -191,6 +186,7 @@ import { decodeDelivery, PartitionAdmission } from "./partition_admission.ts";
 import { CheckpointCoverage } from "./checkpoint_coverage.ts";
 import { DeliveryRoutes } from "./delivery_routes.ts";
 import { DeliveryKeepalive } from "./delivery_keepalive.ts";
+import { PayloadOffload } from "./payload_offload.ts";
 import { OutputIdentities, type OutputIdentity } from "./output_identity.ts";
 
 /** EOS-3's quiescence when nothing narrower is configured (`VF_EOS_QUIESCENCE_MS`), in milliseconds. */
@@ -458,11 +454,8 @@ export class BrokerMessenger implements Messenger {
   /** The ledger writes noting received ids (EOS-7), which a delivery's settlement waits for. */
   readonly #received: ReceivedRecorder;
   readonly #relayOrigins = new WeakMap<object, string>();
-  readonly #bridge: PayloadStoreBlobBridge | null;
-  readonly #readerId: string;
-  readonly #blobReaders: readonly string[];
-  readonly #blobTtl: number;
-  readonly #maxInline: number;
+  /** Payloads above the inline threshold, put and read through the payload bridge. */
+  readonly #payloads: PayloadOffload;
   readonly #drops = new Map<string, number>();
   /** What happens to a delivery that failed or can never reach the node (DELIV-15). */
   readonly #ladder: DeadLetterLadder<Held>;
@@ -512,7 +505,6 @@ export class BrokerMessenger implements Messenger {
   readonly #takeBody = (size: number) => this.#bodies.take(size);
   /** The group and output the restored checkpoint covers. */
   readonly #coverage: CheckpointCoverage;
-  #publicationInFlight = "";
   /** This replica's partition lease, when it holds one. */
   readonly #lease: PartitionLease;
 
@@ -677,21 +669,20 @@ export class BrokerMessenger implements Messenger {
       clock: this.#clock,
       logger: this.#logger,
     });
-    this.#blobReaders = Object.freeze([...(options.blobReaderIds ?? [])]);
-    this.#blobTtl = options.blobTtlSeconds ??
-      (this.#flowType === FlowType.batch ? BATCH_BLOB_TTL_SECONDS : REALTIME_BLOB_TTL_SECONDS);
-    this.#maxInline = requireCount(
-      options.maxInlinePayloadBytes ?? DEFAULT_MAX_INLINE_PAYLOAD_BYTES,
-      "the inline payload limit",
-      0,
-    );
-    this.#readerId = readerObligationId(this.#node, this.#partitionBy === null ? null : this.#replicaId);
-    this.#bridge = payloadStore === null ? null : new PayloadStoreBlobBridge(payloadStore, {
-      obligations: this.#blobReaders,
-      horizonSeconds: this.#blobTtl,
+    this.#payloads = new PayloadOffload({
+      payloadStore,
+      node: this.#node,
+      partitionReplica: this.#partitionBy === null ? null : this.#replicaId,
+      readers: options.blobReaderIds ?? [],
+      ttlSeconds: options.blobTtlSeconds ??
+        (this.#flowType === FlowType.batch ? BATCH_BLOB_TTL_SECONDS : REALTIME_BLOB_TTL_SECONDS),
+      maxInlineBytes: requireCount(
+        options.maxInlinePayloadBytes ?? DEFAULT_MAX_INLINE_PAYLOAD_BYTES,
+        "the inline payload limit",
+        0,
+      ),
       durableRequired: this.#flowType === FlowType.batch,
-      contentId: () => this.#publicationInFlight,
-      intent: () => intentObligationId(this.#publicationInFlight),
+      logger: this.#logger,
     });
   }
 
@@ -956,7 +947,7 @@ export class BrokerMessenger implements Messenger {
     );
     if (this.#barrierFlow && this.#parents.length > 0) this.#outputIds.push(publicationId);
     let payload = preparePayload(message as WirePayload);
-    if (checkpoint === null && payload.byteLength <= this.#maxInline) {
+    if (checkpoint === null && this.#payloads.fitsInline(payload.byteLength)) {
       const body = this.#dataBody(identity, eventTs, wireMetadata, payload);
       const env = this.#dataEnvelope(publicationId, body, eventTs, partitionKey, identity.offset);
       // Read before the send: a body moved to the broker is detached by then.
@@ -970,14 +961,8 @@ export class BrokerMessenger implements Messenger {
     }
     if (checkpoint !== null) await this.#work.drain();
     let ref = null;
-    if (payload.byteLength > this.#maxInline) {
-      this.#publicationInFlight = publicationId;
-      const blobRef = await offloadPayload(payload.payloadType, payload.bytes(), this.#bridge, {
-        maxInlineBytes: this.#maxInline,
-        ttlSeconds: this.#blobTtl,
-      });
-      ref = this.#bridge?.lastRef ?? null;
-      payload = preparePayload(blobRef as BlobRef);
+    if (!this.#payloads.fitsInline(payload.byteLength)) {
+      ({ payload, ref } = await this.#payloads.offload(publicationId, payload));
     }
     const body = this.#dataBody(identity, eventTs, wireMetadata, payload);
     if (checkpoint !== null) {
@@ -986,7 +971,7 @@ export class BrokerMessenger implements Messenger {
     if (ref !== null) {
       await this.#runtime.intendPublication(publicationId, ref.digest, {
         payloadRefs: [ref.key],
-        readers: this.#blobReaders,
+        readers: this.#payloads.readers,
         kind: PublicationKind.data,
       });
     }
@@ -998,7 +983,7 @@ export class BrokerMessenger implements Messenger {
     if (ref !== null) {
       await this.#runtime.resolvePublication(publicationId, outcome);
       if (outcome.kind === "accepted" || outcome.kind === "rejected") {
-        await this.#release(ref.key, intentObligationId(publicationId), publicationId);
+        await this.#payloads.release(ref.key, intentObligationId(publicationId), publicationId);
       }
     }
     await this.#concludePublication(env.publicationId, outcome, identity.offset, ref !== null);
@@ -1365,7 +1350,7 @@ export class BrokerMessenger implements Messenger {
       ? this.#admission.decodeCached(delivery)
       : decodeDelivery(delivery.envelopeBytes);
     if (parent.admission === "receiver" && this.#admission.owner(decoded) !== this.#replicaId) {
-      const blobRef = decoded instanceof DecodeError ? null : this.#blobKey(decoded);
+      const blobRef = decoded instanceof DecodeError ? null : this.#payloads.blobKey(decoded);
       const held = new Held(delivery, parent, null, blobRef, now);
       this.#held.add(held);
       return this.#settle(held, completed()).then(() => {});
@@ -1385,7 +1370,7 @@ export class BrokerMessenger implements Messenger {
         DropReason.partitionKey,
       );
     }
-    const held = new Held(delivery, parent, decoded, this.#blobKey(decoded), now);
+    const held = new Held(delivery, parent, decoded, this.#payloads.blobKey(decoded), now);
     this.#held.add(held);
     if (this.#ledgerBudget && delivery.token.attempt > 1) return this.#joinRedelivered(held, decoded);
     return this.#readAndJoin(held, decoded);
@@ -1430,7 +1415,7 @@ export class BrokerMessenger implements Messenger {
     let message: unknown;
     try {
       const blobRef = decodePayload(decoded.payloadType, decoded.payload) as BlobRef;
-      message = decodePayload(blobRef.innerPayloadType, await fetchOffloaded(blobRef, this.#bridge));
+      message = decodePayload(blobRef.innerPayloadType, await this.#payloads.fetch(blobRef));
     } catch (error) {
       await this.#unreadablePayload(held, error);
       return;
@@ -1504,17 +1489,8 @@ export class BrokerMessenger implements Messenger {
   async #afterSkip(delivery: Delivery): Promise<void> {
     const decoded = this.#admission.decodeCached(delivery);
     if (decoded instanceof DecodeError) return;
-    const key = this.#blobKey(decoded);
-    if (key !== null) await this.#release(key, this.#readerId, delivery.token.messageId);
-  }
-
-  #blobKey(decoded: WireEnvelope): string | null {
-    if (decoded.payloadType !== PayloadType.blobRef) return null;
-    try {
-      return (decodePayload(decoded.payloadType, decoded.payload) as BlobRef).ref;
-    } catch {
-      return null;
-    }
+    const key = this.#payloads.blobKey(decoded);
+    if (key !== null) await this.#payloads.release(key, this.#payloads.readerId, delivery.token.messageId);
   }
 
   /** Hands every recovered member still waiting to the join, so the normal rules resolve it. */
@@ -1827,23 +1803,9 @@ export class BrokerMessenger implements Messenger {
       this.#runtime.proveReceived(held.parent.name, held.parent.durable, token.messageId);
     }
     if (result.kind === "settle_confirmed" && outcome.kind !== "retry" && held.blobRef !== null) {
-      await this.#release(held.blobRef, this.#readerId, result.settlementId);
+      await this.#payloads.release(held.blobRef, this.#payloads.readerId, result.settlementId);
     }
     return result;
-  }
-
-  /** Releases `obligationId` on the payload `key`; a failed release is left to reconciliation (PAY-006). */
-  async #release(key: string, obligationId: string, receipt: string): Promise<void> {
-    if (this.#bridge === null) return;
-    try {
-      await this.#bridge.releaseReader(key, obligationId, receipt);
-    } catch (error) {
-      this.#logger.warn("a payload obligation could not be released", {
-        key,
-        obligation_id: obligationId,
-        error: errorToDict(error).message,
-      });
-    }
   }
 
   /** Input that never reaches the node (undecodable, a missing payload, an unusable key): the poison ladder. */
