@@ -72,9 +72,6 @@ import {
   MessageKind,
   type MessagingBackend,
   retry,
-  type Settlement as BackendSettlement,
-  type SettlementOutcome,
-  type SettleRequest,
   type SubscriptionId,
   type SubscriptionObservation,
 } from "../backends/messaging.ts";
@@ -174,7 +171,6 @@ import {
   eosSubscriptionSpec,
   type NodeRouting,
 } from "./topology.ts";
-import { CallBatcher } from "./call_batcher.ts";
 import { OrderedPublisher } from "./ordered_publisher.ts";
 import { LedgerWriter } from "./ledger_writer.ts";
 import { DeadLetterLadder } from "./dead_letter_ladder.ts";
@@ -187,6 +183,7 @@ import { CheckpointCoverage } from "./checkpoint_coverage.ts";
 import { DeliveryRoutes } from "./delivery_routes.ts";
 import { DeliveryKeepalive } from "./delivery_keepalive.ts";
 import { PayloadOffload } from "./payload_offload.ts";
+import { InputSettlement } from "./input_settlement.ts";
 import { OutputIdentities, type OutputIdentity } from "./output_identity.ts";
 
 /** EOS-3's quiescence when nothing narrower is configured (`VF_EOS_QUIESCENCE_MS`), in milliseconds. */
@@ -465,8 +462,8 @@ export class BrokerMessenger implements Messenger {
   readonly #work: InFlight;
   /** Every publication, in order and within credit, until its outcome is known. */
   readonly #publisher: OrderedPublisher;
-  /** Settlements made close together, sent as one batch call. */
-  readonly #settler: CallBatcher<SettleRequest, SettlementOutcome>;
+  /** How each held delivery leaves this replica: settled once, in a batch call, or retired. */
+  readonly #settlement: InputSettlement<Held>;
   /** The publications of the group in hand, which its settlement waits for. */
   #outputs: Promise<void>[] = [];
   /** The ids of the group in hand's outputs (under the EOS-7 barrier): proven published once it is. */
@@ -577,7 +574,6 @@ export class BrokerMessenger implements Messenger {
       work: this.#work,
       clock: this.#clock,
     });
-    this.#settler = new CallBatcher((requests) => this.#backend.settleBatch(requests), CALL_BATCH_ENTRIES);
     this.#reliableOutput = defaultProfile(this.#flowType) === MessagingProfile.reliableWork;
     this.#instance = options.instanceId ?? randomHex(6);
     this.#runtime = options.runtime ?? new FlowRuntime({
@@ -614,7 +610,7 @@ export class BrokerMessenger implements Messenger {
     this.#recovery = new GroupRecovery<Held>({
       parentNames,
       collect: this.#join?.collect ?? {},
-      retire: (held) => this.#retire(held),
+      retire: (held) => this.#settlement.retire(held),
       clock: this.#clock,
     });
     // Ids that send a lingering received-set write at once: half the in-flight depth.
@@ -663,7 +659,7 @@ export class BrokerMessenger implements Messenger {
       ledgerBudget: () => this.#ledgerBudget,
       payloadStore,
       publish: (env) => this.#publisher.publish(env, false),
-      settle: (held, outcome) => this.#settle(held, outcome),
+      settle: (held, outcome) => this.#settlement.settle(held, outcome),
       drop: (reason) => this.#drop(reason),
       random: this.#random,
       clock: this.#clock,
@@ -683,6 +679,15 @@ export class BrokerMessenger implements Messenger {
       ),
       durableRequired: this.#flowType === FlowType.batch,
       logger: this.#logger,
+    });
+    this.#settlement = new InputSettlement<Held>({
+      backend: this.#backend,
+      batchEntries: CALL_BATCH_ENTRIES,
+      runtime: this.#runtime,
+      held: this.#held,
+      received: this.#received,
+      payloads: this.#payloads,
+      work: this.#work,
     });
   }
 
@@ -819,13 +824,15 @@ export class BrokerMessenger implements Messenger {
       if (outputs.length === 1) await outputs[0];
       else if (outputs.length > 1) await Promise.all(outputs);
     } catch (error) {
-      if (!this.#work.abandoned) await Promise.all(handles.map((h) => this.#settle(h, retry(null))));
+      if (!this.#work.abandoned) {
+        await Promise.all(handles.map((h) => this.#settlement.settle(h, retry(null))));
+      }
       throw error;
     }
     if (this.#work.abandoned) return;
     const settled = handles.length === 1
-      ? [await this.#settle(handles[0], completed(), true)]
-      : await Promise.all(handles.map((h) => this.#settle(h, completed(), true)));
+      ? [await this.#settlement.settle(handles[0], completed(), true)]
+      : await Promise.all(handles.map((h) => this.#settlement.settle(h, completed(), true)));
     if (persisted !== null) await this.#runtime.settleGroup(persisted);
     if (!settled.every((result) => result?.kind === "settle_confirmed")) return;
     if (outputIds.length > 0 && handles.every((h) => h.delivery.token.attempt === 1)) {
@@ -1353,7 +1360,7 @@ export class BrokerMessenger implements Messenger {
       const blobRef = decoded instanceof DecodeError ? null : this.#payloads.blobKey(decoded);
       const held = new Held(delivery, parent, null, blobRef, now);
       this.#held.add(held);
-      return this.#settle(held, completed()).then(() => {});
+      return this.#settlement.settle(held, completed()).then(() => {});
     }
     if (decoded instanceof DecodeError) {
       return this.#rejectInput(
@@ -1431,7 +1438,7 @@ export class BrokerMessenger implements Messenger {
     if (error instanceof DecodeError) return this.#rejectInput(held, error, DropReason.undecodable);
     if (error instanceof TransientFailure) {
       const delay = this.#delivery.retryDelay(held.delivery.token.attempt, drawRetryJitter(this.#random));
-      return this.#settle(held, retry(delay)).then(() => {});
+      return this.#settlement.settle(held, retry(delay)).then(() => {});
     }
     throw error;
   }
@@ -1477,11 +1484,11 @@ export class BrokerMessenger implements Messenger {
       return;
     }
     if (parent.drained) {
-      await this.#settle(held, completed());
+      await this.#settlement.settle(held, completed());
       return;
     }
     const previous = parent.ends.get(decoded.replicaId);
-    if (previous !== undefined) this.#retire(previous);
+    if (previous !== undefined) this.#settlement.retire(previous);
     parent.ends.set(decoded.replicaId, held);
   }
 
@@ -1546,7 +1553,7 @@ export class BrokerMessenger implements Messenger {
       ...late.flatMap((group) =>
         group.handles.map((held) => {
           this.#leaveJoin(held);
-          return this.#settle(held, completed());
+          return this.#settlement.settle(held, completed());
         })
       ),
     ];
@@ -1564,15 +1571,17 @@ export class BrokerMessenger implements Messenger {
         this.#leaveJoin(held);
         switch (release.settlement) {
           case Settlement.ack:
-            settling.push(this.#settle(held, completed()));
+            settling.push(this.#settlement.settle(held, completed()));
             break;
           case Settlement.nak:
             settling.push(
-              failure === null ? this.#settle(held, retry(null)) : this.#ladder.apply(held, failure),
+              failure === null
+                ? this.#settlement.settle(held, retry(null))
+                : this.#ladder.apply(held, failure),
             );
             break;
           case Settlement.retire:
-            this.#retire(held);
+            this.#settlement.retire(held);
             break;
         }
       }
@@ -1608,14 +1617,6 @@ export class BrokerMessenger implements Messenger {
     );
   }
 
-  /** Retires a delivery a newer attempt of the same message replaced: no broker settlement (MSG-011). */
-  #retire(held: Held): void {
-    if (held.settled) return;
-    held.settled = true;
-    this.#held.delete(held);
-    this.#backend.supersede(held.delivery.token);
-  }
-
   #leaveJoin(held: Held): void {
     if (!held.inJoin) return;
     held.inJoin = false;
@@ -1627,11 +1628,11 @@ export class BrokerMessenger implements Messenger {
     for (const held of group.handles) this.#leaveJoin(held);
     switch (group.kind) {
       case GroupKind.abort: {
-        await Promise.all(group.handles.map((h) => this.#settle(h, completed())));
+        await Promise.all(group.handles.map((h) => this.#settlement.settle(h, completed())));
         return this.#terminalInput(group);
       }
       case GroupKind.end: {
-        await Promise.all(group.handles.map((h) => this.#settle(h, completed())));
+        await Promise.all(group.handles.map((h) => this.#settlement.settle(h, completed())));
         this.#ended = this.#terminalInput(group);
         return this.#ended;
       }
@@ -1641,7 +1642,7 @@ export class BrokerMessenger implements Messenger {
     const key = this.#groupKey(group);
     if (this.#coverage.covers(key)) {
       await this.#coverage.confirm();
-      await Promise.all(group.handles.map((h) => this.#settle(h, completed())));
+      await Promise.all(group.handles.map((h) => this.#settlement.settle(h, completed())));
       return null;
     }
     this.#current = group;
@@ -1740,7 +1741,7 @@ export class BrokerMessenger implements Messenger {
     parent.drained = true;
     if (this.#recovery.waiting) this.#releaseRecovered();
     const ends = [...parent.ends.values()];
-    await Promise.all(ends.map((h) => this.#settle(h, completed())));
+    await Promise.all(ends.map((h) => this.#settlement.settle(h, completed())));
     const assembler = this.#assembler as GroupAssembler<Held>;
     for (const held of ends) {
       assembler.add(parent.name, entryFromEnvelope(held.envelope as WireEnvelope, held, undefined));
@@ -1756,57 +1757,16 @@ export class BrokerMessenger implements Messenger {
     await this.#settleReleases();
     const waiting: Promise<unknown>[] = [];
     for (const parent of this.#parents) {
-      for (const held of parent.ends.values()) waiting.push(this.#settle(held, retry(null)));
+      for (const held of parent.ends.values()) waiting.push(this.#settlement.settle(held, retry(null)));
       parent.ends.clear();
     }
     for (const group of this.#recovery.takeReady()) {
-      for (const held of group.handles) waiting.push(this.#settle(held, retry(null)));
+      for (const held of group.handles) waiting.push(this.#settlement.settle(held, retry(null)));
     }
     await Promise.all(waiting);
   }
 
   // ---- settlement and the delivery ladder ---------------------------------------------------------------
-
-  /**
-   * Settles one held delivery once; a reader's payload obligation is released only after a confirmed
-   * Completed or Terminal settlement (never on SettleUnknown, PAY-004). A settlement other than a retry
-   * first waits for the ledger write noting the delivery; `lingering` (an ack the node does not wait for)
-   * lets that write wait out its linger, anything else sends it at once.
-   */
-  async #settle(
-    held: Held,
-    outcome: BackendSettlement,
-    lingering = false,
-  ): Promise<SettlementOutcome | null> {
-    if (held.settled) return null;
-    held.settled = true;
-    this.#held.delete(held);
-    const recording = this.#received.writeOf(held.delivery);
-    if (recording !== undefined && outcome.kind !== "retry") {
-      if (!lingering) recording.ready();
-      await recording.written;
-    }
-    // A settle that waited for its ledger write across a crash never reaches the broker: the write did not
-    // happen, and the delivery goes to the replacement when its lease lapses.
-    if (this.#work.abandoned) return null;
-    const token = held.delivery.token;
-    const result = await this.#settler.call({
-      token,
-      outcome,
-      settlementId: `${token.messageId}/${token.attempt}/${outcome.kind}`,
-    });
-    // A first delivery settled for good is never delivered again: its id is proven received once.
-    if (
-      recording !== undefined && outcome.kind !== "retry" && token.attempt === 1 &&
-      result.kind === "settle_confirmed"
-    ) {
-      this.#runtime.proveReceived(held.parent.name, held.parent.durable, token.messageId);
-    }
-    if (result.kind === "settle_confirmed" && outcome.kind !== "retry" && held.blobRef !== null) {
-      await this.#payloads.release(held.blobRef, this.#payloads.readerId, result.settlementId);
-    }
-    return result;
-  }
 
   /** Input that never reaches the node (undecodable, a missing payload, an unusable key): the poison ladder. */
   async #rejectInput(held: Held, error: VideoflowRuntimeError, reason: DropReason): Promise<void> {
