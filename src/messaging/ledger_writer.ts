@@ -100,12 +100,7 @@ export class LedgerWriter {
     return this.#acceptedData;
   }
 
-  /** The state last checkpointed or restored, which a later offset flush commits again. */
-  get state(): Uint8Array | null {
-    return this.#state;
-  }
-
-  /** Takes `state` as the last checkpointed one (read back from the ledger). */
+  /** Takes `state` as the last checkpointed one (read back from the ledger), which an offset flush commits again. */
   adoptState(state: Uint8Array | null): void {
     this.#state = state;
   }

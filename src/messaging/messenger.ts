@@ -45,6 +45,22 @@
  *
  * The run's channels and data subscriptions must exist (`provisionFlow`) before {@link BrokerMessenger.open}.
  *
+ * The messenger is composed of parts that each own their state and say what they guarantee; it holds
+ * them and wires them, and they reach it only through the callbacks they are built with:
+ * `OutputIdentities` (output_identity.ts: trace ids, seqs, a replayable source's offsets),
+ * `OrderedPublisher` (ordered_publisher.ts: credit, batch calls, order across refusals, the stop's
+ * give-up), `LedgerWriter` (ledger_writer.ts: batched published ids and offsets, checkpoints),
+ * `DeadLetterLadder` (dead_letter_ladder.ts: DELIV-15), `InputSettlement` (input_settlement.ts),
+ * `ReceivedRecorder` (received_recorder.ts: EOS-7 received sets), `EosDrain` (eos_drain.ts: EOS-3 and
+ * the EOS-7 barrier), `PartitionLease` (partition_lease.ts), `PartitionAdmission`
+ * (partition_admission.ts: RUN-020), `GroupRecovery` (group_recovery.ts: story 1), `CheckpointCoverage`
+ * (checkpoint_coverage.ts), `DeliveryRoutes` (delivery_routes.ts), `DeliveryKeepalive`
+ * (delivery_keepalive.ts) and `PayloadOffload` (payload_offload.ts), beside `InFlight`, `OrderedRelease`
+ * and the join assembler (grouping.ts). What it keeps itself is the seam: the receive loop and the
+ * hand-out of input groups, the group in hand and its outputs, acks and failures, data and end-marker
+ * publications, the counts, and the stop signals. The parts see only the backend and ledger contracts,
+ * so another backend composes them unchanged.
+ *
  * @example
  * ```ts
  * const messenger = await BrokerMessenger.open({
@@ -909,7 +925,7 @@ export class BrokerMessenger implements Messenger {
    * before the send and never reaches the wire. A reliable output is sent once this replica's credit on its
    * channel covers it (see `CreditWindow`), so the broker has no reason to refuse it; one the broker
    * refuses all the same is retried with backoff until taken, in the order outputs were made (see
-   * {@link #publish}). A live (best-effort) output the broker refuses is counted as a drop. An inline output resolves once it is under way within the in-flight bound
+   * `OrderedPublisher.publish`). A live (best-effort) output the broker refuses is counted as a drop. An inline output resolves once it is under way within the in-flight bound
    * (sent, or waiting its turn behind a refused one); its outcome is awaited by its input group's ack and
    * by EOS, and a refusal is thrown by the next call that publishes, acks, receives or ends the stream.
    *
