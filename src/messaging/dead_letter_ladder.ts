@@ -71,8 +71,11 @@ export interface FailedDelivery {
 
 /** How a {@link DeadLetterLadder} fails deliveries. */
 export interface DeadLetterLadderOptions<H extends FailedDelivery> {
+  /** The flow, named in dead-letter ids. */
   readonly flowId: string;
+  /** The run, named in dead-letter ids. */
   readonly runId: string;
+  /** The node whose deliveries fail: the dead letters' origin. */
   readonly node: string;
   /** Where dead letters are published: the node's own output channel. */
   readonly channel: ChannelId;
@@ -94,7 +97,9 @@ export interface DeadLetterLadderOptions<H extends FailedDelivery> {
   readonly drop: (reason: DropReason) => void;
   /** A source uniform in [0, 1) for retry jitter. */
   readonly random: () => number;
+  /** Where time comes from (sample windows, payload pins). */
   readonly clock: Clock;
+  /** Where what could not be done is reported. */
   readonly logger: Logger;
 }
 

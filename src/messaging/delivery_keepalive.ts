@@ -19,6 +19,7 @@ import { EOS_ACK_WAIT_SECONDS } from "./topology.ts";
 
 /** What the keepalive reads and writes of a held delivery. */
 export interface KeptDelivery {
+  /** The delivery whose lease is renewed. */
   readonly delivery: Delivery;
   /** Whether it was settled (no longer renewed). */
   readonly settled: boolean;
@@ -30,7 +31,9 @@ export interface KeptDelivery {
 export interface DeliveryKeepaliveOptions {
   /** The transport whose leases are renewed. */
   readonly backend: MessagingBackend;
+  /** Where time and timers come from. */
   readonly clock: Clock;
+  /** Where a failed renewal is reported. */
   readonly logger: Logger;
 }
 

@@ -15,7 +15,9 @@ import { ConfigError } from "../core/errors.ts";
 
 /** Where a delivery goes: its parent (`P`) and the stream it came on. */
 export interface Route<P> {
+  /** The parent the subscription serves. */
   readonly parent: P;
+  /** The stream it is: data or EOS. */
   readonly kind: MessageKind;
 }
 

@@ -25,7 +25,9 @@ const TIME_TOLERANCE_SECONDS = 1e-6;
 
 /** What the drain reads of a parent (the messenger's per-parent state). */
 export interface DrainingParent {
+  /** The parent's name. */
   readonly name: string;
+  /** This replica's data subscription on the parent. */
   readonly data: SubscriptionId;
   /** The data subscription's durable name: the received set's key. */
   readonly durable: string;

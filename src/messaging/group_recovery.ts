@@ -34,8 +34,11 @@ interface RecoveredGroup<H> {
 
 /** The facts that name a member of a join group: who made it and its identity. */
 export interface MemberFacts {
+  /** The node that made the member. */
   readonly producerName: string;
+  /** The member's trace id. */
   readonly traceId: string;
+  /** The member's seq. */
   readonly seq: Seq;
 }
 
@@ -47,6 +50,7 @@ export interface GroupRecoveryOptions<H> {
   readonly collect: Readonly<Record<string, unknown>>;
   /** Retires a delivery a newer attempt of the same member replaced (no broker settlement). */
   readonly retire: (handle: H) => void;
+  /** Where time comes from (the recovery deadline). */
   readonly clock: Clock;
 }
 

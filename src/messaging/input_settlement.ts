@@ -24,6 +24,7 @@ import type { ReceivedWrite } from "./received_recorder.ts";
 
 /** What the settlement reads and writes of a held delivery. */
 export interface SettledDelivery {
+  /** The delivery as the broker handed it out. */
   readonly delivery: Delivery;
   /** Whether it was settled or retired already. */
   settled: boolean;

@@ -52,6 +52,7 @@ export interface LedgerWriterOptions {
   readonly onStale: () => void;
   /** Whether the replica crashed: no write begins (the messenger's `InFlight`). */
   readonly work: { readonly abandoned: boolean };
+  /** Where time comes from (the flush clock). */
   readonly clock: Clock;
 }
 

@@ -42,6 +42,7 @@ export interface OrderedPublisherOptions {
   readonly source: boolean;
   /** Whether the replica crashed: work that has not begun does not begin (the messenger's `InFlight`). */
   readonly work: { readonly abandoned: boolean };
+  /** Where time comes from (receipt deadlines, backoff). */
   readonly clock: Clock;
 }
 

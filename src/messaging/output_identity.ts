@@ -17,16 +17,23 @@ import { producerTrace, replayableTraceId, type Seq, sourceEpochTraceId } from "
 
 /** The identity an output carries: its trace, its event time, and a replayable source's offset. */
 export interface OutputIdentity {
+  /** The output's trace id. */
   readonly traceId: string;
+  /** The output's seq. */
   readonly seq: Seq;
+  /** The event time it carries, when its identity has one. */
   readonly eventTs: number | null;
+  /** A replayable source's offset; `null` otherwise. */
   readonly offset: number | null;
 }
 
 /** The facts of the input group a receiver's output carries forward. */
 export interface CarriedIdentity {
+  /** The input group's trace id. */
   readonly traceId: string;
+  /** The input group's seq. */
   readonly seq: Seq;
+  /** The input group's event time. */
   readonly eventTs: number | null;
 }
 

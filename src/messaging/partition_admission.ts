@@ -53,6 +53,7 @@ export function decodeDelivery(bytes: Uint8Array): WireEnvelope | DecodeError {
 
 /** How a {@link PartitionAdmission} decides. */
 export interface PartitionAdmissionOptions {
+  /** The node, named in a PartitionKeyError. */
   readonly node: string;
   /** The partition key (`trace_id` or a metadata field); `null` when the node is not partitioned. */
   readonly partitionBy: string | null;

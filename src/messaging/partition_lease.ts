@@ -19,6 +19,7 @@ export interface PartitionLeaseOptions {
   readonly runtime: FlowRuntime;
   /** Called when a renewal finds the lease lost: the replica's authority is gone. */
   readonly onLost: () => void;
+  /** Where a lost lease is reported. */
   readonly logger: Logger;
 }
 

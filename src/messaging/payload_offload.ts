@@ -45,6 +45,7 @@ export interface PayloadOffloadOptions {
   readonly maxInlineBytes: number;
   /** Whether an offload must land in a durable store (a batch flow). */
   readonly durableRequired: boolean;
+  /** Where a failed release is reported. */
   readonly logger: Logger;
 }
 

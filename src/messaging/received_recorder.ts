@@ -25,14 +25,19 @@ export const RECEIVED_LINGER_SECONDS = 0.1;
 
 /** A received-set write: the ids it notes, its completion, and a way to send it before its linger is over. */
 export interface ReceivedWrite {
+  /** The ids the write notes (more join it until it begins). */
   readonly ids: string[];
+  /** Settles once the write is done; rejects when it failed. */
   readonly written: Promise<void>;
+  /** Ends the linger: the write begins once the one before it is done. */
   readonly ready: () => void;
 }
 
 /** The parent a batch was received from: its name and its data subscription's durable name (the set's key). */
 export interface ReceivingParent {
+  /** The parent's name. */
   readonly name: string;
+  /** Its data subscription's durable name. */
   readonly durable: string;
 }
 
@@ -44,6 +49,7 @@ export interface ReceivedRecorderOptions {
   readonly batchIds: number;
   /** Whether the replica crashed: no write begins (the messenger's `InFlight`). */
   readonly work: { readonly abandoned: boolean };
+  /** Where time and timers come from (the linger). */
   readonly clock: Clock;
 }
 
