@@ -115,7 +115,6 @@ import {
   DecodeError,
   DEFAULT_DISPOSITION,
   type Disposition,
-  type ErrorRecord,
   errorToDict,
   PoisonMessage,
   replicaDeathFailure,
@@ -125,18 +124,11 @@ import {
 import { checkFlowType, FlowType } from "../core/flow_type.ts";
 import { randomHex } from "../core/hex.ts";
 import { JOIN_TIME, JoinPolicy } from "../core/join_policy.ts";
-import {
-  type InputEntry,
-  type InputGroup,
-  type InputInfo,
-  type Messenger,
-  StopReason,
-} from "../core/messenger.ts";
+import { type InputGroup, type InputInfo, type Messenger, StopReason } from "../core/messenger.ts";
 import type { JsonObject } from "../core/node.ts";
 import { ORDER_SEQUENCE, type OrderingPolicy } from "../core/ordering_policy.ts";
 import type { PartitionKeyPolicy } from "../core/partition_key_policy.ts";
 import {
-  type AbortMarker,
   abortPayload,
   createEnvelope,
   decodePayload,
@@ -147,7 +139,6 @@ import {
   ENVELOPE_VERSION,
   type PreparedPayload,
   preparePayload,
-  readAbortPayload,
 } from "../wire/codec.ts";
 import {
   abortTraceId,
@@ -161,9 +152,7 @@ import {
 } from "../wire/identities.ts";
 import type { BlobRef, WireMap, WirePayload } from "../wire/value.ts";
 import {
-  type CollectEntry,
   entryFromEnvelope,
-  type EnvelopeEntry,
   type GroupAssembler,
   GroupKind,
   makeAssembler,
@@ -197,6 +186,7 @@ import { GroupRecovery } from "./group_recovery.ts";
 import { decodeDelivery, PartitionAdmission } from "./partition_admission.ts";
 import { CheckpointCoverage } from "./checkpoint_coverage.ts";
 import { DeliveryRoutes } from "./delivery_routes.ts";
+import { abortMarker, dataInput, stopGroup, terminalInput } from "./input_groups.ts";
 import { DeliveryKeepalive } from "./delivery_keepalive.ts";
 import { PayloadOffload } from "./payload_offload.ts";
 import { InputSettlement } from "./input_settlement.ts";
@@ -385,47 +375,6 @@ const SILENT: Logger = Object.freeze({
   info() {},
   warn() {},
   error() {},
-});
-
-/** What an ABORT envelope says; a marker whose payload is unreadable still ends its parent, as its producer. */
-function abortMarker(decoded: WireEnvelope): AbortMarker {
-  try {
-    return readAbortPayload(decoded.payloadType, decoded.payload);
-  } catch (error) {
-    return { node: decoded.producerName, error: errorToDict(error) };
-  }
-}
-
-/** The InputEntry of an ABORT marker's entry. */
-function abortInput(entry: EnvelopeEntry<Held>, origin: string, record: ErrorRecord): InputEntry {
-  return {
-    message: null,
-    metadata: entry.metadata,
-    eventTs: entry.eventTs,
-    isStopSignal: false,
-    isAbort: true,
-    abortOrigin: origin,
-    abortError: record,
-  };
-}
-
-/** The InputEntry of a collect parent's window. */
-function collectInput(entry: CollectEntry): InputEntry {
-  return {
-    message: entry.message,
-    metadata: null,
-    eventTs: entry.eventTs.find((ts) => ts !== null) ?? null,
-    isStopSignal: false,
-    isAbort: false,
-  };
-}
-
-const STOP_ENTRY: InputEntry = Object.freeze({
-  message: null,
-  metadata: null,
-  eventTs: null,
-  isStopSignal: true,
-  isAbort: false,
 });
 
 /**
@@ -778,7 +727,7 @@ export class BrokerMessenger implements Messenger {
     for (;;) {
       if (this.#quiesced || this.#authorityLost) {
         await this.#handBack();
-        return this.#stopGroup();
+        return stopGroup(this.#parents.map((p) => p.name));
       }
       if (this.#ended !== null) return this.#ended;
       const group = this.#heldEnd ?? this.#nextReady();
@@ -1645,11 +1594,11 @@ export class BrokerMessenger implements Messenger {
     switch (group.kind) {
       case GroupKind.abort: {
         await Promise.all(group.handles.map((h) => this.#settlement.settle(h, completed())));
-        return this.#terminalInput(group);
+        return terminalInput(group);
       }
       case GroupKind.end: {
         await Promise.all(group.handles.map((h) => this.#settlement.settle(h, completed())));
-        this.#ended = this.#terminalInput(group);
+        this.#ended = terminalInput(group);
         return this.#ended;
       }
       case GroupKind.data:
@@ -1664,44 +1613,12 @@ export class BrokerMessenger implements Messenger {
     this.#current = group;
     this.#currentKey = key;
     if (this.#durable && this.#join?.mode === JOIN_TIME) await this.#persistGroup(group);
-    return this.#dataInput(group);
+    return dataInput(group);
   }
 
   #groupKey(group: ReadyGroup<Held>): string {
     if (this.#parents.length === 1) return group.handles[0].delivery.token.messageId;
     return messageId(this.#flowId, this.#runId, this.#node, group.traceId, group.seq, MsgType.data);
-  }
-
-  #dataInput(group: ReadyGroup<Held>): InputGroup {
-    const entries = group.entries;
-    let converted: Record<string, InputEntry | null> | null = null;
-    for (const name of Object.keys(entries)) {
-      const entry = entries[name];
-      if (entry?.kind === "collect") {
-        (converted ??= { ...entries } as Record<string, InputEntry | null>)[name] = collectInput(entry);
-      }
-    }
-    return converted ?? (entries as InputGroup);
-  }
-
-  /** The entries of an end or abort group: each parent's EOS, or its ABORT with origin and record. */
-  #terminalInput(group: ReadyGroup<Held>): InputGroup {
-    const input: Record<string, InputEntry | null> = {};
-    for (const [name, entry] of Object.entries(group.entries)) {
-      if (entry === null || entry.kind === "collect") {
-        input[name] = entry === null ? null : collectInput(entry);
-      } else if (entry.isAbort) {
-        const marker = entry.message as AbortMarker;
-        input[name] = abortInput(entry, marker.node, marker.error);
-      } else {
-        input[name] = entry;
-      }
-    }
-    return input;
-  }
-
-  #stopGroup(): InputGroup {
-    return Object.fromEntries(this.#parents.map((p) => [p.name, STOP_ENTRY]));
   }
 
   /** Closes the persisted join group of the group just settled (its inputs are acked or failed). */
