@@ -1,8 +1,10 @@
 /**
- * The messenger's join-group recovery (story 1): a replacement re-forms each time-join group its
- * predecessor persisted from that group's redelivered members, so the node sees the same group again.
+ * The messenger's join-group recovery (story 1): a time-join group handed to the node over a durable
+ * ledger is persisted until its inputs settle, and a replacement re-forms each group its predecessor
+ * persisted from that group's redelivered members, so the node sees the same group again.
  *
- * It guarantees: a redelivered member of a persisted group is held here, not joined anew (a newer attempt
+ * It guarantees: the group in hand is persisted with each member's identity and delivery token before the
+ * node sees it, and closed once its inputs are acked or failed; a redelivered member of a persisted group is held here, not joined anew (a newer attempt
  * of the same member retires the older one); a group whose members all came back is handed out before
  * anything new, with the persisted group id, its seq and its earliest event time; after
  * {@link RECOVERY_WAIT_ACK_WAITS} ack waits (a crashed predecessor's leases lapse after one), or when a
@@ -13,7 +15,8 @@
  */
 
 import type { Clock } from "../backends/clock.ts";
-import type { RecoveryRecord } from "../backends/runtime.ts";
+import type { Delivery } from "../backends/messaging.ts";
+import type { FlowRuntime, RecoveryRecord } from "../backends/runtime.ts";
 import type { Seq } from "../wire/identities.ts";
 import { type CollectEntry, type EnvelopeEntry, GroupKind, type ReadyGroup } from "./grouping.ts";
 
@@ -44,6 +47,8 @@ export interface MemberFacts {
 
 /** How a {@link GroupRecovery} re-forms groups. */
 export interface GroupRecoveryOptions<H> {
+  /** The node's ledger, which keeps the persisted groups. */
+  readonly runtime: FlowRuntime;
   /** The join's parents in `.from()` order. */
   readonly parentNames: readonly string[];
   /** The parents the join collects (their entry in a re-formed group is an empty window). */
@@ -59,7 +64,8 @@ function memberKey(parent: string, producer: string, traceId: string, seq: Seq):
 }
 
 /** One replacement's persisted join groups, re-formed from their members' handles (`H`). */
-export class GroupRecovery<H> {
+export class GroupRecovery<H extends { readonly delivery: Delivery }> {
+  readonly #runtime: FlowRuntime;
   readonly #parentNames: readonly string[];
   readonly #collect: Readonly<Record<string, unknown>>;
   readonly #retire: (handle: H) => void;
@@ -68,9 +74,12 @@ export class GroupRecovery<H> {
   readonly #recoveredReady: ReadyGroup<H>[] = [];
   /** When recovered groups whose members did not all come back are handed to the join instead. */
   #recoveryDeadline = 0;
+  /** The persisted group of the group in hand, closed once its inputs settle. */
+  #persistedGroup: string | null = null;
 
   /** Holds no group until {@link restore}. */
   constructor(options: GroupRecoveryOptions<H>) {
+    this.#runtime = options.runtime;
     this.#parentNames = options.parentNames;
     this.#collect = options.collect;
     this.#retire = options.retire;
@@ -125,6 +134,34 @@ export class GroupRecovery<H> {
       for (const [parent, entry] of group.arrived) join(parent, entry);
     }
     this.#recovered.clear();
+  }
+
+  /** Persists a time-join group handed to the node over a durable ledger, until its inputs settle. */
+  async persist(group: ReadyGroup<H>): Promise<void> {
+    const members: Record<string, { producer: string; traceId: string; seq: Seq }> = {};
+    const tokens: Record<string, string> = {};
+    for (const [parent, entry] of Object.entries(group.entries)) {
+      if (entry === null || entry.kind === "collect") continue;
+      members[parent] = { producer: entry.producerName, traceId: entry.traceId, seq: entry.seq };
+      tokens[parent] = `${entry.handle.delivery.token.messageId}#${entry.handle.delivery.token.attempt}`;
+    }
+    await this.#runtime.persistGroup(group.traceId, members, tokens);
+    this.#persistedGroup = group.traceId;
+  }
+
+  /** The persisted group of the group in hand, which its ack closes; none is held here any more. */
+  takePersisted(): string | null {
+    const groupId = this.#persistedGroup;
+    this.#persistedGroup = null;
+    return groupId;
+  }
+
+  /** Closes the persisted join group of the group just settled (its inputs are acked or failed). */
+  async closePersisted(): Promise<void> {
+    const groupId = this.#persistedGroup;
+    if (groupId === null) return;
+    this.#persistedGroup = null;
+    await this.#runtime.settleGroup(groupId);
   }
 
   /** Holds a member of a recovered group; the complete group is handed out before anything new. */

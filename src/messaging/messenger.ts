@@ -55,11 +55,12 @@
  * the EOS-7 barrier), `PartitionLease` (partition_lease.ts), `PartitionAdmission`
  * (partition_admission.ts: RUN-020), `GroupRecovery` (group_recovery.ts: story 1), `CheckpointCoverage`
  * (checkpoint_coverage.ts), `DeliveryRoutes` (delivery_routes.ts), `DeliveryKeepalive`
- * (delivery_keepalive.ts) and `PayloadOffload` (payload_offload.ts), beside `InFlight`, `OrderedRelease`
- * and the join assembler (grouping.ts). What it keeps itself is the seam: the receive loop and the
- * hand-out of input groups, the group in hand and its outputs, acks and failures, data and end-marker
- * publications, the counts, and the stop signals. The parts see only the backend and ledger contracts,
- * so another backend composes them unchanged.
+ * (delivery_keepalive.ts) and `PayloadOffload` (payload_offload.ts), with the input groups handed to the
+ * task made in input_groups.ts, beside `InFlight`, `OrderedRelease` and the join assembler (grouping.ts).
+ * What it keeps itself is the seam: the receive loop and the hand-out of input groups, the group in hand
+ * and its outputs, acks and failures, data and end-marker publications, the counts, and the stop
+ * signals. The parts see only the backend and ledger contracts, so another backend composes them
+ * unchanged.
  *
  * @example
  * ```ts
@@ -148,7 +149,6 @@ import {
   MsgType,
   partitionKeyOf,
   partitionKeyString,
-  type Seq,
 } from "../wire/identities.ts";
 import type { BlobRef, WireMap, WirePayload } from "../wire/value.ts";
 import {
@@ -458,7 +458,6 @@ export class BrokerMessenger implements Messenger {
   #currentKey: string | null = null;
   /** Hands ready groups out in sequence order under a sequence ordering policy; `null` for arrival order. */
   #ordered: OrderedRelease<Held> | null = null;
-  #persistedGroup: string | null = null;
   #ended: InputGroup | null = null;
   /** The join's end group, held while an input of this node is still outstanding at the broker. */
   #heldEnd: ReadyGroup<Held> | null = null;
@@ -573,6 +572,7 @@ export class BrokerMessenger implements Messenger {
     });
     this.#parents = parentNames.map((name) => this.#parentState(name));
     this.#recovery = new GroupRecovery<Held>({
+      runtime: this.#runtime,
       parentNames,
       collect: this.#join?.collect ?? {},
       retire: (held) => this.#settlement.retire(held),
@@ -766,8 +766,7 @@ export class BrokerMessenger implements Messenger {
     this.#outputs = [];
     const outputIds = this.#outputIds;
     this.#outputIds = [];
-    const persisted = this.#persistedGroup;
-    this.#persistedGroup = null;
+    const persisted = this.#recovery.takePersisted();
     this.#work.track(this.#ackAfter(outputs, outputIds, group.handles, persisted, onAcked));
     if (!this.#work.admitsNow()) await this.#work.admit();
   }
@@ -819,7 +818,7 @@ export class BrokerMessenger implements Messenger {
     this.#outputIds = [];
     const failure = asRuntimeError(error, this.#delivery.onError ?? DEFAULT_DISPOSITION);
     const actions = await Promise.all(group.handles.map((h) => this.#ladder.apply(h, failure)));
-    await this.#closeGroup();
+    await this.#recovery.closePersisted();
     return actions.some((action) => action !== ACTION_NAK);
   }
 
@@ -1612,33 +1611,13 @@ export class BrokerMessenger implements Messenger {
     }
     this.#current = group;
     this.#currentKey = key;
-    if (this.#durable && this.#join?.mode === JOIN_TIME) await this.#persistGroup(group);
+    if (this.#durable && this.#join?.mode === JOIN_TIME) await this.#recovery.persist(group);
     return dataInput(group);
   }
 
   #groupKey(group: ReadyGroup<Held>): string {
     if (this.#parents.length === 1) return group.handles[0].delivery.token.messageId;
     return messageId(this.#flowId, this.#runId, this.#node, group.traceId, group.seq, MsgType.data);
-  }
-
-  /** Closes the persisted join group of the group just settled (its inputs are acked or failed). */
-  async #closeGroup(): Promise<void> {
-    const groupId = this.#persistedGroup;
-    if (groupId === null) return;
-    this.#persistedGroup = null;
-    await this.#runtime.settleGroup(groupId);
-  }
-
-  async #persistGroup(group: ReadyGroup<Held>): Promise<void> {
-    const members: Record<string, { producer: string; traceId: string; seq: Seq }> = {};
-    const tokens: Record<string, string> = {};
-    for (const [parent, entry] of Object.entries(group.entries)) {
-      if (entry === null || entry.kind === "collect") continue;
-      members[parent] = { producer: entry.producerName, traceId: entry.traceId, seq: entry.seq };
-      tokens[parent] = `${entry.handle.delivery.token.messageId}#${entry.handle.delivery.token.attempt}`;
-    }
-    await this.#runtime.persistGroup(group.traceId, members, tokens);
-    this.#persistedGroup = group.traceId;
   }
 
   /** Publishes the output committed with the covering checkpoint again, until taken (see CheckpointCoverage). */
