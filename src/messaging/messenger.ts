@@ -45,6 +45,23 @@
  *
  * The run's channels and data subscriptions must exist (`provisionFlow`) before {@link BrokerMessenger.open}.
  *
+ * The messenger is composed of parts that each own their state and say what they guarantee; it holds
+ * them and wires them, and they reach it only through the callbacks they are built with:
+ * `OutputIdentities` (output_identity.ts: trace ids, seqs, a replayable source's offsets),
+ * `OrderedPublisher` (ordered_publisher.ts: credit, batch calls, order across refusals, the stop's
+ * give-up), `LedgerWriter` (ledger_writer.ts: batched published ids and offsets, checkpoints),
+ * `DeadLetterLadder` (dead_letter_ladder.ts: DELIV-15), `InputSettlement` (input_settlement.ts),
+ * `ReceivedRecorder` (received_recorder.ts: EOS-7 received sets), `EosDrain` (eos_drain.ts: EOS-3 and
+ * the EOS-7 barrier), `PartitionLease` (partition_lease.ts), `PartitionAdmission`
+ * (partition_admission.ts: RUN-020), `GroupRecovery` (group_recovery.ts: story 1), `CheckpointCoverage`
+ * (checkpoint_coverage.ts), `DeliveryRoutes` (delivery_routes.ts), `DeliveryKeepalive`
+ * (delivery_keepalive.ts) and `PayloadOffload` (payload_offload.ts), with the input groups handed to the
+ * task made in input_groups.ts, beside `InFlight`, `OrderedRelease` and the join assembler (grouping.ts).
+ * What it keeps itself is the seam: the receive loop and the hand-out of input groups, the group in hand
+ * and its outputs, acks and failures, data and end-marker publications, the counts, and the stop
+ * signals. The parts see only the backend and ledger contracts, so another backend composes them
+ * unchanged.
+ *
  * @example
  * ```ts
  * const messenger = await BrokerMessenger.open({
@@ -57,11 +74,10 @@
  */
 
 import { ByteSlab } from "../core/bytes.ts";
-import { CoalescedRun } from "../core/coalesced_run.ts";
 import { requireCount, requirePositiveSeconds } from "../core/checks.ts";
 import { DropReason } from "../core/metrics.ts";
 import { MessagingProfile } from "../backends/capabilities.ts";
-import { type Clock, systemClock, type TimerHandle } from "../backends/clock.ts";
+import { type Clock, systemClock } from "../backends/clock.ts";
 import { Barrier, barrier, faultsInstalled } from "../backends/faults.ts";
 import {
   type ChannelId,
@@ -73,44 +89,23 @@ import {
   MessageKind,
   type MessagingBackend,
   retry,
-  type Settlement as BackendSettlement,
-  type SettlementOutcome,
-  type SettleRequest,
   type SubscriptionId,
-  subscriptionKey,
   type SubscriptionObservation,
-  terminal,
 } from "../backends/messaging.ts";
 import { MemoryRuntimeStore } from "../backends/memory/runtime_store.ts";
-import { known, type Observation, type PublicationOutcome, rejected } from "../backends/outcomes.ts";
+import { known, type Observation, type PublicationOutcome } from "../backends/outcomes.ts";
 import { intentObligationId, type PayloadStore } from "../backends/payload.ts";
 import {
   BATCH_BLOB_TTL_SECONDS,
   DEFAULT_MAX_INLINE_PAYLOAD_BYTES,
-  fetchOffloaded,
-  offloadPayload,
-  PayloadStoreBlobBridge,
-  readerObligationId,
   REALTIME_BLOB_TTL_SECONDS,
 } from "../backends/payload_bridge.ts";
-import {
-  CompletionState,
-  FlowRuntime,
-  type LeaseKeeper,
-  type OwnershipToken,
-  PublicationKind,
-  type ReplayPosition,
-  TerminatorKind,
-} from "../backends/runtime.ts";
+import { FlowRuntime, PublicationKind, TerminatorKind } from "../backends/runtime.ts";
 import { CHECKPOINT_METADATA_KEY, type Logger, PARTITION_KEY_METADATA_KEY } from "../core/context.ts";
 import {
-  ACTION_DLQ,
-  ACTION_DLQ_SAMPLED,
   ACTION_NAK,
-  ACTION_TERM,
   AT_LEAST_ONCE,
   BEST_EFFORT,
-  type DeliveryAction,
   type DeliveryMode,
   DeliveryPolicy,
   drawRetryJitter,
@@ -122,67 +117,43 @@ import {
   DecodeError,
   DEFAULT_DISPOSITION,
   type Disposition,
-  type ErrorRecord,
   errorToDict,
-  type PartitionKeyError,
   PoisonMessage,
   replicaDeathFailure,
-  StaleAuthority,
-  TRANSIENT,
   TransientFailure,
   type VideoflowRuntimeError,
-  WORKER_FATAL,
 } from "../core/errors.ts";
 import { checkFlowType, FlowType } from "../core/flow_type.ts";
 import { randomHex } from "../core/hex.ts";
 import { JOIN_TIME, JoinPolicy } from "../core/join_policy.ts";
-import {
-  type InputEntry,
-  type InputGroup,
-  type InputInfo,
-  type Messenger,
-  StopReason,
-} from "../core/messenger.ts";
+import { type InputGroup, type InputInfo, type Messenger, StopReason } from "../core/messenger.ts";
 import type { JsonObject } from "../core/node.ts";
 import { ORDER_SEQUENCE, type OrderingPolicy } from "../core/ordering_policy.ts";
-import { INVALID_KEY_FALLBACK, type PartitionKeyPolicy } from "../core/partition_key_policy.ts";
+import type { PartitionKeyPolicy } from "../core/partition_key_policy.ts";
 import {
-  type AbortMarker,
   abortPayload,
   createEnvelope,
-  decodeEnvelope,
   decodePayload,
   encodeEnvelope,
   encodeEnvelopeWithPayload,
   encodePayload,
   type Envelope as WireEnvelope,
   ENVELOPE_VERSION,
-  PayloadType,
   type PreparedPayload,
   preparePayload,
-  readAbortPayload,
 } from "../wire/codec.ts";
 import {
   abortTraceId,
-  dlqMessageId,
   eosTraceId,
   isValidPartitionKey,
   messageId,
   MsgType,
   partitionKeyOf,
   partitionKeyString,
-  partitionOwner,
-  producerTrace,
-  recordKeyError,
-  replayableTraceId,
-  type Seq,
-  sourceEpochTraceId,
 } from "../wire/identities.ts";
 import type { BlobRef, WireMap, WirePayload } from "../wire/value.ts";
 import {
-  type CollectEntry,
   entryFromEnvelope,
-  type EnvelopeEntry,
   type GroupAssembler,
   GroupKind,
   makeAssembler,
@@ -193,7 +164,6 @@ import {
 } from "./grouping.ts";
 import { OrderedRelease } from "./ordered_release.ts";
 import { InFlight } from "./in_flight.ts";
-import { PublicationOrder } from "./publication_order.ts";
 import {
   dataSubscriptionId,
   dataSubscriptionSpec,
@@ -202,16 +172,26 @@ import {
   DEFAULT_IN_FLIGHT_BYTES,
   defaultPrefetch,
   defaultProfile,
-  DLQ_RETENTION_SECONDS,
   durableNameOf,
-  EOS_ACK_WAIT_SECONDS,
   eosSubscriptionId,
   eosSubscriptionSpec,
   type NodeRouting,
-  publishBackoffSeconds,
 } from "./topology.ts";
-import { CallBatcher } from "./call_batcher.ts";
-import { CreditWindow } from "./credit_window.ts";
+import { OrderedPublisher } from "./ordered_publisher.ts";
+import { LedgerWriter } from "./ledger_writer.ts";
+import { DeadLetterLadder } from "./dead_letter_ladder.ts";
+import { PartitionLease } from "./partition_lease.ts";
+import { ReceivedRecorder } from "./received_recorder.ts";
+import { EosDrain } from "./eos_drain.ts";
+import { GroupRecovery } from "./group_recovery.ts";
+import { decodeDelivery, PartitionAdmission } from "./partition_admission.ts";
+import { CheckpointCoverage } from "./checkpoint_coverage.ts";
+import { DeliveryRoutes } from "./delivery_routes.ts";
+import { abortMarker, dataInput, stopGroup, terminalInput } from "./input_groups.ts";
+import { DeliveryKeepalive } from "./delivery_keepalive.ts";
+import { PayloadOffload } from "./payload_offload.ts";
+import { InputSettlement } from "./input_settlement.ts";
+import { OutputIdentities, type OutputIdentity } from "./output_identity.ts";
 
 /** EOS-3's quiescence when nothing narrower is configured (`VF_EOS_QUIESCENCE_MS`), in milliseconds. */
 export const DEFAULT_EOS_QUIESCENCE_MS = 500;
@@ -224,8 +204,6 @@ export const RECEIVE_WAIT_SECONDS = 0.5;
  * next turn without the loop spinning on a deadline that rounding keeps a hair ahead of the clock.
  */
 export const MIN_RECEIVE_WAIT_SECONDS = 0.001;
-/** Accepted publication ids (and a replayable source's offset) noted in the ledger per flush, at most. */
-export const LEDGER_FLUSH_BATCH = 256;
 /**
  * Publications and settlements that may await the broker at once while the node goes on: an input is
  * still acked only after its outputs were accepted, and EOS only after all of them.
@@ -233,19 +211,10 @@ export const LEDGER_FLUSH_BATCH = 256;
 export const DEFAULT_IN_FLIGHT = 256;
 /** The most publications (or settlements) one batch call carries. */
 export const CALL_BATCH_ENTRIES = 64;
-/** The longest accepted publications wait before they are noted in the ledger, in seconds. */
-export const LEDGER_FLUSH_SECONDS = 1;
 
-/** What a position save writes as the state: the one the last checkpoint write saved. */
-const SAVED_STATE = Symbol("the state saved last");
-/**
- * How many ack waits a replacement holds the redelivered members of a join group its predecessor persisted
- * before giving up on the rest and letting the join's own rules group them: a crashed predecessor's leases
- * lapse after one.
- */
-export const RECOVERY_WAIT_ACK_WAITS = 2;
-/** How often the EOS-7 barrier is re-evaluated for a parent whose end was seen, at most, in seconds. */
-export const BARRIER_CHECK_SECONDS = 0.25;
+export { DeadLetterHeader } from "./dead_letter_ladder.ts";
+export { RECEIVED_LINGER_SECONDS } from "./received_recorder.ts";
+export { envelopeOwner } from "./partition_admission.ts";
 
 /** The header every envelope carries: the envelope version. */
 export const ENVELOPE_VERSION_HEADER = "VF-Env";
@@ -253,12 +222,6 @@ export const ENVELOPE_VERSION_HEADER = "VF-Env";
 const ENVELOPE_HEADERS: Readonly<Record<string, string>> = Object.freeze({
   [ENVELOPE_VERSION_HEADER]: String(ENVELOPE_VERSION),
 });
-/** Dead-letter headers (WIRE.md "Identities"). */
-export const DeadLetterHeader = {
-  originNode: "VF-Origin-Node",
-  error: "VF-Error",
-  numDelivered: "VF-Num-Delivered",
-} as const;
 
 /** Publication outcomes by kind. */
 export interface PublicationStats {
@@ -397,37 +360,7 @@ interface ParentState {
   drained: boolean;
   /** Data handles of this parent the join holds. */
   inJoin: number;
-  quietSince: number | null;
-  nextCheck: number;
-  /**
-   * At the last EOS-7 check, every replica had ended and the broker held nothing for this node, yet the
-   * ledger noted fewer ids received than the parent announced: the held end markers are work that waits.
-   */
-  barrierShort: boolean;
-  /** Received ids waiting for the write running now to finish, and the write that will note them. */
-  recordingNext: ReceivedWrite | null;
-  /** The latest received-id write begun or queued. */
-  recordingLast: Promise<void>;
 }
-
-/** The identity an output carries: its trace, its event time, and a replayable source's offset. */
-interface OutputIdentity {
-  readonly traceId: string;
-  readonly seq: Seq;
-  readonly eventTs: number | null;
-  readonly offset: number | null;
-}
-
-/** A join group persisted before a replacement's restart (story 1), re-formed from its redelivered members. */
-interface RecoveredGroup {
-  readonly groupId: string;
-  /** Parent name to the member key it waits for. */
-  readonly wanted: ReadonlyMap<string, string>;
-  readonly arrived: Map<string, EnvelopeEntry<Held>>;
-}
-
-/** Readings this close count as the same instant: a deadline met by a timer's rounding is met. */
-const TIME_TOLERANCE_SECONDS = 1e-6;
 
 /**
  * A wait shortened to whole microseconds (less a hair), so a clock that keeps time in microsecond ticks
@@ -444,114 +377,6 @@ const SILENT: Logger = Object.freeze({
   warn() {},
   error() {},
 });
-
-function memberKey(parent: string, producer: string, traceId: string, seq: Seq): string {
-  return `${parent}\u0000${producer}\u0000${traceId}\u0000${seq}`;
-}
-
-/**
- * The replica of a node partitioned by `partitionBy` over `nbTasks` replicas that owns `decoded`: its
- * key's owner; replica 0 for an undecodable envelope, `unusable` for one whose key cannot be used.
- */
-function ownerOf(
-  decoded: WireEnvelope | DecodeError,
-  partitionBy: string,
-  nbTasks: number,
-  unusable: number,
-): number {
-  if (decoded instanceof DecodeError) return 0;
-  const key = partitionKeyOf(partitionBy, decoded.traceId, decoded.metadata);
-  return isValidPartitionKey(key) ? partitionOwner(key, nbTasks) : unusable;
-}
-
-/**
- * The replica of a node partitioned by `partitionBy` over `nbTasks` replicas that owns the envelope in
- * `bytes`, as its replicas decide it under the default key policy (an unusable key: replica 0).
- */
-export function envelopeOwner(bytes: Uint8Array, partitionBy: string, nbTasks: number): number {
-  return ownerOf(decodeDelivery(bytes), partitionBy, nbTasks, 0);
-}
-
-/** The envelope in a delivery's bytes, or the DecodeError that says why there is none. */
-function decodeDelivery(bytes: Uint8Array): WireEnvelope | DecodeError {
-  try {
-    return decodeEnvelope(bytes);
-  } catch (error) {
-    return error instanceof DecodeError
-      ? error
-      : new DecodeError(`the envelope could not be decoded: ${errorToDict(error).message}`);
-  }
-}
-
-/** The VF-Error header of a dead letter: the error's code and message on one line. */
-function errorHeader(error: VideoflowRuntimeError): string {
-  return `${error.code}: ${error.message}`.replace(/[\r\n]+/g, " ");
-}
-
-/** What an ABORT envelope says; a marker whose payload is unreadable still ends its parent, as its producer. */
-function abortMarker(decoded: WireEnvelope): AbortMarker {
-  try {
-    return readAbortPayload(decoded.payloadType, decoded.payload);
-  } catch (error) {
-    return { node: decoded.producerName, error: errorToDict(error) };
-  }
-}
-
-/** The InputEntry of an ABORT marker's entry. */
-function abortInput(entry: EnvelopeEntry<Held>, origin: string, record: ErrorRecord): InputEntry {
-  return {
-    message: null,
-    metadata: entry.metadata,
-    eventTs: entry.eventTs,
-    isStopSignal: false,
-    isAbort: true,
-    abortOrigin: origin,
-    abortError: record,
-  };
-}
-
-/** The InputEntry of a collect parent's window. */
-function collectInput(entry: CollectEntry): InputEntry {
-  return {
-    message: entry.message,
-    metadata: null,
-    eventTs: entry.eventTs.find((ts) => ts !== null) ?? null,
-    isStopSignal: false,
-    isAbort: false,
-  };
-}
-
-const STOP_ENTRY: InputEntry = Object.freeze({
-  message: null,
-  metadata: null,
-  eventTs: null,
-  isStopSignal: true,
-  isAbort: false,
-});
-
-/**
- * How long a received-set write waits, from its batch's first id, for more ids to note in the same write,
- * unless half the messenger's in-flight depth arrive first (so the acks waiting for it never hold the node
- * back): a node taking a few items a second writes a few records a second instead of one per item. A
- * settlement of a delivery waits at most this much longer for the write that notes it.
- */
-export const RECEIVED_LINGER_SECONDS = 0.1;
-/** A received-set write: the ids it notes, its completion, and a way to send it before its linger is over. */
-interface ReceivedWrite {
-  readonly ids: string[];
-  readonly written: Promise<void>;
-  readonly ready: () => void;
-}
-
-/** The outcome of a persistent publication whose replica stopped (crashed) before it could be sent. */
-function stoppedBeforeTurn(env: BackendEnvelope): PublicationOutcome {
-  return rejected(env.publicationId, "the replica stopped before this output's turn", false);
-}
-
-/** Whether a persistent publication's outcome calls for another attempt: refused retryably, or unresolvable. */
-function retriesAfter(outcome: PublicationOutcome): boolean {
-  return outcome.kind === "publication_unresolvable" || (outcome.kind === "rejected" && outcome.retryable);
-}
 
 /**
  * The {@link Messenger} over a {@link MessagingBackend}, a {@link PayloadStore} and a {@link FlowRuntime}.
@@ -570,74 +395,49 @@ export class BrokerMessenger implements Messenger {
   readonly #replicaId: number;
   readonly #nbTasks: number;
   readonly #partitionBy: string | null;
-  readonly #keyPolicy: PartitionKeyPolicy | null;
+  /** Which replica owns each delivery of a partitioned node, and whether its key can be used (RUN-020). */
+  readonly #admission: PartitionAdmission;
   readonly #delivery: DeliveryPolicy;
   readonly #join: JoinPolicy | null;
   readonly #ackWait: number;
-  readonly #quiescence: number;
+  /** When a parent whose end was seen has drained (EOS-3) or passed the EOS-7 barrier. */
+  readonly #eos: EosDrain;
   readonly #prefetch: number;
   readonly #byteCredit: number;
-  readonly #publishTimeout: number;
   readonly #channel: ChannelId;
   readonly #reliableOutput: boolean;
-  readonly #replayable: boolean;
-  readonly #analysisVersion: string | null;
   readonly #instance: string;
   readonly #parentReplicas: Readonly<Record<string, number>>;
   readonly #parents: ParentState[];
-  readonly #routes = new Map<string, { readonly parent: ParentState; readonly kind: MessageKind }>();
-  readonly #routeCache = new WeakMap<
-    SubscriptionId,
-    { readonly parent: ParentState; readonly kind: MessageKind }
-  >();
-  readonly #subscriptions: SubscriptionId[] = [];
+  /** Which parent, and which of its streams, each bound subscription serves. */
+  readonly #routes: DeliveryRoutes<ParentState>;
   readonly #assembler: GroupAssembler<Held> | null;
-  readonly #held = new Set<Held>();
-  readonly #decoded = new WeakMap<Delivery, WireEnvelope | DecodeError>();
-  /** The ledger write noting a delivery as received (EOS-7), which must be done before it is settled. */
-  readonly #recordingOf = new WeakMap<Delivery, ReceivedWrite>();
-  /** Received-id writes still running. */
-  readonly #recordings = new Set<Promise<void>>();
+  /** The deliveries held unsettled, their leases renewed while held. */
+  readonly #held: DeliveryKeepalive<Held>;
+  /** The ledger writes noting received ids (EOS-7), which a delivery's settlement waits for. */
+  readonly #received: ReceivedRecorder;
   readonly #relayOrigins = new WeakMap<object, string>();
-  readonly #payloadStore: PayloadStore | null;
-  readonly #bridge: PayloadStoreBlobBridge | null;
-  readonly #readerId: string;
-  readonly #blobReaders: readonly string[];
-  readonly #blobTtl: number;
-  readonly #maxInline: number;
+  /** Payloads above the inline threshold, put and read through the payload bridge. */
+  readonly #payloads: PayloadOffload;
   readonly #drops = new Map<string, number>();
-  readonly #dlqSamples = new Map<string, { windowStart: number; count: number }>();
+  /** What happens to a delivery that failed or can never reach the node (DELIV-15). */
+  readonly #ladder: DeadLetterLadder<Held>;
   readonly #stats: PublicationStats = { accepted: 0, duplicate: 0, unknown: 0, dropped: 0, rejected: 0 };
-  readonly #recovered = new Map<string, RecoveredGroup>();
-  /** The outcomes of a source's outputs given up at the flow's stop (see {@link #givesUpAtStop}). */
-  readonly #givenUp = new WeakSet<PublicationOutcome>();
-  /** Whether this source gave up an output at the stop: every later one is given up too. */
-  #givingUp = false;
-  readonly #recoveredReady: ReadyGroup<Held>[] = [];
+  /** The join groups a predecessor persisted, re-formed from their redelivered members (story 1). */
+  readonly #recovery: GroupRecovery<Held>;
   readonly #work: InFlight;
-  /** This replica's credit on its output channel: a reliable output is sent only within it. */
-  readonly #credit: CreditWindow;
-  /** Publications made close together, sent as one batch call. */
-  readonly #publisher: CallBatcher<BackendEnvelope, PublicationOutcome>;
-  /** Settlements made close together, sent as one batch call. */
-  readonly #settler: CallBatcher<SettleRequest, SettlementOutcome>;
-  /** Ids that send a lingering received-set write at once: half the in-flight depth. */
-  readonly #receivedBatchIds: number;
-  /** Settles once every persistent publication made so far has its final outcome (see {@link #publish}). */
-  #lastTurn: Promise<void> = Promise.resolve();
-  /** Persistent publications waiting for their turn: refused ones, and those made while any was. */
-  #waitingTurns = 0;
-  /** Persistent publications in the order made, over a backend that keeps that order across refusals. */
-  readonly #order = new PublicationOrder();
+  /** Every publication, in order and within credit, until its outcome is known. */
+  readonly #publisher: OrderedPublisher;
+  /** How each held delivery leaves this replica: settled once, in a batch call, or retired. */
+  readonly #settlement: InputSettlement<Held>;
   /** The publications of the group in hand, which its settlement waits for. */
   #outputs: Promise<void>[] = [];
   /** The ids of the group in hand's outputs (under the EOS-7 barrier): proven published once it is. */
   #outputIds: string[] = [];
-  /** The ledger flushes, one after another: what each writes is taken when it starts. */
-  readonly #ledgerFlushes = new CoalescedRun(() => this.#writeLedger());
-  /** A replayable producer's offsets minted and not yet final, in order. */
-  readonly #offsetsOpen: number[] = [];
-  readonly #offsetsFinal = new Set<number>();
+  /** The batched ledger records of this replica's outputs, and its checkpoints. */
+  readonly #ledger: LedgerWriter;
+  /** The identity of each output, and a replayable source's accepted offsets. */
+  readonly #identity: OutputIdentities;
 
   #started = false;
   #closed = false;
@@ -659,49 +459,16 @@ export class BrokerMessenger implements Messenger {
   #currentKey: string | null = null;
   /** Hands ready groups out in sequence order under a sequence ordering policy; `null` for arrival order. */
   #ordered: OrderedRelease<Held> | null = null;
-  #persistedGroup: string | null = null;
   #ended: InputGroup | null = null;
   /** The join's end group, held while an input of this node is still outstanding at the broker. */
   #heldEnd: ReadyGroup<Held> | null = null;
-  #outEventTs: number | null = null;
-  #outPartitionKey: unknown = undefined;
-  #count = 0;
-  #epoch: string | null = null;
-  #nextOffset = 1;
-  #lastAcceptedOffset = 0;
-  #flushedOffset = 0;
-  #acceptedData = 0;
-  #publishedPending: string[] = [];
-  /**
-   * How many published ids were noted for the ledger's tally, and how many of the first of them (in the
-   * order noted) it has recorded: an input is settled only once every output noted for it is recorded.
-   */
-  #publishedNoted = 0;
-  #publishedRecorded = 0;
-  /** Published ids proven unique for good (see `FlowRuntime.provePublished`), for the next ledger flush. */
-  #publishedProven: string[] = [];
-  /**
-   * A replayable source's published ids with their offsets, in the order noted, until a saved position
-   * covers them; the first `#uncoveredNoted` of them are in the ledger.
-   */
-  #publishedUncovered: Array<readonly [string, number]> = [];
-  #uncoveredNoted = 0;
   /** Where small data envelope bodies are carved from. */
   readonly #bodies = new ByteSlab();
   readonly #takeBody = (size: number) => this.#bodies.take(size);
-  #lastFlush = 0;
-  #state: Uint8Array | null = null;
-  /** The checkpoint writes, one at a time: the last one begun is the last one landed. */
-  #checkpoints: Promise<void> = Promise.resolve();
-  #coveredKey: string | null = null;
-  #coveredOutput: string | null = null;
-  #coveredEnvelope: Uint8Array | null = null;
-  #publicationInFlight = "";
-  #keepalive: TimerHandle | null = null;
-  #leaseKeeper: LeaseKeeper | null = null;
-  #lease: OwnershipToken | null = null;
-  /** When recovered groups whose members did not all come back are handed to the join instead. */
-  #recoveryDeadline = 0;
+  /** The group and output the restored checkpoint covers. */
+  readonly #coverage: CheckpointCoverage;
+  /** This replica's partition lease, when it holds one. */
+  readonly #lease: PartitionLease;
 
   /**
    * Validates the options; binds nothing ({@link start} does). Prefer {@link BrokerMessenger.open}.
@@ -728,8 +495,13 @@ export class BrokerMessenger implements Messenger {
       );
     }
     this.#partitionBy = this.#nbTasks > 1 ? options.partitionBy ?? null : null;
-    this.#keyPolicy = options.partitionKeyPolicy ?? null;
-    this.#keyPolicy?.checkBound(this.#nbTasks);
+    this.#admission = new PartitionAdmission({
+      node: this.#node,
+      partitionBy: this.#partitionBy,
+      nbTasks: this.#nbTasks,
+      replicaId: this.#replicaId,
+      keyPolicy: options.partitionKeyPolicy ?? null,
+    });
     if (options.orderingPolicy?.mode === ORDER_SEQUENCE) {
       this.#ordered = new OrderedRelease(options.orderingPolicy, (group) => this.#orderingKey(group));
     }
@@ -742,35 +514,32 @@ export class BrokerMessenger implements Messenger {
       options.ackWaitSeconds ?? DEFAULT_ACK_WAIT_SECONDS,
       "the ack wait",
     );
-    this.#quiescence =
+    const quiescence =
       requireCount(options.eosQuiescenceMs ?? DEFAULT_EOS_QUIESCENCE_MS, "the EOS quiescence", 0) /
       1000;
     this.#prefetch = requireCount(options.prefetch ?? defaultPrefetch(this.#flowType), "the prefetch", 0);
     this.#byteCredit = requireCount(options.prefetchBytes ?? DEFAULT_BYTE_CREDIT, "the prefetch bytes", 1);
     const inFlight = options.inFlight ?? DEFAULT_IN_FLIGHT;
     this.#work = new InFlight(inFlight, options.inFlightBytes ?? DEFAULT_IN_FLIGHT_BYTES);
-    this.#receivedBatchIds = Math.max(1, Math.floor(inFlight / 2));
-    this.#publishTimeout = requirePositiveSeconds(
+    const publishTimeout = requirePositiveSeconds(
       options.publishTimeoutSeconds ?? DEFAULT_PUBLISH_TIMEOUT_SECONDS,
       "the publish timeout",
     );
     this.#channel = channelId(this.#flowId, this.#runId, this.#node);
     // The replicas share the in-flight depth as a credit window, so together they hold at most about one
     // and a half depths of a channel's room unused, and an idle replica never holds all of it.
-    this.#credit = new CreditWindow(this.#backend, this.#channel, {
-      items: Math.ceil(inFlight / this.#nbTasks),
-      bytes: options.inFlightBytes ?? DEFAULT_IN_FLIGHT_BYTES,
-      waitSeconds: this.#publishTimeout,
+    this.#publisher = new OrderedPublisher({
+      backend: this.#backend,
+      channel: this.#channel,
+      creditItems: Math.ceil(inFlight / this.#nbTasks),
+      creditBytes: options.inFlightBytes ?? DEFAULT_IN_FLIGHT_BYTES,
+      batchEntries: CALL_BATCH_ENTRIES,
+      publishTimeoutSeconds: publishTimeout,
+      source: (options.parentNames ?? []).length === 0,
+      work: this.#work,
       clock: this.#clock,
     });
-    this.#publisher = new CallBatcher(
-      (envelopes) => this.#backend.publishBatch(envelopes, this.#clock.monotonic() + this.#publishTimeout),
-      CALL_BATCH_ENTRIES,
-    );
-    this.#settler = new CallBatcher((requests) => this.#backend.settleBatch(requests), CALL_BATCH_ENTRIES);
     this.#reliableOutput = defaultProfile(this.#flowType) === MessagingProfile.reliableWork;
-    this.#replayable = options.replayable ?? false;
-    this.#analysisVersion = options.analysisVersion ?? null;
     this.#instance = options.instanceId ?? randomHex(6);
     this.#runtime = options.runtime ?? new FlowRuntime({
       store: new MemoryRuntimeStore(this.#clock),
@@ -783,6 +552,12 @@ export class BrokerMessenger implements Messenger {
     });
     this.#parentReplicas = { ...options.parentReplicas };
     const parentNames = [...(options.parentNames ?? [])];
+    this.#identity = new OutputIdentities({
+      node: this.#node,
+      receiver: parentNames.length > 0,
+      replayable: options.replayable ?? false,
+      analysisVersion: options.analysisVersion ?? null,
+    });
     this.#join = parentNames.length > 1 ? options.joinPolicy ?? JoinPolicy.defaultFor(this.#flowType) : null;
     this.#assembler = parentNames.length === 0
       ? null
@@ -790,23 +565,95 @@ export class BrokerMessenger implements Messenger {
         clock: this.#clock,
         lossless: this.#flowType === FlowType.batch,
       });
+    this.#routes = new DeliveryRoutes<ParentState>(this.#node);
+    this.#held = new DeliveryKeepalive<Held>({
+      backend: this.#backend,
+      clock: this.#clock,
+      logger: this.#logger,
+    });
     this.#parents = parentNames.map((name) => this.#parentState(name));
-    this.#payloadStore = options.payloadStore ?? null;
-    this.#blobReaders = Object.freeze([...(options.blobReaderIds ?? [])]);
-    this.#blobTtl = options.blobTtlSeconds ??
-      (this.#flowType === FlowType.batch ? BATCH_BLOB_TTL_SECONDS : REALTIME_BLOB_TTL_SECONDS);
-    this.#maxInline = requireCount(
-      options.maxInlinePayloadBytes ?? DEFAULT_MAX_INLINE_PAYLOAD_BYTES,
-      "the inline payload limit",
-      0,
-    );
-    this.#readerId = readerObligationId(this.#node, this.#partitionBy === null ? null : this.#replicaId);
-    this.#bridge = this.#payloadStore === null ? null : new PayloadStoreBlobBridge(this.#payloadStore, {
-      obligations: this.#blobReaders,
-      horizonSeconds: this.#blobTtl,
+    this.#recovery = new GroupRecovery<Held>({
+      runtime: this.#runtime,
+      parentNames,
+      collect: this.#join?.collect ?? {},
+      retire: (held) => this.#settlement.retire(held),
+      clock: this.#clock,
+    });
+    // Ids that send a lingering received-set write at once: half the in-flight depth.
+    this.#received = new ReceivedRecorder({
+      runtime: this.#runtime,
+      batchIds: Math.max(1, Math.floor(inFlight / 2)),
+      work: this.#work,
+      clock: this.#clock,
+    });
+    this.#ledger = new LedgerWriter({
+      runtime: this.#runtime,
+      identity: this.#identity,
+      source: parentNames.length === 0,
+      durable: () => this.#durable,
+      barrierFlow: () => this.#barrierFlow,
+      coveredGroup: () => this.#current === null ? null : this.#currentKey,
+      onStale: () => this.#loseAuthority(),
+      work: this.#work,
+      clock: this.#clock,
+    });
+    this.#coverage = new CheckpointCoverage({
+      runtime: this.#runtime,
+      republish: (output, body) => this.#republishCovered(output, body),
+    });
+    this.#lease = new PartitionLease({
+      runtime: this.#runtime,
+      onLost: () => this.#loseAuthority(),
+      logger: this.#logger,
+    });
+    this.#eos = new EosDrain({
+      backend: this.#backend,
+      runtime: this.#runtime,
+      quiescenceSeconds: quiescence,
+      atLeastOnce: this.#delivery.delivery === AT_LEAST_ONCE,
+      lease: () => this.#lease.token,
+    });
+    const payloadStore = options.payloadStore ?? null;
+    this.#ladder = new DeadLetterLadder<Held>({
+      flowId: this.#flowId,
+      runId: this.#runId,
+      node: this.#node,
+      channel: this.#channel,
+      multiParent: parentNames.length > 1,
+      delivery: this.#delivery,
+      runtime: this.#runtime,
+      ledgerBudget: () => this.#ledgerBudget,
+      payloadStore,
+      publish: (env) => this.#publisher.publish(env, false),
+      settle: (held, outcome) => this.#settlement.settle(held, outcome),
+      drop: (reason) => this.#drop(reason),
+      random: this.#random,
+      clock: this.#clock,
+      logger: this.#logger,
+    });
+    this.#payloads = new PayloadOffload({
+      payloadStore,
+      node: this.#node,
+      partitionReplica: this.#partitionBy === null ? null : this.#replicaId,
+      readers: options.blobReaderIds ?? [],
+      ttlSeconds: options.blobTtlSeconds ??
+        (this.#flowType === FlowType.batch ? BATCH_BLOB_TTL_SECONDS : REALTIME_BLOB_TTL_SECONDS),
+      maxInlineBytes: requireCount(
+        options.maxInlinePayloadBytes ?? DEFAULT_MAX_INLINE_PAYLOAD_BYTES,
+        "the inline payload limit",
+        0,
+      ),
       durableRequired: this.#flowType === FlowType.batch,
-      contentId: () => this.#publicationInFlight,
-      intent: () => intentObligationId(this.#publicationInFlight),
+      logger: this.#logger,
+    });
+    this.#settlement = new InputSettlement<Held>({
+      backend: this.#backend,
+      batchEntries: CALL_BATCH_ENTRIES,
+      runtime: this.#runtime,
+      held: this.#held,
+      received: this.#received,
+      payloads: this.#payloads,
+      work: this.#work,
     });
   }
 
@@ -857,15 +704,15 @@ export class BrokerMessenger implements Messenger {
     }
     this.#backend.subscribeControl(() => {
       this.#control = true;
-      // A source's outputs that wait for credit at the stop are given up (see #givesUpAtStop).
-      if (this.#parents.length === 0) this.#credit.halt();
+      // A source's outputs that wait for credit at the stop are given up (see OrderedPublisher).
+      this.#publisher.haltAtStop();
       this.#stopped.abort();
     });
     if (this.#durable) await this.#restoreLedgerState();
-    await this.#republishHandoffs();
-    await this.#keepPartition();
-    this.#armKeepalive();
-    this.#lastFlush = this.#clock.monotonic();
+    if (this.#parents.length > 0) await this.#ladder.republishHandoffs();
+    await this.#lease.keep(this.#partitionBy !== null && this.#durableShared);
+    if (this.#parents.length > 0) this.#held.arm(this.#ackWait);
+    this.#ledger.begin();
     this.#started = true;
   }
 
@@ -881,7 +728,7 @@ export class BrokerMessenger implements Messenger {
     for (;;) {
       if (this.#quiesced || this.#authorityLost) {
         await this.#handBack();
-        return this.#stopGroup();
+        return stopGroup(this.#parents.map((p) => p.name));
       }
       if (this.#ended !== null) return this.#ended;
       const group = this.#heldEnd ?? this.#nextReady();
@@ -890,7 +737,7 @@ export class BrokerMessenger implements Messenger {
       if (releasing !== null) await releasing;
       // Every parent drained, but an input the join gave back for a retry may still come back: the end
       // waits for it (it joins, finds its parent ended, and is settled), so no input is left behind.
-      if (group?.kind === GroupKind.end && await this.#inputsOutstanding()) {
+      if (group?.kind === GroupKind.end && await this.#eos.inputsOutstanding(this.#parents)) {
         this.#heldEnd = group;
         await this.#pull();
         continue;
@@ -920,8 +767,7 @@ export class BrokerMessenger implements Messenger {
     this.#outputs = [];
     const outputIds = this.#outputIds;
     this.#outputIds = [];
-    const persisted = this.#persistedGroup;
-    this.#persistedGroup = null;
+    const persisted = this.#recovery.takePersisted();
     this.#work.track(this.#ackAfter(outputs, outputIds, group.handles, persisted, onAcked));
     if (!this.#work.admitsNow()) await this.#work.admit();
   }
@@ -946,19 +792,20 @@ export class BrokerMessenger implements Messenger {
       if (outputs.length === 1) await outputs[0];
       else if (outputs.length > 1) await Promise.all(outputs);
     } catch (error) {
-      if (!this.#work.abandoned) await Promise.all(handles.map((h) => this.#settle(h, retry(null))));
+      if (!this.#work.abandoned) {
+        await Promise.all(handles.map((h) => this.#settlement.settle(h, retry(null))));
+      }
       throw error;
     }
-    const noted = outputIds.length > 0 ? this.#publishedNoted : 0;
-    while (this.#publishedRecorded < noted && !this.#work.abandoned) await this.#flushLedger();
+    if (outputIds.length > 0) await this.#ledger.recorded(this.#ledger.noted);
     if (this.#work.abandoned) return;
     const settled = handles.length === 1
-      ? [await this.#settle(handles[0], completed(), true)]
-      : await Promise.all(handles.map((h) => this.#settle(h, completed(), true)));
+      ? [await this.#settlement.settle(handles[0], completed(), true)]
+      : await Promise.all(handles.map((h) => this.#settlement.settle(h, completed(), true)));
     if (persisted !== null) await this.#runtime.settleGroup(persisted);
     if (!settled.every((result) => result?.kind === "settle_confirmed")) return;
     if (outputIds.length > 0 && handles.every((h) => h.delivery.token.attempt === 1)) {
-      for (const id of outputIds) this.#publishedProven.push(id);
+      this.#ledger.proveAfterFlush(outputIds);
     }
     onAcked?.();
   }
@@ -975,8 +822,8 @@ export class BrokerMessenger implements Messenger {
     this.#outputs = [];
     this.#outputIds = [];
     const failure = asRuntimeError(error, this.#delivery.onError ?? DEFAULT_DISPOSITION);
-    const actions = await Promise.all(group.handles.map((h) => this.#applyLadder(h, failure)));
-    await this.#closeGroup();
+    const actions = await Promise.all(group.handles.map((h) => this.#ladder.apply(h, failure)));
+    await this.#recovery.closePersisted();
     return actions.some((action) => action !== ACTION_NAK);
   }
 
@@ -1031,7 +878,7 @@ export class BrokerMessenger implements Messenger {
    * before the send and never reaches the wire. A reliable output is sent once this replica's credit on its
    * channel covers it (see `CreditWindow`), so the broker has no reason to refuse it; one the broker
    * refuses all the same is retried with backoff until taken, in the order outputs were made (see
-   * {@link #publish}). A live (best-effort) output the broker refuses is counted as a drop. An inline output resolves once it is under way within the in-flight bound
+   * `OrderedPublisher.publish`). A live (best-effort) output the broker refuses is counted as a drop. An inline output resolves once it is under way within the in-flight bound
    * (sent, or waiting its turn behind a refused one); its outcome is awaited by its input group's ack and
    * by EOS, and a refusal is thrown by the next call that publishes, acks, receives or ends the stream.
    *
@@ -1057,16 +904,15 @@ export class BrokerMessenger implements Messenger {
       }
     }
     let partitionKey: string | null = null;
-    if (this.#outPartitionKey !== undefined) {
-      wireMetadata[PARTITION_KEY_METADATA_KEY] = this.#outPartitionKey;
-      if (isValidPartitionKey(this.#outPartitionKey)) {
-        partitionKey = partitionKeyString(this.#outPartitionKey);
+    const outPartitionKey = this.#identity.takePartitionKey();
+    if (outPartitionKey !== undefined) {
+      wireMetadata[PARTITION_KEY_METADATA_KEY] = outPartitionKey;
+      if (isValidPartitionKey(outPartitionKey)) {
+        partitionKey = partitionKeyString(outPartitionKey);
       }
-      this.#outPartitionKey = undefined;
     }
-    const identity = this.#outputIdentity();
-    const eventTs = this.#outEventTs ?? identity.eventTs;
-    this.#outEventTs = null;
+    const identity = this.#identity.next(this.#current);
+    const eventTs = this.#identity.takeEventTimestamp(identity.eventTs);
     const publicationId = messageId(
       this.#flowId,
       this.#runId,
@@ -1077,7 +923,7 @@ export class BrokerMessenger implements Messenger {
     );
     if (this.#barrierFlow && this.#parents.length > 0) this.#outputIds.push(publicationId);
     let payload = preparePayload(message as WirePayload);
-    if (checkpoint === null && payload.byteLength <= this.#maxInline) {
+    if (checkpoint === null && this.#payloads.fitsInline(payload.byteLength)) {
       const body = this.#dataBody(identity, eventTs, wireMetadata, payload);
       const env = this.#dataEnvelope(publicationId, body, eventTs, partitionKey, identity.offset);
       // Read before the send: a body moved to the broker is detached by then.
@@ -1091,35 +937,29 @@ export class BrokerMessenger implements Messenger {
     }
     if (checkpoint !== null) await this.#work.drain();
     let ref = null;
-    if (payload.byteLength > this.#maxInline) {
-      this.#publicationInFlight = publicationId;
-      const blobRef = await offloadPayload(payload.payloadType, payload.bytes(), this.#bridge, {
-        maxInlineBytes: this.#maxInline,
-        ttlSeconds: this.#blobTtl,
-      });
-      ref = this.#bridge?.lastRef ?? null;
-      payload = preparePayload(blobRef as BlobRef);
+    if (!this.#payloads.fitsInline(payload.byteLength)) {
+      ({ payload, ref } = await this.#payloads.offload(publicationId, payload));
     }
     const body = this.#dataBody(identity, eventTs, wireMetadata, payload);
     if (checkpoint !== null) {
-      await this.#commitCheckpoint(checkpoint, { output: publicationId, envelope: body.toBase64() });
+      await this.#ledger.commitCheckpoint(checkpoint, { output: publicationId, envelope: body.toBase64() });
     }
     if (ref !== null) {
       await this.#runtime.intendPublication(publicationId, ref.digest, {
         payloadRefs: [ref.key],
-        readers: this.#blobReaders,
+        readers: this.#payloads.readers,
         kind: PublicationKind.data,
       });
     }
     const env = this.#dataEnvelope(publicationId, body, eventTs, partitionKey, identity.offset);
-    const outcome = await this.#publish(env, this.#reliableOutput);
+    const outcome = await this.#publisher.publish(env, this.#reliableOutput);
     this.#countPublication(outcome, onAccepted);
     // After a crash nothing more reaches the ledger: the intent stays open for the replacement to resolve.
     if (this.#work.abandoned) return;
     if (ref !== null) {
       await this.#runtime.resolvePublication(publicationId, outcome);
       if (outcome.kind === "accepted" || outcome.kind === "rejected") {
-        await this.#release(ref.key, intentObligationId(publicationId), publicationId);
+        await this.#payloads.release(ref.key, intentObligationId(publicationId), publicationId);
       }
     }
     await this.#concludePublication(env.publicationId, outcome, identity.offset, ref !== null);
@@ -1155,7 +995,7 @@ export class BrokerMessenger implements Messenger {
 
   /** An inline output's send, run on while the node goes on (the backend sees it at once). */
   async #sendInline(env: BackendEnvelope, offset: number | null, onAccepted?: () => void): Promise<void> {
-    const outcome = await this.#publish(env, this.#reliableOutput);
+    const outcome = await this.#publisher.publish(env, this.#reliableOutput);
     this.#countPublication(outcome, onAccepted);
     await this.#concludePublication(env.publicationId, outcome, offset, false);
   }
@@ -1170,29 +1010,14 @@ export class BrokerMessenger implements Messenger {
     offset: number | null,
     inOutbox: boolean,
   ): Promise<void> {
-    if (this.#work.abandoned || this.#givenUp.has(outcome)) return;
-    if (offset !== null && (outcome.kind === "accepted" || !this.#reliableOutput)) this.#finalOffset(offset);
+    if (this.#work.abandoned || this.#publisher.isGivenUp(outcome)) return;
+    if (offset !== null && (outcome.kind === "accepted" || !this.#reliableOutput)) {
+      this.#identity.finalOffset(offset);
+    }
     if (outcome.kind === "accepted") {
-      const noting = this.#noteAccepted(publicationId, inOutbox ? null : offset, !inOutbox);
+      const noting = this.#ledger.noteAccepted(publicationId, inOutbox ? null : offset, !inOutbox);
       if (noting !== null) await noting;
     } else if (this.#reliableOutput) this.#refused(outcome);
-  }
-
-  /**
-   * Marks a replayable source's offset final (accepted, or dropped as a live output may be; a reliable
-   * output refused for good stays open, so a resume replays it). The last accepted offset advances only
-   * over offsets final with every one before them, so a resume never skips an output still awaiting the
-   * broker.
-   */
-  #finalOffset(offset: number): void {
-    this.#offsetsFinal.add(offset);
-    const open = this.#offsetsOpen;
-    let done = 0;
-    while (done < open.length && this.#offsetsFinal.delete(open[done])) {
-      if (open[done] > this.#lastAcceptedOffset) this.#lastAcceptedOffset = open[done];
-      done++;
-    }
-    if (done > 0) open.splice(0, done);
   }
 
   /**
@@ -1231,20 +1056,12 @@ export class BrokerMessenger implements Messenger {
 
   /** Sets the event time stamped on the next published output. */
   setOutputEventTimestamp(value: number): void {
-    if (typeof value !== "number" || !Number.isFinite(value)) {
-      throw new ConfigError(
-        `an event time must be finite epoch seconds, got ${
-          typeof value === "number" ? value : `${typeof value} ${JSON.stringify(value) ?? String(value)}`
-        }`,
-        "pass Date.now() / 1000",
-      );
-    }
-    this.#outEventTs = value;
+    this.#identity.setEventTimestamp(value);
   }
 
   /** Sets the partition key carried on the next published output, under `_partition_key` metadata. */
   setOutputPartitionKey(value: unknown): void {
-    this.#outPartitionKey = value;
+    this.#identity.setPartitionKey(value);
   }
 
   /** Publication outcomes by kind since the start. */
@@ -1288,7 +1105,7 @@ export class BrokerMessenger implements Messenger {
     this.#stopped.abort();
     await this.#work.idle();
     await this.#handBack();
-    await this.#flushLedger();
+    await this.#ledger.flush();
   }
 
   /**
@@ -1302,13 +1119,13 @@ export class BrokerMessenger implements Messenger {
   async checkpoint(state: Uint8Array): Promise<void> {
     this.#requireStarted("checkpoint");
     await this.#work.drain();
-    await this.#commitCheckpoint(state, {});
+    await this.#ledger.commitCheckpoint(state, {});
   }
 
   /** The last checkpointed state of this replica's partition, or `null`. */
   async restoreCheckpoint(): Promise<Uint8Array | null> {
     const restored = await this.#runtime.restoreCheckpoint();
-    this.#state = restored.state;
+    this.#ledger.adoptState(restored.state);
     return restored.state;
   }
 
@@ -1318,12 +1135,11 @@ export class BrokerMessenger implements Messenger {
    * (one that restarted empty) forgets the positions first (`forgetReplayPositions`).
    */
   async resumeOffset(): Promise<number> {
-    if (!this.#replayable) return 0;
+    if (!this.#identity.replayable) return 0;
     const offset = (await this.#runtime.restoreCheckpoint()).replayPosition.offset;
     const last = typeof offset === "number" && Number.isSafeInteger(offset) && offset > 0 ? offset : 0;
-    this.#nextOffset = last + 1;
-    this.#lastAcceptedOffset = last;
-    this.#flushedOffset = last;
+    this.#identity.resume(last);
+    this.#ledger.resume(last);
     return last;
   }
 
@@ -1352,8 +1168,8 @@ export class BrokerMessenger implements Messenger {
     for (const parent of this.#parents) {
       const observed = await this.#backend.observeSubscription(parent.data);
       if (observed.kind !== "known") return observed;
-      total += this.#waiting(observed.value) + observed.value.leased;
-      if (parent.barrierShort && !parent.drained) total += parent.ends.size;
+      total += this.#eos.waiting(observed.value) + observed.value.leased;
+      if (this.#eos.barrierShort(parent) && !parent.drained) total += parent.ends.size;
     }
     return known(total, this.#clock);
   }
@@ -1392,22 +1208,21 @@ export class BrokerMessenger implements Messenger {
   async close(options: { readonly handBack?: boolean } = {}): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    this.#keepalive?.cancel();
-    this.#keepalive = null;
-    await this.#leaseKeeper?.stop();
+    this.#held.stop();
+    await this.#lease.stop();
     if (options.handBack === false) {
       this.#work.abandon();
-      for (const parent of this.#parents) parent.recordingNext?.ready();
+      this.#received.sendWaiting();
       return;
     }
     if (this.#started) {
       await this.#work.idle();
-      this.#credit.release();
+      this.#publisher.releaseCredit();
       await this.#handBack();
-      await this.#flushLedger();
-      await Promise.allSettled(this.#recordings);
+      await this.#ledger.flush();
+      await this.#received.finished();
     }
-    if (this.#lease !== null && !this.#authorityLost) await this.#runtime.releasePartition(this.#lease);
+    if (!this.#authorityLost) await this.#lease.release();
   }
 
   // ---- start-up ---------------------------------------------------------------------------------------
@@ -1426,16 +1241,9 @@ export class BrokerMessenger implements Messenger {
       ends: new Map(),
       drained: false,
       inJoin: 0,
-      quietSince: null,
-      nextCheck: 0,
-      barrierShort: false,
-      recordingNext: null,
-      recordingLast: Promise.resolve(),
     };
-    for (const [id, kind] of [[state.data, MessageKind.data], [state.eos, MessageKind.eos]] as const) {
-      this.#routes.set(subscriptionKey(id), { parent: state, kind });
-      this.#subscriptions.push(id);
-    }
+    this.#routes.add(state.data, state, MessageKind.data);
+    this.#routes.add(state.eos, state, MessageKind.eos);
     return state;
   }
 
@@ -1449,7 +1257,7 @@ export class BrokerMessenger implements Messenger {
     }
     const installed = this.#backend.setAdmission(
       parent.data,
-      (delivery) => this.#owns(delivery),
+      (delivery) => this.#admission.owns(delivery),
       (delivery) => void this.#afterSkip(delivery),
     );
     parent.admission = installed ? "backend" : "receiver";
@@ -1457,85 +1265,17 @@ export class BrokerMessenger implements Messenger {
 
   async #restoreLedgerState(): Promise<void> {
     const restored = await this.#runtime.restoreCheckpoint();
-    this.#state = restored.state;
+    this.#ledger.adoptState(restored.state);
     const position = restored.replayPosition;
-    this.#coveredKey = typeof position.group === "string" ? position.group : null;
-    this.#coveredOutput = typeof position.output === "string" ? position.output : null;
-    this.#coveredEnvelope = typeof position.envelope === "string"
-      ? Uint8Array.fromBase64(position.envelope)
-      : null;
-    if (this.#parents.length === 0 && !this.#replayable) this.#epoch = await this.#runtime.sourceEpoch();
+    this.#coverage.restore(position);
+    if (this.#parents.length === 0 && !this.#identity.replayable) {
+      this.#identity.adoptEpoch(await this.#runtime.sourceEpoch());
+    }
     if (this.#join?.mode !== JOIN_TIME) return;
-    for (const record of await this.#runtime.openGroups()) {
-      const wanted = new Map<string, string>();
-      for (const [parent, member] of record.members) {
-        wanted.set(parent, memberKey(parent, member.producer, member.traceId, member.seq));
-      }
-      const group: RecoveredGroup = { groupId: record.groupId, wanted, arrived: new Map() };
-      for (const key of wanted.values()) this.#recovered.set(key, group);
-    }
-    this.#recoveryDeadline = this.#clock.monotonic() + RECOVERY_WAIT_ACK_WAITS * this.#ackWait;
-  }
-
-  /** Re-publishes every dead letter a predecessor could not hand off, under its recorded id (story 26). */
-  async #republishHandoffs(): Promise<void> {
-    if (this.#parents.length === 0) return;
-    for (const handoff of await this.#runtime.pendingHandoffs()) {
-      const outcome = await this.#publishDeadLetter(handoff.recordId, handoff.headers, handoff.raw);
-      if (outcome?.kind === "accepted") await this.#runtime.clearPendingHandoff(handoff.recordId);
-    }
-  }
-
-  /** Keeps a partition lease the runtime holds (acquiring a partitioned replica's over a shared ledger). */
-  async #keepPartition(): Promise<void> {
-    let token = this.#runtime.heldPartition();
-    if (token === null && this.#partitionBy !== null && this.#durableShared) {
-      token = await this.#runtime.acquirePartition();
-    }
-    if (token === null) return;
-    this.#lease = token;
-    this.#leaseKeeper = this.#runtime.keepLease(token, (error) => {
-      this.#loseAuthority();
-      this.#logger.error("the partition lease was lost", { error: error.message });
-    });
-  }
-
-  /** Renews every held delivery's lease every `max(1 s, ack_wait / 3)` (EOS markers' by their own wait). */
-  #armKeepalive(): void {
-    if (this.#parents.length === 0) return;
-    const interval = Math.max(1, Math.min(this.#ackWait, EOS_ACK_WAIT_SECONDS) / 3);
-    const tick = () => {
-      if (this.#closed) return;
-      const now = this.#clock.monotonic();
-      for (const held of this.#held) {
-        if (held.settled || now - held.renewedAt < interval) continue;
-        held.renewedAt = now;
-        this.#backend.renew(held.delivery.token).catch((error) =>
-          this.#logger.warn("a lease renewal failed", { error: errorToDict(error).message })
-        );
-      }
-      this.#keepalive = this.#clock.setTimer(interval, tick);
-    };
-    this.#keepalive = this.#clock.setTimer(interval, tick);
+    this.#recovery.restore(await this.#runtime.openGroups(), this.#ackWait);
   }
 
   // ---- receiving ------------------------------------------------------------------------------------------
-
-  #route(id: SubscriptionId): { readonly parent: ParentState; readonly kind: MessageKind } {
-    let route = this.#routeCache.get(id);
-    if (route === undefined) {
-      route = this.#routes.get(subscriptionKey(id));
-      if (route === undefined) {
-        throw new ConfigError(
-          `a delivery arrived for a subscription ${this.#node} did not bind`,
-          "receive only through the messenger's own subscriptions",
-          { node: this.#node },
-        );
-      }
-      this.#routeCache.set(id, route);
-    }
-    return route;
-  }
 
   /** Takes one batch from every subscription, waiting until the next thing the messenger must re-check. */
   async #pull(): Promise<void> {
@@ -1544,12 +1284,12 @@ export class BrokerMessenger implements Messenger {
     const joinDeadline = this.#assembler?.nextDeadline() ?? null;
     if (joinDeadline !== null && joinDeadline < deadline) deadline = Math.max(now, joinDeadline);
     for (const parent of this.#parents) {
-      if (this.#awaitsDrain(parent) && parent.nextCheck < deadline) {
-        deadline = Math.max(now, parent.nextCheck);
+      if (this.#eos.awaitsDrain(parent) && this.#eos.nextCheck(parent) < deadline) {
+        deadline = Math.max(now, this.#eos.nextCheck(parent));
       }
     }
     const deliveries = await this.#backend.receiveAny(
-      this.#subscriptions,
+      this.#routes.subscriptions,
       Math.max(1, this.#prefetch),
       this.#byteCredit,
       now + wholeMicroseconds(Math.max(MIN_RECEIVE_WAIT_SECONDS, deadline - now)),
@@ -1558,7 +1298,7 @@ export class BrokerMessenger implements Messenger {
     const received = new Map<ParentState, Delivery[]>();
     const data: Array<readonly [ParentState, Delivery]> = [];
     for (const delivery of deliveries) {
-      const { parent, kind } = this.#route(delivery.token.subscription);
+      const { parent, kind } = this.#routes.route(delivery.token.subscription);
       if (kind === MessageKind.eos) {
         await this.#onMarker(parent, delivery);
         continue;
@@ -1570,44 +1310,11 @@ export class BrokerMessenger implements Messenger {
       }
       data.push([parent, delivery]);
     }
-    for (const [parent, batch] of received) this.#recordReceived(parent, batch);
+    for (const [parent, batch] of received) this.#received.record(parent, batch);
     for (const [parent, delivery] of data) {
       const pending = this.#onData(parent, delivery, now);
       if (pending !== null) await pending;
     }
-  }
-
-  /**
-   * Notes a received batch's ids in the ledger (EOS-7), which runs while the batch is processed: each
-   * delivery of the batch remembers the write that notes it, and {@link #settle} waits for that write
-   * before the delivery leaves the broker, so an id is never acked unrecorded. One write per parent runs
-   * at a time; batches received meanwhile join the next one (a group commit).
-   */
-  #recordReceived(parent: ParentState, batch: readonly Delivery[]): void {
-    let next = parent.recordingNext;
-    if (next === null) {
-      const ids: string[] = [];
-      const ready = Promise.withResolvers<void>();
-      const linger = this.#clock.setTimer(RECEIVED_LINGER_SECONDS, ready.resolve);
-      const written = Promise.all([parent.recordingLast, ready.promise]).then(async () => {
-        linger.cancel();
-        parent.recordingNext = null;
-        // A write not begun before a crash never begins: its deliveries, unacked, go to the replacement.
-        if (!this.#work.abandoned) await this.#runtime.recordReceivedMany(parent.name, parent.durable, ids);
-      });
-      next = { ids, written, ready: ready.resolve };
-      parent.recordingNext = next;
-      // The next write follows this one whether or not it failed; a failure is reported by the settles.
-      parent.recordingLast = written.catch(() => {});
-      this.#recordings.add(written);
-      const forget = () => this.#recordings.delete(written);
-      written.then(forget, forget);
-    }
-    for (const delivery of batch) {
-      next.ids.push(delivery.token.messageId);
-      this.#recordingOf.set(delivery, next);
-    }
-    if (next.ids.length >= this.#receivedBatchIds) next.ready();
   }
 
   /**
@@ -1616,13 +1323,13 @@ export class BrokerMessenger implements Messenger {
    */
   #onData(parent: ParentState, delivery: Delivery, now: number): Promise<void> | null {
     const decoded = parent.admission === "backend"
-      ? this.#decodeCached(delivery)
+      ? this.#admission.decodeCached(delivery)
       : decodeDelivery(delivery.envelopeBytes);
-    if (parent.admission === "receiver" && this.#owner(decoded) !== this.#replicaId) {
-      const blobRef = decoded instanceof DecodeError ? null : this.#blobKey(decoded);
+    if (parent.admission === "receiver" && this.#admission.owner(decoded) !== this.#replicaId) {
+      const blobRef = decoded instanceof DecodeError ? null : this.#payloads.blobKey(decoded);
       const held = new Held(delivery, parent, null, blobRef, now);
       this.#held.add(held);
-      return this.#settle(held, completed()).then(() => {});
+      return this.#settlement.settle(held, completed()).then(() => {});
     }
     if (decoded instanceof DecodeError) {
       return this.#rejectInput(
@@ -1631,7 +1338,7 @@ export class BrokerMessenger implements Messenger {
         DropReason.undecodable,
       );
     }
-    const keyError = this.#keyError(decoded);
+    const keyError = this.#admission.keyError(decoded);
     if (keyError !== null) {
       return this.#rejectInput(
         new Held(delivery, parent, decoded, null, now),
@@ -1639,7 +1346,7 @@ export class BrokerMessenger implements Messenger {
         DropReason.partitionKey,
       );
     }
-    const held = new Held(delivery, parent, decoded, this.#blobKey(decoded), now);
+    const held = new Held(delivery, parent, decoded, this.#payloads.blobKey(decoded), now);
     this.#held.add(held);
     if (
       delivery.token.attempt > 1 &&
@@ -1676,9 +1383,13 @@ export class BrokerMessenger implements Messenger {
       return;
     }
     this.#drop(DropReason.exhausted);
-    await this.#applyLadder(held, replicaDeathFailure(record.death, this.#node, record.count, record.cause), {
-      counted: record.count,
-    });
+    await this.#ladder.apply(
+      held,
+      replicaDeathFailure(record.death, this.#node, record.count, record.cause),
+      {
+        counted: record.count,
+      },
+    );
   }
 
   /** An offloaded payload: fetched from the store (on this turn, after ownership was decided), then joined. */
@@ -1686,7 +1397,7 @@ export class BrokerMessenger implements Messenger {
     let message: unknown;
     try {
       const blobRef = decodePayload(decoded.payloadType, decoded.payload) as BlobRef;
-      message = decodePayload(blobRef.innerPayloadType, await fetchOffloaded(blobRef, this.#bridge));
+      message = decodePayload(blobRef.innerPayloadType, await this.#payloads.fetch(blobRef));
     } catch (error) {
       await this.#unreadablePayload(held, error);
       return;
@@ -1702,7 +1413,7 @@ export class BrokerMessenger implements Messenger {
     if (error instanceof DecodeError) return this.#rejectInput(held, error, DropReason.undecodable);
     if (error instanceof TransientFailure) {
       const delay = this.#delivery.retryDelay(held.delivery.token.attempt, drawRetryJitter(this.#random));
-      return this.#settle(held, retry(delay)).then(() => {});
+      return this.#settlement.settle(held, retry(delay)).then(() => {});
     }
     throw error;
   }
@@ -1711,15 +1422,7 @@ export class BrokerMessenger implements Messenger {
   #enter(held: Held, decoded: WireEnvelope, message: unknown): void {
     const parent = held.parent;
     const entry = entryFromEnvelope(decoded, held, message, held.blobRef);
-    if (this.#recovered.size > 0) {
-      const recovered = this.#recovered.get(
-        memberKey(parent.name, decoded.producerName, decoded.traceId, decoded.seq),
-      );
-      if (recovered !== undefined) {
-        this.#recover(recovered, parent.name, entry);
-        return;
-      }
-    }
+    if (this.#recovery.claim(parent.name, decoded, entry)) return;
     held.inJoin = true;
     parent.inJoin++;
     (this.#assembler as GroupAssembler<Held>).add(parent.name, entry);
@@ -1756,109 +1459,31 @@ export class BrokerMessenger implements Messenger {
       return;
     }
     if (parent.drained) {
-      await this.#settle(held, completed());
+      await this.#settlement.settle(held, completed());
       return;
     }
     const previous = parent.ends.get(decoded.replicaId);
-    if (previous !== undefined) this.#retire(previous);
+    if (previous !== undefined) this.#settlement.retire(previous);
     parent.ends.set(decoded.replicaId, held);
-  }
-
-  /** {@link decodeDelivery}, remembered for the delivery: the admission filter decodes it first. */
-  #decodeCached(delivery: Delivery): WireEnvelope | DecodeError {
-    let decoded = this.#decoded.get(delivery);
-    if (decoded === undefined) {
-      decoded = decodeDelivery(delivery.envelopeBytes);
-      this.#decoded.set(delivery, decoded);
-    }
-    return decoded;
-  }
-
-  /** The replica owning a decoded delivery (undecodable bytes and unusable rejected keys: replica 0). */
-  #owner(decoded: WireEnvelope | DecodeError): number {
-    const unusable = this.#keyPolicy?.invalid === INVALID_KEY_FALLBACK
-      ? this.#keyPolicy.fallbackPartition
-      : 0;
-    return ownerOf(decoded, this.#partitionBy as string, this.#nbTasks, unusable);
-  }
-
-  /** The admission decision: whether this replica owns `delivery` (runs on the backend's turn: cheap, sync). */
-  #owns(delivery: Delivery): boolean {
-    return this.#owner(this.#decodeCached(delivery)) === this.#replicaId;
   }
 
   /** A partitioned delivery another replica owns was acked by the backend: release this replica's obligation. */
   async #afterSkip(delivery: Delivery): Promise<void> {
-    const decoded = this.#decodeCached(delivery);
+    const decoded = this.#admission.decodeCached(delivery);
     if (decoded instanceof DecodeError) return;
-    const key = this.#blobKey(decoded);
-    if (key !== null) await this.#release(key, this.#readerId, delivery.token.messageId);
-  }
-
-  /** The PartitionKeyError of an owned delivery whose key is unusable under the reject policy, else null. */
-  #keyError(decoded: WireEnvelope): PartitionKeyError | null {
-    if (this.#partitionBy === null || this.#keyPolicy?.invalid === INVALID_KEY_FALLBACK) return null;
-    const error = recordKeyError(this.#partitionBy, decoded.traceId, decoded.metadata);
-    if (error === null) return null;
-    error.context.node = this.#node;
-    error.context.trace_id = decoded.traceId;
-    return error;
-  }
-
-  #blobKey(decoded: WireEnvelope): string | null {
-    if (decoded.payloadType !== PayloadType.blobRef) return null;
-    try {
-      return (decodePayload(decoded.payloadType, decoded.payload) as BlobRef).ref;
-    } catch {
-      return null;
-    }
-  }
-
-  /** Holds a member of a recovered group; the complete group is handed out before anything new. */
-  #recover(group: RecoveredGroup, parent: string, entry: EnvelopeEntry<Held>): void {
-    const old = group.arrived.get(parent);
-    if (old !== undefined) this.#retire(old.handle);
-    group.arrived.set(parent, entry);
-    if (group.arrived.size < group.wanted.size) return;
-    for (const key of group.wanted.values()) this.#recovered.delete(key);
-    const members = [...group.arrived.values()];
-    const seqText = /^tw-(\d+)-/.exec(group.groupId)?.[1];
-    const eventTimes = members.map((m) => m.eventTs).filter((ts): ts is number => ts !== null);
-    const assembler = this.#assembler as GroupAssembler<Held>;
-    this.#recoveredReady.push({
-      kind: GroupKind.data,
-      traceId: group.groupId,
-      seq: seqText === undefined ? members[0].seq : BigInt(seqText),
-      eventTs: eventTimes.length === 0 ? null : Math.min(...eventTimes),
-      entries: Object.fromEntries(assembler.parentNames.map((name) => {
-        const member = group.arrived.get(name);
-        if (member !== undefined) return [name, member];
-        const collect: CollectEntry = {
-          kind: "collect",
-          message: [],
-          metadata: [],
-          eventTs: [],
-          isStopSignal: false,
-          isAbort: false,
-        };
-        return [name, Object.hasOwn(this.#join?.collect ?? {}, name) ? collect : null];
-      })),
-      handles: members.map((m) => m.handle),
-    });
+    const key = this.#payloads.blobKey(decoded);
+    if (key !== null) await this.#payloads.release(key, this.#payloads.readerId, delivery.token.messageId);
   }
 
   /** Hands every recovered member still waiting to the join, so the normal rules resolve it. */
   #releaseRecovered(): void {
     const assembler = this.#assembler as GroupAssembler<Held>;
-    for (const group of new Set(this.#recovered.values())) {
-      for (const [parent, entry] of group.arrived) {
-        const state = this.#parents.find((p) => p.name === parent) as ParentState;
-        entry.handle.inJoin = true;
-        state.inJoin++;
-        assembler.add(parent, entry);
-      }
-    }
-    this.#recovered.clear();
+    this.#recovery.release((parent, entry) => {
+      const state = this.#parents.find((p) => p.name === parent) as ParentState;
+      entry.handle.inJoin = true;
+      state.inJoin++;
+      assembler.add(parent, entry);
+    });
   }
 
   /** The next group to hand out: the join's next ready one, through the ordering policy when there is one. */
@@ -1882,11 +1507,9 @@ export class BrokerMessenger implements Messenger {
   }
 
   #nextAssembled(): ReadyGroup<Held> | null {
-    const recovered = this.#recoveredReady.shift();
+    const recovered = this.#recovery.nextReady();
     if (recovered !== undefined) return recovered;
-    if (this.#recovered.size > 0 && this.#clock.monotonic() >= this.#recoveryDeadline) {
-      this.#releaseRecovered();
-    }
+    if (this.#recovery.expired()) this.#releaseRecovered();
     const assembler = this.#assembler as GroupAssembler<Held>;
     assembler.sweep();
     return assembler.popReady();
@@ -1905,7 +1528,7 @@ export class BrokerMessenger implements Messenger {
       ...late.flatMap((group) =>
         group.handles.map((held) => {
           this.#leaveJoin(held);
-          return this.#settle(held, completed());
+          return this.#settlement.settle(held, completed());
         })
       ),
     ];
@@ -1923,15 +1546,17 @@ export class BrokerMessenger implements Messenger {
         this.#leaveJoin(held);
         switch (release.settlement) {
           case Settlement.ack:
-            settling.push(this.#settle(held, completed()));
+            settling.push(this.#settlement.settle(held, completed()));
             break;
           case Settlement.nak:
             settling.push(
-              failure === null ? this.#settle(held, retry(null)) : this.#applyLadder(held, failure),
+              failure === null
+                ? this.#settlement.settle(held, retry(null))
+                : this.#ladder.apply(held, failure),
             );
             break;
           case Settlement.retire:
-            this.#retire(held);
+            this.#settlement.retire(held);
             break;
         }
       }
@@ -1967,14 +1592,6 @@ export class BrokerMessenger implements Messenger {
     );
   }
 
-  /** Retires a delivery a newer attempt of the same message replaced: no broker settlement (MSG-011). */
-  #retire(held: Held): void {
-    if (held.settled) return;
-    held.settled = true;
-    this.#held.delete(held);
-    this.#backend.supersede(held.delivery.token);
-  }
-
   #leaveJoin(held: Held): void {
     if (!held.inJoin) return;
     held.inJoin = false;
@@ -1986,27 +1603,27 @@ export class BrokerMessenger implements Messenger {
     for (const held of group.handles) this.#leaveJoin(held);
     switch (group.kind) {
       case GroupKind.abort: {
-        await Promise.all(group.handles.map((h) => this.#settle(h, completed())));
-        return this.#terminalInput(group);
+        await Promise.all(group.handles.map((h) => this.#settlement.settle(h, completed())));
+        return terminalInput(group);
       }
       case GroupKind.end: {
-        await Promise.all(group.handles.map((h) => this.#settle(h, completed())));
-        this.#ended = this.#terminalInput(group);
+        await Promise.all(group.handles.map((h) => this.#settlement.settle(h, completed())));
+        this.#ended = terminalInput(group);
         return this.#ended;
       }
       case GroupKind.data:
         break;
     }
     const key = this.#groupKey(group);
-    if (key === this.#coveredKey) {
-      await this.#confirmCovered();
-      await Promise.all(group.handles.map((h) => this.#settle(h, completed())));
+    if (this.#coverage.covers(key)) {
+      await this.#coverage.confirm();
+      await Promise.all(group.handles.map((h) => this.#settlement.settle(h, completed())));
       return null;
     }
     this.#current = group;
     this.#currentKey = key;
-    if (this.#durable && this.#join?.mode === JOIN_TIME) await this.#persistGroup(group);
-    return this.#dataInput(group);
+    if (this.#durable && this.#join?.mode === JOIN_TIME) await this.#recovery.persist(group);
+    return dataInput(group);
   }
 
   #groupKey(group: ReadyGroup<Held>): string {
@@ -2014,95 +1631,27 @@ export class BrokerMessenger implements Messenger {
     return messageId(this.#flowId, this.#runId, this.#node, group.traceId, group.seq, MsgType.data);
   }
 
-  #dataInput(group: ReadyGroup<Held>): InputGroup {
-    const entries = group.entries;
-    let converted: Record<string, InputEntry | null> | null = null;
-    for (const name of Object.keys(entries)) {
-      const entry = entries[name];
-      if (entry?.kind === "collect") {
-        (converted ??= { ...entries } as Record<string, InputEntry | null>)[name] = collectInput(entry);
-      }
-    }
-    return converted ?? (entries as InputGroup);
-  }
-
-  /** The entries of an end or abort group: each parent's EOS, or its ABORT with origin and record. */
-  #terminalInput(group: ReadyGroup<Held>): InputGroup {
-    const input: Record<string, InputEntry | null> = {};
-    for (const [name, entry] of Object.entries(group.entries)) {
-      if (entry === null || entry.kind === "collect") {
-        input[name] = entry === null ? null : collectInput(entry);
-      } else if (entry.isAbort) {
-        const marker = entry.message as AbortMarker;
-        input[name] = abortInput(entry, marker.node, marker.error);
-      } else {
-        input[name] = entry;
-      }
-    }
-    return input;
-  }
-
-  #stopGroup(): InputGroup {
-    return Object.fromEntries(this.#parents.map((p) => [p.name, STOP_ENTRY]));
-  }
-
-  /** Closes the persisted join group of the group just settled (its inputs are acked or failed). */
-  async #closeGroup(): Promise<void> {
-    const groupId = this.#persistedGroup;
-    if (groupId === null) return;
-    this.#persistedGroup = null;
-    await this.#runtime.settleGroup(groupId);
-  }
-
-  async #persistGroup(group: ReadyGroup<Held>): Promise<void> {
-    const members: Record<string, { producer: string; traceId: string; seq: Seq }> = {};
-    const tokens: Record<string, string> = {};
-    for (const [parent, entry] of Object.entries(group.entries)) {
-      if (entry === null || entry.kind === "collect") continue;
-      members[parent] = { producer: entry.producerName, traceId: entry.traceId, seq: entry.seq };
-      tokens[parent] = `${entry.handle.delivery.token.messageId}#${entry.handle.delivery.token.attempt}`;
-    }
-    await this.#runtime.persistGroup(group.traceId, members, tokens);
-    this.#persistedGroup = group.traceId;
-  }
-
-  /** Re-confirms the output committed with the covering checkpoint before its redelivered input is acked. */
-  async #confirmCovered(): Promise<void> {
-    const output = this.#coveredOutput;
-    const body = this.#coveredEnvelope;
-    if (output === null || body === null) return;
-    const coverage = await this.#runtime.checkpointCoverage(this.#coveredKey as string);
-    if (coverage.kind !== "covered_unconfirmed") return;
+  /** Publishes the output committed with the covering checkpoint again, until taken (see CheckpointCoverage). */
+  async #republishCovered(output: string, body: Uint8Array): Promise<void> {
     // The committed body stays this messenger's for a later confirmation: it is sent as a copy.
-    const outcome = await this.#publish(this.#dataEnvelope(output, body, null, null, null, false), true);
+    const outcome = await this.#publisher.publish(
+      this.#dataEnvelope(output, body, null, null, null, false),
+      true,
+    );
     this.#countPublication(outcome);
     if (outcome.kind !== "accepted") this.#refused(outcome);
   }
 
   // ---- end of stream ------------------------------------------------------------------------------------
 
-  /**
-   * Whether a parent's subscription still holds work for this node: waiting (a retry's delay included) or
-   * leased. A subscription that cannot be read counts as holding some (Unknown never passes for none).
-   */
-  async #inputsOutstanding(): Promise<boolean> {
-    for (const parent of this.#parents) {
-      const observed = await this.#backend.observeSubscription(parent.data);
-      if (observed.kind !== "known" || this.#waiting(observed.value) > 0 || observed.value.leased > 0) {
-        return true;
-      }
-    }
-    return false;
-  }
-
   /** Re-evaluates every parent whose end was seen; true when one drained (its EOS was fed to the join). */
   async #checkDrains(): Promise<boolean> {
     let drained = false;
     for (const parent of this.#parents) {
-      if (!this.#awaitsDrain(parent)) continue;
+      if (!this.#eos.awaitsDrain(parent)) continue;
       const now = this.#clock.monotonic();
-      if (now + TIME_TOLERANCE_SECONDS < parent.nextCheck) continue;
-      if (await this.#isDrained(parent, now)) {
+      if (!this.#eos.due(parent, now)) continue;
+      if (await this.#eos.isDrained(parent, now)) {
         await this.#drain(parent);
         drained = true;
       }
@@ -2110,78 +1659,12 @@ export class BrokerMessenger implements Messenger {
     return drained;
   }
 
-  /**
-   * Whether a parent's drain is being decided: its end was seen (under EOS-3, every expected replica's;
-   * under EOS-7 the ledger counts the replicas) and it has not drained yet.
-   */
-  #awaitsDrain(parent: ParentState): boolean {
-    if (parent.drained || parent.ends.size === 0) return false;
-    return parent.barrier || parent.ends.size >= parent.expected;
-  }
-
-  /**
-   * Whether `parent`'s data subscription holds nothing for this node any more (EOS-3), or the EOS-7
-   * barrier is complete. Deliveries leased beyond the halves this join holds, and work the broker keeps
-   * unresolved (unless the node is best-effort, whose exhausted deliveries are dropped by design), keep
-   * it open.
-   */
-  async #isDrained(parent: ParentState, now: number): Promise<boolean> {
-    const observed = await this.#backend.observeSubscription(parent.data);
-    if (parent.barrier) {
-      parent.nextCheck = now + BARRIER_CHECK_SECONDS;
-      const counts: Observation<readonly [number, number]> = observed.kind === "known"
-        ? { ...observed, value: [this.#waiting(observed.value), observed.value.leased - parent.inJoin] }
-        : observed;
-      // The barrier is never complete while the broker holds work for this node or cannot be read, so the
-      // ledger (terminators, every received record) is read only when the broker's facts allow completion.
-      if (counts.kind !== "known" || counts.value[0] > 0 || counts.value[1] > 0) {
-        parent.barrierShort = false;
-        return false;
-      }
-      const state = await this.#runtime.completionState(parent.name, parent.durable, counts, false);
-      parent.barrierShort = state === CompletionState.draining;
-      if (state !== CompletionState.complete) return false;
-      // A terminator recorded after that look at the broker (by a sibling) may end a stream whose last
-      // outputs the look missed; a count that falls short (outputs of a replica killed before its tally
-      // noted them) would not hold them: the broker is looked at again, after the terminators.
-      if (await this.#holdsWork(parent)) return false;
-      await this.#runtime.commitCompletion(parent.name, this.#lease);
-      return true;
-    }
-    parent.nextCheck = now + Math.max(0.01, this.#quiescence / 5);
-    const quiet = observed.kind === "known" && this.#waiting(observed.value) === 0 &&
-      observed.value.leased === parent.inJoin;
-    if (!quiet) {
-      parent.quietSince = null;
-      return false;
-    }
-    parent.quietSince ??= now;
-    if (now - parent.quietSince >= this.#quiescence) return true;
-    parent.nextCheck = Math.min(parent.nextCheck, parent.quietSince + this.#quiescence);
-    return false;
-  }
-
-  /** Whether the broker holds work on `parent`'s data for this node beyond the join's halves, or cannot say. */
-  async #holdsWork(parent: ParentState): Promise<boolean> {
-    const observed = await this.#backend.observeSubscription(parent.data);
-    return observed.kind !== "known" || this.#waiting(observed.value) > 0 ||
-      observed.value.leased - parent.inJoin > 0;
-  }
-
-  /**
-   * Work on a subscription that is not leased and still counts for this node: what waits for delivery, and
-   * what the broker keeps unresolved (MSG-012), except for a best-effort node, which drops it by design.
-   */
-  #waiting(observed: SubscriptionObservation): number {
-    return observed.available + (this.#delivery.delivery === AT_LEAST_ONCE ? observed.unresolved : 0);
-  }
-
   /** Acks the parent's EOS markers (only now, EOS-3) and feeds them to the join. */
   async #drain(parent: ParentState): Promise<void> {
     parent.drained = true;
-    if (this.#recovered.size > 0) this.#releaseRecovered();
+    if (this.#recovery.waiting) this.#releaseRecovered();
     const ends = [...parent.ends.values()];
-    await Promise.all(ends.map((h) => this.#settle(h, completed())));
+    await Promise.all(ends.map((h) => this.#settlement.settle(h, completed())));
     const assembler = this.#assembler as GroupAssembler<Held>;
     for (const held of ends) {
       assembler.add(parent.name, entryFromEnvelope(held.envelope as WireEnvelope, held, undefined));
@@ -2192,233 +1675,27 @@ export class BrokerMessenger implements Messenger {
   /** Returns everything held and not handed to the node (join halves, end markers, recovered members). */
   async #handBack(): Promise<void> {
     if (this.#assembler === null) return;
-    if (this.#recovered.size > 0) this.#releaseRecovered();
+    if (this.#recovery.waiting) this.#releaseRecovered();
     this.#assembler.handBack();
     await this.#settleReleases();
     const waiting: Promise<unknown>[] = [];
     for (const parent of this.#parents) {
-      for (const held of parent.ends.values()) waiting.push(this.#settle(held, retry(null)));
+      for (const held of parent.ends.values()) waiting.push(this.#settlement.settle(held, retry(null)));
       parent.ends.clear();
     }
-    for (const group of this.#recoveredReady.splice(0)) {
-      for (const held of group.handles) waiting.push(this.#settle(held, retry(null)));
+    for (const group of this.#recovery.takeReady()) {
+      for (const held of group.handles) waiting.push(this.#settlement.settle(held, retry(null)));
     }
     await Promise.all(waiting);
   }
 
   // ---- settlement and the delivery ladder ---------------------------------------------------------------
 
-  /**
-   * Settles one held delivery once; a reader's payload obligation is released only after a confirmed
-   * Completed or Terminal settlement (never on SettleUnknown, PAY-004). A settlement other than a retry
-   * first waits for the ledger write noting the delivery; `lingering` (an ack the node does not wait for)
-   * lets that write wait out its linger, anything else sends it at once.
-   */
-  async #settle(
-    held: Held,
-    outcome: BackendSettlement,
-    lingering = false,
-  ): Promise<SettlementOutcome | null> {
-    if (held.settled) return null;
-    held.settled = true;
-    this.#held.delete(held);
-    const recording = this.#recordingOf.get(held.delivery);
-    if (recording !== undefined && outcome.kind !== "retry") {
-      if (!lingering) recording.ready();
-      await recording.written;
-    }
-    // A settle that waited for its ledger write across a crash never reaches the broker: the write did not
-    // happen, and the delivery goes to the replacement when its lease lapses.
-    if (this.#work.abandoned) return null;
-    const token = held.delivery.token;
-    const result = await this.#settler.call({
-      token,
-      outcome,
-      settlementId: `${token.messageId}/${token.attempt}/${outcome.kind}`,
-    });
-    // A first delivery settled for good is never delivered again: its id is proven received once.
-    if (
-      recording !== undefined && outcome.kind !== "retry" && token.attempt === 1 &&
-      result.kind === "settle_confirmed"
-    ) {
-      this.#runtime.proveReceived(held.parent.name, held.parent.durable, token.messageId);
-    }
-    if (result.kind === "settle_confirmed" && outcome.kind !== "retry" && held.blobRef !== null) {
-      await this.#release(held.blobRef, this.#readerId, result.settlementId);
-    }
-    return result;
-  }
-
-  /** Releases `obligationId` on the payload `key`; a failed release is left to reconciliation (PAY-006). */
-  async #release(key: string, obligationId: string, receipt: string): Promise<void> {
-    if (this.#bridge === null) return;
-    try {
-      await this.#bridge.releaseReader(key, obligationId, receipt);
-    } catch (error) {
-      this.#logger.warn("a payload obligation could not be released", {
-        key,
-        obligation_id: obligationId,
-        error: errorToDict(error).message,
-      });
-    }
-  }
-
   /** Input that never reaches the node (undecodable, a missing payload, an unusable key): the poison ladder. */
   async #rejectInput(held: Held, error: VideoflowRuntimeError, reason: DropReason): Promise<void> {
     this.#held.add(held);
     this.#drop(reason);
-    await this.#applyLadder(held, error);
-  }
-
-  /**
-   * Applies the delivery policy's action to one failed delivery; resolves with that action. The attempt
-   * is counted here (the broker's delivery count, or one more in the ledger) unless `counted` says how
-   * many attempts the ledger already holds for it.
-   */
-  async #applyLadder(
-    held: Held,
-    failure: VideoflowRuntimeError,
-    { counted }: { readonly counted?: number } = {},
-  ): Promise<DeliveryAction> {
-    const disposition = failure.disposition;
-    const token = held.delivery.token;
-    const numDelivered = counted ??
-      (this.#ledgerBudget
-        ? Math.max(1, await this.#runtime.recordAttempt(token.messageId, disposition))
-        : token.attempt);
-    const action: DeliveryAction = this.#delivery.actionFor(disposition, numDelivered);
-    if (
-      action !== ACTION_NAK && disposition === TRANSIENT && this.#delivery.delivery === AT_LEAST_ONCE
-    ) {
-      this.#drop(DropReason.exhausted);
-    }
-    switch (action) {
-      case ACTION_NAK: {
-        const delay = disposition === WORKER_FATAL
-          ? null
-          : this.#delivery.retryDelay(numDelivered, drawRetryJitter(this.#random));
-        await this.#settle(held, retry(delay));
-        return action;
-      }
-      case ACTION_TERM:
-        await this.#terminate(held, failure, numDelivered, "term");
-        return action;
-      case ACTION_DLQ_SAMPLED:
-        if (!this.#sampleAdmits(failure.code)) {
-          await this.#terminate(held, failure, numDelivered, "dlq_sample_cap");
-          return action;
-        }
-        await this.#deadLetter(held, failure, numDelivered);
-        return action;
-      case ACTION_DLQ:
-        await this.#deadLetter(held, failure, numDelivered);
-        return action;
-    }
-  }
-
-  #sampleAdmits(code: string): boolean {
-    const now = this.#clock.monotonic();
-    let window = this.#dlqSamples.get(code);
-    if (window === undefined || now - window.windowStart >= 60) {
-      window = { windowStart: now, count: 0 };
-      this.#dlqSamples.set(code, window);
-    }
-    if (window.count >= this.#delivery.samplePerMinute) return false;
-    window.count++;
-    return true;
-  }
-
-  /** Ends a delivery without a dead letter, against a terminal-log record (DELIV-15). */
-  async #terminate(
-    held: Held,
-    failure: VideoflowRuntimeError,
-    numDelivered: number,
-    action: string,
-  ): Promise<void> {
-    const token = held.delivery.token;
-    const record = await this.#runtime.recordTerminal({
-      node: this.#node,
-      parent: held.parent.name,
-      message_id: token.messageId,
-      stream_sequence: token.streamSequence,
-      num_delivered: numDelivered,
-      action,
-      code: failure.code,
-      disposition: failure.disposition,
-      message: failure.message,
-    });
-    await this.#settle(held, terminal(record));
-  }
-
-  /**
-   * Dead-letters the original bytes and terminates the delivery against the dead letter's id once the
-   * broker accepted it; otherwise records a pending handoff and keeps the delivery alive (DELIV-15).
-   */
-  async #deadLetter(held: Held, failure: VideoflowRuntimeError, numDelivered: number): Promise<void> {
-    const token = held.delivery.token;
-    const parent = this.#parents.length > 1 ? held.parent.name : null;
-    const recordId = token.streamSequence === null
-      ? `dlq:${this.#flowId}:${this.#runId}:${this.#node}:${token.messageId}`
-      : dlqMessageId(this.#flowId, this.#runId, this.#node, token.streamSequence, parent);
-    const headers = {
-      ...held.delivery.headers,
-      [DeadLetterHeader.originNode]: this.#node,
-      [DeadLetterHeader.error]: errorHeader(failure),
-      [DeadLetterHeader.numDelivered]: String(numDelivered),
-    };
-    if (held.blobRef !== null) await this.#pinDeadLetterPayload(held.blobRef, recordId);
-    const outcome = await this.#publishDeadLetter(recordId, headers, held.delivery.envelopeBytes);
-    if (outcome?.kind === "accepted") {
-      await this.#runtime.clearPendingHandoff(recordId);
-      await this.#settle(held, terminal(recordId));
-      return;
-    }
-    await this.#runtime.recordPendingHandoff(recordId, headers, held.delivery.envelopeBytes);
-    await this.#settle(held, retry(this.#delivery.retryDelay(numDelivered, drawRetryJitter(this.#random))));
-  }
-
-  /** A dead letter's payload outlives the run's readers: pinned for the DLQ's retention (BLOB-14 step 3). */
-  async #pinDeadLetterPayload(key: string, recordId: string): Promise<void> {
-    const store = this.#payloadStore;
-    if (store === null) return;
-    try {
-      await store.acquireObligation(
-        await store.refForKey(key),
-        `dlq/${recordId}`,
-        this.#clock.now() + DLQ_RETENTION_SECONDS,
-      );
-    } catch (error) {
-      this.#logger.warn("a dead letter's payload could not be pinned", {
-        key,
-        error: errorToDict(error).message,
-      });
-    }
-  }
-
-  /** One dead-letter publication attempt (resolving a lost receipt); null when the attempt threw. */
-  async #publishDeadLetter(
-    recordId: string,
-    headers: Readonly<Record<string, string>>,
-    raw: Uint8Array,
-  ): Promise<PublicationOutcome | null> {
-    const env = backendEnvelope({
-      channel: this.#channel,
-      publicationId: recordId,
-      headers,
-      body: raw,
-      eventId: recordId,
-      schemaVersion: ENVELOPE_VERSION,
-      kind: MessageKind.dlq,
-    });
-    try {
-      return await this.#publish(env, false);
-    } catch (error) {
-      this.#logger.warn("a dead letter could not be published", {
-        id: recordId,
-        error: errorToDict(error).message,
-      });
-      return null;
-    }
+    await this.#ladder.apply(held, error);
   }
 
   #drop(reason: DropReason | typeof DropReason.joinEvicted, count = 1): void {
@@ -2426,36 +1703,6 @@ export class BrokerMessenger implements Messenger {
   }
 
   // ---- publishing -----------------------------------------------------------------------------------------
-
-  /** The identity of the next output: minted by a producer, carried forward by a receiver. */
-  #outputIdentity(): OutputIdentity {
-    if (this.#parents.length > 0) {
-      const group = this.#current;
-      if (group === null) {
-        throw new ConfigError(
-          `${this.#node} published outside an input group`,
-          "publish a receiver's output while processing the group it was received with",
-          { node: this.#node },
-        );
-      }
-      return { traceId: group.traceId, seq: group.seq, eventTs: group.eventTs, offset: null };
-    }
-    if (this.#replayable) {
-      const offset = this.#nextOffset++;
-      this.#offsetsOpen.push(offset);
-      return {
-        traceId: replayableTraceId(this.#node, offset, this.#analysisVersion),
-        seq: offset,
-        eventTs: null,
-        offset,
-      };
-    }
-    const n = ++this.#count;
-    if (this.#epoch !== null) {
-      return { traceId: sourceEpochTraceId(this.#node, this.#epoch, n), seq: n, eventTs: null, offset: null };
-    }
-    return { ...producerTrace(this.#node, n), eventTs: null, offset: null };
-  }
 
   #dataEnvelope(
     publicationId: string,
@@ -2474,144 +1721,15 @@ export class BrokerMessenger implements Messenger {
       partitionKey,
       eventTs,
       sourceOffset: offset,
-      sourceEpoch: this.#epoch,
+      sourceEpoch: this.#identity.epoch,
       schemaVersion: ENVELOPE_VERSION,
       kind: MessageKind.data,
       bodyTransferable: transferable,
     });
   }
 
-  /**
-   * Publishes until the outcome is known: a lost receipt is resolved by observation (an idempotent
-   * re-publish inside the dedup window). `persistent`: a retryable refusal (a full reliable channel) is
-   * retried with backoff until taken; otherwise the first refusal stands. Persistent publications keep the
-   * order they were made in: a refused one retries only once every earlier one has its final outcome, and
-   * one made while any waits is not sent until its turn, so the outputs a replica makes while its consumers
-   * hold it back are taken in the order it made them. One already sent when an earlier one's refusal
-   * arrives is kept behind it by the embedded broker, which refuses a connection's later data on a channel
-   * until its refused publication is taken; a backend that does not may take it first. Over a backend that
-   * does (`ordersRefusedPublications`), {@link #publishOrdered} keeps the order without waiting for each
-   * outcome.
-   */
-  async #publish(env: BackendEnvelope, persistent: boolean): Promise<PublicationOutcome> {
-    if (!persistent) return await this.#publishOnce(env, false);
-    if (this.#backend.ordersRefusedPublications === true) return await this.#publishOrdered(env);
-    const previous = this.#lastTurn;
-    const turn = Promise.withResolvers<void>();
-    this.#lastTurn = turn.promise;
-    let earlierDone = false;
-    previous.then(() => earlierDone = true);
-    try {
-      let refused: PublicationOutcome | null = null;
-      if (this.#waitingTurns === 0) {
-        refused = await this.#publishOnce(env, true);
-        if (!retriesAfter(refused) || this.#work.abandoned) return refused;
-      }
-      this.#waitingTurns++;
-      try {
-        // Refused with nothing earlier outstanding, it heads the queue: it backs off before its retry.
-        if (refused !== null && earlierDone) await this.#clock.sleep(publishBackoffSeconds(1));
-        return await this.#publishInTurn(env, refused, previous);
-      } finally {
-        this.#waitingTurns--;
-      }
-    } finally {
-      // A turn ends once this publication and every earlier one have their final outcomes.
-      previous.then(() => turn.resolve());
-    }
-  }
-
-  /**
-   * A persistent publication waiting its turn (see {@link #publish}): attempted once every earlier one has
-   * its final outcome, then retried with backoff until taken.
-   */
-  async #publishInTurn(
-    env: BackendEnvelope,
-    refused: PublicationOutcome | null,
-    previous: Promise<void>,
-  ): Promise<PublicationOutcome> {
-    await previous;
-    let outcome = refused;
-    for (let retries = refused === null ? 0 : 1;;) {
-      if (this.#work.abandoned) return outcome ?? stoppedBeforeTurn(env);
-      outcome = await this.#publishOnce(env, true);
-      if (!retriesAfter(outcome)) return outcome;
-      await this.#clock.sleep(publishBackoffSeconds(++retries));
-    }
-  }
-
-  /**
-   * A persistent publication over a backend that keeps order across refusals: sent once every earlier one
-   * is at the broker, and after a retryable refusal sent again right behind the earlier one that held it
-   * back, or, when none is outstanding, after a backoff (see {@link PublicationOrder}).
-   */
-  async #publishOrdered(env: BackendEnvelope): Promise<PublicationOutcome> {
-    const place = this.#order.enter(env.body.byteLength);
-    try {
-      await place.turn();
-      let outcome: PublicationOutcome | null = null;
-      for (let retries = 0;;) {
-        if (this.#work.abandoned) return outcome ?? stoppedBeforeTurn(env);
-        if (this.#givesUpAtStop(env, outcome)) return this.#giveUp(env);
-        const attempt = this.#publishOnce(env, true);
-        place.sending();
-        outcome = await attempt;
-        if (!retriesAfter(outcome) || this.#work.abandoned) return outcome;
-        if (await place.refused()) await this.#clock.sleep(publishBackoffSeconds(++retries));
-      }
-    } finally {
-      place.finished();
-    }
-  }
-
-  /**
-   * Whether a source's output is no longer tried because the flow stops (the control stop) while its
-   * consumers hold it back: one the full channel refused (`outcome`) is given up, and so is every later one,
-   * so what the broker took stays a prefix of what the source made (over a backend that keeps its order)
-   * and a resumed run, in which a replayable source makes the rest again, redoes nothing. The stop then
-   * waits only for the consumers to work through what the broker took. A receiver's outputs, made from
-   * inputs already taken, and the end markers are tried until taken.
-   */
-  #givesUpAtStop(env: BackendEnvelope, outcome: PublicationOutcome | null): boolean {
-    if (!this.#control || this.#parents.length > 0 || env.kind !== MessageKind.data) return false;
-    if (outcome?.kind === "rejected") this.#givingUp = true;
-    return this.#givingUp;
-  }
-
-  /** The outcome of an output given up at the stop: not taken, not counted, and no failure of the replica. */
-  #giveUp(env: BackendEnvelope): PublicationOutcome {
-    const outcome = rejected(env.publicationId, "the flow stopped before the broker took this output", false);
-    this.#givenUp.add(outcome);
-    return outcome;
-  }
-
-  /**
-   * One publication (in a batch call; a persistent data one once this replica's credit covers it), then
-   * observations of it while its receipt is lost (a persistent one until known). A source's output still
-   * waiting for credit at the flow's stop is given up (see {@link #givesUpAtStop}).
-   */
-  async #publishOnce(env: BackendEnvelope, persistent: boolean): Promise<PublicationOutcome> {
-    const sent = persistent && env.kind === MessageKind.data
-      ? await this.#credit.send(env.size, () => this.#publisher.call(env))
-      : await this.#publisher.call(env);
-    if (sent === null) {
-      this.#givingUp = true;
-      return this.#giveUp(env);
-    }
-    let outcome = sent;
-    let observations = 0;
-    while (outcome.kind === "publication_unknown") {
-      observations++;
-      if (!persistent && observations > 1) return outcome;
-      await this.#clock.sleep(publishBackoffSeconds(observations));
-      if (this.#work.abandoned) return outcome;
-      outcome = await this.#backend.observePublication(env);
-    }
-    return outcome;
-  }
-
   #countPublication(outcome: PublicationOutcome, onAccepted?: () => void): void {
-    if (this.#givenUp.has(outcome)) return;
+    if (this.#publisher.isGivenUp(outcome)) return;
     switch (outcome.kind) {
       case "accepted":
         if (outcome.duplicate) {
@@ -2644,111 +1762,6 @@ export class BrokerMessenger implements Messenger {
     );
   }
 
-  /**
-   * Counts an accepted output and notes it (unless `toNote` is false: its outbox entry notes it) and a
-   * replayable source's offset for the ledger's batch.
-   */
-  #noteAccepted(publicationId: string, offset: number | null, toNote: boolean): Promise<void> | null {
-    this.#acceptedData++;
-    if (this.#barrierFlow && toNote) {
-      this.#publishedPending.push(publicationId);
-      this.#publishedNoted++;
-      if (offset !== null && this.#replayable) this.#publishedUncovered.push([publicationId, offset]);
-    }
-    const offsets = this.#replayable && this.#durable ? this.#lastAcceptedOffset - this.#flushedOffset : 0;
-    if (this.#publishedPending.length === 0 && offsets === 0) return null;
-    const due = this.#publishedPending.length >= LEDGER_FLUSH_BATCH || offsets >= LEDGER_FLUSH_BATCH ||
-      this.#clock.monotonic() - this.#lastFlush >= LEDGER_FLUSH_SECONDS;
-    return due ? this.#flushLedger() : null;
-  }
-
-  /**
-   * Writes the batched ledger records: accepted publication ids (EOS-7) and a replayable source's offset,
-   * after any flush still running (one at a time).
-   */
-  #flushLedger(): Promise<void> {
-    return this.#ledgerFlushes.request();
-  }
-
-  async #writeLedger(): Promise<void> {
-    if (this.#work.abandoned) return;
-    this.#lastFlush = this.#clock.monotonic();
-    // Taken with the ids to note: every id proven by now was noted before it was proven.
-    const proven = this.#publishedProven;
-    this.#publishedProven = [];
-    if (this.#publishedPending.length > 0) {
-      const ids = this.#publishedPending;
-      this.#publishedPending = [];
-      // Every id noted by now is in `ids` or was recorded by an earlier flush.
-      const through = this.#publishedNoted;
-      try {
-        await this.#runtime.recordPublished(ids);
-        this.#publishedRecorded = through;
-      } catch (error) {
-        // Kept for the next flush: an id the ledger never took must still count toward EOS's seq.
-        this.#publishedPending = [...ids, ...this.#publishedPending];
-        this.#publishedProven = [...proven, ...this.#publishedProven];
-        throw error;
-      }
-      // A live source mints its ids under a capture epoch of its own process: none is ever made again.
-      if (this.#parents.length === 0 && this.#epoch !== null) this.#runtime.provePublished(ids);
-      if (this.#replayable) this.#uncoveredNoted += ids.length;
-    }
-    this.#runtime.provePublished(proven);
-    if (this.#replayable && this.#durable && this.#lastAcceptedOffset > this.#flushedOffset) {
-      await this.#commitCheckpoint(SAVED_STATE, {});
-    }
-    this.#proveCovered();
-  }
-
-  /**
-   * Proves published the noted outputs of a replayable source that its saved position covers: a resume
-   * starts after that position, so they are never made again.
-   */
-  #proveCovered(): void {
-    let covered = 0;
-    while (covered < this.#uncoveredNoted && this.#publishedUncovered[covered][1] <= this.#flushedOffset) {
-      covered++;
-    }
-    if (covered === 0) return;
-    this.#runtime.provePublished(this.#publishedUncovered.slice(0, covered).map(([id]) => id));
-    this.#publishedUncovered.splice(0, covered);
-    this.#uncoveredNoted -= covered;
-  }
-
-  /**
-   * One checkpoint write, after every one begun before it: the state (`SAVED_STATE`: the one the last
-   * write saved, read when this one's turn comes, for a position save), the group it covers, the output
-   * committed with it (and that output's bytes, so a replacement can confirm it), and a replayable
-   * source's last accepted offset. What counts as saved is the offset this write carried: outputs accepted
-   * while it was on its way are still to save. One at a time, so that a position save (a quiesce's last
-   * flush) never lands an older state over a node's own newer checkpoint, nor an older offset over a
-   * newer one.
-   */
-  #commitCheckpoint(state: Uint8Array | null | typeof SAVED_STATE, extra: ReplayPosition): Promise<void> {
-    const write = this.#checkpoints.then(() =>
-      this.#writeCheckpoint(state === SAVED_STATE ? this.#state : state, extra)
-    );
-    this.#checkpoints = write.catch(() => {});
-    return write;
-  }
-
-  async #writeCheckpoint(state: Uint8Array | null, extra: ReplayPosition): Promise<void> {
-    const position: Record<string, string | number> = {};
-    if (this.#currentKey !== null && this.#current !== null) position.group = this.#currentKey;
-    const offset = this.#lastAcceptedOffset;
-    if (this.#replayable) position.offset = offset;
-    Object.assign(position, extra);
-    try {
-      await this.#runtime.checkpoint(state, position);
-    } catch (error) {
-      if (error instanceof StaleAuthority) this.#loseAuthority();
-      throw error;
-    }
-    this.#state = state;
-    if (this.#replayable) this.#flushedOffset = offset;
-  }
-
   /** Publishes an EOS or ABORT marker on the EOS subject, retrying until the broker takes it. */
   async #publishMarker(
     type: MsgType,
@@ -2758,9 +1771,9 @@ export class BrokerMessenger implements Messenger {
     if (type === MsgType.abort) await this.#work.idle();
     else await this.#work.drain();
     // Every output has its outcome: the room still held for more goes back to the channel (and its marker).
-    this.#credit.release();
-    await this.#flushLedger();
-    const seq = this.#barrierFlow ? await this.#runtime.publishedCount() : this.#acceptedData;
+    this.#publisher.releaseCredit();
+    await this.#ledger.flush();
+    const seq = this.#barrierFlow ? await this.#runtime.publishedCount() : this.#ledger.acceptedCount;
     if (faultsInstalled()) await barrier(Barrier.terminatorPublishBefore, { node: this.#node, status: type });
     const publicationId = messageId(this.#flowId, this.#runId, this.#node, traceId, seq, type);
     const body = encodeEnvelope(createEnvelope({
@@ -2774,7 +1787,7 @@ export class BrokerMessenger implements Messenger {
       payloadType: payload.payloadType,
       payload: payload.payload,
     }));
-    const outcome = await this.#publish(
+    const outcome = await this.#publisher.publish(
       backendEnvelope({
         channel: this.#channel,
         publicationId,
