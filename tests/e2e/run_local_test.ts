@@ -2104,7 +2104,7 @@ interface EarlyStop {
 }
 
 /**
- * `count (40 items, replayable) → middle → sink` run as `flowId` in a session of its own and signalled as
+ * `count (40 items, replayable, 60 ms apart) → middle → sink` run as `flowId` in a session of its own and signalled as
  * `stop` says. Resolves with what was not clean, or null for a clean stop: exit 0, the outcome in the
  * summary, no replica ended by the signal, and a re-run with the same run id that ends every item once.
  */
@@ -2114,7 +2114,8 @@ async function stopEarly(dir: string, flowId: string, stop: EarlyStop): Promise<
     ["ReplayableCount", "Poison"],
     pipeline(
       flowId,
-      `new ReplayableCount({ name: "count", n: 40, delayMs: 20 })`,
+      // 2.4 s of items: still running when the latest stop comes (1.5 s after the notice, at most).
+      `new ReplayableCount({ name: "count", n: 40, delayMs: 60 })`,
       `new Poison({ name: "middle", poison: [] })`,
       dir,
     ),
@@ -2133,12 +2134,16 @@ async function stopEarly(dir: string, flowId: string, stop: EarlyStop): Promise<
   const hung = setTimeout(() => child.kill("SIGKILL"), 60_000);
   const stdout = new Response(child.stdout).text();
   const stderr = watchText(child.stderr);
-  // From here on the run is being set up: its lock, its ledger, its broker, its replicas starting.
-  await stderr.seen(`running flow ${flowId}`);
-  await stop.when();
-  Deno.kill(-child.pid, stop.signal);
-  const { code } = await child.status;
-  clearTimeout(hung);
+  let code: number;
+  try {
+    // From here on the run is being set up: its lock, its ledger, its broker, its replicas starting.
+    await stderr.seen(`running flow ${flowId}`);
+    await stop.when();
+    Deno.kill(-child.pid, stop.signal);
+    code = (await child.status).code;
+  } finally {
+    clearTimeout(hung);
+  }
   const text = `${await stdout}\n${await stderr.all}`;
   if (code !== 0) return `exit ${code}\n${text}`;
   if (!new RegExp(`flow ${flowId} (stopped on ${stop.signal}|finished) \\(run r1\\)`).test(text)) {
