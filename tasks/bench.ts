@@ -41,12 +41,7 @@
  * Rounds of a flow and its baseline alternate, and each figure is the median of its rounds. The table is
  * printed to stdout and, with `--json PATH`, written as JSON.
  *
- * Run: `deno task bench [--items 10000] [--item-rounds 3] [--frames 300] [--video-rounds 3]
- * [--startup-rounds 5] [--backlog-frames 900] [--backlog-delay-ms 10] [--window 1024]
- * [--growth-items 100000,1000000] [--growth-isolations worker,process] [--realtime-seconds 600]
- * [--realtime-rate 200] [--warmup-seconds 60] [--sections items,video,video-offload,startup,backlog,growth]
- * [--state DIR]
- * [--run-timeout 120] [--json PATH]`. `--state` puts the runs' ledgers somewhere else than the scratch directory (a tmpfs, to
+ * Run: `deno task bench [options]`; `deno task bench --help` lists them ({@link USAGE}). `--state` puts the runs' ledgers somewhere else than the scratch directory (a tmpfs, to
  * see what the disk costs; created if missing); the runs stay there, in a fresh subdirectory.
  *
  * @module
@@ -200,6 +195,15 @@ function isolationsFrom(text: string): Isolation[] {
   }
   return names as Isolation[];
 }
+
+/** The options, as `--help` prints them. */
+const USAGE = [
+  "deno task bench [--items 10000] [--item-rounds 3] [--frames 300] [--video-rounds 3]",
+  "  [--startup-rounds 5] [--backlog-frames 900] [--backlog-delay-ms 10] [--window 1024]",
+  "  [--growth-items 100000,1000000] [--growth-isolations worker,process] [--realtime-seconds 600]",
+  "  [--realtime-rate 200] [--warmup-seconds 60] [--sections items,video,video-offload,startup,backlog,growth]",
+  "  [--state DIR] [--run-timeout 120] [--json PATH]",
+].join("\n");
 
 function settingsFrom(
   args: string[],
@@ -1356,7 +1360,18 @@ function table(titles: readonly string[], figures: readonly Figure[], failures: 
 
 /** Runs the chosen sections, prints the table (and writes the JSON); exit status 1 if a section failed. */
 async function main(): Promise<number> {
-  const { json, state, ...settings } = settingsFrom(Deno.args);
+  if (Deno.args.includes("--help")) {
+    console.log(USAGE);
+    return 0;
+  }
+  let parsed: ReturnType<typeof settingsFrom>;
+  try {
+    parsed = settingsFrom(Deno.args);
+  } catch (error) {
+    console.error(`bench: ${error instanceof Error ? error.message : error}\n${USAGE}`);
+    return 2;
+  }
+  const { json, state, ...settings } = parsed;
   const dir = await Deno.makeTempDir({ prefix: "vf_bench_" });
   if (state !== null) await Deno.mkdir(state, { recursive: true });
   const stateDir = state === null
