@@ -288,8 +288,13 @@ export function portLink(port: MessagePort): FrameLink {
 /** How long closing a socket link waits for its queued frames to be written. */
 export const SOCKET_DRAIN_SECONDS = 1;
 
-/** A TCP connection as a {@link FrameLink}: length-prefixed `node:v8` frames, writes coalesced. */
+/**
+ * A TCP connection as a {@link FrameLink}: length-prefixed `node:v8` frames, writes coalesced and sent at
+ * once (no Nagle delay: a small call's frame written while an earlier one is unacknowledged would
+ * otherwise wait for the peer's delayed ACK, tens of milliseconds per round trip).
+ */
 export function socketLink(conn: Deno.Conn): FrameLink {
+  if ("setNoDelay" in conn) (conn as Deno.TcpConn).setNoDelay(true);
   return new SocketLink(conn);
 }
 

@@ -757,3 +757,14 @@ Deno.test("addresses and secrets are checked strictly", () => {
   assert.equal(secretMatches(null, "s3cret"), false);
   assert.match(connectionLost("eof", "w1").message, /eof/);
 });
+
+Deno.test("a TCP link sends its frames at once: it turns Nagle's delay off on the connection it is given", () => {
+  const calls: (boolean | undefined)[] = [];
+  const conn = { setNoDelay: (noDelay?: boolean) => calls.push(noDelay) } as unknown as Deno.TcpConn;
+  socketLink(conn);
+  assert.deepEqual(calls, [true], "a small call's frame must not wait for the peer's delayed ACK");
+  assert.doesNotThrow(
+    () => socketLink({} as Deno.Conn),
+    "a connection with no such option is taken as it is",
+  );
+});
