@@ -1,7 +1,8 @@
 /**
  * The entry of a node replica inside a Deno Worker of the local engine. The engine's generated bootstrap
  * imports the node's module and this one statically (so loading needs no permission inside the sandbox),
- * then posts `{ env, port }`: the replica's `VF_*` environment and its broker MessagePort. Reports go back
+ * then posts `{ env, port, inNodeBoard }`: the replica's `VF_*` environment, its broker MessagePort and
+ * the shared memory where it records the inputs inside its node. Reports go back
  * with `postMessage`; a `{ type: "quiesce" }` message asks the replica to stop admitting input; the last
  * message is `{ kind: "done", code }`, after which the worker closes itself. `Deno.exit` ends a worker
  * without a word to the engine, so the watchdog ends a wedged replica through the same message, and a
@@ -17,12 +18,14 @@ import { runWorker } from "../src/runtime/worker.ts";
 export interface NodeWorkerStart {
   readonly env: Readonly<Record<string, string>>;
   readonly port: MessagePort;
+  /** The engine's in-node board (`InNodeBoard`), where the replica records the inputs inside its node. */
+  readonly inNodeBoard: SharedArrayBuffer;
 }
 
 /** Starts the replica described by the engine's first message. */
 export function serveNodeWorker(): void {
   self.onmessage = async (event: MessageEvent<NodeWorkerStart>) => {
-    const { env, port } = event.data;
+    const { env, port, inNodeBoard } = event.data;
     let quiesce: (() => void) | null = null;
     self.onmessage = (message: MessageEvent<{ type?: string }>) => {
       if (message.data?.type === "quiesce") quiesce?.();
@@ -40,6 +43,7 @@ export function serveNodeWorker(): void {
       await runWorker({
         env,
         port,
+        inNodeBoard,
         report: (report) => self.postMessage(report),
         onQuiesce: (handler) => (quiesce = handler),
         exit: done,

@@ -66,6 +66,7 @@ import {
   storeSharedAndDurable,
 } from "../backends/runtime.ts";
 import { FileRuntimeStore } from "../runtime/file_store.ts";
+import { InNodeBoard } from "../runtime/in_node_board.ts";
 import { systemClock } from "../backends/clock.ts";
 import {
   EMBEDDED_RUNTIME_STORE_URL,
@@ -383,6 +384,8 @@ interface Replica {
   stats: Counters | null;
   /** The message ids its current launch last reported inside its node (`in_node`): none between calls. */
   inNode: readonly string[];
+  /** Where its current launch records the inputs inside its node instead (a Worker replica's board). */
+  inNodeBoard: InNodeBoard | null;
   /** Of its restarts, those after a death that used up the budget of an input inside its node. */
   restartsForInputs: number;
   /**
@@ -803,6 +806,7 @@ export class LocalEngine {
             exitReported: false,
             stats: null,
             inNode: [],
+            inNodeBoard: null,
             restartsForInputs: 0,
             deathCounted: Promise.withResolvers(),
             earlier: NO_COUNTS,
@@ -935,6 +939,7 @@ export class LocalEngine {
     replica.earlier = addCounts(replica.earlier, replica.stats);
     replica.stats = null;
     replica.inNode = [];
+    replica.inNodeBoard = null;
     replica.deathCounted = Promise.withResolvers();
     this.#event(nodeStarted(replica.spec.name, replica.index, replica.restarts));
     if (this.#options.isolation === Isolation.worker) this.#launchWorker(replica);
@@ -981,7 +986,8 @@ export class LocalEngine {
       replica.reason = { code: "VF_WORKER_FATAL", message: event.message, disposition: "worker_fatal" };
       end(EXIT_FLOW_FAILED);
     };
-    worker.postMessage({ env: this.#envFor(replica), port: port2 }, [port2]);
+    const board = replica.inNodeBoard = InNodeBoard.create();
+    worker.postMessage({ env: this.#envFor(replica), port: port2, inNodeBoard: board.buffer }, [port2]);
     replica.kill = () => end(EXIT_FLOW_FAILED);
   }
 
@@ -1153,10 +1159,10 @@ export class LocalEngine {
   }
 
   /**
-   * Counts a replica's death as one delivery of each input it held inside its node (its last `in_node`
-   * report), as a broker counts an expired ack wait, so that an input that kills or wedges its replica on
-   * every delivery is dead-lettered once its budget is spent (`ReplicaDeath`: a stall when it exited as
-   * stalled, else a crash). Inputs prefetched but never handed to the node lose nothing. A death the
+   * Counts a replica's death as one delivery of each input it held inside its node (what its board says,
+   * or its last `in_node` report), as a broker counts an expired ack wait, so that an input that kills or
+   * wedges its replica on every delivery is dead-lettered once its budget is spent (`ReplicaDeath`: a
+   * stall when it exited as stalled, else a crash). Inputs prefetched but never handed to the node lose nothing. A death the
    * supervisor caused (ending the run, a forced stop) charges nothing; neither does a ledger that does not
    * keep the retry budget. A best-effort node's death is charged too, so the input it killed is given up
    * (sampled into the DLQ as the poison it is) instead of lost unseen; having one delivery, it never spends
@@ -1164,8 +1170,9 @@ export class LocalEngine {
    * budget of an at-least-once input it held; null when it charged nothing.
    */
   #chargeDeath(replica: Replica, code: number): Promise<boolean> | null {
-    const messageIds = replica.inNode;
+    const messageIds = replica.inNodeBoard?.read() ?? replica.inNode;
     replica.inNode = [];
+    replica.inNodeBoard = null;
     const ledger = this.#broker.runtimeStore;
     const budget = this.#deliveryBudget(replica.spec);
     if (messageIds.length === 0 || !this.#ledgerBudget || ledger === null) return null;

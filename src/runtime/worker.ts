@@ -18,7 +18,7 @@ import { ConsumerNode, type Node, ProducerNode, ReceiverNode } from "../core/nod
 import { rebuildNode } from "../core/node_class.ts";
 import { PartitionKeyPolicy } from "../core/partition_key_policy.ts";
 import { ConsecutiveFailureBreaker, ProgressDeadline } from "../core/supervision.ts";
-import { createTask, type TaskOutcome } from "../core/task.ts";
+import { createTask, type InputCallWatch, type TaskOutcome } from "../core/task.ts";
 import { installFromEnv } from "../backends/faults.ts";
 import { GPU_GRANT_ENV } from "../backends/allocation.ts";
 import { PROFILE_REQUESTS_ENV } from "../backends/capabilities.ts";
@@ -34,6 +34,7 @@ import { verifyNodeGrant } from "./gpucheck.ts";
 import { EmbeddedPayloadStore } from "../embedded/payload_store.ts";
 import { EmbeddedRuntimeStore } from "../embedded/runtime_store.ts";
 import { HealthServer, HealthState } from "./health.ts";
+import { InNodeBoard } from "./in_node_board.ts";
 import { LedgerIdempotencyStore } from "./idempotency.ts";
 import { configureLogging, type LogSink, type NodeLogger } from "./logging.ts";
 import { openRuntimeStore } from "./runtime_stores.ts";
@@ -111,6 +112,11 @@ export interface WorkerHost {
   readonly port?: MessagePort;
   /** Receives the worker's reports; nothing by default. */
   readonly report?: (report: WorkerReport) => void;
+  /**
+   * Where the replica records the input group inside its node (an {@link InNodeBoard}'s buffer), when the
+   * host reads it from shared memory; else `in_node` reports say it.
+   */
+  readonly inNodeBoard?: SharedArrayBuffer;
   /** Where log lines go (stderr by default). */
   readonly logSink?: LogSink;
   /** Calls `quiesce` when the host is asked to stop this replica (SIGTERM or the supervisor's message). */
@@ -222,6 +228,23 @@ interface Running {
   readonly replica: number;
   readonly health: HealthState;
   readonly messenger: BrokerMessenger;
+}
+
+/**
+ * How the replica tells its host which inputs are inside its node: on the host's board when it gave one,
+ * else by `in_node` reports; not at all to a host that takes no reports.
+ */
+function inputCallWatch(host: WorkerHost, messenger: BrokerMessenger): InputCallWatch | null {
+  if (host.inNodeBoard !== undefined) {
+    const board = InNodeBoard.over(host.inNodeBoard);
+    return { entered: () => board.write(messenger.currentMessageIds()), left: () => board.write([]) };
+  }
+  const report = host.report;
+  if (report === undefined) return null;
+  return {
+    entered: () => report({ kind: "in_node", messageIds: messenger.currentMessageIds() }),
+    left: () => report({ kind: "in_node", messageIds: [] }),
+  };
 }
 
 function statsOf(running: Running): WorkerReport {
@@ -356,10 +379,7 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
         onError: config.onError ?? undefined,
         delivery: config.delivery ?? undefined,
         health,
-        inputCalls: host.report === undefined ? null : {
-          entered: () => host.report?.({ kind: "in_node", messageIds: messenger.currentMessageIds() }),
-          left: () => host.report?.({ kind: "in_node", messageIds: [] }),
-        },
+        inputCalls: inputCallWatch(host, messenger),
       });
       const outcome = await task.run();
       const reason = reasonOf(outcome);
