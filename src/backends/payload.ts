@@ -67,6 +67,16 @@ export function payloadDigest(data: Uint8Array): string {
 }
 
 /**
+ * The store key of a put (WIRE.md `vf-blob-<id>`): `vf-blob-` + the first 32 hex digits of the SHA-256
+ * of `{contentId}\n{digest}`, so a put of the same content and bytes lands on the same key; a fresh
+ * `vf-blob-<uuid>` for an empty content id.
+ */
+export function payloadKey(contentId: string, digest: string): string {
+  if (contentId === "") return `vf-blob-${crypto.randomUUID()}`;
+  return `vf-blob-${payloadDigest(new TextEncoder().encode(`${contentId}\n${digest}`)).slice(0, 32)}`;
+}
+
+/**
  * An immutable reference to one stored object (the spec's ImmutablePayloadRef). Only `key` travels on the
  * wire (BlobRef.ref); a reader completes the rest with {@link PayloadStore.refForKey}.
  */

@@ -64,6 +64,7 @@ import {
   PayloadBudgetExceeded,
   payloadBytes,
   payloadDigest,
+  payloadKey,
   type PayloadReadOutcome,
   payloadRef,
   type PayloadStore,
@@ -206,9 +207,7 @@ export class MemoryPayloadStore implements PayloadStore {
     if (typeof contentId !== "string") throw new ConfigError("a content id must be a string");
     const bytes = copy ? copyBytes(data) : data;
     const digest = payloadDigest(bytes);
-    const key = contentId === ""
-      ? `vf-blob-${crypto.randomUUID()}`
-      : `vf-blob-${payloadDigest(new TextEncoder().encode(`${contentId}\n${digest}`)).slice(0, 32)}`;
+    const key = payloadKey(contentId, digest);
     const context = { key, payload_digest: digest };
     await barrier(Barrier.payloadWriteBefore, context);
     this.#sweep();
