@@ -40,12 +40,16 @@ import { Barrier, barrier, type BarrierContext } from "../backends/faults.ts";
 import { DEFAULT_ORPHAN_GRACE_SECONDS } from "../backends/memory/payload.ts";
 import { known, type Observation, unknown } from "../backends/outcomes.ts";
 import {
+  checkObligationDeadline,
   checkObligationIds,
+  checkOrphanGrace,
+  checkRefStore,
   corruptPayload,
   type DurableReceipt,
   durableReceipt,
   type ImmutablePayloadRef,
   isIntentObligation,
+  lostPayloadReply,
   missingPayload,
   type ObligationLedger,
   PayloadBudgetExceeded,
@@ -139,15 +143,6 @@ function metaOf(fields: readonly (string | null)[]): Meta | null {
   };
 }
 
-function checkDeadline(deadline: number): void {
-  if (!Number.isFinite(deadline)) {
-    throw new ConfigError(
-      `an obligation deadline must be finite epoch seconds, got ${deadline}`,
-      "pass clock.now() plus the time the reader needs",
-    );
-  }
-}
-
 /** Whether `error` is the server refusing a write for lack of memory (alone or aborting a MULTI). */
 function isOutOfMemory(error: unknown): boolean {
   if (isReplyError(error, "OOM")) return true;
@@ -180,9 +175,7 @@ export class RedisPayloadStore implements PayloadStore {
    */
   static open(url: string, options: RedisPayloadStoreOptions = {}): RedisPayloadStore {
     const grace = options.orphanGraceSeconds ?? DEFAULT_ORPHAN_GRACE_SECONDS;
-    if (!Number.isFinite(grace) || grace < 0) {
-      throw new ConfigError(`orphanGraceSeconds must be a finite, non-negative number, got ${grace}`);
-    }
+    checkOrphanGrace(grace);
     if (options.storeId === "") throw new ConfigError("a payload store id must not be empty");
     return new RedisPayloadStore(RedisConnection.open(url, options), options);
   }
@@ -244,7 +237,7 @@ export class RedisPayloadStore implements PayloadStore {
       },
     );
     const stored = await barrier(Barrier.payloadWriteAfter, { ...context, generation: ref.generation });
-    if (stored.dropResponse) throw this.#lostReply("put", ref);
+    if (stored.dropResponse) throw lostPayloadReply("put", ref);
     if (contract.obligations.length > 0) {
       const deadline = now + Math.max(contract.ttlSeconds, contract.horizonSeconds);
       await this.#attach("put", ref, contract.obligations, deadline, false);
@@ -252,13 +245,13 @@ export class RedisPayloadStore implements PayloadStore {
         ...context,
         generation: ref.generation,
       });
-      if (attached.dropResponse) throw this.#lostReply("put", ref);
+      if (attached.dropResponse) throw lostPayloadReply("put", ref);
     }
     return ref;
   }
 
   async read(ref: ImmutablePayloadRef): Promise<PayloadReadOutcome> {
-    this.#checkRef(ref);
+    checkRefStore(ref, this.#storeId);
     try {
       const hit = await barrier(Barrier.payloadReadBefore, { key: ref.key, consumer: null });
       if (hit.dropResponse) return transientRead(ref, "the store's reply was lost");
@@ -299,7 +292,7 @@ export class RedisPayloadStore implements PayloadStore {
       generation: ref.generation,
       obligation_id: obligationId,
     });
-    if (hit.dropResponse) throw this.#lostReply("acquire", ref);
+    if (hit.dropResponse) throw lostPayloadReply("acquire", ref);
     return durableReceipt(ref, obligationId, held);
   }
 
@@ -316,7 +309,7 @@ export class RedisPayloadStore implements PayloadStore {
     obligationId: string,
     completionReceipt: string,
   ): Promise<ReleaseReceipt> {
-    this.#checkRef(ref);
+    checkRefStore(ref, this.#storeId);
     checkObligationIds([obligationId]);
     if (typeof completionReceipt !== "string") throw new ConfigError("a completion receipt must be a string");
     const context: BarrierContext = { key: ref.key, generation: ref.generation, obligation_id: obligationId };
@@ -489,9 +482,9 @@ export class RedisPayloadStore implements PayloadStore {
     deadline: number,
     renewal: boolean,
   ): Promise<number> {
-    this.#checkRef(ref);
+    checkRefStore(ref, this.#storeId);
     checkObligationIds([obligationId]);
-    checkDeadline(deadline);
+    checkObligationDeadline(deadline);
     const held = await this.#attach(operation, ref, [obligationId], deadline, renewal);
     return held[0];
   }
@@ -641,23 +634,5 @@ export class RedisPayloadStore implements PayloadStore {
   #refOf(key: string, meta: Meta | null): ImmutablePayloadRef {
     if (meta === null) return payloadRef(this.#storeId, key, 0, "", "", "");
     return payloadRef(this.#storeId, key, meta.size, meta.digest, meta.generation, meta.contentId);
-  }
-
-  #checkRef(ref: ImmutablePayloadRef): void {
-    if (ref.store !== this.#storeId) {
-      throw new ConfigError(
-        `ref ${ref.key} belongs to store ${JSON.stringify(ref.store)}, not ${JSON.stringify(this.#storeId)}`,
-        "read and release a payload through the store that holds it",
-        { key: ref.key, store: ref.store },
-      );
-    }
-  }
-
-  #lostReply(action: string, ref: ImmutablePayloadRef): UnobservableState {
-    return new UnobservableState(
-      `the store's reply to ${action} ${ref.key} was lost; the ${action} may have taken effect`,
-      `retry the ${action}: it is idempotent`,
-      { key: ref.key, generation: ref.generation },
-    );
   }
 }
