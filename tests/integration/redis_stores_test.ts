@@ -297,3 +297,50 @@ Deno.test("RedisIdempotencyStore keeps WIRE.md's vf-idem- markers for 24 h; of t
       await admin.quit();
     }
   }));
+
+Deno.test("a ledger and payloads read back durable survive a restart of redis-server, and the same store handles resume once it answers again", () =>
+  withServer(async (server) => {
+    const ledger = RedisRuntimeStore.open(server.url, { commandTimeoutSeconds: TIMEOUT });
+    const payloads = RedisPayloadStore.open(server.url, { commandTimeoutSeconds: TIMEOUT });
+    try {
+      const durable = (await ledger.capabilities()).durable;
+      assert.equal(durable.kind === "known" && durable.value, true);
+      assert.equal(await ledger.cas("epoch", null, encoder.encode("1")), true);
+      assert.equal(await ledger.append("terminal", encoder.encode("r1")), 1);
+      const data = new SeededRandom(16).bytes(2048);
+      const ref = await payloads.put(data, "cam:e16", contract(["detector"]));
+      const before = await ledger.get("epoch");
+
+      await server.restart();
+
+      const after = await retrying(() => ledger.get("epoch"));
+      assert.deepEqual(
+        after,
+        before,
+        "the key, its bytes and its version came back from the append-only file",
+      );
+      assert.deepEqual(await ledger.logEntries("terminal"), [encoder.encode("r1")]);
+      assert.equal(await ledger.append("terminal", encoder.encode("r2")), 2, "the log goes on where it was");
+      const read = await payloads.read(ref);
+      assert.equal(read.kind, "bytes");
+      if (read.kind === "bytes") assert.deepEqual(read.data, data);
+      const release = await payloads.releaseObligation(ref, "detector", "settle-16");
+      assert.deepEqual([release.remaining, release.reclaimed], [0, true], "the obligation survived too");
+    } finally {
+      await ledger.close();
+      await payloads.close();
+    }
+  }));
+
+/** `call`'s answer once the server answers again: UnobservableState is retried for up to 10 s. */
+async function retrying<T>(call: () => Promise<T>): Promise<T> {
+  const limit = performance.now() + 10_000;
+  for (;;) {
+    try {
+      return await call();
+    } catch (error) {
+      if (!(error instanceof UnobservableState) || performance.now() > limit) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+}
