@@ -29,7 +29,13 @@
  */
 
 import { requireCount } from "../core/checks.ts";
-import { ConfigError, Diagnostic, IncompatibleProfile, TransientFailure } from "../core/errors.ts";
+import {
+  ConfigError,
+  Diagnostic,
+  IncompatibleProfile,
+  TransientFailure,
+  UnobservableState,
+} from "../core/errors.ts";
 import { sha256Hex } from "../wire/sha256.ts";
 import { type PayloadCapabilities, retentionShortfall } from "./capabilities.ts";
 import type { Observation } from "./outcomes.ts";
@@ -64,6 +70,16 @@ export function isForeignObligation(obligationId: string): boolean {
 /** The hex SHA-256 of `data`: the digest a ref carries and a read verifies. */
 export function payloadDigest(data: Uint8Array): string {
   return sha256Hex(data);
+}
+
+/**
+ * The store key of a put (WIRE.md `vf-blob-<id>`): `vf-blob-` + the first 32 hex digits of the SHA-256
+ * of `{contentId}\n{digest}`, so a put of the same content and bytes lands on the same key; a fresh
+ * `vf-blob-<uuid>` for an empty content id.
+ */
+export function payloadKey(contentId: string, digest: string): string {
+  if (contentId === "") return `vf-blob-${crypto.randomUUID()}`;
+  return `vf-blob-${payloadDigest(new TextEncoder().encode(`${contentId}\n${digest}`)).slice(0, 32)}`;
 }
 
 /**
@@ -113,6 +129,44 @@ export function checkObligationIds(ids: readonly string[]): void {
     }
     seen.add(id);
   }
+}
+
+/** Throws {@link ConfigError} unless `deadline` is finite epoch seconds (an obligation's deadline). */
+export function checkObligationDeadline(deadline: number): void {
+  if (!Number.isFinite(deadline)) {
+    throw new ConfigError(
+      `an obligation deadline must be finite epoch seconds, got ${deadline}`,
+      "pass clock.now() plus the time the reader needs",
+    );
+  }
+}
+
+/** Throws {@link ConfigError} unless `ref` belongs to the store `storeId` names. */
+export function checkRefStore(ref: ImmutablePayloadRef, storeId: string): void {
+  if (ref.store !== storeId) {
+    throw new ConfigError(
+      `ref ${ref.key} belongs to store ${JSON.stringify(ref.store)}, not ${JSON.stringify(storeId)}`,
+      "read and release a payload through the store that holds it",
+      { key: ref.key, store: ref.store },
+    );
+  }
+}
+
+/** `grace` when it is a finite, non-negative orphan grace in seconds; a ConfigError otherwise. */
+export function checkOrphanGrace(grace: number): number {
+  if (!Number.isFinite(grace) || grace < 0) {
+    throw new ConfigError(`orphanGraceSeconds must be a finite, non-negative number, got ${grace}`);
+  }
+  return grace;
+}
+
+/** What a put or acquire whose reply was lost throws: the effect may have happened; a retry is idempotent. */
+export function lostPayloadReply(action: string, ref: ImmutablePayloadRef): UnobservableState {
+  return new UnobservableState(
+    `the store's reply to ${action} ${ref.key} was lost; the ${action} may have taken effect`,
+    `retry the ${action}: it is idempotent`,
+    { key: ref.key, generation: ref.generation },
+  );
 }
 
 /** How long an object must survive and who claims it up front. */

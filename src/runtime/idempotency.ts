@@ -81,6 +81,22 @@ export interface IdempotencyStore {
   mark(key: string): Promise<boolean>;
 }
 
+/**
+ * A marker retention: `seconds`, or {@link EFFECT_RETENTION_SECONDS} when undefined. Throws ConfigError
+ * for one that is not a positive finite number.
+ */
+export function effectRetention(seconds: number | undefined): number {
+  const retention = seconds ?? EFFECT_RETENTION_SECONDS;
+  if (!Number.isFinite(retention) || retention <= 0) {
+    throw new ConfigError(
+      `effect retention must be a positive number of seconds, got ${retention}`,
+      `use the planner's effect_retention_seconds (default ${EFFECT_RETENTION_SECONDS})`,
+      { retention_seconds: retention },
+    );
+  }
+  return retention;
+}
+
 /** Options of a {@link LedgerIdempotencyStore}. */
 export interface LedgerIdempotencyStoreOptions {
   /** How long a marker is kept, in seconds (above 0); {@link EFFECT_RETENTION_SECONDS} by default. */
@@ -116,15 +132,7 @@ export class LedgerIdempotencyStore implements IdempotencyStore {
 
   /** Throws ConfigError for a retention that is not a positive finite number. */
   constructor(store: RuntimeStore, options: LedgerIdempotencyStoreOptions = {}) {
-    const retention = options.retentionSeconds ?? EFFECT_RETENTION_SECONDS;
-    if (!Number.isFinite(retention) || retention <= 0) {
-      throw new ConfigError(
-        `effect retention must be a positive number of seconds, got ${retention}`,
-        `use the planner's effect_retention_seconds (default ${EFFECT_RETENTION_SECONDS})`,
-        { retention_seconds: retention },
-      );
-    }
-    this.retentionSeconds = retention;
+    this.retentionSeconds = effectRetention(options.retentionSeconds);
     this.prefix = options.prefix ?? EFFECT_KEY_PREFIX;
     this.#store = store;
     this.#clock = options.clock ?? systemClock;

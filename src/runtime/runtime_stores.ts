@@ -2,10 +2,11 @@
  * Runtime-store selection by URL scheme (spec runtime.runtime_stores; RFC 0006 ENV-10,
  * `VF_RUNTIME_STORE_URL`).
  *
- * Built in: `memory://` (this process only, never durable: tests and the default) and `file://<dir>` (one
- * host, durable across restarts: the local engine's ledger). Other schemes (`redis://`, `rediss://`) are
- * added with {@link registerRuntimeStore} by the module that implements them; until then they are refused
- * with the list of the schemes that are known. What a store guarantees is its own `capabilities()`;
+ * Built in: `memory://` (this process only, never durable: tests and the default), `file://<dir>` (one
+ * host, durable across restarts: the local engine's ledger) and `redis://` / `rediss://` (across hosts;
+ * durable only when the server's persistence is read back on: redis_store.ts). Other schemes are added
+ * with {@link registerRuntimeStore}; until then they are refused with the list of the schemes that are
+ * known. What a store guarantees is its own `capabilities()`;
  * nothing here promises more.
  *
  * @example
@@ -17,6 +18,7 @@
  * @module
  */
 
+import { redactedUrl } from "../core/checks.ts";
 import { ConfigError } from "../core/errors.ts";
 import { MemoryRuntimeStore } from "../backends/memory/runtime_store.ts";
 import type { RuntimeStore } from "../backends/runtime_store.ts";
@@ -30,15 +32,18 @@ export type RuntimeStoreFactory = (url: string) => RuntimeStore | Promise<Runtim
 
 const SCHEME = /^([a-z][a-z0-9+.-]*):\/\//i;
 
+/** `redis://` and `rediss://`: the Redis ledger, its client library loaded only when one is opened. */
+async function openRedisRuntimeStore(url: string): Promise<RuntimeStore> {
+  const { RedisRuntimeStore } = await import("./redis_store.ts");
+  return RedisRuntimeStore.open(url);
+}
+
 const factories = new Map<string, RuntimeStoreFactory>([
   ["memory", () => new MemoryRuntimeStore()],
   ["file", (url) => FileRuntimeStore.open(url.slice(url.indexOf("://") + 3))],
+  ["redis", openRedisRuntimeStore],
+  ["rediss", openRedisRuntimeStore],
 ]);
-
-/** `url` with any `user:password@` replaced, so an error message never carries a credential. */
-function redacted(url: string): string {
-  return url.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/@]*@/i, "$1***@");
-}
 
 /** The registered schemes, sorted. */
 export function knownRuntimeStoreSchemes(): string[] {
@@ -74,9 +79,9 @@ export async function openRuntimeStore(url?: string | null): Promise<RuntimeStor
     const known = knownRuntimeStoreSchemes().map((s) => `${s}://`).join(", ");
     const what = scheme === undefined ? "has no scheme" : `has the unknown scheme ${scheme}://`;
     throw new ConfigError(
-      `the runtime store URL ${JSON.stringify(redacted(effective))} ${what}; known schemes are ${known}`,
+      `the runtime store URL ${JSON.stringify(redactedUrl(effective))} ${what}; known schemes are ${known}`,
       `set VF_RUNTIME_STORE_URL to one of ${known}, or register the scheme with registerRuntimeStore`,
-      { url: redacted(effective), known_schemes: knownRuntimeStoreSchemes() },
+      { url: redactedUrl(effective), known_schemes: knownRuntimeStoreSchemes() },
     );
   }
   return await factory(effective);

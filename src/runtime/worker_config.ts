@@ -74,6 +74,7 @@ import {
   type DeliveryMode,
   DeliveryPolicy,
 } from "../core/delivery_policy.ts";
+import { redactedUrl } from "../core/checks.ts";
 import { ConfigError, type Disposition, DISPOSITIONS, ResourceUnavailable } from "../core/errors.ts";
 import { checkFlowType, FLOW_TYPES, FlowType } from "../core/flow_type.ts";
 import { JoinPolicy } from "../core/join_policy.ts";
@@ -339,11 +340,6 @@ function listText(name: string, names: readonly string[]): string {
   return names.join(",");
 }
 
-/** `url` with any `user:password@` replaced, so an error never carries a credential. */
-function redacted(url: string): string {
-  return url.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/@]*@/i, "$1***@");
-}
-
 function urlIn(name: string, raw: string, schemes: readonly string[] | null): string {
   let scheme: string | null = null;
   try {
@@ -354,7 +350,7 @@ function urlIn(name: string, raw: string, schemes: readonly string[] | null): st
   if (scheme === null || (schemes !== null && !schemes.includes(scheme))) {
     const wanted = schemes === null ? "a URL" : `a ${schemes.map((s) => `${s}://`).join(" or ")} URL`;
     throw new ConfigError(
-      `${name} must be ${wanted}, got ${JSON.stringify(redacted(raw))}`,
+      `${name} must be ${wanted}, got ${JSON.stringify(redactedUrl(raw))}`,
       `set ${name} to ${wanted}`,
       { variable: name },
     );

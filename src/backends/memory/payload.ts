@@ -46,24 +46,29 @@
  */
 
 import { copyBytes } from "../../core/bytes.ts";
-import { ConfigError, ResourceUnavailable, TransientFailure, UnobservableState } from "../../core/errors.ts";
+import { ConfigError, ResourceUnavailable, TransientFailure } from "../../core/errors.ts";
 import { type PayloadCapabilities, payloadCapabilities } from "../capabilities.ts";
 import { type Clock, systemClock } from "../clock.ts";
 import { Barrier, barrier, type BarrierContext } from "../faults.ts";
 import type { ObservationLog } from "../observation.ts";
 import { known, type Observation, unknown, type UnknownReason } from "../outcomes.ts";
 import {
+  checkObligationDeadline,
   checkObligationIds,
+  checkOrphanGrace,
+  checkRefStore,
   corruptPayload,
   type DurableReceipt,
   durableReceipt,
   type ImmutablePayloadRef,
   isIntentObligation,
+  lostPayloadReply,
   missingPayload,
   type ObligationLedger,
   PayloadBudgetExceeded,
   payloadBytes,
   payloadDigest,
+  payloadKey,
   type PayloadReadOutcome,
   payloadRef,
   type PayloadStore,
@@ -161,9 +166,7 @@ export class MemoryPayloadStore implements PayloadStore {
       throw new ConfigError(`maxBytes must be a non-negative integer or null, got ${maxBytes}`);
     }
     const grace = options.orphanGraceSeconds ?? DEFAULT_ORPHAN_GRACE_SECONDS;
-    if (!Number.isFinite(grace) || grace < 0) {
-      throw new ConfigError(`orphanGraceSeconds must be a finite, non-negative number, got ${grace}`);
-    }
+    checkOrphanGrace(grace);
     const storeId = options.storeId ?? MEMORY_PAYLOAD_STORE;
     if (storeId.length === 0) throw new ConfigError("a payload store id must not be empty");
     this.#clock = options.clock ?? systemClock;
@@ -206,9 +209,7 @@ export class MemoryPayloadStore implements PayloadStore {
     if (typeof contentId !== "string") throw new ConfigError("a content id must be a string");
     const bytes = copy ? copyBytes(data) : data;
     const digest = payloadDigest(bytes);
-    const key = contentId === ""
-      ? `vf-blob-${crypto.randomUUID()}`
-      : `vf-blob-${payloadDigest(new TextEncoder().encode(`${contentId}\n${digest}`)).slice(0, 32)}`;
+    const key = payloadKey(contentId, digest);
     const context = { key, payload_digest: digest };
     await barrier(Barrier.payloadWriteBefore, context);
     this.#sweep();
@@ -242,21 +243,21 @@ export class MemoryPayloadStore implements PayloadStore {
     this.#noteExpiry(object.expiresAt);
     const ref = this.#refOf(key, object);
     const stored = await barrier(Barrier.payloadWriteAfter, { ...context, generation: ref.generation });
-    if (stored.dropResponse) throw this.#lostReply("put", ref);
+    if (stored.dropResponse) throw lostPayloadReply("put", ref);
     if (contract.obligations.length > 0) {
       this.#attach(ref, contract.obligations, now + Math.max(contract.ttlSeconds, contract.horizonSeconds));
       const attached = await barrier(Barrier.obligationAcquireAfter, {
         ...context,
         generation: ref.generation,
       });
-      if (attached.dropResponse) throw this.#lostReply("put", ref);
+      if (attached.dropResponse) throw lostPayloadReply("put", ref);
     }
     return ref;
   }
 
   /** {@link PayloadStore.read}; `reader` only labels the observation log's event. */
   async read(ref: ImmutablePayloadRef, reader: string | null = null): Promise<PayloadReadOutcome> {
-    this.#checkRef(ref);
+    checkRefStore(ref, this.#storeId);
     try {
       const hit = await barrier(Barrier.payloadReadBefore, { key: ref.key, consumer: reader });
       if (hit.dropResponse) return transientRead(ref, "the store's reply was lost");
@@ -292,7 +293,7 @@ export class MemoryPayloadStore implements PayloadStore {
       generation: ref.generation,
       obligation_id: obligationId,
     });
-    if (hit.dropResponse) throw this.#lostReply("acquire", ref);
+    if (hit.dropResponse) throw lostPayloadReply("acquire", ref);
     return durableReceipt(ref, obligationId, held);
   }
 
@@ -307,7 +308,7 @@ export class MemoryPayloadStore implements PayloadStore {
     obligationId: string,
     completionReceipt: string,
   ): Promise<ReleaseReceipt> {
-    this.#checkRef(ref);
+    checkRefStore(ref, this.#storeId);
     checkObligationIds([obligationId]);
     const context: BarrierContext = { key: ref.key, generation: ref.generation, obligation_id: obligationId };
     await barrier(Barrier.obligationReleaseBefore, context);
@@ -453,9 +454,9 @@ export class MemoryPayloadStore implements PayloadStore {
 
   /** Adds or extends one obligation (a renewal requires it held); returns the deadline it now holds. */
   #claim(ref: ImmutablePayloadRef, obligationId: string, deadline: number, renewal: boolean): number {
-    this.#checkRef(ref);
+    checkRefStore(ref, this.#storeId);
     checkObligationIds([obligationId]);
-    checkDeadline(deadline);
+    checkObligationDeadline(deadline);
     this.#sweep();
     const object = this.#current(ref, renewal ? "renew" : "acquire");
     if (renewal && !object.obligations?.has(obligationId)) {
@@ -626,35 +627,8 @@ export class MemoryPayloadStore implements PayloadStore {
     return payloadRef(this.#storeId, key, object.size, object.digest, object.generation, object.contentId);
   }
 
-  #checkRef(ref: ImmutablePayloadRef): void {
-    if (ref.store !== this.#storeId) {
-      throw new ConfigError(
-        `ref ${ref.key} belongs to store ${JSON.stringify(ref.store)}, not ${JSON.stringify(this.#storeId)}`,
-        "read and release a payload through the store that holds it",
-        { key: ref.key, store: ref.store },
-      );
-    }
-  }
-
-  #lostReply(action: string, ref: ImmutablePayloadRef): UnobservableState {
-    return new UnobservableState(
-      `the store's reply to ${action} ${ref.key} was lost; the ${action} may have taken effect`,
-      `retry the ${action}: it is idempotent`,
-      { key: ref.key, generation: ref.generation },
-    );
-  }
-
   #emit(kind: string, fields: Record<string, unknown>): void {
     this.#log?.emit(kind, fields);
-  }
-}
-
-function checkDeadline(deadline: number): void {
-  if (!Number.isFinite(deadline)) {
-    throw new ConfigError(
-      `an obligation deadline must be finite epoch seconds, got ${deadline}`,
-      "pass clock.now() plus the time the reader needs",
-    );
   }
 }
 

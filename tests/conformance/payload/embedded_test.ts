@@ -17,6 +17,7 @@ payloadScenarios({
   name: "embedded",
   tiers: ["durable", "evictable"],
   orphanGraceSeconds: DEFAULT_ORPHAN_GRACE_SECONDS,
+  byteBudget: null,
   create: async (options) => {
     const clock = new FakeClock();
     const broker = new EmbeddedBroker({ clock, payload: new MemoryPayloadStore({ clock, ...options }) });

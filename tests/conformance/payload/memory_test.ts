@@ -12,6 +12,7 @@ payloadScenarios({
   name: "memory",
   tiers: ["durable", "evictable"],
   orphanGraceSeconds: DEFAULT_ORPHAN_GRACE_SECONDS,
+  byteBudget: null,
   create: (options) => {
     const clock = new FakeClock();
     const store = new MemoryPayloadStore({ clock, ...options });
