@@ -21,6 +21,11 @@ messagingScenarios({
   coreOnly: true,
   clientQueueLimit: DEFAULT_CLIENT_QUEUE_LIMIT,
   byteBudget: true,
+  simulatedTime: true,
+  dedupWindowSeconds: 120,
+  creditReserves: true,
+  exactByteLimits: true,
+  collidingChannelNames: true,
   create: async (options) => {
     const clock = new FakeClock();
     const broker = new EmbeddedBroker({

@@ -17,6 +17,11 @@ messagingScenarios({
   coreOnly: true,
   clientQueueLimit: DEFAULT_CLIENT_QUEUE_LIMIT,
   byteBudget: true,
+  simulatedTime: true,
+  dedupWindowSeconds: 120,
+  creditReserves: true,
+  exactByteLimits: true,
+  collidingChannelNames: true,
   create: (options) => {
     const clock = new FakeClock();
     const backend = new MemoryMessagingBackend({ clock, ...options });

@@ -301,7 +301,7 @@ Deno.test("random packings: packWholeDevices finds an assignment exactly when br
     if (packing === null) continue;
     const used: Record<string, number> = {};
     for (const [w, count] of requests) {
-      const h = packing[w];
+      const h: string = packing[w];
       assert.ok(eligible[w]?.has(h) ?? true, `${where}: ${w} on ineligible ${h}`);
       used[h] = (used[h] ?? 0) + count;
     }
