@@ -1162,9 +1162,9 @@ export class LocalEngine {
    * Counts a replica's death as one delivery of each input it held inside its node (what its board says,
    * or its last `in_node` report), as a broker counts an expired ack wait, so that an input that kills or
    * wedges its replica on every delivery is dead-lettered once its budget is spent (`ReplicaDeath`: a
-   * stall when it exited as stalled, else a crash). Inputs prefetched but never handed to the node lose nothing. A death the
-   * supervisor caused (ending the run, a forced stop) charges nothing; neither does a ledger that does not
-   * keep the retry budget. A best-effort node's death is charged too, so the input it killed is given up
+   * stall when it exited as stalled, else a crash). Inputs prefetched but never handed to the node lose
+   * nothing. A death the supervisor caused (ending the run, a forced stop) charges nothing; neither does a
+   * ledger that does not keep the retry budget. A best-effort node's death is charged too, so the input it killed is given up
    * (sampled into the DLQ as the poison it is) instead of lost unseen; having one delivery, it never spends
    * a budget that would take the restart from the replica's own. Resolves whether the death used up the
    * budget of an at-least-once input it held; null when it charged nothing.
