@@ -21,7 +21,7 @@ import { ConsecutiveFailureBreaker, ProgressDeadline } from "../core/supervision
 import { createTask, type InputCallWatch, type TaskOutcome } from "../core/task.ts";
 import { installFromEnv } from "../backends/faults.ts";
 import { GPU_GRANT_ENV } from "../backends/allocation.ts";
-import { PROFILE_REQUESTS_ENV } from "../backends/capabilities.ts";
+import { PROFILE_REQUESTS_ENV, RUNTIME_STORE_ENV } from "../backends/capabilities.ts";
 import type { MessagingBackend } from "../backends/messaging.ts";
 import type { PayloadStore } from "../backends/payload.ts";
 import { claimReplicaSlot, FlowRuntime } from "../backends/runtime.ts";
@@ -38,6 +38,7 @@ import { InNodeBoard } from "./in_node_board.ts";
 import { LedgerIdempotencyStore } from "./idempotency.ts";
 import { configureLogging, type LogSink, type NodeLogger } from "./logging.ts";
 import { openRuntimeStore } from "./runtime_stores.ts";
+import type { RedisPayloadStore } from "./redis_payload.ts";
 import { undeclaredPermission } from "../core/undeclared_permission.ts";
 import { buildWatchdog, exitOnStall, writeTerminationReason } from "./watchdog.ts";
 import { paramsFromSpecsFile, parseWorkerConfig, type WorkerConfig, WorkerEnvVar } from "./worker_config.ts";
@@ -131,19 +132,17 @@ export interface WorkerHost {
 
 interface Services {
   readonly backend: MessagingBackend;
-  readonly payloadStore: PayloadStore;
+  readonly payloadStore: PayloadStore | null;
   readonly runtimeStore: RuntimeStore;
   close(): Promise<void>;
 }
 
 /**
  * Refuses the settings this build's worker cannot honour yet, naming each, rather than run without them:
- * a NATS broker, a blob store, explicit channel profiles, a GPU grant.
+ * explicit channel profiles, a GPU grant.
  */
 function refuseUnsupported(config: WorkerConfig): void {
   const unsupported: [variable: string, given: boolean][] = [
-    [WorkerEnvVar.natsUrl, config.broker.kind === "nats"],
-    [WorkerEnvVar.blobStoreUrl, config.blobStoreUrl !== null],
     [PROFILE_REQUESTS_ENV, config.profileRequests.length > 0],
     [GPU_GRANT_ENV, config.gpuGrant !== null],
   ];
@@ -151,24 +150,79 @@ function refuseUnsupported(config: WorkerConfig): void {
   if (given.length === 0) return;
   throw new ConfigError(
     `this worker was given ${given.join(", ")}, which this build does not support yet`,
-    "run the flow with the local engine (vf run-local): its embedded broker, payload store and ledger " +
-      "need none of them",
+    "run the flow with the flow-type presets and without a recorded GPU grant",
     { variables: given },
   );
 }
 
+/**
+ * The payload store `VF_BLOB_REDIS_URL` names, whatever the broker: a Redis server shared by every
+ * worker of the run.
+ */
+async function blobStoreOf(config: WorkerConfig): Promise<RedisPayloadStore | null> {
+  if (config.blobStoreUrl === null) return null;
+  const { RedisPayloadStore } = await import("./redis_payload.ts");
+  return RedisPayloadStore.open(config.blobStoreUrl);
+}
+
+/**
+ * The services of a worker on a NATS JetStream broker: the broker itself, the payload store of
+ * `VF_BLOB_REDIS_URL` (none: every payload rides inline) and the ledger `VF_RUNTIME_STORE_URL` names,
+ * which must be one this process can open itself.
+ */
+async function connectNatsServices(config: WorkerConfig, url: string): Promise<Services> {
+  if (config.runtimeStoreUrl === EMBEDDED_RUNTIME_STORE_URL) {
+    throw new ConfigError(
+      `${RUNTIME_STORE_ENV}=${EMBEDDED_RUNTIME_STORE_URL} names the local engine's ledger, which ` +
+        `a worker on ${WorkerEnvVar.natsUrl} cannot reach`,
+      `set ${RUNTIME_STORE_ENV} to redis://host:6379 (or file://DIR on one host)`,
+      { variable: RUNTIME_STORE_ENV },
+    );
+  }
+  const { JetStreamMessagingBackend } = await import("../messaging/jetstream_backend.ts");
+  const runtimeStore = await openRuntimeStore(config.runtimeStoreUrl);
+  const payloadStore = await blobStoreOf(config);
+  let backend: MessagingBackend;
+  try {
+    backend = await JetStreamMessagingBackend.connect({
+      url,
+      run: { flowId: config.flowId, runId: config.runId },
+      byteBudget: config.prefetchBytes,
+    });
+  } catch (error) {
+    await payloadStore?.close();
+    await runtimeStore.close();
+    throw error;
+  }
+  return {
+    backend,
+    payloadStore,
+    runtimeStore,
+    close: async () => {
+      await backend.shutdown();
+      await payloadStore?.close();
+      await runtimeStore.close();
+    },
+  };
+}
+
 async function connectServices(config: WorkerConfig, host: WorkerHost): Promise<Services> {
+  if (config.broker.kind === "nats") return await connectNatsServices(config, config.broker.url);
   const connection = host.port !== undefined
     ? await EmbeddedConnection.connect(host.port, { label: `${config.nodeName}/${config.replicaId ?? "?"}` })
     : await EmbeddedConnection.fromEnv(host.env, `${config.nodeName}/${config.replicaId ?? "?"}`);
   const runtimeStore = config.runtimeStoreUrl === EMBEDDED_RUNTIME_STORE_URL
     ? new EmbeddedRuntimeStore(connection)
     : await openRuntimeStore(config.runtimeStoreUrl);
+  const blobStore = await blobStoreOf(config);
+  const payloadStore = blobStore ??
+    new EmbeddedPayloadStore(connection, { transferPuts: host.port !== undefined });
   return {
     backend: new EmbeddedMessagingBackend(connection),
-    payloadStore: new EmbeddedPayloadStore(connection, { transferPuts: host.port !== undefined }),
+    payloadStore,
     runtimeStore,
     close: async () => {
+      await blobStore?.close();
       if (config.runtimeStoreUrl !== EMBEDDED_RUNTIME_STORE_URL) await runtimeStore.close();
       await connection.close();
     },

@@ -22,7 +22,6 @@ function env(extra: Record<string, string>): Record<string, string> {
 }
 
 const UNSUPPORTED: Record<string, string> = {
-  VF_BLOB_REDIS_URL: "redis://127.0.0.1:6379",
   VF_PROFILE_REQUESTS_JSON: '[{"channel":"cam","profile":"reliable_work"}]',
 };
 
@@ -43,11 +42,30 @@ for (const [variable, value] of Object.entries(UNSUPPORTED)) {
   });
 }
 
-Deno.test("a worker given a NATS broker refuses to start, exit 2", async () => {
-  const reports: WorkerReport[] = [];
-  const nats = env({ VF_NATS_URL: "nats://127.0.0.1:4222" });
+/** A processor's required variables with a NATS broker at `url`, plus `extra`. */
+function natsEnv(url: string, extra: Record<string, string>): Record<string, string> {
+  const nats = env({ VF_NATS_URL: url, ...extra });
   delete nats.VF_EMBEDDED_BROKER;
   delete nats.VF_EMBEDDED_BROKER_SECRET;
+  return nats;
+}
+
+Deno.test("a worker on NATS given the local engine's ledger refuses to start, naming the variable, exit 2", async () => {
+  const reports: WorkerReport[] = [];
+  const nats = natsEnv("nats://127.0.0.1:9", { VF_RUNTIME_STORE_URL: "embedded://" });
   assert.equal(await runWorker({ env: nats, report: (r) => reports.push(r), logSink: () => {} }), 2);
-  assert.match(JSON.stringify(reports), /given VF_NATS_URL, which this build does not support yet/);
+  assert.match(JSON.stringify(reports), /VF_RUNTIME_STORE_URL=embedded:\/\/ names the local engine's ledger/);
+});
+
+Deno.test("a worker whose NATS server cannot be reached ends with BrokerUnavailable, exit 3", async () => {
+  const reports: WorkerReport[] = [];
+  const nats = natsEnv("nats://127.0.0.1:9", { VF_RUNTIME_STORE_URL: "memory://" });
+  assert.equal(await runWorker({ env: nats, report: (r) => reports.push(r), logSink: () => {} }), 3);
+  const exit = reports.find((r) => r.kind === "exit");
+  assert.ok(exit !== undefined && exit.kind === "exit");
+  assert.equal((exit.reason as { code: string }).code, "VF_BROKER_UNAVAILABLE");
+  assert.match(
+    (exit.reason as { message: string }).message,
+    /cannot reach the NATS server at nats:\/\/127\.0\.0\.1:9/,
+  );
 });
