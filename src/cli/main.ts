@@ -1,5 +1,5 @@
 /**
- * The `vf` command line: `validate`, `compile`, `explain`, `decode`, `run-local` and `dlq`. Every failure
+ * The `vf` command line: `validate`, `compile`, `explain`, `decode`, `run-local`, `provision` and `dlq`. Every failure
  * prints one rendered error (what broke, what to do, the context) and exits with the taxonomy's code; never
  * a stack trace.
  *
@@ -25,6 +25,9 @@ commands:
                      --isolation worker|process  --state DIR  --run-id ID
                      --flow-type realtime|batch  --no-restart
                      --channel-max-mib N  (a node's unsettled data, its own buffers included; 256)
+  provision FLOW.ts  create a run's streams and durables on NATS JetStream before its workers start:
+                     --run-id ID  --nats URL (else VF_NATS_URL)  [--redis URL]
+                     [--flow-type realtime|batch]
   dlq FLOW.ts        the dead letters of a run: --run-id ID [--state DIR] [--json]
   explain FLOW.ts    what the flow will do: graph, replicas, joins, delivery, permissions
                      (--dot: the graph for Graphviz; --flow-type realtime|batch: as run-local
@@ -46,6 +49,8 @@ const OPTIONS = {
   "no-restart": { type: "boolean" },
   "channel-max-mib": { type: "string" },
   json: { type: "boolean" },
+  nats: { type: "string" },
+  redis: { type: "string" },
 } as const;
 
 /** The parsed options. */
@@ -71,6 +76,17 @@ const COMMANDS: Record<string, Command> = {
     accepts: ["run-id", "state", "json"],
     run: (path, options, io) =>
       dlqCommand(path, { runId: options["run-id"], state: options.state, json: options.json }, io),
+  },
+  provision: {
+    accepts: ["run-id", "nats", "redis", "flow-type"],
+    // Loaded on use: the NATS and Redis clients it brings are no other command's to load.
+    run: async (path, options, io) =>
+      (await import("./provision.ts")).provisionCommand(path, {
+        runId: options["run-id"],
+        nats: options.nats,
+        redis: options.redis,
+        flowType: options["flow-type"],
+      }, io),
   },
   "run-local": {
     accepts: ["isolation", "state", "run-id", "flow-type", "no-restart", "channel-max-mib"],
