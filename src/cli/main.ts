@@ -25,6 +25,8 @@ commands:
                      --isolation worker|process  --state DIR  --run-id ID
                      --flow-type realtime|batch  --no-restart
                      --channel-max-mib N  (a node's unsettled data, its own buffers included; 256)
+                     --nats URL --redis URL  (over NATS JetStream and Redis instead of the
+                     embedded broker)
   provision FLOW.ts  create a run's streams and durables on NATS JetStream before its workers start:
                      --run-id ID  --nats URL (else VF_NATS_URL)  [--redis URL]
                      [--flow-type realtime|batch]
@@ -89,7 +91,7 @@ const COMMANDS: Record<string, Command> = {
       }, io),
   },
   "run-local": {
-    accepts: ["isolation", "state", "run-id", "flow-type", "no-restart", "channel-max-mib"],
+    accepts: ["isolation", "state", "run-id", "flow-type", "no-restart", "channel-max-mib", "nats", "redis"],
     run: (path, options, io) =>
       runLocalCommand(path, {
         isolation: options.isolation,
@@ -98,6 +100,8 @@ const COMMANDS: Record<string, Command> = {
         flowType: options["flow-type"],
         noRestart: options["no-restart"],
         channelMaxMib: options["channel-max-mib"],
+        nats: options.nats,
+        redis: options.redis,
       }, io),
   },
 };

@@ -1,8 +1,9 @@
 /**
  * `vf run-local FLOW.ts [--isolation worker|process] [--state DIR] [--run-id ID] [--flow-type realtime|batch]
- * [--no-restart] [--channel-max-mib N]`: runs the flow on this machine with the local engine (after printing
- * the flow's warnings), shows a live view while it runs, a summary at the end, and exits with the run's
- * status (0, 2, 3, 4, 5; 130 when forced). The run-wide
+ * [--no-restart] [--channel-max-mib N] [--nats URL --redis URL]`: runs the flow on this machine with the local
+ * engine (after printing the flow's warnings), over a NATS JetStream server and a Redis server instead of
+ * the embedded broker when both are given, shows a live view while it runs, a summary at the end, and exits
+ * with the run's status (0, 2, 3, 4, 5; 130 when forced). The run-wide
  * worker settings set in its own environment (`VF_PROGRESS_TIMEOUT_SECONDS`, `VF_ACK_WAIT_SECONDS`,
  * `VF_LOG_LEVEL`, a test's `VF_FAULT_SCHEDULE_JSON`, ...: `FORWARDED_SETTINGS` of the local engine) reach
  * every replica.
@@ -24,6 +25,7 @@ import {
   LocalEngine,
   type LocalRunResult,
   MIB,
+  type RunServers,
 } from "../engines/local.ts";
 import type { ViewOutput } from "../engines/live_view.ts";
 import { StopSignals } from "../engines/stop_signals.ts";
@@ -41,6 +43,10 @@ export interface RunLocalOptions {
   readonly noRestart?: boolean;
   /** `--channel-max-mib`: the limit on one node's unsettled data, at the broker and in its buffers, in MiB. */
   readonly channelMaxMib?: string;
+  /** `--nats`: the JetStream server the replicas use instead of the embedded broker (with `--redis`). */
+  readonly nats?: string;
+  /** `--redis`: the Redis server holding the payloads and the run ledger (with `--nats`). */
+  readonly redis?: string;
 }
 
 /** The state directory when `--state` is not given. */
@@ -82,6 +88,41 @@ function channelMaxBytesOf(value: string | undefined): number | undefined {
     );
   }
   return mib * MIB;
+}
+
+/** `--nats` and `--redis`, given together or not at all. */
+function serversOf(nats: string | undefined, redis: string | undefined): RunServers | null {
+  if (nats === undefined && redis === undefined) return null;
+  if (nats === undefined || redis === undefined) {
+    throw new ConfigError(
+      `--${nats === undefined ? "redis" : "nats"} was given without --${
+        nats === undefined ? "nats" : "redis"
+      }`,
+      "pass both, --nats nats://host:4222 --redis redis://host:6379 (JetStream carries the messages, " +
+        "Redis holds the payloads and the run ledger), or neither for the embedded broker",
+    );
+  }
+  return {
+    natsUrl: checkServerUrl("--nats", nats, ["nats"]),
+    redisUrl: checkServerUrl("--redis", redis, ["redis", "rediss"]),
+  };
+}
+
+/** `url` when it is a `host:port` URL of one of `schemes`; else a ConfigError naming `flag`. */
+function checkServerUrl(flag: string, url: string, schemes: readonly string[]): string {
+  let parsed: URL | null = null;
+  try {
+    parsed = new URL(url);
+  } catch {
+    parsed = null;
+  }
+  if (parsed === null || !schemes.includes(parsed.protocol.slice(0, -1)) || parsed.hostname === "") {
+    throw new ConfigError(
+      `${flag} ${JSON.stringify(url)} is not a ${schemes.map((s) => `${s}://`).join(" or ")} URL`,
+      `pass ${flag} ${schemes[0]}://host:port`,
+    );
+  }
+  return url;
 }
 
 /** The terminal's size, when stdout (or another standard stream) is one; `null` otherwise. */
@@ -126,6 +167,8 @@ export interface LocalFlowRunOptions {
   readonly notices?: (text: string) => void;
   /** Stops the run the clean way when it aborts (a re-run with the same run id goes on from there). */
   readonly signal?: AbortSignal;
+  /** NATS JetStream and Redis servers to run over instead of the embedded broker; none by default. */
+  readonly servers?: RunServers | null;
   /**
    * The run-wide worker settings replicas get (`FORWARDED_SETTINGS`: timeouts, retries, log level): those
    * of this process's environment by default.
@@ -166,7 +209,8 @@ export async function runLocal(path: string, options: CommandRunOptions = {}): P
   for (const warning of warnings) notices(warning);
   const output = options.output ??
     stdoutView((text) => Deno.stdout.writeSync(new TextEncoder().encode(text)));
-  const as = isolation === Isolation.worker ? "Deno Workers" : "subprocesses";
+  const as = (isolation === Isolation.worker ? "Deno Workers" : "subprocesses") +
+    (options.servers == null ? "" : ` on ${options.servers.natsUrl} and ${options.servers.redisUrl}`);
   return await LocalEngine.run({
     onStart: () =>
       notices(`running flow ${flow.flowId} (${flowType}), run ${runId}, ${specs.length} nodes as ${as}`),
@@ -184,6 +228,7 @@ export async function runLocal(path: string, options: CommandRunOptions = {}): P
     channelMaxBytes,
     signal: options.signal,
     stopSignals: options.stopSignals,
+    servers: options.servers ?? null,
   });
 }
 
@@ -203,6 +248,7 @@ export async function runLocalCommand(
     flowType: options.flowType === undefined ? undefined : checkFlowType(options.flowType),
     restart: !(options.noRestart ?? false),
     channelMaxBytes: channelMaxBytesOf(options.channelMaxMib),
+    servers: serversOf(options.nats, options.redis),
     output: stdoutView((text) => io.write(text)),
     notices: (text) => io.err(text),
     stopSignals,

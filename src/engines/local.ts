@@ -48,13 +48,12 @@ import {
   SupervisionPolicy,
   type TerminationReason,
 } from "../core/supervision.ts";
-import { channelId, type Envelope, MessageKind } from "../backends/messaging.ts";
+import { channelId, type Envelope } from "../backends/messaging.ts";
 import {
   dataSubscriptionId,
   DEDUP_WINDOW_BYTES,
   flowTopology,
   OUTPUT_BUFFER_ENV,
-  provisionFlow,
   replicaOutputBufferBytes,
   type TopologyNode,
 } from "../messaging/topology.ts";
@@ -68,12 +67,7 @@ import {
 import { FileRuntimeStore } from "../runtime/file_store.ts";
 import { InNodeBoard } from "../runtime/in_node_board.ts";
 import { systemClock } from "../backends/clock.ts";
-import {
-  EMBEDDED_RUNTIME_STORE_URL,
-  EndMarker,
-  REPORT_LINE_PREFIX,
-  type WorkerReport,
-} from "../runtime/worker.ts";
+import { EndMarker, REPORT_LINE_PREFIX, type WorkerReport } from "../runtime/worker.ts";
 import {
   FLOW_SPECS_PATH_ENV,
   paramsBySpecsFile,
@@ -86,7 +80,6 @@ import { LOG_LEVEL_ENV, STRUCTURED_LOGS_ENV } from "../runtime/logging.ts";
 import { WATCHDOG_INTERVAL_ENV } from "../runtime/watchdog.ts";
 import { FAULT_MARKER_DIR_ENV, FAULT_SCHEDULE_ENV } from "../backends/faults.ts";
 import { PARTITION_LEASE_ENV, RECONCILE_INTERVAL_ENV } from "../backends/runtime.ts";
-import { parseBrokerAddress } from "../embedded/rpc.ts";
 import {
   deadLetterError,
   type DeadLetterRecord,
@@ -100,9 +93,10 @@ import {
   writeDeadLetters,
 } from "./dead_letters.ts";
 import { EmbeddedBroker } from "./embedded_broker.ts";
+import { EmbeddedRunBroker, Isolation, type RunBroker } from "./run_broker.ts";
+import { openRuntimeStore } from "../runtime/runtime_stores.ts";
+import type { RuntimeStore } from "../backends/runtime_store.ts";
 import { STOP_REQUESTED, type StopRequester, StopSignals } from "./stop_signals.ts";
-import { decodeEnvelope } from "../wire/codec.ts";
-import { MsgType } from "../wire/identities.ts";
 import { subprocessResolutionArgs, subprocessV8Args, workerOptionsEnabled } from "./deno_config.ts";
 import {
   clearRunEnd,
@@ -126,10 +120,7 @@ import {
   workerPermissions,
 } from "./permissions.ts";
 
-/** How replicas are isolated from each other and from the supervisor. */
-export const Isolation = { worker: "worker", process: "process" } as const;
-/** How replicas are isolated. */
-export type Isolation = typeof Isolation[keyof typeof Isolation];
+export { Isolation } from "./run_broker.ts";
 
 /** What a local run needs: the compiled specs and how to run them. */
 export interface LocalRunOptions {
@@ -144,6 +135,11 @@ export interface LocalRunOptions {
   /** The state directory; the run's ledger lives in `<stateDir>/<flow>/<run>/`. */
   readonly stateDir: string;
   readonly isolation: Isolation;
+  /**
+   * Real servers the replicas use instead of the embedded broker: NATS JetStream carries the messages,
+   * Redis holds the payloads and the run ledger (`vf run-local --nats URL --redis URL`); none by default.
+   */
+  readonly servers?: RunServers | null;
   /** Restart failed replicas (the local supervision policy); false: the first failure is final. */
   readonly restart: boolean;
   /** Where the live view and events are written. */
@@ -184,6 +180,14 @@ export interface LocalRunOptions {
    * finished already. Nothing is called for a run refused or with nothing to do.
    */
   readonly onStart?: () => void;
+}
+
+/** The servers a local run uses instead of the embedded broker (see {@link LocalRunOptions.servers}). */
+export interface RunServers {
+  /** `nats://host:port` of a JetStream server. */
+  readonly natsUrl: string;
+  /** `redis://host:port` of the Redis server holding payloads and the run ledger. */
+  readonly redisUrl: string;
 }
 
 /** How a local run ended. */
@@ -431,7 +435,7 @@ async function passStderr(stderr: ReadableStream<Uint8Array>): Promise<string> {
  * beginning (`forgetReplayPositions`): what that broker had accepted and not delivered died with it.
  */
 async function forgetEarlierBroker(
-  ledger: FileRuntimeStore,
+  ledger: RuntimeStore,
   options: LocalRunOptions,
   previous: RunEndRecord | null,
 ): Promise<void> {
@@ -524,7 +528,7 @@ export class LocalEngine {
   readonly #replicas: Replica[] = [];
   readonly #view: LiveView;
   readonly #policy: SupervisionPolicy;
-  readonly #broker: EmbeddedBroker;
+  readonly #broker: RunBroker;
   readonly #runDir: string;
   /** Dead letters an earlier supervisor of this run wrote (a re-run with the same run id). */
   readonly #earlierDeadLetters: readonly DeadLetterRecord[];
@@ -539,7 +543,7 @@ export class LocalEngine {
     const records = await keepOffloadedPayloads(
       this.#runDir,
       this.#deadLetters(),
-      (key) => this.#payloadBytes(key),
+      (key) => this.#broker.payloadBytes(key),
     );
     await writeDeadLetters(this.#runDir, records);
   });
@@ -585,17 +589,18 @@ export class LocalEngine {
   private constructor(
     options: LocalRunOptions,
     settings: WorkerSettings,
-    ledger: FileRuntimeStore,
+    ledger: RuntimeStore,
     runDir: string,
     earlierDeadLetters: readonly DeadLetterRecord[],
     specsFile: string,
     stopSignals: StopSignals,
+    servers: RunBroker | null,
   ) {
     this.#options = options;
     this.#specsFile = specsFile;
     this.#stopSignals = stopSignals;
     this.#silence = silenceLimit(options, settings);
-    this.#maxInline = options.extraEnv?.[MAX_INLINE_PAYLOAD_ENV] === undefined
+    this.#maxInline = options.extraEnv?.[MAX_INLINE_PAYLOAD_ENV] === undefined && servers === null
       ? EMBEDDED_MAX_INLINE_PAYLOAD_BYTES
       : settings.maxInlinePayloadBytes;
     this.#maxRetries = settings.maxRetries;
@@ -603,28 +608,36 @@ export class LocalEngine {
     this.#v8Args = options.isolation === Isolation.process ? subprocessV8Args() : [];
     this.#runDir = runDir;
     this.#earlierDeadLetters = earlierDeadLetters;
-    this.#broker = new EmbeddedBroker({
-      runtimeStore: ledger,
-      messaging: new MemoryMessagingBackend({
-        maxPayloadBytes: EMBEDDED_MAX_ENVELOPE_BYTES,
-        dedupWindowBytes: DEDUP_WINDOW_BYTES,
-      }),
-      releaseAfter: (label) => this.#deathCountedOf(label),
-      // A dead letter that cannot be kept fails its publication, so its input is not acked: the run ends.
-      onDeadLetter: () =>
-        this.#writeDeadLetters().catch((error) => {
-          if (!isDiskFailure(error)) {
-            this.#view.event(
-              `the dead letters could not be written (again at the next one): ${error.message}`,
-            );
-            return;
-          }
-          this.#endOnUnwritableState(error);
-          throw error;
+    this.#broker = servers ?? new EmbeddedRunBroker(
+      new EmbeddedBroker({
+        runtimeStore: ledger,
+        messaging: new MemoryMessagingBackend({
+          maxPayloadBytes: EMBEDDED_MAX_ENVELOPE_BYTES,
+          dedupWindowBytes: DEDUP_WINDOW_BYTES,
         }),
-    });
+        releaseAfter: (label) => this.#deathCountedOf(label),
+        onDeadLetter: () => this.#deadLetterStored(),
+      }),
+      ledger,
+      { flowId: options.flowId, runId: options.runId, nodes: options.specs.map((spec) => spec.name) },
+    );
     this.#view = new LiveView(options.output, this.#started);
     this.#policy = options.restart ? SupervisionPolicy.local() : SupervisionPolicy.disabled();
+  }
+
+  /**
+   * Writes the dead letters once one more is stored. A dead letter that cannot be kept fails its
+   * publication (on the embedded broker), so its input is not acked: the run ends.
+   */
+  #deadLetterStored(): Promise<void> {
+    return this.#writeDeadLetters().catch((error) => {
+      if (!isDiskFailure(error)) {
+        this.#view.event(`the dead letters could not be written (again at the next one): ${error.message}`);
+        return;
+      }
+      this.#endOnUnwritableState(error);
+      throw error;
+    });
   }
 
   /** Runs the flow and resolves with how it ended. */
@@ -666,17 +679,40 @@ export class LocalEngine {
       }
       options.onStart?.();
       let engine: LocalEngine | null = null;
-      const ledger = await FileRuntimeStore.open(`${runDir}/ledger`, systemClock, {
-        onDiskFailure: (error) => {
-          if (engine !== null) engine.#endOnUnwritableState(error);
-        },
-      });
-      await forgetEarlierBroker(ledger, options, previous);
+      const servers = options.servers ?? null;
+      const ledger = servers !== null
+        ? await openRuntimeStore(servers.redisUrl)
+        : await FileRuntimeStore.open(`${runDir}/ledger`, systemClock, {
+          onDiskFailure: (error) => {
+            if (engine !== null) engine.#endOnUnwritableState(error);
+          },
+        });
+      let broker: RunBroker | null = null;
+      try {
+        // Loaded on use: the NATS and Redis clients are no embedded run's to load.
+        broker = servers === null ? null : await (await import("./server_broker.ts")).ServerRunBroker.open({
+          ...servers,
+          ledger,
+          flowId: options.flowId,
+          runId: options.runId,
+          flowType: options.flowType,
+          specs: options.specs,
+          onDeadLetter: () => {
+            if (engine !== null) engine.#deadLetterStored().catch(() => {});
+          },
+          onWarning: (line) => options.output.write(`WARNING: ${line}\n`),
+        });
+      } catch (error) {
+        await ledger.close();
+        throw error;
+      }
+      // The embedded broker starts empty; a server's streams keep what an earlier supervisor left.
+      if (broker === null) await forgetEarlierBroker(ledger, options, previous);
       await clearRunEnd(runDir);
       const earlier = await readDeadLettersIfAny(runDir) ?? [];
       const specsFile = `${runDir}/${SPECS_FILE}`;
       if (options.isolation === Isolation.process) await writeSpecsDocument(specsFile, options.specs);
-      engine = new LocalEngine(options, settings, ledger, runDir, earlier, specsFile, stopSignals);
+      engine = new LocalEngine(options, settings, ledger, runDir, earlier, specsFile, stopSignals, broker);
       try {
         return await engine.#run();
       } finally {
@@ -728,10 +764,7 @@ export class LocalEngine {
         : `stopping flow ${this.#options.flowId} on ${signal}: ${ending}` +
           (signal === STOP_REQUESTED ? "" : " (again to force)"),
     );
-    for (const spec of this.#options.specs) {
-      const channel = channelId(this.#options.flowId, this.#options.runId, spec.name);
-      this.#broker.messaging.commitControl(channel, "stop", null, new TextEncoder().encode("stop"));
-    }
+    this.#broker.stopFlow();
     // A held producer starts now only to see the stop and end its stream, so its children can finish.
     this.#releaseHeld();
   }
@@ -766,20 +799,22 @@ export class LocalEngine {
 
   async #run(): Promise<LocalRunResult> {
     const { flowId, flowType, runId, specs } = this.#options;
-    const ledger = this.#broker.runtimeStore;
-    const ledgerBudget = ledger !== null && await storeSharedAndDurable(ledger);
+    const ledgerBudget = await storeSharedAndDurable(this.#broker.ledger);
     this.#ledgerBudget = ledgerBudget;
     const topology = flowTopology(topologyNodes(specs), {
       flowId,
       runId,
       flowType,
       ledgerBudget,
-      channelMaxBytes: this.#options.channelMaxBytes ?? DEFAULT_CHANNEL_MAX_BYTES,
-      batchMaxMsgs: LOCAL_BATCH_MAX_MSGS,
+      // A server's streams take WIRE.md's shape: no byte limit unless one is asked for, 10,000 messages.
+      ...(this.#broker.outlivesSupervisor ? { channelMaxBytes: this.#options.channelMaxBytes ?? null } : {
+        channelMaxBytes: this.#options.channelMaxBytes ?? DEFAULT_CHANNEL_MAX_BYTES,
+        batchMaxMsgs: LOCAL_BATCH_MAX_MSGS,
+      }),
     });
-    await provisionFlow(this.#broker.messaging, topology, `run-local/${runId}`);
+    await this.#broker.provision(topology, `run-local/${runId}`);
     this.#ownPartitionDrops();
-    if (this.#options.isolation === Isolation.process) await this.#broker.listen();
+    await this.#broker.serve(this.#options.isolation);
     // A signal that came while the run was being set up is handed over now, before any replica starts.
     const detachSignals = this.#stopSignals.attach((signal) => this.stop(signal));
     const onAbort = () => this.stop(STOP_REQUESTED);
@@ -882,14 +917,11 @@ export class LocalEngine {
 
   #envFor(replica: Replica): Record<string, string> {
     const { flowId, flowType, runId, specs } = this.#options;
-    const broker = this.#options.isolation === Isolation.worker ? { kind: "embedded-port" as const } : {
-      kind: "embedded-tcp" as const,
-      ...parseBrokerAddress(this.#broker.address ?? ""),
-      secret: this.#broker.secret,
-    };
+    const { broker, runtimeStoreUrl, blobStoreUrl } = this.#broker.replicaConnection(this.#options.isolation);
     return {
       ...workerEnvFor(replica.spec, specs, { flowId, flowType }, { runId, broker }, replica.index, {
-        runtimeStoreUrl: EMBEDDED_RUNTIME_STORE_URL,
+        runtimeStoreUrl,
+        blobStoreUrl,
         terminationLog: this.#terminationLog(replica),
         healthPort: null,
       }),
@@ -946,13 +978,18 @@ export class LocalEngine {
     else this.#launchProcess(replica);
   }
 
-  /** The node's declared permissions, plus the fault marker directory when a test's schedule names one. */
-  #granted(spec: NodeSpec): GrantedPermissions {
+  /**
+   * The node's declared permissions, plus the addresses its replicas connect to when isolated as
+   * `isolation`, and the fault marker directory when a test's schedule names one.
+   */
+  #granted(spec: NodeSpec, isolation: Isolation): GrantedPermissions {
     const declared = this.#options.permissions[spec.name] ?? {};
+    const { net } = this.#broker.replicaConnection(isolation);
     const markers = this.#options.extraEnv?.[FAULT_MARKER_DIR_ENV];
-    return markers === undefined
-      ? declared
-      : mergePermissions(declared, { read: [markers], write: [markers] });
+    return mergePermissions(declared, {
+      ...(net.length === 0 ? {} : { net: [...net] }),
+      ...(markers === undefined ? {} : { read: [markers], write: [markers] }),
+    });
   }
 
   #launchWorker(replica: Replica): void {
@@ -960,16 +997,16 @@ export class LocalEngine {
     const worker = new Worker(bootstrapUrl(spec, Isolation.worker, this.#options.preloads?.[spec.name]), {
       type: "module",
       name: `${spec.name}/${index}`,
-      deno: { permissions: workerPermissions(this.#granted(spec)) },
+      deno: { permissions: workerPermissions(this.#granted(spec, Isolation.worker)) },
     } as WorkerOptions);
     const { port1, port2 } = new MessageChannel();
-    const connection = this.#broker.servePort(port1, `${spec.name}/${index}`);
+    const disconnect = this.#broker.connectWorker(port1, `${spec.name}/${index}`);
     let ended = false;
     const end = (code: number) => {
       if (ended) return;
       ended = true;
       worker.terminate();
-      connection.disconnect(`${spec.name}[${index}] ended`);
+      disconnect(`${spec.name}[${index}] ended`);
       // No signal reaches a Worker: a status past 128 is a kill the fault schedule simulates (137).
       this.#exited(replica, code, code >= 128);
     };
@@ -1001,8 +1038,7 @@ export class LocalEngine {
     const { spec } = replica;
     const settings = paramsBySpecsFile(this.#envFor(replica), this.#specsFile);
     const specsPath = settings[FLOW_SPECS_PATH_ENV];
-    const { env: declaredEnv = [], ...granted } = mergePermissions(this.#granted(spec), {
-      net: [(this.#broker.address ?? "").replace("tcp://", "")],
+    const { env: declaredEnv = [], ...granted } = mergePermissions(this.#granted(spec, Isolation.process), {
       write: [this.#terminationLog(replica)],
       ...(specsPath === undefined ? {} : { read: [specsPath] }),
     });
@@ -1173,9 +1209,9 @@ export class LocalEngine {
     const messageIds = replica.inNodeBoard?.read() ?? replica.inNode;
     replica.inNode = [];
     replica.inNodeBoard = null;
-    const ledger = this.#broker.runtimeStore;
+    const ledger = this.#broker.ledger;
     const budget = this.#deliveryBudget(replica.spec);
-    if (messageIds.length === 0 || !this.#ledgerBudget || ledger === null) return null;
+    if (messageIds.length === 0 || !this.#ledgerBudget) return null;
     if (replica.endedBySupervisor || this.#forced) return null;
     const { flowId, runId } = this.#options;
     const runtime = new FlowRuntime({
@@ -1226,14 +1262,7 @@ export class LocalEngine {
 
   /** The end marker (EOS or ABORT) the broker holds from `replica`, if it published one. */
   #publishedEndMarker(replica: Replica): EndMarker | null {
-    const { flowId, runId } = this.#options;
-    for (const envelope of this.#broker.messaging.stored(channelId(flowId, runId, replica.spec.name))) {
-      if (envelope.kind !== MessageKind.eos) continue;
-      const marker = decodeEnvelope(envelope.body);
-      if (marker.replicaId !== replica.index) continue;
-      return marker.type === MsgType.abort ? EndMarker.abort : EndMarker.eos;
-    }
-    return null;
+    return this.#broker.endMarkerOf(replica.spec.name, replica.index);
   }
 
   /**
@@ -1358,13 +1387,6 @@ export class LocalEngine {
     return this.#deadLetterWrites.request();
   }
 
-  /** The bytes the embedded payload store holds under `key`, or null when it no longer does. */
-  async #payloadBytes(key: string): Promise<Uint8Array | null> {
-    const store = this.#broker.payload;
-    const read = await store.read(await store.refForKey(key));
-    return read.kind === "bytes" ? read.data : null;
-  }
-
   /** The run's dead letters: an earlier supervisor's (a re-run), then this broker's. */
   #deadLetters(): DeadLetterRecord[] {
     return mergeDeadLetters(this.#earlierDeadLetters, this.#currentDeadLetters());
@@ -1377,29 +1399,7 @@ export class LocalEngine {
 
   /** The dead letters this broker holds of `spec`'s node, as envelopes. */
   #lettersOf(spec: NodeSpec): Envelope[] {
-    const { flowId, runId } = this.#options;
-    return this.#broker.messaging.stored(channelId(flowId, runId, spec.name))
-      .filter((envelope) => envelope.kind === MessageKind.dlq);
-  }
-
-  /**
-   * What the broker dropped from `spec`'s inputs before any replica was handed it (a realtime channel
-   * evicting its oldest for a newer output, an aged-out message), by reason: drops the node's replicas
-   * never see. One evicted while a replica held it is processed, and counted there.
-   */
-  #brokerDrops(spec: NodeSpec): Record<string, number> {
-    const { flowId, runId } = this.#options;
-    const messaging = this.#broker.messaging;
-    const drops: Record<string, number> = {};
-    for (const parent of spec.parents) {
-      for (const subscription of messaging.subscriptionIds(channelId(flowId, runId, parent))) {
-        if (subscription.consumerNode !== spec.name || subscription.kind !== MessageKind.data) continue;
-        for (const [reason, n] of Object.entries(messaging.unseenDrops(subscription))) {
-          drops[reason] = (drops[reason] ?? 0) + n;
-        }
-      }
-    }
-    return drops;
+    return this.#broker.deadLettersOf(spec.name);
   }
 
   /**
@@ -1416,9 +1416,7 @@ export class LocalEngine {
     const { flowId, runId } = this.#options;
     for (const parent of spec.parents) {
       const channel = channelId(flowId, runId, parent);
-      this.#broker.messaging.abandon(
-        dataSubscriptionId(channel, spec.name, spec.isPartitioned ? replica.index : null),
-      );
+      this.#broker.abandon(dataSubscriptionId(channel, spec.name, spec.isPartitioned ? replica.index : null));
     }
   }
 
@@ -1433,25 +1431,13 @@ export class LocalEngine {
       if (partitionBy === null || !spec.isPartitioned) continue;
       for (const parent of spec.parents) {
         for (let partition = 0; partition < spec.nbTasks; partition++) {
-          this.#broker.messaging.setDropOwnership(
+          this.#broker.setDropOwnership(
             dataSubscriptionId(channelId(flowId, runId, parent), spec.name, partition),
             (envelope) => envelopeOwner(envelope.body, partitionBy, spec.nbTasks) === partition,
           );
         }
       }
     }
-  }
-
-  /** The most outputs of `spec` some child has not settled yet: on any one of its data subscriptions. */
-  #unsettledOutputs(spec: NodeSpec): number {
-    const { flowId, runId } = this.#options;
-    const messaging = this.#broker.messaging;
-    return Math.max(
-      0,
-      ...messaging.subscriptionIds(channelId(flowId, runId, spec.name))
-        .filter((subscription) => subscription.kind === MessageKind.data)
-        .map((subscription) => messaging.unsettled(subscription)),
-    );
   }
 
   #snapshots(): NodeSnapshot[] {
@@ -1471,7 +1457,7 @@ export class LocalEngine {
         : NodeState.starting;
       const counts = replicas.reduce(
         (sum, r) => addCounts(addCounts(sum, r.earlier), r.stats),
-        { ...NO_COUNTS, drops: this.#brokerDrops(spec) },
+        { ...NO_COUNTS, drops: this.#broker.unseenDrops(spec) },
       );
       const letters = this.#lettersOf(spec);
       return {
@@ -1483,7 +1469,7 @@ export class LocalEngine {
         replicas: replicas.length,
         processed: counts.processed,
         failed: counts.failed,
-        inFlight: this.#unsettledOutputs(spec),
+        inFlight: this.#broker.unsettledOutputs(spec.name),
         drops: dropsBesideDeadLetters(counts.drops, letters.map((letter) => deadLetterError(letter).code)),
         deadLetters: letters.length,
         restarts: replicas.reduce((sum, r) => sum + r.restarts, 0),

@@ -328,6 +328,27 @@ function subjectOf(envelope: Envelope): string {
   }
 }
 
+/**
+ * A connection to the NATS server `url` that reconnects for as long as it is used; BrokerUnavailable when
+ * the first connection cannot be made within `timeoutSeconds` (10).
+ */
+export async function connectNats(url: string, timeoutSeconds = 10): Promise<NatsConnection> {
+  try {
+    return await connect({
+      servers: url,
+      timeout: timeoutSeconds * 1000,
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 500,
+    });
+  } catch (error) {
+    throw new BrokerUnavailable(
+      `cannot reach the NATS server at ${url}: ${describeError(error)}`,
+      "start nats-server with JetStream (-js) or point VF_NATS_URL at one",
+      { url },
+    );
+  }
+}
+
 /** The JetStream adapter (see the module comment). One per process; it owns its connection. */
 export class JetStreamMessagingBackend implements MessagingBackend {
   readonly #nc: NatsConnection;
@@ -372,21 +393,7 @@ export class JetStreamMessagingBackend implements MessagingBackend {
 
   /** Connects to `options.url`; an unreachable server is BrokerUnavailable. */
   static async connect(options: JetStreamBackendOptions): Promise<JetStreamMessagingBackend> {
-    let nc: NatsConnection;
-    try {
-      nc = await connect({
-        servers: options.url,
-        timeout: (options.connectTimeoutSeconds ?? 10) * 1000,
-        maxReconnectAttempts: -1,
-        reconnectTimeWait: 500,
-      });
-    } catch (error) {
-      throw new BrokerUnavailable(
-        `cannot reach the NATS server at ${options.url}: ${describeError(error)}`,
-        "start nats-server with JetStream (-js) or point VF_NATS_URL at one",
-        { url: options.url },
-      );
-    }
+    const nc = await connectNats(options.url, options.connectTimeoutSeconds);
     try {
       return new JetStreamMessagingBackend(nc, await jetstreamManager(nc), options);
     } catch (error) {

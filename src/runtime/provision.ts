@@ -36,7 +36,12 @@ import type { NodeSpec } from "../core/compiler.ts";
 import { IncompatibleProfile } from "../core/errors.ts";
 import type { FlowType } from "../core/flow_type.ts";
 import { JetStreamMessagingBackend } from "../messaging/jetstream_backend.ts";
-import { flowTopology, type ProvisionedTopology, provisionFlow } from "../messaging/topology.ts";
+import {
+  type FlowTopology,
+  flowTopology,
+  type ProvisionedTopology,
+  provisionFlow,
+} from "../messaging/topology.ts";
 import { RedisPayloadStore } from "./redis_payload.ts";
 import { openRuntimeStore } from "./runtime_stores.ts";
 
@@ -96,6 +101,54 @@ async function ledgerAt(url: string | null): Promise<{ capabilities: RuntimeCapa
 }
 
 /**
+ * Admits the composition of a flow of `flowType` made of `specs` against what `backend` and the stores
+ * read back: throws IncompatibleProfile for a definite incompatibility; returns, rendered, each guarantee
+ * that rests on a capability nobody could observe (a warning without explicit profile requests).
+ */
+export async function admitComposition(
+  backend: JetStreamMessagingBackend,
+  payload: PayloadCapabilities | null,
+  runtime: RuntimeCapabilities,
+  flowType: FlowType,
+  specs: readonly NodeSpec[],
+): Promise<string[]> {
+  try {
+    planComposition(defaultRequirements(flowType, specs), {
+      messaging: await backend.capabilities(),
+      payload,
+      runtime,
+      payloadRefsInUse: payload !== null,
+    });
+    return [];
+  } catch (error) {
+    if (!(error instanceof UnobservableComposition)) throw error;
+    return [error.render()];
+  }
+}
+
+/**
+ * Creates `topology` on `backend` and reads it back; throws IncompatibleProfile naming every field the
+ * server at `where` did not honour.
+ */
+export async function provisionTopology(
+  backend: JetStreamMessagingBackend,
+  topology: FlowTopology,
+  operationId: string,
+  where: string,
+): Promise<ProvisionedTopology> {
+  const provisioned = await provisionFlow(backend, topology, operationId);
+  if (provisioned.mismatches.length > 0) {
+    const { flowId, runId } = topology.channels[0]?.id ?? { flowId: "?", runId: "?" };
+    throw new IncompatibleProfile(
+      `the NATS server at ${where} does not hold run ${runId} of flow ${flowId} as requested: ` +
+        provisioned.mismatches.join("; "),
+      "delete the streams named (they belong to an earlier configuration of this run) or use another run id",
+    );
+  }
+  return provisioned;
+}
+
+/**
  * Admits the run's composition against the live services and creates its streams and durables (see the
  * module comment). Throws IncompatibleProfile for a refused composition or a broker that did not honour
  * a requested field, BrokerUnavailable for an unreachable server.
@@ -106,18 +159,7 @@ export async function provisionRun(options: ProvisionOptions): Promise<Provision
   const ledger = await ledgerAt(options.runtimeStoreUrl ?? null);
   const backend = await JetStreamMessagingBackend.connect({ url: options.natsUrl });
   try {
-    const warnings: string[] = [];
-    try {
-      planComposition(defaultRequirements(flowType, specs), {
-        messaging: await backend.capabilities(),
-        payload,
-        runtime: ledger.capabilities,
-        payloadRefsInUse: payload !== null,
-      });
-    } catch (error) {
-      if (!(error instanceof UnobservableComposition)) throw error;
-      warnings.push(error.render());
-    }
+    const warnings = await admitComposition(backend, payload, ledger.capabilities, flowType, specs);
     const topology = flowTopology(specs, {
       flowId,
       runId,
@@ -127,14 +169,7 @@ export async function provisionRun(options: ProvisionOptions): Promise<Provision
       ledgerBudget: ledger.budget,
       replicas: options.replicas,
     });
-    const provisioned = await provisionFlow(backend, topology, `provision/${runId}`);
-    if (provisioned.mismatches.length > 0) {
-      throw new IncompatibleProfile(
-        `the NATS server at ${options.natsUrl} does not hold run ${runId} of flow ${flowId} as requested: ` +
-          provisioned.mismatches.join("; "),
-        "delete the streams named (they belong to an earlier configuration of this run) or use another run id",
-      );
-    }
+    const provisioned = await provisionTopology(backend, topology, `provision/${runId}`, options.natsUrl);
     return { topology: provisioned, ledgerBudget: ledger.budget, warnings };
   } finally {
     await backend.shutdown();

@@ -23,6 +23,7 @@ import { ConfigError } from "../core/errors.ts";
 import { MemoryRuntimeStore } from "../backends/memory/runtime_store.ts";
 import type { RuntimeStore } from "../backends/runtime_store.ts";
 import { FileRuntimeStore } from "./file_store.ts";
+import { loadRedisModule } from "./redis_module.ts";
 
 /** The store used when `VF_RUNTIME_STORE_URL` is unset: no durable state, nothing shared. */
 export const DEFAULT_RUNTIME_STORE_URL = "memory://";
@@ -34,7 +35,7 @@ const SCHEME = /^([a-z][a-z0-9+.-]*):\/\//i;
 
 /** `redis://` and `rediss://`: the Redis ledger, its client library loaded only when one is opened. */
 async function openRedisRuntimeStore(url: string): Promise<RuntimeStore> {
-  const { RedisRuntimeStore } = await import("./redis_store.ts");
+  const { RedisRuntimeStore } = await loadRedisModule(() => import("./redis_store.ts"));
   return RedisRuntimeStore.open(url);
 }
 

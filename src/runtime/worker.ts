@@ -39,6 +39,7 @@ import { LedgerIdempotencyStore } from "./idempotency.ts";
 import { configureLogging, type LogSink, type NodeLogger } from "./logging.ts";
 import { openRuntimeStore } from "./runtime_stores.ts";
 import type { RedisPayloadStore } from "./redis_payload.ts";
+import { loadRedisModule } from "./redis_module.ts";
 import { undeclaredPermission } from "../core/undeclared_permission.ts";
 import { buildWatchdog, exitOnStall, writeTerminationReason } from "./watchdog.ts";
 import { paramsFromSpecsFile, parseWorkerConfig, type WorkerConfig, WorkerEnvVar } from "./worker_config.ts";
@@ -161,7 +162,7 @@ function refuseUnsupported(config: WorkerConfig): void {
  */
 async function blobStoreOf(config: WorkerConfig): Promise<RedisPayloadStore | null> {
   if (config.blobStoreUrl === null) return null;
-  const { RedisPayloadStore } = await import("./redis_payload.ts");
+  const { RedisPayloadStore } = await loadRedisModule(() => import("./redis_payload.ts"));
   return RedisPayloadStore.open(config.blobStoreUrl);
 }
 
