@@ -739,13 +739,7 @@ export class JetStreamMessagingBackend implements MessagingBackend {
     } catch (error) {
       const nobody = error instanceof NoRespondersError ||
         (error instanceof RequestError && error.isNoResponders());
-      if (nobody) {
-        return {
-          kind: "refused",
-          reason: `no stream binds ${subjectOf(envelope)}: ${describeError(error)}`,
-          retryable: false,
-        };
-      }
+      if (nobody) return await this.#nobodyAnswered(envelope, error);
       return { kind: "lost", reason: `no PubAck: ${describeError(error)}` };
     }
     let answer: {
@@ -769,6 +763,33 @@ export class JetStreamMessagingBackend implements MessagingBackend {
     }
     if (typeof answer.seq !== "number") return { kind: "lost", reason: "a PubAck without a sequence" };
     return { kind: "ack", seq: answer.seq, duplicate: answer.duplicate === true };
+  }
+
+  /**
+   * What a publication nobody answered means: a refusal when the stream it should land on is definitely
+   * not there (JetStream says so), else nothing known (JetStream not up yet, a server restarting), so the
+   * publisher retries it rather than give the node up.
+   */
+  async #nobodyAnswered(envelope: Envelope, error: unknown): Promise<SendResult> {
+    const { flowId, runId, node } = envelope.channel;
+    const stream = envelope.kind === MessageKind.dlq
+      ? dlqStreamName(flowId)
+      : streamNameFor(flowId, runId, node);
+    try {
+      if (await this.#streamInfoOrNull(stream, "a publication nobody answered") === null) {
+        return {
+          kind: "refused",
+          reason: `no stream binds ${subjectOf(envelope)}: ${describeError(error)}`,
+          retryable: false,
+        };
+      }
+    } catch {
+      // JetStream itself did not answer either.
+    }
+    return {
+      kind: "lost",
+      reason: `no JetStream answered for ${subjectOf(envelope)}: ${describeError(error)}`,
+    };
   }
 
   /**
