@@ -26,9 +26,13 @@ export interface NodeWorkerStart {
 export function serveNodeWorker(): void {
   self.onmessage = async (event: MessageEvent<NodeWorkerStart>) => {
     const { env, port, inNodeBoard } = event.data;
+    // A quiesce asked for before the replica can take it (its node still opening) is kept for then.
     let quiesce: (() => void) | null = null;
+    let quiesceAsked = false;
     self.onmessage = (message: MessageEvent<{ type?: string }>) => {
-      if (message.data?.type === "quiesce") quiesce?.();
+      if (message.data?.type !== "quiesce") return;
+      quiesceAsked = true;
+      quiesce?.();
     };
     const done = (code: number) => {
       self.postMessage({ kind: "done", code });
@@ -45,7 +49,10 @@ export function serveNodeWorker(): void {
         port,
         inNodeBoard,
         report: (report) => self.postMessage(report),
-        onQuiesce: (handler) => (quiesce = handler),
+        onQuiesce: (handler) => {
+          quiesce = handler;
+          if (quiesceAsked) handler();
+        },
         exit: done,
       }),
     );

@@ -33,6 +33,7 @@ import { undeclaredPermissionOnLoad } from "../core/undeclared_permission.ts";
 import { AT_LEAST_ONCE, DeliveryPolicy } from "../core/delivery_policy.ts";
 import { FlowType } from "../core/flow_type.ts";
 import { NodeKind } from "../core/node.ts";
+import { SIGTERM_EXIT_CODE } from "../core/task.ts";
 import {
   describeReason,
   describeReasonAndRemedy,
@@ -400,6 +401,10 @@ interface Replica {
   /** The counters of its earlier launches, so a restart does not reset what the view shows. */
   earlier: Counters;
   kill: (() => void) | null;
+  /** Asks the running launch to stop taking input and end once what it holds is settled (no end marker). */
+  quiesce: (() => void) | null;
+  /** The supervisor quiesced the current launch: its SIGTERM status is a clean stop. */
+  quiesced: boolean;
 }
 
 /** Whether a replica is over for this run: done, or failed for good. */
@@ -755,8 +760,11 @@ export class LocalEngine {
     this.#stoppedBy = signal;
     const producers = this.#replicas.filter((r) => r.spec.kind === NodeKind.producer);
     this.#sourcesEndedBeforeStop = producers.length > 0 && producers.every((r) => r.state === NodeState.done);
+    const kept = this.#broker.outlivesSupervisor;
     const ending = this.#sourcesEndedBeforeStop
       ? "every producer had already ended its stream, the rest finishes what it holds"
+      : kept
+      ? "every replica finishes what it holds, the streams keep the rest for a re-run"
       : "producers end their streams";
     this.#view.event(
       signal === null
@@ -764,9 +772,29 @@ export class LocalEngine {
         : `stopping flow ${this.#options.flowId} on ${signal}: ${ending}` +
           (signal === STOP_REQUESTED ? "" : " (again to force)"),
     );
-    this.#broker.stopFlow();
-    // A held producer starts now only to see the stop and end its stream, so its children can finish.
-    this.#releaseHeld();
+    if (this.#broker.stopFlow()) {
+      // A held producer starts now only to see the stop and end its stream, so its children can finish.
+      this.#releaseHeld();
+      return;
+    }
+    // The broker keeps its streams as they are: nothing ends them, each replica is quiesced instead, and
+    // one not running now (held, or waiting for its restart) is not started again this run.
+    for (const replica of this.#held.splice(0)) this.#endQuietly(replica);
+    for (const replica of this.#replicas) {
+      if (replica.state === NodeState.restarting && replica.exitCode !== null) this.#endQuietly(replica);
+      else if (replica.exitCode === null && replica.quiesce !== null) {
+        replica.quiesced = true;
+        replica.quiesce();
+      }
+    }
+    this.#wake?.();
+  }
+
+  /** Ends a replica that is not running at a stop that keeps the streams: it stopped with nothing to do. */
+  #endQuietly(replica: Replica): void {
+    replica.state = NodeState.done;
+    replica.exitCode = 0;
+    replica.reason = null;
   }
 
   /**
@@ -846,6 +874,8 @@ export class LocalEngine {
             deathCounted: Promise.withResolvers(),
             earlier: NO_COUNTS,
             kill: null,
+            quiesce: null,
+            quiesced: false,
           };
           this.#replicas.push(replica);
           if (held) this.#held.push(replica);
@@ -973,6 +1003,7 @@ export class LocalEngine {
     replica.inNode = [];
     replica.inNodeBoard = null;
     replica.deathCounted = Promise.withResolvers();
+    replica.quiesced = false;
     this.#event(nodeStarted(replica.spec.name, replica.index, replica.restarts));
     if (this.#options.isolation === Isolation.worker) this.#launchWorker(replica);
     else this.#launchProcess(replica);
@@ -1026,6 +1057,7 @@ export class LocalEngine {
     const board = replica.inNodeBoard = InNodeBoard.create();
     worker.postMessage({ env: this.#envFor(replica), port: port2, inNodeBoard: board.buffer }, [port2]);
     replica.kill = () => end(EXIT_FLOW_FAILED);
+    replica.quiesce = () => worker.postMessage({ type: "quiesce" });
   }
 
   /**
@@ -1071,13 +1103,15 @@ export class LocalEngine {
       // runs deno; a `setsid` program in between would take the signal's default action).
       detached: true,
     }).spawn();
-    replica.kill = () => {
+    const signal = (name: Deno.Signal) => () => {
       try {
-        child.kill("SIGKILL");
+        child.kill(name);
       } catch {
         // already gone
       }
     };
+    replica.kill = signal("SIGKILL");
+    replica.quiesce = signal("SIGTERM");
     // Its exit is handled once its stdout is read to the end, so its exit report is in hand by then.
     const reports = this.#readReports(replica, child.stdout).catch((error) => {
       this.#view.event(`${spec.name}[${replica.index}] sent an unreadable report: ${error.message}`);
@@ -1120,8 +1154,10 @@ export class LocalEngine {
     }
   }
 
-  #exited(replica: Replica, status: number, bySignal = false): void {
+  #exited(replica: Replica, exitStatus: number, bySignal = false): void {
     if (replica.exitCode !== null) return;
+    // A replica the supervisor quiesced ends as SIGTERM does (143): that is the clean stop it was asked for.
+    const status = replica.quiesced && exitStatus === SIGTERM_EXIT_CODE ? 0 : exitStatus;
     // A status means what the task said only when it sent its exit report: node code that calls
     // `Deno.exit(n)` ends the replica with its stream unfinished and its inputs unacked, whatever `n` says
     // (0 is no clean end, 2 no author's mistake, 143 no SIGTERM). A signal's status, or a reason found
@@ -1143,6 +1179,7 @@ export class LocalEngine {
     const code = unreported ? EXIT_FLOW_FAILED : status;
     replica.exitCode = code;
     replica.kill = null;
+    replica.quiesce = null;
     const exited = nodeExited(replica.spec.name, replica.index, code, replica.reason);
     this.#event(exited);
     const charge = this.#chargeDeath(replica, code);

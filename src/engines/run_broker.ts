@@ -65,8 +65,13 @@ export interface RunBroker {
    * that connection.
    */
   connectWorker(port: MessagePort, label: string): (reason: string) => void;
-  /** Asks every replica of the run to stop the spec's way (the flow-wide stop). */
-  stopFlow(): void;
+  /**
+   * Asks every replica of the run to stop the spec's way (the flow-wide stop: producers end their streams
+   * and the rest drains) and returns true; or returns false, doing nothing, for a broker that keeps its
+   * streams as they are across a stop, so that a re-run goes on from them: the supervisor then quiesces
+   * each replica itself.
+   */
+  stopFlow(): boolean;
   /** The end marker replica `replica` of `node` published to its children, if the broker holds one. */
   endMarkerOf(node: string, replica: number): EndMarker | null;
   /** The dead letters the broker holds of `node`, as envelopes. */
@@ -136,11 +141,12 @@ export class EmbeddedRunBroker implements RunBroker {
     return (reason) => void connection.disconnect(reason);
   }
 
-  stopFlow(): void {
+  stopFlow(): boolean {
     for (const node of this.#nodes) {
       const channel = channelId(this.#flowId, this.#runId, node);
       this.#broker.messaging.commitControl(channel, "stop", null, new TextEncoder().encode("stop"));
     }
+    return true;
   }
 
   endMarkerOf(node: string, replica: number): EndMarker | null {

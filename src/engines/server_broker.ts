@@ -3,9 +3,10 @@
  * message and Redis holds the payloads and the run ledger, which the replicas reach themselves, as pods
  * would. The supervisor admits the composition against what the servers read back, provisions the run's
  * streams and durables, listens on core NATS for the end markers and dead letters the replicas publish
- * (so it knows them as the embedded broker would), stops the flow on the run's control subject, and reads
- * the durables' backlog for the live view. The servers' streams outlive the supervisor, so a re-run with
- * the same run id goes on from what they hold. What a server dropped on its own (a realtime stream
+ * (so it knows them as the embedded broker would), and reads the durables' backlog for the live view. The
+ * servers' streams outlive the supervisor, so a stop ends no stream: the supervisor quiesces each replica
+ * (it settles what it holds and publishes no end marker), and a re-run with the same run id goes on from
+ * what the streams hold. What a server dropped on its own (a realtime stream
  * evicting its oldest) is not observable here and is not counted.
  *
  * @module
@@ -22,7 +23,7 @@ import {
   MessageKind,
   type SubscriptionId,
 } from "../backends/messaging.ts";
-import { controlSubjectFor, dlqSubjectFilter, eosSubjectFor, streamNameFor } from "../backends/names.ts";
+import { dlqSubjectFilter, eosSubjectFor, streamNameFor } from "../backends/names.ts";
 import type { RuntimeStore } from "../backends/runtime_store.ts";
 import { DeadLetterHeader } from "../messaging/messenger.ts";
 import { connectNats, JetStreamMessagingBackend, MSG_ID_HEADER } from "../messaging/jetstream_backend.ts";
@@ -32,9 +33,6 @@ import { RedisPayloadStore } from "../runtime/redis_payload.ts";
 import type { EndMarker } from "../runtime/worker.ts";
 import { ENVELOPE_VERSION } from "../wire/codec.ts";
 import { endMarkerIn, type Isolation, type ReplicaConnection, type RunBroker } from "./run_broker.ts";
-
-/** How often, while the flow stops, the stop is published again (core NATS keeps nothing for a late replica). */
-export const STOP_REPEAT_SECONDS = 1;
 
 /** The servers a run uses and the run itself. */
 export interface ServerRunBrokerOptions {
@@ -75,7 +73,6 @@ export class ServerRunBroker implements RunBroker {
   readonly #reading = new Set<string>();
   readonly #subscriptions: Subscription[] = [];
   #topology: FlowTopology | null = null;
-  #stopTimer: ReturnType<typeof setInterval> | null = null;
 
   private constructor(
     options: ServerRunBrokerOptions,
@@ -180,10 +177,9 @@ export class ServerRunBroker implements RunBroker {
     return () => {};
   }
 
-  stopFlow(): void {
-    const subject = controlSubjectFor(this.#options.flowId, this.#options.runId);
-    this.#nc.publish(subject, "stop");
-    this.#stopTimer ??= setInterval(() => this.#nc.publish(subject, "stop"), STOP_REPEAT_SECONDS * 1000);
+  /** Keeps the streams as they are (a re-run goes on from them): the supervisor quiesces the replicas. */
+  stopFlow(): boolean {
+    return false;
   }
 
   endMarkerOf(node: string, replica: number): EndMarker | null {
@@ -233,7 +229,6 @@ export class ServerRunBroker implements RunBroker {
   }
 
   async close(): Promise<void> {
-    if (this.#stopTimer !== null) clearInterval(this.#stopTimer);
     for (const subscription of this.#subscriptions) subscription.unsubscribe();
     await this.#nc.drain().catch(() => this.#nc.close());
     await this.#backend.shutdown();
