@@ -1,0 +1,243 @@
+/**
+ * `vf run-local --nats URL --redis URL` as a user runs it: the CLI in a subprocess against a real
+ * `nats-server -js` and a real `redis-server` started for each story, the examples giving the outputs
+ * they give on the embedded broker, in both isolations, and the stories a broker of its own makes
+ * possible: a stop and a resume, dead letters, a server restarted mid-run.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { type NatsServer, type RedisServer, startNatsServer, startRedisServer } from "../support/services.ts";
+import {
+  checkHelloRun,
+  checkMultiCameraRun,
+  checkVideoMotionRun,
+  copyExample,
+  deadLetters,
+  finished,
+  inTempDir,
+  pipeline,
+  range,
+  root,
+  sinkNumbers,
+  startVf,
+  summaryRow,
+  vf,
+  waitForLines,
+  writeFlow,
+} from "../support/vf_cli.ts";
+
+/** Runs `body` with a fresh JetStream server and Redis server, stopping both afterwards. */
+async function withServers(body: (nats: NatsServer, redis: RedisServer) => Promise<void>): Promise<void> {
+  const nats = await startNatsServer();
+  try {
+    const redis = await startRedisServer();
+    try {
+      await body(nats, redis);
+    } finally {
+      await redis.stop();
+    }
+  } finally {
+    await nats.stop();
+  }
+}
+
+/** The `--nats` and `--redis` arguments for `nats` and `redis`. */
+function serverArgs(nats: NatsServer, redis: RedisServer): string[] {
+  return ["--nats", nats.url, "--redis", redis.url];
+}
+
+for (const isolation of ["worker", "process"]) {
+  Deno.test(`over NATS and Redis, the hello example prints the 10 sums as on the embedded broker (${isolation} isolation)`, async () => {
+    await withServers(async (nats, redis) => {
+      await inTempDir(async (dir) => {
+        const run = await vf(
+          [
+            "run-local",
+            "examples/hello.ts",
+            "--state",
+            dir,
+            "--isolation",
+            isolation,
+            ...serverArgs(nats, redis),
+          ],
+          { cwd: root.pathname },
+        );
+        assert.match(
+          run.stderr,
+          /4 nodes as (Deno Workers|subprocesses) on nats:\/\/127\.0\.0\.1:\d+ and redis:/,
+        );
+        checkHelloRun(run);
+      });
+    });
+  });
+}
+
+Deno.test("over NATS and Redis, the video_motion example's 2.7 MB frames go through Redis: 60 motion lines and a 60-frame mp4", async () => {
+  await withServers(async (nats, redis) => {
+    await inTempDir(async (dir) => {
+      await copyExample(dir, "video_motion.ts");
+      const run = await vf(
+        ["run-local", "examples/video_motion.ts", "--state", join(dir, "state"), ...serverArgs(nats, redis)],
+        { cwd: dir },
+      );
+      await checkVideoMotionRun(run, dir);
+    });
+  });
+});
+
+Deno.test("over NATS and Redis, the multi_camera example (realtime) writes every frame of both cameras once", async () => {
+  await withServers(async (nats, redis) => {
+    await inTempDir(async (dir) => {
+      await copyExample(dir, "multi_camera.ts");
+      const run = await vf(
+        ["run-local", "examples/multi_camera.ts", "--state", join(dir, "state"), ...serverArgs(nats, redis)],
+        { cwd: dir },
+      );
+      await checkMultiCameraRun(run, dir);
+    });
+  });
+});
+
+Deno.test("over NATS and Redis, poison items are dead-lettered once each (vf dlq lists them) and every other item sinks", async () => {
+  await withServers(async (nats, redis) => {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
+        dir,
+        ["Count", "Poison"],
+        pipeline(
+          "poison-servers",
+          `new Count({ name: "count", n: 24 })`,
+          `new Poison({ name: "poison", poison: [3, 7, 11, 20], nbTasks: 2 })`,
+          dir,
+        ),
+      );
+      const state = join(dir, "state");
+      const run = await vf([
+        "run-local",
+        flow,
+        "--state",
+        state,
+        "--run-id",
+        "r1",
+        ...serverArgs(nats, redis),
+      ], {
+        cwd: dir,
+      });
+      assert.equal(run.code, 0, run.text);
+      const poison = [3, 7, 11, 20];
+      assert.deepEqual(
+        await sinkNumbers(join(dir, "out.jsonl")),
+        range(1, 24).filter((n) => !poison.includes(n)),
+      );
+      assert.equal(summaryRow(run, "poison").dlq, 4, run.stdout);
+      const letters = await deadLetters(flow, "r1", state, dir);
+      assert.deepEqual(
+        letters.map((l) => [l.node, l.code, l.deliveries]),
+        poison.map(() => ["poison", "VF_POISON", 1]),
+      );
+    });
+  });
+});
+
+for (const isolation of ["worker", "process"]) {
+  Deno.test(`over NATS and Redis, SIGINT stops the flow without ending its streams, and the re-run sinks every item exactly once (${isolation} isolation)`, async () => {
+    await withServers(async (nats, redis) => {
+      await inTempDir(async (dir) => {
+        const flow = await writeFlow(
+          dir,
+          ["ReplayableCount", "Poison"],
+          pipeline(
+            "resume-servers",
+            `new ReplayableCount({ name: "count", n: 200, delayMs: 10 })`,
+            `new Poison({ name: "middle", poison: [], nbTasks: 2 })`,
+            dir,
+          ),
+        );
+        const args = [
+          "run-local",
+          flow,
+          "--state",
+          join(dir, "state"),
+          "--run-id",
+          "r1",
+          "--isolation",
+          isolation,
+          ...serverArgs(nats, redis),
+        ];
+        const child = startVf(args, { cwd: dir });
+        await waitForLines(join(dir, "out.jsonl"), 20, child);
+        child.kill("SIGINT");
+        const first = await finished(child);
+        assert.equal(first.code, 0, first.text);
+        assert.match(
+          first.text,
+          /flow resume-servers stopped on SIGINT \(run r1\): every item taken was finished/,
+        );
+        assert.match(
+          first.text,
+          /every replica finishes what it holds, the streams keep the rest for a re-run/,
+        );
+        // The stop ends no stream: what was made and not yet sunk waits in the streams for the re-run.
+        const made = summaryRow(first, "count").processed;
+        assert.ok(made >= 20 && made < 200, `stopped mid-run after ${made} items\n${first.text}`);
+        const sunk = await sinkNumbers(join(dir, "out.jsonl"));
+        assert.ok(sunk.length >= 20 && sunk.every((n) => n <= made), first.text);
+        const second = await vf(args, { cwd: dir });
+        assert.equal(second.code, 0, second.text);
+        assert.match(second.text, /flow resume-servers finished \(run r1\)/);
+        assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 200), second.text);
+      });
+    });
+  });
+}
+
+Deno.test("over NATS and Redis, a nats-server restarted mid-run loses nothing: the batch flow completes with every item once", async () => {
+  await withServers(async (nats, redis) => {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
+        dir,
+        ["Count", "Poison"],
+        pipeline(
+          "restart-servers",
+          `new Count({ name: "count", n: 300, delayMs: 5 })`,
+          `new Poison({ name: "middle", poison: [] })`,
+          dir,
+        ),
+      );
+      // The deliveries a replica held when the server went away come back after their ack wait.
+      const child = startVf(
+        ["run-local", flow, "--state", join(dir, "state"), "--run-id", "r1", ...serverArgs(nats, redis)],
+        { cwd: dir, env: { VF_ACK_WAIT_SECONDS: "5" } },
+      );
+      await waitForLines(join(dir, "out.jsonl"), 30, child);
+      await nats.restart();
+      const run = await finished(child);
+      assert.equal(run.code, 0, run.text);
+      assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 300), run.text);
+    });
+  });
+});
+
+Deno.test("run-local refuses --nats without --redis, and a URL of the wrong scheme, before anything starts (exit 2)", async () => {
+  const alone = await vf(["run-local", "examples/hello.ts", "--nats", "nats://127.0.0.1:4222"], {
+    cwd: root.pathname,
+  });
+  assert.equal(alone.code, 2, alone.text);
+  assert.match(alone.stderr, /--nats was given without --redis/);
+  const wrong = await vf(
+    [
+      "run-local",
+      "examples/hello.ts",
+      "--nats",
+      "http://127.0.0.1:4222",
+      "--redis",
+      "redis://127.0.0.1:6379",
+    ],
+    { cwd: root.pathname },
+  );
+  assert.equal(wrong.code, 2, wrong.text);
+  assert.match(wrong.stderr, /--nats "http:\/\/127\.0\.0\.1:4222" is not a nats:\/\/ URL/);
+});
