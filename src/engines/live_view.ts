@@ -35,8 +35,10 @@ export interface NodeSnapshot {
   readonly failed: number;
   /** Messages taken and not yet settled; `null` when the broker could not say. */
   readonly inFlight: number | null;
-  /** Messages given up, by reason (the spec's drop reasons). */
+  /** Messages given up, by reason (the spec's drop reasons), as far as they are counted. */
   readonly drops: Readonly<Record<string, number>>;
+  /** The broker may have dropped inputs of the node that it cannot count (shown as `evicted ?`). */
+  readonly dropsUncounted: boolean;
   /** Dead letters the node made. */
   readonly deadLetters: number;
   /** Restarts of its replicas. */
@@ -58,9 +60,15 @@ export function rates(
   return out;
 }
 
-function dropsText(drops: Readonly<Record<string, number>>): string {
-  const parts = Object.entries(drops).filter(([, n]) => n > 0).map(([reason, n]) => `${reason} ${n}`);
+function dropsText(s: NodeSnapshot): string {
+  const parts = Object.entries(s.drops).filter(([, n]) => n > 0).map(([reason, n]) => `${reason} ${n}`);
+  if (s.dropsUncounted) parts.push("evicted ?");
   return parts.length === 0 ? "0" : parts.join(", ");
+}
+
+function dropsTotal(s: NodeSnapshot): string {
+  const total = String(Object.values(s.drops).reduce((sum, n) => sum + n, 0));
+  return s.dropsUncounted ? `${total}+?` : total;
 }
 
 function formatRate(rate: number | undefined): string {
@@ -88,7 +96,7 @@ export function tableRows(
       String(s.processed),
       formatRate(rate.get(s.node)),
       s.inFlight === null ? "?" : String(s.inFlight),
-      dropsByReason ? dropsText(s.drops) : String(Object.values(s.drops).reduce((sum, n) => sum + n, 0)),
+      dropsByReason ? dropsText(s) : dropsTotal(s),
       String(s.deadLetters),
       String(s.restarts),
     ]),
@@ -208,7 +216,7 @@ export function renderLines(
       elapsedSeconds.toFixed(1)
     }s] ${s.node} ${s.state} ${s.replicasRunning}/${s.replicas} processed ${s.processed} ` +
     `(${formatRate(rate.get(s.node))}) in flight ${s.inFlight === null ? "?" : s.inFlight} drops ${
-      dropsText(s.drops)
+      dropsText(s)
     } dlq ${s.deadLetters} restarts ${s.restarts}`
   );
 }

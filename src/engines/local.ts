@@ -1492,9 +1492,10 @@ export class LocalEngine {
         : states.every((s) => s === NodeState.waiting)
         ? NodeState.waiting
         : NodeState.starting;
+      const unseen = this.#broker.unseenDrops(spec);
       const counts = replicas.reduce(
         (sum, r) => addCounts(addCounts(sum, r.earlier), r.stats),
-        { ...NO_COUNTS, drops: this.#broker.unseenDrops(spec) },
+        { ...NO_COUNTS, drops: unseen ?? {} },
       );
       const letters = this.#lettersOf(spec);
       return {
@@ -1508,6 +1509,7 @@ export class LocalEngine {
         failed: counts.failed,
         inFlight: this.#broker.unsettledOutputs(spec.name),
         drops: dropsBesideDeadLetters(counts.drops, letters.map((letter) => deadLetterError(letter).code)),
+        dropsUncounted: unseen === null,
         deadLetters: letters.length,
         restarts: replicas.reduce((sum, r) => sum + r.restarts, 0),
       };

@@ -76,8 +76,11 @@ export interface RunBroker {
   endMarkerOf(node: string, replica: number): EndMarker | null;
   /** The dead letters the broker holds of `node`, as envelopes. */
   deadLettersOf(node: string): Envelope[];
-  /** What the broker dropped of `spec`'s inputs before any replica was handed them, by reason. */
-  unseenDrops(spec: NodeSpec): Record<string, number>;
+  /**
+   * What the broker dropped of `spec`'s inputs before any replica was handed them, by reason; null when
+   * the broker drops on its own in a way it cannot count (a server's realtime stream evicting its oldest).
+   */
+  unseenDrops(spec: NodeSpec): Record<string, number> | null;
   /** The most outputs of `node` some child has not settled yet; null while that is not known. */
   unsettledOutputs(node: string): number | null;
   /** Stops keeping messages for `subscription`, whose reader is given up on for good. */

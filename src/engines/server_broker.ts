@@ -7,7 +7,7 @@
  * servers' streams outlive the supervisor, so a stop ends no stream: the supervisor quiesces each replica
  * (it settles what it holds and publishes no end marker), and a re-run with the same run id goes on from
  * what the streams hold. What a server dropped on its own (a realtime stream
- * evicting its oldest) is not observable here and is not counted.
+ * evicting its oldest) is not observable here: the live view says so rather than count it as none.
  *
  * @module
  */
@@ -15,7 +15,7 @@
 import type { NatsConnection, Subscription } from "@nats-io/nats-core";
 import { type JetStreamManager, jetstreamManager } from "@nats-io/jetstream";
 import type { NodeSpec } from "../core/compiler.ts";
-import type { FlowType } from "../core/flow_type.ts";
+import { FlowType } from "../core/flow_type.ts";
 import {
   channelId,
   type Envelope,
@@ -190,8 +190,12 @@ export class ServerRunBroker implements RunBroker {
     return [...this.#letters.get(node) ?? []];
   }
 
-  unseenDrops(_spec: NodeSpec): Record<string, number> {
-    return {};
+  /**
+   * None for a producer or in a batch flow (its streams refuse rather than drop); not countable for the
+   * inputs of a realtime flow's node, whose streams evict their oldest without telling any client.
+   */
+  unseenDrops(spec: NodeSpec): Record<string, number> | null {
+    return this.#options.flowType === FlowType.realtime && spec.parents.length > 0 ? null : {};
   }
 
   /** The last backlog read of `node`'s data durables (pending plus awaiting ack, the largest), read again now. */

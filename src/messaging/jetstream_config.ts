@@ -171,7 +171,9 @@ export function consumerConfigFor(spec: SubscriptionSpec, labels: boolean): Requ
 
 /**
  * Every requested field the effective configuration does not carry, as `field: requested X, effective Y`
- * (subjects compared as sets, metadata key by key). Empty: the server gave exactly what was asked.
+ * (subjects compared as sets, metadata key by key; a field the server leaves out is its zero value, false
+ * or 0, as nats-server omits those: 2.9.10 reads back no `discard_new_per_subject` for false). Empty: the
+ * server gave exactly what was asked.
  */
 export function configMismatches<T extends object>(
   requested: T,
@@ -182,12 +184,19 @@ export function configMismatches<T extends object>(
   for (const field of fields) {
     const want = requested[field] as unknown;
     if (want === undefined) continue;
-    const have = effective[field as string];
+    const have = effective[field as string] ?? zeroValueOf(want);
     if (!sameValue(want, have)) {
       found.push(`${String(field)}: requested ${JSON.stringify(want)}, effective ${JSON.stringify(have)}`);
     }
   }
   return found;
+}
+
+/** What a server that leaves out zero values means by an absent field of `want`'s type. */
+function zeroValueOf(want: unknown): unknown {
+  if (typeof want === "boolean") return false;
+  if (typeof want === "number") return 0;
+  return undefined;
 }
 
 function sameValue(want: unknown, have: unknown): boolean {

@@ -38,6 +38,7 @@ import {
   storyNodesUrl,
   summaryRow,
   vf,
+  waitForFile,
   waitForLines,
   writeFlow,
 } from "../support/vf_cli.ts";
@@ -49,18 +50,6 @@ function videoPipeline(flowId: string, producer: string, middle: string, dir: st
     pipeline(flowId, producer, middle, dir),
   ]
     .join("\n");
-}
-
-/** Resolves with the text of `path` once it exists and is not empty, polling. */
-async function waitForFile(path: string, child: Deno.ChildProcess): Promise<string> {
-  let exited = false;
-  child.status.then(() => (exited = true));
-  for (;;) {
-    const text = await Deno.readTextFile(path).catch(() => "");
-    if (text !== "") return text;
-    assert.ok(!exited, `the run ended before it wrote ${path}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
 }
 
 /** The value a dead letter's original envelope carried. */

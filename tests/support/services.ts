@@ -14,12 +14,17 @@ export interface NatsServer {
   /** `nats://127.0.0.1:<port>`. */
   readonly url: string;
   readonly port: number;
-  /** Where JetStream keeps its file storage (kept across {@link restart}). */
+  /** Where JetStream keeps its file storage. */
   readonly storeDir: string;
-  /** Stops the server (SIGTERM, then SIGKILL after 5 s) and removes its storage. Idempotent. */
+  /** Stops the server (resuming it first if paused; SIGTERM, then SIGKILL after 5 s) and removes its storage. Idempotent. */
   stop(): Promise<void>;
-  /** Stops the server and starts it again on the same port and storage; resolves once it accepts again. */
-  restart(): Promise<void>;
+  /**
+   * Freezes the server (SIGSTOP): its connections stay open and nothing is answered, what a stalled or
+   * partitioned server looks like to its clients.
+   */
+  pause(): void;
+  /** Lets a paused server go on (SIGCONT). */
+  resume(): void;
 }
 
 /** How long a started server is given to accept its first connection. */
@@ -58,9 +63,10 @@ async function untilAccepting(
   throw new Error(`the server on port ${port} did not accept connections within ${seconds} s`);
 }
 
-/** Sends SIGTERM, then SIGKILL if the process is still there after 5 s, and waits for it. */
+/** Sends SIGCONT and SIGTERM, then SIGKILL if the process is still there after 5 s, and waits for it. */
 async function terminate(child: Deno.ChildProcess): Promise<void> {
   try {
+    child.kill("SIGCONT");
     child.kill("SIGTERM");
   } catch {
     return;
@@ -103,7 +109,7 @@ export async function startNatsServer(): Promise<NatsServer> {
     }
     return child;
   };
-  let child: Deno.ChildProcess | null = await spawn();
+  const child = await spawn();
   let stopped = false;
   return {
     url: `nats://127.0.0.1:${port}`,
@@ -112,17 +118,12 @@ export async function startNatsServer(): Promise<NatsServer> {
     async stop() {
       if (stopped) return;
       stopped = true;
-      if (child !== null) await terminate(child);
-      child = null;
+      await terminate(child);
       await Deno.remove(storeDir, { recursive: true }).catch(() => {});
       await Deno.remove(logPath).catch(() => {});
     },
-    async restart() {
-      if (stopped) throw new Error("restart of a nats-server that was stopped");
-      if (child !== null) await terminate(child);
-      child = null;
-      child = await spawn();
-    },
+    pause: () => child.kill("SIGSTOP"),
+    resume: () => child.kill("SIGCONT"),
   };
 }
 

@@ -266,3 +266,15 @@ export async function checkMultiCameraRun(run: Run, dir: string): Promise<void> 
   }
   assert.ok(both.length <= 20);
 }
+
+/** Resolves with the text of `path` once it exists and is not empty, polling. */
+export async function waitForFile(path: string, child: Deno.ChildProcess): Promise<string> {
+  let exited = false;
+  child.status.then(() => (exited = true));
+  for (;;) {
+    const text = await Deno.readTextFile(path).catch(() => "");
+    if (text !== "") return text;
+    assert.ok(!exited, `the run ended before it wrote ${path}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}

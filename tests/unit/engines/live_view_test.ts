@@ -6,6 +6,7 @@ import {
   renderLines,
   renderSummary,
   renderTable,
+  tableRows,
 } from "../../../src/engines/live_view.ts";
 
 function snap(node: string, processed: number, extra: Partial<NodeSnapshot> = {}): NodeSnapshot {
@@ -18,6 +19,7 @@ function snap(node: string, processed: number, extra: Partial<NodeSnapshot> = {}
     failed: 0,
     inFlight: 0,
     drops: {},
+    dropsUncounted: false,
     deadLetters: 0,
     restarts: 0,
     ...extra,
@@ -44,6 +46,16 @@ Deno.test("the table aligns columns and shows an unreadable in-flight count as ?
   );
   assert.equal(lines[1], "count  running  2/2       120        45.3/s  0          0               0    0");
   assert.equal(lines[2], "sink   running  1/1       7          150/s   ?          join_evicted 2  0    0");
+});
+
+Deno.test("drops a broker cannot count are shown as ?, beside the counted ones, never as 0", () => {
+  const uncounted = snap("compare", 6, { dropsUncounted: true });
+  const counted = snap("moments", 3, { dropsUncounted: true, drops: { join_evicted: 2 } });
+  const rows = tableRows([uncounted, counted], new Map());
+  assert.equal(rows[1][6], "evicted ?");
+  assert.equal(rows[2][6], "join_evicted 2, evicted ?");
+  assert.equal(tableRows([counted], new Map(), false)[1][6], "2+?");
+  assert.match(renderLines(1, [uncounted], new Map())[0], / drops evicted \? dlq /);
 });
 
 Deno.test("plain lines carry the elapsed time and every counter of each node", () => {
