@@ -9,7 +9,13 @@
 
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { type NatsServer, type RedisServer, startNatsServer, startRedisServer } from "../support/services.ts";
+import {
+  freezeFor,
+  type NatsServer,
+  type RedisServer,
+  startNatsServer,
+  startRedisServer,
+} from "../support/services.ts";
 import {
   checkHelloRun,
   checkMultiCameraRun,
@@ -18,6 +24,7 @@ import {
   deadLetters,
   finished,
   inTempDir,
+  killVictimMidRun,
   pipeline,
   range,
   root,
@@ -26,7 +33,6 @@ import {
   startVf,
   summaryRow,
   vf,
-  waitForFile,
   waitForLines,
   writeFlow,
 } from "../support/vf_cli.ts";
@@ -252,9 +258,7 @@ Deno.test("over NATS and Redis, a nats-server frozen for 4 s mid-run loses nothi
       await waitForLines(join(dir, "out.jsonl"), 30, child);
       const beforeFreeze = (await sinkLines(join(dir, "out.jsonl"))).length;
       assert.ok(beforeFreeze < 300, "the freeze comes mid-run");
-      nats.pause();
-      await new Promise((resolve) => setTimeout(resolve, 4000));
-      nats.resume();
+      await freezeFor(nats, 4);
       const run = await finished(child);
       assert.equal(run.code, 0, run.text);
       assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 300), run.text);
@@ -265,38 +269,8 @@ Deno.test("over NATS and Redis, a nats-server frozen for 4 s mid-run loses nothi
 Deno.test("over NATS and Redis, a subprocess replica killed with SIGKILL while it holds deliveries is restarted and every item reaches the sink once", async () => {
   await withServers(async (nats, redis) => {
     await inTempDir(async (dir) => {
-      const pidFile = join(dir, "victim.pid");
-      const flow = await writeFlow(
-        dir,
-        ["Count", "KillMeAt"],
-        pipeline(
-          "kill-servers",
-          `new Count({ name: "count", n: 40 })`,
-          `new KillMeAt({ name: "victim", at: 10, pidFile: ${JSON.stringify(pidFile)} })`,
-          dir,
-        ),
-      );
       // What the killed replica held comes back from the server once its ack wait lapses.
-      const child = startVf(
-        [
-          "run-local",
-          flow,
-          "--state",
-          join(dir, "state"),
-          "--run-id",
-          "r1",
-          "--isolation",
-          "process",
-          ...serverArgs(nats, redis),
-        ],
-        { cwd: dir, env: { VF_ACK_WAIT_SECONDS: "3" } },
-      );
-      Deno.kill(Number(await waitForFile(pidFile, child)), "SIGKILL");
-      const run = await finished(child);
-      assert.equal(run.code, 0, run.text);
-      assert.match(run.text, /victim\[0\] exited with code 137/);
-      assert.match(run.text, /victim\[0\] started \(restart 1\)/);
-      assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 40), run.text);
+      await killVictimMidRun(dir, "kill-servers", 40, ["--run-id", "r1", ...serverArgs(nats, redis)], 3);
     });
   });
 });
@@ -310,11 +284,9 @@ Deno.test("over NATS and Redis, a Redis server frozen for seconds mid-run (SIGST
         { cwd: dir },
       );
       await waitForLines(join(dir, "examples/out/motion_events.jsonl"), 5, child);
-      redis.pause();
       const beforeFreeze = (await sinkLines(join(dir, "examples/out/motion_events.jsonl"))).length;
       assert.ok(beforeFreeze < 60, "the freeze comes mid-run");
-      await new Promise((resolve) => setTimeout(resolve, 4_000));
-      redis.resume();
+      await freezeFor(redis, 4);
       await checkVideoMotionRun(await finished(child), dir);
     });
   });

@@ -26,6 +26,7 @@ import {
   finished,
   framesIn,
   inTempDir,
+  killVictimMidRun,
   modPath,
   modUrl,
   pipeline,
@@ -703,29 +704,7 @@ Deno.test("a node that fails every item is still taken out by the breaker: VF_WO
 
 Deno.test("a subprocess replica killed with SIGKILL mid-run is restarted and every item reaches the sink once", async () => {
   await inTempDir(async (dir) => {
-    const pidFile = join(dir, "victim.pid");
-    const flow = await writeFlow(
-      dir,
-      ["Count", "KillMeAt"],
-      pipeline(
-        "kill-story",
-        `new Count({ name: "count", n: 30 })`,
-        `new KillMeAt({ name: "victim", at: 10, pidFile: ${JSON.stringify(pidFile)} })`,
-        dir,
-      ),
-    );
-    const child = startVf(
-      ["run-local", flow, "--state", join(dir, "state"), "--isolation", "process"],
-      // The killed replica's input comes back when its lease lapses: after the ack wait.
-      { cwd: dir, env: { VF_ACK_WAIT_SECONDS: "2" } },
-    );
-    const pid = Number(await waitForFile(pidFile, child));
-    Deno.kill(pid, "SIGKILL");
-    const run = await finished(child);
-    assert.equal(run.code, 0, run.text);
-    assert.match(run.text, /victim\[0\] exited with code 137/);
-    assert.match(run.text, /victim\[0\] started \(restart 1\)/);
-    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 30));
+    const run = await killVictimMidRun(dir, "kill-story", 30, [], 2);
     assert.equal(summaryRow(run, "victim").restarts, 1);
   });
 });

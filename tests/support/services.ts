@@ -91,25 +91,21 @@ export async function startNatsServer(): Promise<NatsServer> {
   const port = freePort();
   const storeDir = await Deno.makeTempDir({ prefix: "vf-nats-" });
   const logPath = `${storeDir}.log`;
-  const spawn = async (): Promise<Deno.ChildProcess> => {
-    const log = await Deno.open(logPath, { write: true, create: true, append: true });
-    const child = new Deno.Command("nats-server", {
-      args: ["-js", "-sd", storeDir, "-a", "127.0.0.1", "-p", String(port)],
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-    }).spawn();
-    child.stdout.pipeTo(log.writable, { preventClose: true }).catch(() => {});
-    child.stderr.pipeTo(log.writable).catch(() => {});
-    try {
-      await untilAccepting(port, READY_SECONDS, child.status);
-    } catch (error) {
-      await terminate(child);
-      throw error;
-    }
-    return child;
-  };
-  const child = await spawn();
+  const log = await Deno.open(logPath, { write: true, create: true });
+  const child = new Deno.Command("nats-server", {
+    args: ["-js", "-sd", storeDir, "-a", "127.0.0.1", "-p", String(port)],
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  child.stdout.pipeTo(log.writable, { preventClose: true }).catch(() => {});
+  child.stderr.pipeTo(log.writable).catch(() => {});
+  try {
+    await untilAccepting(port, READY_SECONDS, child.status);
+  } catch (error) {
+    await terminate(child);
+    throw error;
+  }
   let stopped = false;
   return {
     url: `nats://127.0.0.1:${port}`,
@@ -125,6 +121,22 @@ export async function startNatsServer(): Promise<NatsServer> {
     pause: () => child.kill("SIGSTOP"),
     resume: () => child.kill("SIGCONT"),
   };
+}
+
+/** A server a test can freeze (SIGSTOP) and let go on. */
+export interface Freezable {
+  pause(): void;
+  resume(): void;
+}
+
+/** Freezes `server` for `seconds`, then lets it go on (also when the wait is cut short). */
+export async function freezeFor(server: Freezable, seconds: number): Promise<void> {
+  server.pause();
+  try {
+    await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+  } finally {
+    server.resume();
+  }
 }
 
 /** A running `redis-server` and the faults a test can put it through. */

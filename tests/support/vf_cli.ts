@@ -278,3 +278,40 @@ export async function waitForFile(path: string, child: Deno.ChildProcess): Promi
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
 }
+
+/**
+ * Runs `count (n items) → victim → sink` as subprocess replicas with `args` added (`--state` is given),
+ * SIGKILLs the victim once it has written its pid (at its 10th item), and checks that the run ends 0 with
+ * the victim restarted and every item at the sink once. What the killed replica held comes back once its
+ * lease lapses, after `ackWaitSeconds`.
+ */
+export async function killVictimMidRun(
+  dir: string,
+  flowId: string,
+  n: number,
+  args: readonly string[],
+  ackWaitSeconds: number,
+): Promise<Run> {
+  const pidFile = join(dir, "victim.pid");
+  const flow = await writeFlow(
+    dir,
+    ["Count", "KillMeAt"],
+    pipeline(
+      flowId,
+      `new Count({ name: "count", n: ${n} })`,
+      `new KillMeAt({ name: "victim", at: 10, pidFile: ${JSON.stringify(pidFile)} })`,
+      dir,
+    ),
+  );
+  const child = startVf(
+    ["run-local", flow, "--state", join(dir, "state"), "--isolation", "process", ...args],
+    { cwd: dir, env: { VF_ACK_WAIT_SECONDS: String(ackWaitSeconds) } },
+  );
+  Deno.kill(Number(await waitForFile(pidFile, child)), "SIGKILL");
+  const run = await finished(child);
+  assert.equal(run.code, 0, run.text);
+  assert.match(run.text, /victim\[0\] exited with code 137/);
+  assert.match(run.text, /victim\[0\] started \(restart 1\)/);
+  assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, n), run.text);
+  return run;
+}
