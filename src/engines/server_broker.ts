@@ -6,8 +6,8 @@
  * (so it knows them as the embedded broker would), and reads the durables' backlog for the live view. The
  * servers' streams outlive the supervisor, so a stop ends no stream: the supervisor quiesces each replica
  * (it settles what it holds and publishes no end marker), and a re-run with the same run id goes on from
- * what the streams hold. What a server dropped on its own (a realtime stream
- * evicting its oldest) is not observable here: the live view says so rather than count it as none.
+ * what the streams hold. What a server dropped on its own (a realtime stream evicting its oldest) is not
+ * observable here: the live view says so rather than count it as none.
  *
  * @module
  */
@@ -15,12 +15,13 @@
 import type { NatsConnection, Subscription } from "@nats-io/nats-core";
 import { type JetStreamManager, jetstreamManager } from "@nats-io/jetstream";
 import type { NodeSpec } from "../core/compiler.ts";
-import { FlowType } from "../core/flow_type.ts";
+import type { FlowType } from "../core/flow_type.ts";
 import {
   channelId,
   type Envelope,
   envelope,
   MessageKind,
+  Overflow,
   type SubscriptionId,
 } from "../backends/messaging.ts";
 import { dlqSubjectFilter, eosSubjectFor, streamNameFor } from "../backends/names.ts";
@@ -191,11 +192,17 @@ export class ServerRunBroker implements RunBroker {
   }
 
   /**
-   * None for a producer or in a batch flow (its streams refuse rather than drop); not countable for the
-   * inputs of a realtime flow's node, whose streams evict their oldest without telling any client.
+   * None while every input channel of `spec` refuses rather than drops (a producer has none); not
+   * countable once one evicts its oldest (a realtime stream does so without telling any client), or
+   * before the run's channels are provisioned.
    */
   unseenDrops(spec: NodeSpec): Record<string, number> | null {
-    return this.#options.flowType === FlowType.realtime && spec.parents.length > 0 ? null : {};
+    const channels = this.#topology?.channels;
+    if (channels === undefined) return spec.parents.length === 0 ? {} : null;
+    const evicting = channels.some((channel) =>
+      spec.parents.includes(channel.id.node) && channel.overflow === Overflow.evictOldest
+    );
+    return evicting ? null : {};
   }
 
   /** The last backlog read of `node`'s data durables (pending plus awaiting ack, the largest), read again now. */
