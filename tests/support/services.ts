@@ -129,10 +129,18 @@ export interface Freezable {
   resume(): void;
 }
 
-/** Freezes `server` for `seconds`, then lets it go on (also when the wait is cut short). */
-export async function freezeFor(server: Freezable, seconds: number): Promise<void> {
+/**
+ * Freezes `server` for `seconds`, then lets it go on (also when the wait is cut short); `atFreeze` runs
+ * first thing while it is frozen (what a test checks of that moment: nothing the server serves moves on).
+ */
+export async function freezeFor(
+  server: Freezable,
+  seconds: number,
+  atFreeze: () => Promise<void>,
+): Promise<void> {
   server.pause();
   try {
+    await atFreeze();
     await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
   } finally {
     server.resume();
