@@ -48,6 +48,7 @@
  */
 
 import { parseArgs } from "node:util";
+import { Redis } from "ioredis";
 import { END, Flow, RuntimeContext, VideoFileReader } from "../mod.ts";
 import { compileFlow, nodePermissions } from "../src/core/compiler.ts";
 import type { ConsumerNode, ProcessorNode, ProducerNode } from "../src/core/node.ts";
@@ -55,14 +56,21 @@ import { ModuleIndex } from "../src/core/node_class.ts";
 import { DEFAULT_MAX_INLINE_PAYLOAD_BYTES, MAX_INLINE_PAYLOAD_ENV } from "../src/backends/payload_bridge.ts";
 import { readDeadLetters } from "../src/engines/dead_letters.ts";
 import { V8_HEAP_FLAGS } from "../src/engines/deno_config.ts";
-import { Isolation, LocalEngine } from "../src/engines/local.ts";
+import { Isolation, LocalEngine, type RunServers } from "../src/engines/local.ts";
 import { type ArrivalSummary, median } from "./_bench_flows/arrivals.ts";
 import * as arrivalSink from "./_bench_flows/arrival_sink.ts";
+import { type BareNatsDone, type BareNatsStage, provisionBareHops } from "./_bench_flows/bare_nats_hops.ts";
 import type { BareDone, BareStage } from "./_bench_flows/bare_worker.ts";
 import * as channelMean from "./_bench_flows/channel_mean.ts";
 import { nowMs, processCpuMs } from "./_bench_flows/clock.ts";
 import { eachFrame, FRAME_BYTES, HEIGHT, makeClip, rawDecoder, WIDTH } from "./_bench_flows/raw_video.ts";
 import * as stamped from "./_bench_flows/stamped.ts";
+import {
+  type NatsServer,
+  type RedisServer,
+  startNatsServer,
+  startRedisServer,
+} from "../tests/support/services.ts";
 
 /** How often the bare sink grants the producer credit back, in items. */
 const GRANT = 256;
@@ -84,6 +92,14 @@ const flowModules = [
   { url: new URL("./_bench_flows/channel_mean.ts", import.meta.url).href, namespace: channelMean },
 ];
 const bareWorkerUrl = new URL("./_bench_flows/bare_worker.ts", import.meta.url);
+const bareNatsWorkerUrl = new URL("./_bench_flows/bare_nats_worker.ts", import.meta.url);
+/**
+ * The reference Python implementation's figure for producer → 2 identities → sink, 10,000 items, batch,
+ * end to end over Debian's nats-server 2.9.10 on these machines (issue 15): it cannot be rerun here (PyPI
+ * is unreachable), so the bench sets this recorded figure beside the flow's.
+ */
+const REFERENCE_ITEMS_PER_SECOND = 388;
+const REFERENCE_ITEMS = 10_000;
 
 interface Settings {
   readonly items: number;
@@ -201,7 +217,8 @@ const USAGE = [
   "deno task bench [--items 10000] [--item-rounds 3] [--frames 300] [--video-rounds 3]",
   "  [--startup-rounds 5] [--backlog-frames 900] [--backlog-delay-ms 10] [--window 1024]",
   "  [--growth-items 100000,1000000] [--growth-isolations worker,process] [--realtime-seconds 600]",
-  "  [--realtime-rate 200] [--warmup-seconds 60] [--sections items,video,video-offload,startup,backlog,growth]",
+  "  [--realtime-rate 200] [--warmup-seconds 60]",
+  "  [--sections items,video,video-offload,startup,backlog,growth,jetstream-items,jetstream-reference,jetstream-video]",
   "  [--state DIR] [--run-timeout 120] [--json PATH]",
 ].join("\n");
 
@@ -276,6 +293,8 @@ interface FlowRunOptions {
   readonly env?: Readonly<Record<string, string>>;
   /** How the replicas run; worker isolation by default. */
   readonly isolation?: Isolation;
+  /** JetStream and Redis instead of the embedded broker; none by default. */
+  readonly servers?: RunServers;
 }
 
 /**
@@ -307,6 +326,7 @@ async function runFlow(flow: Flow, options: FlowRunOptions): Promise<FlowRun> {
     restart: false,
     output: { isTerminal: false, write: (text) => output.push(text) },
     extraEnv: options.env,
+    servers: options.servers ?? null,
   }).finally(() => {
     clearTimeout(deadline);
     if (force !== null) clearTimeout(force);
@@ -404,7 +424,17 @@ interface Section {
   readonly measure: (context: SectionContext, title: string) => Promise<Figure[]>;
 }
 
-const SECTION_KEYS = ["items", "video", "video-offload", "startup", "backlog", "growth"] as const;
+const SECTION_KEYS = [
+  "items",
+  "video",
+  "video-offload",
+  "startup",
+  "backlog",
+  "growth",
+  "jetstream-items",
+  "jetstream-reference",
+  "jetstream-video",
+] as const;
 type SectionKey = typeof SECTION_KEYS[number];
 /** The sections run without `--sections`: all but `growth`, whose full figures take an hour. */
 const DEFAULT_SECTIONS: readonly SectionKey[] = SECTION_KEYS.filter((key) => key !== "growth");
@@ -595,6 +625,14 @@ async function clipIn(dir: string, frames: number): Promise<string> {
 /** The reference's inline payload limit (512 KiB), below one 720p frame, so frames go to the payload store. */
 const OFFLOADED_FRAMES_ENV = { [MAX_INLINE_PAYLOAD_ENV]: String(DEFAULT_MAX_INLINE_PAYLOAD_BYTES) };
 
+/** VideoFileReader on `clip` → mean of one channel → sink, as a batch flow. */
+function videoFlow(flowId: string, clip: string, summaryPath: string, expected: number): Flow {
+  const decode = new VideoFileReader({ name: "decode", path: clip });
+  const mean = new channelMean.ChannelMean({ name: "mean" }).from(decode);
+  const sink = new arrivalSink.ArrivalSink({ name: "sink", summaryPath, expected }).from(mean);
+  return new Flow([sink], { flowType: "batch", flowId });
+}
+
 /** The video section, with frames inline in their envelopes (the local engine's default) or offloaded. */
 function videoSection(offloaded: boolean): Section["measure"] {
   return async ({ settings, dir, stateDir, progress }, section) => {
@@ -607,11 +645,7 @@ function videoSection(offloaded: boolean): Section["measure"] {
     const label = offloaded ? "video-offload" : "video";
     const runVideoFlow = (round: number, isolation: Isolation) => {
       const summaryPath = `${dir}/${label}-${isolation}-${round}.json`;
-      const decode = new VideoFileReader({ name: "decode", path: clip });
-      const mean = new channelMean.ChannelMean({ name: "mean" }).from(decode);
-      const sink = new arrivalSink.ArrivalSink({ name: "sink", summaryPath, expected: settings.frames })
-        .from(mean);
-      const flow = new Flow([sink], { flowType: "batch", flowId: `bench-${label}` });
+      const flow = videoFlow(`bench-${label}`, clip, summaryPath, settings.frames);
       return runFlow(flow, {
         stateDir: stateDir,
         runId: `${label}-${isolation}-${round}`,
@@ -1276,6 +1310,280 @@ async function startup(
   ];
 }
 
+/**
+ * The three stages of the bare nats.js baseline as Workers on the server at `url`, moving `count` items
+ * through freshly provisioned streams; resolves when the sink has all of them.
+ */
+async function runBareNats(url: string, count: number, window: number): Promise<BareRun> {
+  await provisionBareHops(url);
+  const startedAt = nowMs();
+  const roles = ["sink", "relay", "producer"] as const;
+  const workers = roles.map((role) =>
+    new Worker(bareNatsWorkerUrl, { type: "module", name: `bare-nats-${role}` })
+  );
+  try {
+    const done = new Promise<BareNatsDone>((resolve, reject) => {
+      workers[0].onmessage = (event: MessageEvent<BareNatsDone>) => resolve(event.data);
+      for (const worker of workers) {
+        worker.onerror = (event) => {
+          event.preventDefault();
+          reject(new Error(event.message));
+        };
+      }
+    });
+    for (const [at, role] of roles.entries()) {
+      const stage: BareNatsStage = role === "sink" ? { role, url, count } : { role, url, count, window };
+      workers[at].postMessage(stage);
+    }
+    return { startedAt, summary: (await done).summary };
+  } finally {
+    for (const worker of workers) worker.terminate();
+  }
+}
+
+/** A `nats-server -js` and a `redis-server` (append-only) started for one section, stopped after it. */
+async function withServers<T>(
+  measure: (nats: NatsServer, redis: RedisServer, servers: RunServers) => Promise<T>,
+): Promise<T> {
+  const nats = await startNatsServer();
+  try {
+    const redis = await startRedisServer();
+    try {
+      return await measure(nats, redis, { natsUrl: nats.url, redisUrl: redis.url });
+    } finally {
+      await redis.stop();
+    }
+  } finally {
+    await nats.stop();
+  }
+}
+
+/** Small items through producer → relay → sink over JetStream, against the same stages in bare nats.js. */
+function jetstreamItems(
+  { settings, dir, stateDir, progress }: SectionContext,
+  section: string,
+): Promise<Figure[]> {
+  return withServers(async (nats, _redis, servers) => {
+    const flowRuns: FlowRun[] = [];
+    const bareRuns: BareRun[] = [];
+    for (let round = 0; round < settings.itemRounds; round++) {
+      const bare = await runBareNats(nats.url, settings.items, settings.window);
+      bareRuns.push(bare);
+      const summaryPath = `${dir}/jetstream-items-${round}.json`;
+      const run = await runFlow(itemChain("bench-js-items", settings.items, 1, summaryPath), {
+        stateDir,
+        runId: `js-items-${round}`,
+        summaryPath,
+        expected: settings.items,
+        timeoutSeconds: settings.runTimeout,
+        servers,
+      });
+      flowRuns.push(run);
+      progress(
+        `jetstream-items round ${round + 1}/${settings.itemRounds}: flow ${
+          fmt(run.summary.itemsPerSecond)
+        } ` +
+          `items/s, bare nats.js ${fmt(bare.summary.itemsPerSecond)} items/s`,
+      );
+    }
+    const bareName = `bare nats.js, 3 Workers (msg ids, ${settings.window} PubAcks out, pull 256, acks)`;
+    const pair = (pick: (summary: ArrivalSummary) => number | null) => ({
+      rounds: flowRuns.map((r) => pick(r.summary)),
+      baselineRounds: bareRuns.map((r) => pick(r.summary)),
+      baselineName: bareName,
+    });
+    return [
+      figure({
+        section,
+        name: "throughput, first to last item at the sink",
+        unit: "items/s",
+        better: "higher",
+        ...pair((s) => s.itemsPerSecond),
+        aim: { text: "≥ 0.7 × bare nats.js", met: (_, ratio) => ratio !== null && ratio >= 0.7 },
+      }),
+      figure({
+        section,
+        name: "CPU per item, first to last at the sink (every thread of this process)",
+        unit: "µs/item",
+        better: "lower",
+        ...pair((s) => s.cpuUsPerItem),
+      }),
+      figure({
+        section,
+        name: "latency p50, producer stamp to sink",
+        unit: "ms",
+        better: "lower",
+        ...pair((s) => s.p50Ms),
+      }),
+      figure({
+        section,
+        name: "latency p99, producer stamp to sink",
+        unit: "ms",
+        better: "lower",
+        ...pair((s) => s.p99Ms),
+      }),
+    ];
+  });
+}
+
+/** The reference's flow (producer → 2 identities → sink, 10,000 items, batch) over JetStream and Redis. */
+function jetstreamReference(
+  { settings, dir, stateDir, progress }: SectionContext,
+  section: string,
+): Promise<Figure[]> {
+  return withServers(async (_nats, _redis, servers) => {
+    const runs: FlowRun[] = [];
+    for (let round = 0; round < settings.itemRounds; round++) {
+      const summaryPath = `${dir}/jetstream-reference-${round}.json`;
+      const run = await runFlow(itemChain("bench-js-reference", REFERENCE_ITEMS, 2, summaryPath), {
+        stateDir,
+        runId: `js-reference-${round}`,
+        summaryPath,
+        expected: REFERENCE_ITEMS,
+        timeoutSeconds: settings.runTimeout,
+        servers,
+      });
+      runs.push(run);
+      progress(
+        `jetstream-reference round ${round + 1}/${settings.itemRounds}: ` +
+          `${fmt(REFERENCE_ITEMS / ((run.endedAt - run.startedAt) / 1000))} items/s end to end`,
+      );
+    }
+    const baselineName = "the reference (Python), recorded on this nats-server: not rerunnable here";
+    const aim = {
+      text: "≥ 10 × the reference",
+      met: (_: number, ratio: number | null) => (ratio ?? 0) >= 10,
+    };
+    return [
+      figure({
+        section,
+        name: "items/s end to end (run start, provisioning included, to its end)",
+        unit: "items/s",
+        better: "higher",
+        rounds: runs.map((r) => REFERENCE_ITEMS / ((r.endedAt - r.startedAt) / 1000)),
+        baselineName,
+        baselineRounds: [REFERENCE_ITEMS_PER_SECOND],
+        aim,
+      }),
+      figure({
+        section,
+        name: "items/s, first to last item at the sink",
+        unit: "items/s",
+        better: "higher",
+        rounds: runs.map((r) => r.summary.itemsPerSecond),
+        baselineName,
+        baselineRounds: [REFERENCE_ITEMS_PER_SECOND],
+      }),
+    ];
+  });
+}
+
+/** Bytes in and out of a server so far: nats-server's `/varz`, Redis's `INFO stats`. */
+interface ServerTraffic {
+  readonly nats: number;
+  readonly redis: number;
+}
+
+async function serverTraffic(nats: NatsServer, redis: RedisServer): Promise<ServerTraffic> {
+  const varz = await (await fetch(`${nats.monitorUrl}/varz`)).json() as {
+    in_bytes: number;
+    out_bytes: number;
+  };
+  const client = new Redis(redis.url, { lazyConnect: true });
+  try {
+    await client.connect();
+    const stats = await client.info("stats");
+    const field = (name: string) => Number(new RegExp(`^${name}:(\\d+)`, "m").exec(stats)?.[1] ?? NaN);
+    return {
+      nats: varz.in_bytes + varz.out_bytes,
+      redis: field("total_net_input_bytes") + field("total_net_output_bytes"),
+    };
+  } finally {
+    client.disconnect();
+  }
+}
+
+/**
+ * 720p frames over JetStream with every frame in Redis (above the 512 KiB inline limit), against the same
+ * flow on the embedded broker with frames inline; and the bytes each server moved per frame (in and out,
+ * as the servers count them), against a decoded frame's size.
+ */
+function jetstreamVideo(
+  { settings, dir, stateDir, progress }: SectionContext,
+  section: string,
+): Promise<Figure[]> {
+  return withServers(async (nats, redis, servers) => {
+    const clip = await clipIn(dir, settings.frames);
+    const overServers: FlowRun[] = [];
+    const inline: FlowRun[] = [];
+    const natsPerFrame: number[] = [];
+    const redisPerFrame: number[] = [];
+    for (let round = 0; round < settings.videoRounds; round++) {
+      const summaryPath = `${dir}/jetstream-video-${round}.json`;
+      const before = await serverTraffic(nats, redis);
+      const run = await runFlow(videoFlow("bench-js-video", clip, summaryPath, settings.frames), {
+        stateDir,
+        runId: `js-video-${round}`,
+        summaryPath,
+        expected: settings.frames,
+        timeoutSeconds: settings.runTimeout,
+        servers,
+      });
+      const after = await serverTraffic(nats, redis);
+      overServers.push(run);
+      natsPerFrame.push((after.nats - before.nats) / settings.frames);
+      redisPerFrame.push((after.redis - before.redis) / settings.frames);
+      const inlinePath = `${dir}/jetstream-video-inline-${round}.json`;
+      inline.push(
+        await runFlow(videoFlow("bench-js-video-inline", clip, inlinePath, settings.frames), {
+          stateDir,
+          runId: `js-video-inline-${round}`,
+          summaryPath: inlinePath,
+          expected: settings.frames,
+          timeoutSeconds: settings.runTimeout,
+        }),
+      );
+      progress(
+        `jetstream-video round ${round + 1}/${settings.videoRounds}: over servers ` +
+          `${fmt(run.summary.itemsPerSecond)} frames/s, embedded inline ` +
+          `${fmt(inline.at(-1)?.summary.itemsPerSecond ?? null)} frames/s; per frame NATS ` +
+          `${fmt(natsPerFrame.at(-1) ?? null)} B, Redis ${fmt(redisPerFrame.at(-1) ?? null)} B`,
+      );
+    }
+    const frameBytes = Array.from({ length: settings.videoRounds }, () => FRAME_BYTES);
+    const frameName = "one decoded frame's bytes";
+    return [
+      figure({
+        section,
+        name: "frames/s, first to last frame, frames in Redis",
+        unit: "frames/s",
+        better: "higher",
+        rounds: overServers.map((r) => r.summary.itemsPerSecond),
+        baselineName: "the same flow on the embedded broker, frames inline",
+        baselineRounds: inline.map((r) => r.summary.itemsPerSecond),
+      }),
+      figure({
+        section,
+        name: "bytes nats-server moved per frame (in + out)",
+        unit: "B/frame",
+        better: "lower",
+        rounds: natsPerFrame,
+        baselineName: frameName,
+        baselineRounds: frameBytes,
+      }),
+      figure({
+        section,
+        name: "bytes redis-server moved per frame (in + out)",
+        unit: "B/frame",
+        better: "lower",
+        rounds: redisPerFrame,
+        baselineName: frameName,
+        baselineRounds: frameBytes,
+      }),
+    ];
+  });
+}
+
 const SECTIONS: readonly Section[] = [
   {
     key: "items",
@@ -1313,6 +1621,23 @@ const SECTIONS: readonly Section[] = [
       `Backlog: ${s.backlogFrames} frames ${WIDTH}x${HEIGHT} decoded far faster than a consumer taking ` +
       `${s.backlogDelayMs} ms each`,
     measure: backlog,
+  },
+  {
+    key: "jetstream-items",
+    title: (s) =>
+      `Small items over servers: ${s.items} through producer → relay → sink (run-local --nats --redis, workers)`,
+    measure: jetstreamItems,
+  },
+  {
+    key: "jetstream-reference",
+    title: () =>
+      `The reference's flow over servers: producer → 2 identities → sink, ${REFERENCE_ITEMS} items, batch`,
+    measure: jetstreamReference,
+  },
+  {
+    key: "jetstream-video",
+    title: (s) => `Video over servers: ${s.frames} frames ${WIDTH}x${HEIGHT}, every frame through Redis`,
+    measure: jetstreamVideo,
   },
 ];
 

@@ -14,6 +14,8 @@ export interface NatsServer {
   /** `nats://127.0.0.1:<port>`. */
   readonly url: string;
   readonly port: number;
+  /** `http://127.0.0.1:<port>` of its monitoring endpoints (`/varz`: bytes and messages in and out). */
+  readonly monitorUrl: string;
   /** Where JetStream keeps its file storage. */
   readonly storeDir: string;
   /** Stops the server (resuming it first if paused; SIGTERM, then SIGKILL after 5 s) and removes its storage. Idempotent. */
@@ -89,11 +91,12 @@ async function terminate(child: Deno.ChildProcess): Promise<void> {
  */
 export async function startNatsServer(): Promise<NatsServer> {
   const port = freePort();
+  const monitorPort = freePort();
   const storeDir = await Deno.makeTempDir({ prefix: "vf-nats-" });
   const logPath = `${storeDir}.log`;
   const log = await Deno.open(logPath, { write: true, create: true });
   const child = new Deno.Command("nats-server", {
-    args: ["-js", "-sd", storeDir, "-a", "127.0.0.1", "-p", String(port)],
+    args: ["-js", "-sd", storeDir, "-a", "127.0.0.1", "-p", String(port), "-m", String(monitorPort)],
     stdin: "null",
     stdout: "piped",
     stderr: "piped",
@@ -110,6 +113,7 @@ export async function startNatsServer(): Promise<NatsServer> {
   return {
     url: `nats://127.0.0.1:${port}`,
     port,
+    monitorUrl: `http://127.0.0.1:${monitorPort}`,
     storeDir,
     async stop() {
       if (stopped) return;
