@@ -52,14 +52,7 @@ import {
   type StreamConfig,
   type StreamInfo,
 } from "@nats-io/jetstream";
-import {
-  createInbox,
-  headers as natsHeaders,
-  type Msg,
-  type NatsConnection,
-  NoRespondersError,
-  RequestError,
-} from "@nats-io/nats-core";
+import { createInbox, headers as natsHeaders, type Msg, type NatsConnection } from "@nats-io/nats-core";
 import { compare, parseSemVer } from "@nats-io/nats-core/internal";
 import { connect } from "@nats-io/transport-node";
 import {
@@ -125,6 +118,7 @@ import {
 import { requireCount, requirePositiveSeconds } from "../core/checks.ts";
 import { BrokerUnavailable, ConfigError, IncompatibleProfile, ResourceUnavailable } from "../core/errors.ts";
 import { ENVELOPE_VERSION } from "../wire/codec.ts";
+import { ReplyMux, type ReplyOutcome } from "./reply_mux.ts";
 import {
   configMismatches,
   consumerConfigFor,
@@ -136,13 +130,17 @@ import {
   streamConfigFor,
 } from "./jetstream_config.ts";
 import {
+  DEDUP_WINDOW_SECONDS,
   DEFAULT_ACK_WAIT_SECONDS,
   durableNameOf,
   EOS_ACK_WAIT_SECONDS,
   subscriptionSpecFor,
 } from "./topology.ts";
 
-/** How long a settlement or renewal waits for the server's answer before it is SettleUnknown, in seconds. */
+/**
+ * How long a publication, settlement or renewal waits for the server's answer before it is PublicationUnknown
+ * or SettleUnknown, in seconds.
+ */
 export const ACK_CONFIRM_SECONDS = 2;
 /** The longest one pull request waits at the server before the receive asks again, in seconds. */
 export const LONG_PULL_SECONDS = 5;
@@ -279,6 +277,18 @@ type SendResult =
   | { readonly kind: "refused"; readonly reason: string; readonly retryable: boolean }
   | { readonly kind: "lost"; readonly reason: string };
 
+/** Why a request got no answer, in words. */
+function unanswered(outcome: Exclude<ReplyOutcome, { kind: "reply" }>): string {
+  switch (outcome.kind) {
+    case "timeout":
+      return "no answer within the confirm timeout";
+    case "noResponders":
+      return "no responders";
+    case "closed":
+      return "the connection closed";
+  }
+}
+
 /** A publication id this client sent, and when (for the duplicate window of observePublication). */
 interface Sent {
   readonly at: number;
@@ -356,7 +366,8 @@ export class JetStreamMessagingBackend implements MessagingBackend {
   readonly #clock: Clock;
   readonly #run: { readonly flowId: string; readonly runId: string } | null;
   readonly #byteBudget: number | null;
-  readonly #confirmMs: number;
+  /** Every request this client makes per message (publications, settlements, renewals) and its answer. */
+  readonly #requests: ReplyMux;
   readonly #labels: boolean;
   readonly #channels = new Map<string, ChannelState>();
   readonly #subs = new Map<string, SubState>();
@@ -383,9 +394,11 @@ export class JetStreamMessagingBackend implements MessagingBackend {
     this.#run = options.run ?? null;
     this.#byteBudget = options.byteBudget ?? null;
     if (this.#byteBudget !== null) requireCount(this.#byteBudget, "the byte budget", 1);
-    this.#confirmMs =
-      requirePositiveSeconds(options.ackConfirmSeconds ?? ACK_CONFIRM_SECONDS, "ack confirm") *
-      1000;
+    this.#requests = new ReplyMux(
+      nc,
+      this.#clock,
+      requirePositiveSeconds(options.ackConfirmSeconds ?? ACK_CONFIRM_SECONDS, "ack confirm"),
+    );
     this.#labels = compare(parseSemVer(nc.info?.version ?? "0.0.0"), METADATA_SINCE) >= 0;
     this.#inbox = createInbox();
     nc.subscribe(`${this.#inbox}.*`, { callback: (_error, msg) => this.#onPulled(msg) });
@@ -666,32 +679,34 @@ export class JetStreamMessagingBackend implements MessagingBackend {
       for (const envelope of envelopes) outcomes.push(await this.#publishBefore(envelope, deadline));
       return outcomes;
     }
-    return await Promise.all(envelopes.map((envelope) => this.#publishBefore(envelope, deadline)));
+    return await this.#publishAllBefore(envelopes, deadline);
   }
 
-  #publishBefore(envelope: Envelope, deadline: number): Promise<PublicationOutcome> {
-    return new Promise((resolve, reject) => {
-      let done = false;
-      const timer = this.#clock.setTimer(deadline - this.#clock.monotonic(), () => {
-        if (done) return;
-        done = true;
-        resolve(publicationUnknown(envelope.publicationId, "the deadline passed before the server's PubAck"));
-      });
-      this.#publishSteps(envelope).then(
-        (outcome) => {
-          if (done) return;
-          done = true;
-          timer.cancel();
-          resolve(outcome);
-        },
-        (error) => {
-          if (done) return;
-          done = true;
-          timer.cancel();
-          reject(error);
-        },
+  async #publishBefore(envelope: Envelope, deadline: number): Promise<PublicationOutcome> {
+    return (await this.#publishAllBefore([envelope], deadline))[0];
+  }
+
+  /**
+   * Publishes every envelope at once; one still unanswered at `deadline` is PublicationUnknown (one timer
+   * for the whole batch).
+   */
+  async #publishAllBefore(
+    envelopes: readonly Envelope[],
+    deadline: number,
+  ): Promise<PublicationOutcome[]> {
+    let expire = () => {};
+    const expired = new Promise<null>((resolve) => expire = () => resolve(null));
+    const timer = this.#clock.setTimer(Math.max(0, deadline - this.#clock.monotonic()), expire);
+    try {
+      return await Promise.all(
+        envelopes.map(async (envelope) =>
+          await Promise.race([this.#publishSteps(envelope), expired]) ??
+            publicationUnknown(envelope.publicationId, "the deadline passed before the server's PubAck")
+        ),
       );
-    });
+    } finally {
+      timer.cancel();
+    }
   }
 
   async #publishSteps(envelope: Envelope): Promise<PublicationOutcome> {
@@ -701,10 +716,10 @@ export class JetStreamMessagingBackend implements MessagingBackend {
       await barrier(dlq ? Barrier.dlqPublishBefore : Barrier.messagePublishBefore, context);
     }
     const channel = this.#channels.get(channelKey(envelope.channel));
-    this.#sent.set(envelope.publicationId, {
-      at: this.#clock.monotonic(),
-      windowSeconds: dlq || channel === undefined ? 120 : channel.spec.dedupWindowSeconds,
-    });
+    this.#noteFirstSend(
+      envelope.publicationId,
+      dlq || channel === undefined ? DEDUP_WINDOW_SECONDS : channel.spec.dedupWindowSeconds,
+    );
     const result = await this.#send(envelope);
     switch (result.kind) {
       case "lost":
@@ -724,24 +739,30 @@ export class JetStreamMessagingBackend implements MessagingBackend {
     return accepted(envelope.publicationId, result.seq, result.duplicate, "jetstream");
   }
 
+  /**
+   * Notes when this client first sent `publicationId` (a re-send does not move it: the window a re-publish
+   * may rely on starts no later than the first send), and forgets the oldest sends whose window has passed,
+   * so what is kept is bounded by the publication rate times the window, however long the run.
+   */
+  #noteFirstSend(publicationId: string, windowSeconds: number): void {
+    const now = this.#clock.monotonic();
+    if (!this.#sent.has(publicationId)) this.#sent.set(publicationId, { at: now, windowSeconds });
+    for (const [id, sent] of this.#sent) {
+      if (now - sent.at < sent.windowSeconds) break;
+      this.#sent.delete(id);
+    }
+  }
+
   /** One publication request: the PubAck, a refusal, or nothing known. */
   async #send(envelope: Envelope): Promise<SendResult> {
     const h = natsHeaders();
     for (const [name, value] of Object.entries(envelope.headers)) h.set(name, value);
     h.set(MSG_ID_HEADER, envelope.publicationId);
     h.set(ENVELOPE_HEADER, String(ENVELOPE_VERSION));
-    let reply: Msg;
-    try {
-      reply = await this.#nc.request(subjectOf(envelope), envelope.body, {
-        headers: h,
-        timeout: this.#confirmMs,
-      });
-    } catch (error) {
-      const nobody = error instanceof NoRespondersError ||
-        (error instanceof RequestError && error.isNoResponders());
-      if (nobody) return await this.#nobodyAnswered(envelope, error);
-      return { kind: "lost", reason: `no PubAck: ${describeError(error)}` };
-    }
+    const outcome = await this.#requests.request(subjectOf(envelope), envelope.body, h);
+    if (outcome.kind === "noResponders") return await this.#nobodyAnswered(envelope);
+    if (outcome.kind !== "reply") return { kind: "lost", reason: `no PubAck: ${unanswered(outcome)}` };
+    const reply = outcome.msg;
     let answer: {
       stream?: string;
       seq?: number;
@@ -770,7 +791,7 @@ export class JetStreamMessagingBackend implements MessagingBackend {
    * not there (JetStream says so), else nothing known (JetStream not up yet, a server restarting), so the
    * publisher retries it rather than give the node up.
    */
-  async #nobodyAnswered(envelope: Envelope, error: unknown): Promise<SendResult> {
+  async #nobodyAnswered(envelope: Envelope): Promise<SendResult> {
     const { flowId, runId, node } = envelope.channel;
     const stream = envelope.kind === MessageKind.dlq
       ? dlqStreamName(flowId)
@@ -779,7 +800,7 @@ export class JetStreamMessagingBackend implements MessagingBackend {
       if (await this.#streamInfoOrNull(stream, "a publication nobody answered") === null) {
         return {
           kind: "refused",
-          reason: `no stream binds ${subjectOf(envelope)}: ${describeError(error)}`,
+          reason: `no stream binds ${subjectOf(envelope)}: the server found no responders`,
           retryable: false,
         };
       }
@@ -788,7 +809,7 @@ export class JetStreamMessagingBackend implements MessagingBackend {
     }
     return {
       kind: "lost",
-      reason: `no JetStream answered for ${subjectOf(envelope)}: ${describeError(error)}`,
+      reason: `no JetStream answered for ${subjectOf(envelope)}: the server found no responders`,
     };
   }
 
@@ -1133,10 +1154,9 @@ export class JetStreamMessagingBackend implements MessagingBackend {
         attempt: token.attempt,
       });
     }
-    try {
-      await this.#nc.request(own.reply, "+WPI", { timeout: this.#confirmMs });
-    } catch (error) {
-      return leaseObservation(token, false, null, `the renewal was not confirmed: ${describeError(error)}`);
+    const renewed = await this.#requests.request(own.reply, "+WPI");
+    if (renewed.kind !== "reply") {
+      return leaseObservation(token, false, null, `the renewal was not confirmed: ${unanswered(renewed)}`);
     }
     own.leaseUntil = this.#clock.monotonic() + (state as SubState).spec.ackWaitSeconds;
     return leaseObservation(token, true, own.leaseUntil);
@@ -1211,11 +1231,10 @@ export class JetStreamMessagingBackend implements MessagingBackend {
         : outcome.delaySeconds === null
         ? "-NAK"
         : `-NAK ${JSON.stringify({ delay: nanos(outcome.delaySeconds) })}`;
-      try {
-        await this.#nc.request(own.reply, payload, { timeout: this.#confirmMs });
-      } catch (error) {
+      const confirmed = await this.#requests.request(own.reply, payload);
+      if (confirmed.kind !== "reply") {
         this.#release(own);
-        return settleUnknown(token, `the server's confirmation did not come: ${describeError(error)}`);
+        return settleUnknown(token, `the server's confirmation did not come: ${unanswered(confirmed)}`);
       }
     }
     if (outcome.kind !== "retry") {
@@ -1446,6 +1465,7 @@ export class JetStreamMessagingBackend implements MessagingBackend {
     }
     this.#handedOut.clear();
     this.#resident = 0;
+    this.#requests.close();
     try {
       await this.#nc.drain();
     } catch {

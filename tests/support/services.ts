@@ -27,6 +27,8 @@ export interface NatsServer {
   pause(): void;
   /** Lets a paused server go on (SIGCONT). */
   resume(): void;
+  /** Kills the server and removes its storage at once, for an `unload` listener (which cannot wait). */
+  killNow(): void;
 }
 
 /** How long a started server is given to accept its first connection. */
@@ -124,6 +126,13 @@ export async function startNatsServer(): Promise<NatsServer> {
     },
     pause: () => child.kill("SIGSTOP"),
     resume: () => child.kill("SIGCONT"),
+    killNow() {
+      if (stopped) return;
+      stopped = true;
+      child.kill("SIGKILL");
+      Deno.removeSync(storeDir, { recursive: true });
+      Deno.removeSync(logPath);
+    },
   };
 }
 
