@@ -1164,6 +1164,11 @@ export class FlowRuntime {
     return brokerPending ? CompletionState.draining : CompletionState.complete;
   }
 
+  /** How many distinct DATA ids `parent`'s terminators recorded so far announce (see {@link completionState}). */
+  async announcedCount(parent: string): Promise<number> {
+    return await this.#announced(parent, await this.terminators(parent));
+  }
+
   /**
    * How many distinct DATA ids `parent`'s terminators announce: the sum of their seqs, less every id that
    * more than one replica of the parent counted. The replicas share their input, so an input a killed

@@ -17,6 +17,7 @@
 import type { MessagingBackend, SubscriptionId, SubscriptionObservation } from "../backends/messaging.ts";
 import type { Observation } from "../backends/outcomes.ts";
 import { CompletionState, type FlowRuntime, type OwnershipToken } from "../backends/runtime.ts";
+import { BrokerLostMessages, LASTING_FAILURE_KEY } from "../core/errors.ts";
 
 /** How often the EOS-7 barrier is re-evaluated for a parent whose end was seen, at most, in seconds. */
 export const BARRIER_CHECK_SECONDS = 0.25;
@@ -55,6 +56,12 @@ export interface EosDrainOptions {
   readonly atLeastOnce: boolean;
   /** The partition lease a completion is committed under (`null` when none is held). */
   readonly lease: () => OwnershipToken | null;
+  /**
+   * How long the EOS-7 barrier may stay short with nothing left on the broker before the missing items
+   * count as lost (BrokerLostMessages), in seconds: the data subscription's ack wait, the longest a
+   * delivery the broker still tracks can stay unseen.
+   */
+  readonly lossGraceSeconds: number;
 }
 
 /** When one parent was last seen quiet, when it is next checked, and whether its barrier stays short. */
@@ -66,6 +73,8 @@ interface DrainState {
    * ledger noted fewer ids received than the parent announced: the held end markers are work that waits.
    */
   barrierShort: boolean;
+  /** Since when the barrier has been short without a break (monotonic seconds), or null. */
+  shortSince: number | null;
 }
 
 /** One replica's drain decisions over its parents. */
@@ -75,6 +84,7 @@ export class EosDrain {
   readonly #quiescence: number;
   readonly #atLeastOnce: boolean;
   readonly #lease: () => OwnershipToken | null;
+  readonly #lossGrace: number;
   readonly #states = new Map<string, DrainState>();
 
   /** Has checked no parent yet. */
@@ -84,6 +94,7 @@ export class EosDrain {
     this.#quiescence = options.quiescenceSeconds;
     this.#atLeastOnce = options.atLeastOnce;
     this.#lease = options.lease;
+    this.#lossGrace = options.lossGraceSeconds;
   }
 
   /**
@@ -129,6 +140,10 @@ export class EosDrain {
    * barrier is complete. Deliveries leased beyond the halves this join holds, and work the broker keeps
    * unresolved (unless the node is best-effort, whose exhausted deliveries are dropped by design), keep
    * it open.
+   *
+   * @throws BrokerLostMessages when the EOS-7 barrier stayed short, with nothing on the broker, for the
+   *   loss grace: the parent announced items the broker no longer holds (a server that dropped accepted
+   *   messages), which no wait brings back.
    */
   async isDrained(parent: DrainingParent, now: number): Promise<boolean> {
     const drain = this.#stateOf(parent);
@@ -142,10 +157,15 @@ export class EosDrain {
       // ledger (terminators, every received record) is read only when the broker's facts allow completion.
       if (counts.kind !== "known" || counts.value[0] > 0 || counts.value[1] > 0) {
         drain.barrierShort = false;
+        drain.shortSince = null;
         return false;
       }
       const state = await this.#runtime.completionState(parent.name, parent.durable, counts, false);
       drain.barrierShort = state === CompletionState.draining;
+      drain.shortSince = drain.barrierShort ? drain.shortSince ?? now : null;
+      if (drain.shortSince !== null && now - drain.shortSince >= this.#lossGrace) {
+        throw await this.#lost(parent, now - drain.shortSince);
+      }
       if (state !== CompletionState.complete) return false;
       // A terminator recorded after that look at the broker (by a sibling) may end a stream whose last
       // outputs the look missed; a count that falls short (outputs of a replica killed before its tally
@@ -167,6 +187,25 @@ export class EosDrain {
     return false;
   }
 
+  async #lost(parent: DrainingParent, seconds: number): Promise<BrokerLostMessages> {
+    const announced = await this.#runtime.announcedCount(parent.name);
+    const received = await this.#runtime.receivedCount(parent.name, parent.durable);
+    return new BrokerLostMessages(
+      `${announced - received} of the ${announced} items ${parent.name} announced never reached this node ` +
+        `(${received} received), and for ${seconds.toFixed(0)} s the broker has held none of them on ` +
+        `${parent.durable}: it dropped messages it had accepted`,
+      "check the broker's log around the run (a nats-server stopped or restarted mid-run drops a pull " +
+        "delivery in flight); rerun with a fresh run id, or make the lost items again upstream",
+      {
+        parent: parent.name,
+        durable: parent.durable,
+        announced,
+        received,
+        [LASTING_FAILURE_KEY]: true,
+      },
+    );
+  }
+
   /** Whether the broker holds work on `parent`'s data for this node beyond the join's halves, or cannot say. */
   async #holdsWork(parent: DrainingParent): Promise<boolean> {
     const observed = await this.#backend.observeSubscription(parent.data);
@@ -185,7 +224,7 @@ export class EosDrain {
   #stateOf(parent: DrainingParent): DrainState {
     let state = this.#states.get(parent.name);
     if (state === undefined) {
-      state = { quietSince: null, nextCheck: 0, barrierShort: false };
+      state = { quietSince: null, nextCheck: 0, barrierShort: false, shortSince: null };
       this.#states.set(parent.name, state);
     }
     return state;

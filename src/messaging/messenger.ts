@@ -612,6 +612,7 @@ export class BrokerMessenger implements Messenger {
       quiescenceSeconds: quiescence,
       atLeastOnce: this.#delivery.delivery === AT_LEAST_ONCE,
       lease: () => this.#lease.token,
+      lossGraceSeconds: this.#ackWait,
     });
     const payloadStore = options.payloadStore ?? null;
     this.#ladder = new DeadLetterLadder<Held>({

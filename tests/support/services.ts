@@ -27,6 +27,11 @@ export interface NatsServer {
   pause(): void;
   /** Lets a paused server go on (SIGCONT). */
   resume(): void;
+  /**
+   * Stops the server (SIGTERM, as an operator's restart does) and starts it again on the same port and
+   * storage, resolving once it accepts connections.
+   */
+  restart(): Promise<void>;
   /** Kills the server and removes its storage at once, for an `unload` listener (which cannot wait). */
   killNow(): void;
 }
@@ -97,20 +102,24 @@ export async function startNatsServer(): Promise<NatsServer> {
   const storeDir = await Deno.makeTempDir({ prefix: "vf-nats-" });
   const logPath = `${storeDir}.log`;
   const log = await Deno.open(logPath, { write: true, create: true });
-  const child = new Deno.Command("nats-server", {
-    args: ["-js", "-sd", storeDir, "-a", "127.0.0.1", "-p", String(port), "-m", String(monitorPort)],
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  child.stdout.pipeTo(log.writable, { preventClose: true }).catch(() => {});
-  child.stderr.pipeTo(log.writable).catch(() => {});
-  try {
-    await untilAccepting(port, READY_SECONDS, child.status);
-  } catch (error) {
-    await terminate(child);
-    throw error;
-  }
+  const spawn = async (): Promise<Deno.ChildProcess> => {
+    const started = new Deno.Command("nats-server", {
+      args: ["-js", "-sd", storeDir, "-a", "127.0.0.1", "-p", String(port), "-m", String(monitorPort)],
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    started.stdout.pipeTo(log.writable, { preventClose: true }).catch(() => {});
+    started.stderr.pipeTo(log.writable, { preventClose: true }).catch(() => {});
+    try {
+      await untilAccepting(port, READY_SECONDS, started.status);
+    } catch (error) {
+      await terminate(started);
+      throw error;
+    }
+    return started;
+  };
+  let child = await spawn();
   let stopped = false;
   return {
     url: `nats://127.0.0.1:${port}`,
@@ -121,15 +130,21 @@ export async function startNatsServer(): Promise<NatsServer> {
       if (stopped) return;
       stopped = true;
       await terminate(child);
+      log.close();
       await Deno.remove(storeDir, { recursive: true }).catch(() => {});
       await Deno.remove(logPath).catch(() => {});
     },
     pause: () => child.kill("SIGSTOP"),
     resume: () => child.kill("SIGCONT"),
+    async restart() {
+      await terminate(child);
+      child = await spawn();
+    },
     killNow() {
       if (stopped) return;
       stopped = true;
       child.kill("SIGKILL");
+      log.close();
       Deno.removeSync(storeDir, { recursive: true });
       Deno.removeSync(logPath);
     },

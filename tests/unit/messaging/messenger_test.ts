@@ -20,6 +20,7 @@ import {
 } from "../../../src/backends/runtime_store.ts";
 import { CHECKPOINT_METADATA_KEY, PARTITION_KEY_METADATA_KEY } from "../../../src/core/context.ts";
 import {
+  BrokerLostMessages,
   BrokerUnavailable,
   CapabilityError,
   ConfigError,
@@ -1300,5 +1301,36 @@ Deno.test("a barrier short of its parent's count with nothing left on the broker
     assert.equal(pending.kind === "known" && pending.value, 1, "the held EOS marker waits on work");
     await flow.drive(det.quiesce());
     await flow.drive(ending);
+  });
+});
+
+Deno.test("a barrier short for the ack wait with nothing left on the broker ends with BrokerLostMessages naming the parent and the count", async () => {
+  await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
+    const cam = await flow.open("cam");
+    await produce(flow, cam, ["x", "y"], false);
+    // The ledger says cam published an id the broker does not hold: what a server that dropped it leaves.
+    await flow.drive(flow.runtime("cam").recordPublished(["dropped"]));
+    await flow.drive(cam.publishStopSignal());
+    const det = await flow.open("det");
+    for (let i = 0; i < 2; i++) {
+      await flow.drive(det.receiveMessage());
+      await flow.drive(det.ackInputs());
+    }
+    const ending = det.receiveMessage();
+    ending.catch(() => {});
+    assert.equal(
+      await settlesWithin(flow, ending, 30),
+      false,
+      "within the ack wait it is still pending work",
+    );
+    await assert.rejects(flow.drive(ending), (error: unknown) => {
+      assert.ok(error instanceof BrokerLostMessages, String(error));
+      assert.deepEqual(
+        [error.context.parent, error.context.announced, error.context.received, error.context.lasting],
+        ["cam", 3, 2, true],
+      );
+      assert.match(error.message, /^1 of the 3 items cam announced never reached this node \(2 received\)/);
+      return true;
+    });
   });
 });
