@@ -888,6 +888,7 @@ export class LocalEngine {
       // run's dead letters, its run-end record or its summary short.
       this.#settled = true;
       await this.#keepingState(() => this.#writeDeadLetters());
+      await this.#broker.readAgain();
       const snapshots = this.#snapshots();
       let exitCode = this.#forced
         ? EXIT_FORCED

@@ -83,6 +83,11 @@ export interface RunBroker {
   unseenDrops(spec: NodeSpec): Record<string, number> | null;
   /** The most outputs of `node` some child has not settled yet; null while that is not known. */
   unsettledOutputs(node: string): number | null;
+  /**
+   * Reads again what {@link unsettledOutputs} reports and resolves once the answers are in, so a summary
+   * taken next shows the broker as it is now, not as it was at the last refresh (unknown where unreadable).
+   */
+  readAgain(): Promise<void>;
   /** Stops keeping messages for `subscription`, whose reader is given up on for good. */
   abandon(subscription: SubscriptionId): void;
   /** Says which messages are `subscription`'s own, for {@link unseenDrops}. */
@@ -188,6 +193,11 @@ export class EmbeddedRunBroker implements RunBroker {
         .filter((subscription) => subscription.kind === MessageKind.data)
         .map((subscription) => messaging.unsettled(subscription)),
     );
+  }
+
+  /** The embedded broker's counts are read when asked: nothing to read again. */
+  readAgain(): Promise<void> {
+    return Promise.resolve();
   }
 
   abandon(subscription: SubscriptionId): void {

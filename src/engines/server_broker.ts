@@ -71,7 +71,7 @@ export class ServerRunBroker implements RunBroker {
   readonly #markers = new Map<string, EndMarker>();
   readonly #letters = new Map<string, Envelope[]>();
   readonly #backlog = new Map<string, number>();
-  readonly #reading = new Set<string>();
+  readonly #reading = new Map<string, Promise<void>>();
   readonly #subscriptions: Subscription[] = [];
   #topology: FlowTopology | null = null;
 
@@ -207,21 +207,36 @@ export class ServerRunBroker implements RunBroker {
 
   /** The last backlog read of `node`'s data durables (pending plus awaiting ack, the largest), read again now. */
   unsettledOutputs(node: string): number | null {
-    const topology = this.#topology;
-    if (topology !== null && !this.#reading.has(node)) {
-      this.#reading.add(node);
-      const { flowId, runId } = this.#options;
-      const stream = streamNameFor(flowId, runId, node);
-      const durables = topology.subscriptions
-        .filter((s) => s.id.channel.node === node && s.id.kind === MessageKind.data)
-        .map((s) => durableNameOf(s.id));
-      Promise.all(durables.map((durable) => this.#jsm.consumers.info(stream, durable)))
-        .then((infos) => {
-          this.#backlog.set(node, Math.max(0, ...infos.map((i) => i.num_pending + i.num_ack_pending)));
-        }, () => this.#backlog.delete(node))
-        .finally(() => this.#reading.delete(node));
-    }
+    this.#readBacklog(node);
     return this.#backlog.get(node) ?? null;
+  }
+
+  /** Reads every node's backlog again and waits for the answers (an unreadable one is then unknown). */
+  async readAgain(): Promise<void> {
+    const nodes = new Set(this.#topology?.channels.map((channel) => channel.id.node) ?? []);
+    await Promise.all([...nodes].map((node) => this.#readBacklog(node)));
+  }
+
+  /** Reads `node`'s data durables once; while a read is out another waits for it rather than start one. */
+  #readBacklog(node: string): Promise<void> {
+    const topology = this.#topology;
+    const reading = this.#reading.get(node);
+    if (reading !== undefined) return reading;
+    if (topology === null) return Promise.resolve();
+    const { flowId, runId } = this.#options;
+    const stream = streamNameFor(flowId, runId, node);
+    const durables = topology.subscriptions
+      .filter((s) => s.id.channel.node === node && s.id.kind === MessageKind.data)
+      .map((s) => durableNameOf(s.id));
+    const read = Promise.all(durables.map((durable) => this.#jsm.consumers.info(stream, durable)))
+      .then((infos) => {
+        this.#backlog.set(node, Math.max(0, ...infos.map((i) => i.num_pending + i.num_ack_pending)));
+      }, () => {
+        this.#backlog.delete(node);
+      })
+      .finally(() => this.#reading.delete(node));
+    this.#reading.set(node, read);
+    return read;
   }
 
   /** Deletes the durable, so an interest stream keeps nothing more for a reader given up on for good. */

@@ -138,6 +138,35 @@ Deno.test("over NATS and Redis, the multi_camera example as realtime finishes on
   });
 });
 
+Deno.test("over NATS and Redis, the summary of a finished run reads the servers at its end: nothing in flight, every item processed", async () => {
+  await withServers(async (nats, redis) => {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
+        dir,
+        ["Count", "Poison"],
+        pipeline(
+          "summary-servers",
+          `new Count({ name: "count", n: 3000 })`,
+          `new Poison({ name: "middle", poison: [] })`,
+          dir,
+        ),
+      );
+      const run = await vf(["run-local", flow, "--state", join(dir, "state"), ...serverArgs(nats, redis)], {
+        cwd: dir,
+      });
+      assert.equal(run.code, 0, run.text);
+      for (const node of ["count", "middle", "sink"]) {
+        const row = summaryRow(run, node);
+        assert.deepEqual(
+          [row.state, row.processed, row.inFlight],
+          ["done", 3000, 0],
+          `${node}:\n${run.stdout}`,
+        );
+      }
+    });
+  });
+});
+
 Deno.test("over NATS and Redis, poison items are dead-lettered once each (vf dlq lists them) and every other item sinks", async () => {
   await withServers(async (nats, redis) => {
     await inTempDir(async (dir) => {
