@@ -780,11 +780,16 @@ export class TraceGroupAssembler<H = unknown> extends GroupAssembler<H> {
  * The trace assembler of a node with one parent: every data entry is a complete group the moment it
  * arrives, so it is staged as it is, with no pending group, no slots and no clock reading. It gives what a
  * {@link TraceGroupAssembler} over that one parent gives (the same groups in the same order, a redelivery
- * of a staged entry superseding it in place, the same end group and hand-back); nothing is ever
- * incomplete, so nothing times out, is evicted or waits on the parent's end.
+ * of a staged entry superseding it in place, the same end group and hand-back), except that two messages
+ * sharing a trace id with different seqs are two groups here, as a reference worker makes them; nothing is
+ * ever incomplete, so nothing times out, is evicted or waits on the parent's end.
  */
 export class SingleParentAssembler<H = unknown> extends GroupAssembler<H> {
-  /** Entries not yet popped, by trace id, in arrival order. */
+  /**
+   * Entries not yet popped, in arrival order, by their redelivery identity (producer, trace id, seq): a
+   * redelivery supersedes its staged copy, while two messages that share a trace id (a reference producer's
+   * outputs may) are two groups.
+   */
   readonly #staged = new Map<string, EnvelopeEntry<H>>();
 
   /** @throws ConfigError for other than one parent, or a policy whose mode is not `trace`. */
@@ -821,15 +826,17 @@ export class SingleParentAssembler<H = unknown> extends GroupAssembler<H> {
   }
 
   protected addData(_index: number, entry: EnvelopeEntry<H>): void {
-    const old = this.#staged.get(entry.traceId);
-    this.#staged.set(entry.traceId, entry);
+    const key = memberKey(0, entry);
+    const old = this.#staged.get(key);
+    this.#staged.set(key, entry);
     if (old !== undefined) this.supersede(0, old);
   }
 
   protected nextData(): ReadyGroup<H> | null {
-    const entry = this.#staged.values().next().value;
-    if (entry === undefined) return null;
-    this.#staged.delete(entry.traceId);
+    const first = this.#staged.entries().next().value;
+    if (first === undefined) return null;
+    const [key, entry] = first;
+    this.#staged.delete(key);
     this.letGo(0);
     return {
       kind: GroupKind.data,

@@ -28,6 +28,9 @@ import { claimReplicaSlot, FlowRuntime } from "../backends/runtime.ts";
 import type { RuntimeStore } from "../backends/runtime_store.ts";
 import { EmbeddedMessagingBackend } from "../embedded/messaging_backend.ts";
 import { BrokerMessenger } from "../messaging/messenger.ts";
+import { RuntimeObligationLedger } from "../messaging/obligations.ts";
+import { PayloadReconciler } from "./payload_reconciler.ts";
+import { systemClock } from "../backends/clock.ts";
 import { verifyNodeAssets } from "./assetcheck.ts";
 import { EmbeddedConnection } from "../embedded/rpc.ts";
 import { verifyNodeGrant } from "./gpucheck.ts";
@@ -364,6 +367,23 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
         : null,
       logger,
     });
+    const reconciler = services.payloadStore === null ? null : new PayloadReconciler({
+      store: services.payloadStore,
+      ledger: new RuntimeObligationLedger(runtime, services.backend, [
+        ...config.parentNames,
+        config.nodeName,
+      ]),
+      clock: systemClock,
+      intervalSeconds: config.reconcileIntervalSeconds,
+      operationPrefix: `reconcile:${config.nodeName}:${replica}:${crypto.randomUUID()}`,
+      onPass: (pass) =>
+        logger.info("payload reconcile pass", {
+          reclaimed: pass.reclaimed.length,
+          unknown: pass.unknown.length,
+        }),
+      onError: (error) => logger.warn(`a payload reconcile pass failed: ${String(error)}`),
+    });
+    reconciler?.start();
     // A replica says at once that its node opened (the local engine starts a realtime flow's producers
     // then), and reports its counts soon after they grow, so a replica killed mid-run leaves little uncounted.
     let soon: ReturnType<typeof setTimeout> | null = null;
@@ -457,6 +477,7 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
       clearInterval(reporter);
       if (soon !== null) clearTimeout(soon);
       await server?.stop();
+      await reconciler?.stop();
       await messenger.close();
     }
   } finally {

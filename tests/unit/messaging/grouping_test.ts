@@ -893,6 +893,20 @@ Deno.test("a single-parent assembler gives what a trace assembler over that pare
   }
 });
 
+Deno.test("a single-parent assembler takes two messages that share a trace id as two groups, and a redelivery as the one it supersedes", () => {
+  const book = new Book(new SingleParentAssembler<number>("det", ["cam"], new JoinPolicy()));
+  const first = book.offer("cam", "cam:1", 1);
+  const second = book.offer("cam", "cam:1", 2);
+  const again = book.offer("cam", "cam:1", 1);
+  const { groups, releases } = book.drain();
+  assert.deepEqual(
+    groups.map((g) => [g.traceId, g.seq, g.handles]),
+    [["cam:1", 1, [again]], ["cam:1", 2, [second]]],
+    "the redelivery takes its copy's place",
+  );
+  assert.deepEqual(releases.flatMap((r) => r.handles), [first], "the superseded delivery is released");
+});
+
 Deno.test("random trace joins under timeouts and a small max_pending never lose or duplicate a handle", () => {
   const seed = testSeed();
   const rnd = new SeededRandom(seed);

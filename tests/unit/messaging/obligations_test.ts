@@ -18,6 +18,7 @@ import {
 import { intentObligationId, retentionContract } from "../../../src/backends/payload.ts";
 import { FlowRuntime } from "../../../src/backends/runtime.ts";
 import { RuntimeObligationLedger } from "../../../src/messaging/obligations.ts";
+import { PayloadReconciler } from "../../../src/runtime/payload_reconciler.ts";
 
 const FLOW = "f";
 const RUN = "r";
@@ -170,4 +171,64 @@ Deno.test("reconciliation reclaims a payload whose readers all acked but never r
   const full = await payloads.reconcile(f.ledger, "reconcile-2");
   assert.deepEqual(full.reclaimed, [ref.key]);
   assert.equal(payloads.objectCount(), 0);
+});
+
+Deno.test("a worker's reconciler reclaims at its start pass and again each interval; a failed pass is reported and the next runs on time", async () => {
+  const f = new Fixture();
+  await f.provision();
+  const payloads = new MemoryPayloadStore({ clock: f.clock });
+  const orphan = async (id: string) => {
+    const ref = await payloads.put(
+      new Uint8Array([1]),
+      id,
+      retentionContract({
+        ttlSeconds: 3600,
+        horizonSeconds: 3600,
+        durableRequired: true,
+        obligations: ["det", "trk/p0", "trk/p1", intentObligationId(id)],
+      }),
+    );
+    await f.publish(id, ref.key);
+    for (const reader of [f.det, f.trk0, f.trk1]) await f.settle(reader);
+    return ref.key;
+  };
+  const passes: string[][] = [];
+  const errors: unknown[] = [];
+  let failNext = false;
+  const store = Object.create(payloads, {
+    reconcile: {
+      value: (ledger: RuntimeObligationLedger, operationId: string) => {
+        if (!failNext) return payloads.reconcile(ledger, operationId);
+        failNext = false;
+        return Promise.reject(new Error("the store did not answer"));
+      },
+    },
+  });
+  const reconciler = new PayloadReconciler({
+    store,
+    ledger: f.ledger,
+    clock: f.clock,
+    intervalSeconds: 60,
+    operationPrefix: "reconcile:det:0",
+    onPass: (pass) => passes.push([...pass.reclaimed]),
+    onError: (error) => errors.push(error),
+  });
+  const first = await orphan("pub-9");
+  reconciler.start();
+  while (reconciler.passes < 1) await f.clock.advance(0);
+  assert.deepEqual(passes, [[first]], "the start pass reclaims what nobody owes");
+  const second = await orphan("pub-10");
+  failNext = true;
+  await f.clock.advance(60);
+  while (reconciler.passes < 2) await f.clock.advance(0);
+  assert.equal(errors.length, 1, "the failed pass is reported");
+  assert.equal(payloads.objectCount(), 1, "nothing reclaimed by a failed pass");
+  await f.clock.advance(60);
+  while (reconciler.passes < 3) await f.clock.advance(0);
+  assert.deepEqual(passes, [[first], [second]], "the next pass runs on time and reclaims");
+  await reconciler.stop();
+  await orphan("pub-11");
+  await f.clock.advance(600);
+  assert.equal(reconciler.passes, 3, "no pass after stop");
+  assert.equal(payloads.objectCount(), 1);
 });
