@@ -423,7 +423,8 @@ Deno.test("the reference's golden envelopes, published raw as a reference cam wo
     const eos = await vector("eos");
     // eos.bin is cam's replica 0 EOS with seq 9: under the EOS-7 barrier (a batch parent over the durable
     // shared Redis ledger) a replica's EOS seq is how many data messages it published, so eos.bin promises
-    // 9 and the two data vectors (seq 1 and 2) would leave the processor waiting for 7 that never come.
+    // 9 and the two data vectors (seq 1 and 2) would leave the barrier 7 short for good (the processor
+    // would not end cleanly).
     // The EOS published is therefore cam's replica 0 EOS for 2 messages, encoded by this project's codec
     // with eos.bin's fields but the seq.
     assert.deepEqual([eos.entry.trace_id, eos.entry.seq, eos.entry.replica_id], ["eos-r0", 9, 0]);
