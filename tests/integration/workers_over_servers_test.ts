@@ -8,16 +8,13 @@
  */
 
 import assert from "node:assert/strict";
-import { compileFlow, type NodeSpec } from "../../src/core/compiler.ts";
+import { compileFlow } from "../../src/core/compiler.ts";
 import { Flow } from "../../src/core/flow.ts";
-import { bootstrapUrl, Isolation } from "../../src/engines/local.ts";
-import { subprocessResolutionArgs } from "../../src/engines/deno_config.ts";
 import { provisionRun } from "../../src/runtime/provision.ts";
-import { workerEnvFor } from "../../src/runtime/worker_config.ts";
 import { startNatsServer, startRedisServer } from "../support/services.ts";
+import { runReplicas } from "../support/replicas.ts";
 import * as storyNodes from "../fixtures/e2e/story_nodes.ts";
 import { AppendingSink, Blobs, Count } from "../fixtures/e2e/story_nodes.ts";
-import { MAX_INLINE_PAYLOAD_ENV } from "../../src/backends/payload_bridge.ts";
 import { ModuleIndex } from "../../src/core/node_class.ts";
 import { ProcessorNode } from "../../src/core/node.ts";
 import { JetStreamMessagingBackend } from "../../src/messaging/jetstream_backend.ts";
@@ -32,53 +29,6 @@ export class Square extends ProcessorNode {
 const MODULES = new ModuleIndex()
   .add(new URL("../fixtures/e2e/story_nodes.ts", import.meta.url).href, storyNodes)
   .add(import.meta.url, { Square });
-
-interface Servers {
-  readonly nats: string;
-  readonly redis: string;
-}
-
-/** Starts every replica of `specs` as a process on the servers and resolves with their exit codes. */
-async function runReplicas(
-  specs: readonly NodeSpec[],
-  flow: { flowId: string; flowType: "batch" | "realtime" },
-  runId: string,
-  servers: Servers,
-  dir: string,
-): Promise<Record<string, number>> {
-  const running: Promise<[string, number]>[] = [];
-  for (const spec of specs) {
-    for (let index = 0; index < spec.nbTasks; index++) {
-      const env = workerEnvFor(
-        spec,
-        specs,
-        flow,
-        { runId, broker: { kind: "nats", url: servers.nats } },
-        index,
-        {
-          runtimeStoreUrl: servers.redis,
-          blobStoreUrl: servers.redis,
-          terminationLog: `${dir}/${spec.name}-${index}.termination.json`,
-          healthPort: null,
-        },
-      );
-      const child = new Deno.Command(Deno.execPath(), {
-        args: ["run", "-A", ...subprocessResolutionArgs(), bootstrapUrl(spec, Isolation.process)],
-        env: { ...env, [MAX_INLINE_PAYLOAD_ENV]: "1024" },
-        stdout: "null",
-        stderr: "piped",
-      }).spawn();
-      running.push(
-        child.output().then((out) => {
-          const code = out.code;
-          if (code !== 0) console.error(`${spec.name}[${index}]: ${new TextDecoder().decode(out.stderr)}`);
-          return [`${spec.name}/${index}`, code];
-        }),
-      );
-    }
-  }
-  return Object.fromEntries(await Promise.all(running));
-}
 
 Deno.test("a provisioned batch flow runs to its end with every worker on JetStream and Redis", async () => {
   const nats = await startNatsServer();
