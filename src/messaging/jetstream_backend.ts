@@ -464,7 +464,10 @@ export class JetStreamMessagingBackend implements MessagingBackend {
       );
     }
     const requested = streamConfigFor(spec, this.#labels);
-    const info = await this.#ensureStream(requested, spec.id.node);
+    const wire = spec.perSubjectLimits
+      ? streamConfigFor({ ...spec, perSubjectLimits: false }, this.#labels)
+      : null;
+    const info = await this.#ensureStream(requested, spec.id.node, wire);
     await this.#ensureDeadLetters(spec.id.flowId, spec.replicas);
     if (spec.retention === Retention.interest) await this.#ensureInterest(spec, requested.name);
     const effective = info.config as unknown as Readonly<Record<string, unknown>>;
@@ -481,14 +484,26 @@ export class JetStreamMessagingBackend implements MessagingBackend {
       heldBytes: held?.heldBytes ?? 0,
       rejected: held?.rejected ?? 0,
     });
+    const asWire = wire !== null && configMismatches(wire, effective).length === 0;
     return Object.freeze({
       spec,
       effective: Object.freeze({ ...effective }),
-      mismatches: Object.freeze(configMismatches(requested, effective)),
+      mismatches: Object.freeze(asWire ? [] : configMismatches(requested, effective)),
     });
   }
 
-  async #ensureStream(requested: RequestedStream, what: string): Promise<StreamInfo> {
+  /**
+   * Creates the stream `requested` describes, or reconciles the one there: an immutable difference is
+   * IncompatibleProfile, a mutable one is updated, except that a stream exactly as `wire` describes it
+   * (WIRE.md's shared slot, as a reference worker creates it) is kept as it is: that run is the reference's
+   * too, and its streams stay as it made them, an accepted form of the channel (with the reference's own
+   * semantics: one slot for data and terminators).
+   */
+  async #ensureStream(
+    requested: RequestedStream,
+    what: string,
+    wire: RequestedStream | null = null,
+  ): Promise<StreamInfo> {
     const existing = await this.#streamInfoOrNull(requested.name, what);
     if (existing === null) {
       try {
@@ -507,7 +522,8 @@ export class JetStreamMessagingBackend implements MessagingBackend {
           { stream: requested.name, mismatches: immutable },
         );
       }
-      if (configMismatches(requested, effective).length > 0) {
+      const asWire = wire !== null && configMismatches(wire, effective).length === 0;
+      if (!asWire && configMismatches(requested, effective).length > 0) {
         try {
           await this.#jsm.streams.update(requested.name, requested as StreamConfig);
         } catch (error) {

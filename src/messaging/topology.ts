@@ -310,9 +310,12 @@ export interface ChannelShape {
  * The channel a node's output must provide under `profile`: a live_latest (or archive) channel keeps the
  * freshest `max(1, realtimeBuffer)` messages and evicts the oldest; a reliable_work or durable_control one
  * keeps `batchMaxMsgs` until their required subscriptions settle them and refuses publications beyond.
- * Data and end-of-stream markers count against separate limits, so a publication never evicts a terminator
- * (EOS is never dropped) and a terminator never evicts the freshest frame. The owner labels name the run
- * and the node.
+ * On an evicting channel data and end-of-stream markers count against separate limits, so a publication
+ * never evicts a terminator (EOS is never dropped: another replica's later frame would otherwise push a
+ * replica's end out of a one-message stream) and a terminator never evicts the freshest frame. A refusing
+ * channel evicts nothing, so its limit is one for both, exactly WIRE.md's stream (a reference worker's
+ * stream is then this one): a terminator refused by a full channel is published again once it has room.
+ * The owner labels name the run and the node.
  */
 export function channelSpecFor(
   flowId: string,
@@ -339,7 +342,7 @@ export function channelSpecFor(
     persistence: false,
     requiredSubscriptions: shape.required ?? [],
     ownerLabels: ownerLabels(flowId, runId, node, "stream", shape.generation ?? null),
-    perSubjectLimits: true,
+    perSubjectLimits: live,
   });
 }
 
