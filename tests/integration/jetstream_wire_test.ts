@@ -221,25 +221,28 @@ Deno.test("provisioned streams and durables read back through the raw JetStream 
           }, node);
         }
       });
-      await t.step("realtime node streams: limits, 1 message a subject, discard old, 120 s window", async () => {
-        // WIRE.md's realtime stream is one message for data and terminators together. This project keeps
-        // WIRE.md's 1 for each subject (max_msgs twice it): a later frame of another producer replica
-        // would otherwise evict a replica's end marker from the one slot, and its consumer would wait for
-        // that end for ever. A stream a reference worker made first is kept as it made it (the next test).
-        for (const node of ["count", "sink"]) {
-          const info = await jsm.streams.info(`vf-wr-r1-${node}`);
-          assert.deepEqual(streamFacts(info.config), {
-            name: `vf-wr-r1-${node}`,
-            subjects: [`vf.wr.r1.${node}`, `vf.wr.r1.${node}._eos`],
-            retention: "limits",
-            max_msgs: 2,
-            max_msgs_per_subject: 1,
-            discard: "old",
-            duplicate_window: 120 * SECOND,
-            max_age: 0,
-          }, node);
-        }
-      });
+      await t.step(
+        "realtime node streams: limits, 1 message a subject, discard old, 120 s window",
+        async () => {
+          // WIRE.md's realtime stream is one message for data and terminators together. This project keeps
+          // WIRE.md's 1 for each subject (max_msgs twice it): a later frame of another producer replica
+          // would otherwise evict a replica's end marker from the one slot, and its consumer would wait for
+          // that end for ever. A stream a reference worker made first is kept as it made it (the next test).
+          for (const node of ["count", "sink"]) {
+            const info = await jsm.streams.info(`vf-wr-r1-${node}`);
+            assert.deepEqual(streamFacts(info.config), {
+              name: `vf-wr-r1-${node}`,
+              subjects: [`vf.wr.r1.${node}`, `vf.wr.r1.${node}._eos`],
+              retention: "limits",
+              max_msgs: 2,
+              max_msgs_per_subject: 1,
+              discard: "old",
+              duplicate_window: 120 * SECOND,
+              max_age: 0,
+            }, node);
+          }
+        },
+      );
       await t.step("the dead-letter stream: limits, discard old, 7 days", async () => {
         // WIRE.md names it vf-{flow}-{run}-dlq binding vf.{flow}.{run}._dlq.>; the code (and spec/
         // messaging.topology dlq_stream_name) keeps one per flow, outside every run, so teardown never
