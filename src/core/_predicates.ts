@@ -23,6 +23,10 @@ export const isNodeName = (value: unknown): boolean =>
 export const isPositiveInteger = (value: unknown): boolean =>
   Number.isSafeInteger(value) && (value as number) >= 1;
 
+/** A safe integer >= 0 (a prefetch depth, a retry count). */
+export const isNonNegativeInteger = (value: unknown): boolean =>
+  Number.isSafeInteger(value) && (value as number) >= 0;
+
 /** A finite number > 0 (a memory size, a window). */
 export const isPositiveNumber = (value: unknown): boolean =>
   typeof value === "number" && Number.isFinite(value) && value > 0;

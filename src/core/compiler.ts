@@ -362,6 +362,15 @@ export class NodeSpec {
     this.delivery = init.delivery ?? null;
   }
 
+  /**
+   * Inputs each replica takes ahead, the node's `prefetch` param (`ReceiverParams.prefetch`), or `null` for
+   * the broker's default. Read from the params, so the spec document keeps the spec's keys.
+   */
+  get prefetch(): number | null {
+    const prefetch = this.params.prefetch;
+    return typeof prefetch === "number" ? prefetch : null;
+  }
+
   /** A non-graph component that runs its own image entrypoint (no node class) and speaks the protobuf wire. */
   get isNative(): boolean {
     return this.nodeClass === null;

@@ -356,16 +356,6 @@ export class FlowStalled extends VideoflowEnvironmentError {
   static override readonly exitCode: number = EXIT_STALLED;
 }
 
-/**
- * The broker no longer holds messages it accepted: a parent's end markers announce more items than this
- * node received, and the broker reports nothing left to deliver, lease or redeliver (exit 3). No retry
- * can bring them back; the run's ledger says which parent and how many.
- */
-export class BrokerLostMessages extends VideoflowEnvironmentError {
-  /** Stable code of this class, `VF_BROKER_LOST_MESSAGES`. */
-  static override readonly code: string = "VF_BROKER_LOST_MESSAGES";
-}
-
 /** A compare-and-swap on shared cluster state lost to a concurrent writer; nothing was mutated. */
 export class OwnershipConflict extends VideoflowEnvironmentError {
   /** Stable code of this class, `VF_OWNERSHIP_CONFLICT`. */

@@ -44,6 +44,7 @@ import { ORDER_SEQUENCE } from "./ordering_policy.ts";
 import {
   isNodeName,
   isNonEmptyString,
+  isNonNegativeInteger,
   isPositiveInteger,
   isPositiveNumber,
   NODE_NAME_EXPECTED,
@@ -213,7 +214,11 @@ const NODE_RULES: readonly ParamRule[] = [
   ["image", "a non-empty string or null", (v) => v === null || isNonEmptyString(v)],
 ];
 const PRODUCER_RULES: readonly ParamRule[] = [["isFinite", "a boolean", (v) => typeof v === "boolean"]];
+const RECEIVER_RULES: readonly ParamRule[] = [
+  ["prefetch", "an integer >= 0 or null", (v) => v === null || isNonNegativeInteger(v)],
+];
 const PROCESSOR_RULES: readonly ParamRule[] = [
+  ...RECEIVER_RULES,
   ["nbTasks", "an integer >= 1", isPositiveInteger],
   [
     "deviceType",
@@ -225,6 +230,7 @@ const PROCESSOR_RULES: readonly ParamRule[] = [
   ["gpuMemoryGib", "a number > 0 or null", (v) => v === null || isPositiveNumber(v)],
 ];
 const CONSUMER_RULES: readonly ParamRule[] = [
+  ...RECEIVER_RULES,
   ["metadata", "a boolean", (v) => typeof v === "boolean"],
   ["idempotent", "a boolean", (v) => typeof v === "boolean"],
 ];

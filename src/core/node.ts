@@ -159,6 +159,13 @@ export interface ReceiverParams extends NodeParams {
    * `sequence`, their producer's order, waiting up to `horizon` later inputs for a gap.
    */
   readonly ordering?: OrderingPolicyArg;
+  /**
+   * Inputs each replica takes ahead of the one it processes (the broker's credit for the node grows with
+   * it). Unset: the spec's 4 over JetStream, where a reference worker may bind the same durable, and the
+   * embedded broker's own depth on a local run (16 realtime, 256 batch). Raise it over JetStream where
+   * throughput needs it: each input pulled ahead saves a round trip.
+   */
+  readonly prefetch?: number | null;
 }
 
 /** Params of a processor. */
@@ -600,6 +607,11 @@ export abstract class ReceiverNode<P extends ReceiverParams = ReceiverParams> ex
   get orderingPolicy(): OrderingPolicy | null {
     const dict = this.params.ordering;
     return dict === undefined || dict === null ? null : OrderingPolicy.fromDict(dict);
+  }
+
+  /** Inputs each replica takes ahead (see {@link ReceiverParams.prefetch}), or `null` for the broker's default. */
+  get prefetch(): number | null {
+    return this.params.prefetch ?? null;
   }
 
   /** This node's delivery-mode override, or `null` to inherit the flow's. */

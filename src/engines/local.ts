@@ -55,6 +55,7 @@ import {
   DEDUP_WINDOW_BYTES,
   flowTopology,
   OUTPUT_BUFFER_ENV,
+  REFERENCE_PREFETCH,
   replicaOutputBufferBytes,
   type TopologyNode,
 } from "../messaging/topology.ts";
@@ -497,6 +498,7 @@ function topologyNodes(specs: readonly NodeSpec[]): TopologyNode[] {
     partitionBy: spec.partitionBy,
     joinPolicy: spec.joinPolicy,
     delivery: spec.delivery,
+    prefetch: spec.prefetch,
   }));
 }
 
@@ -834,11 +836,14 @@ export class LocalEngine {
       runId,
       flowType,
       ledgerBudget,
-      // A server's streams take WIRE.md's shape: no byte limit unless one is asked for, 10,000 messages.
-      ...(this.#broker.outlivesSupervisor ? { channelMaxBytes: this.#options.channelMaxBytes ?? null } : {
-        channelMaxBytes: this.#options.channelMaxBytes ?? DEFAULT_CHANNEL_MAX_BYTES,
-        batchMaxMsgs: LOCAL_BATCH_MAX_MSGS,
-      }),
+      // A server's streams and durables take WIRE.md's shape: no byte limit unless one is asked for, 10,000
+      // messages, the spec's prefetch for a node that sets none (the durables a reference worker derives).
+      ...(this.#broker.outlivesSupervisor
+        ? { channelMaxBytes: this.#options.channelMaxBytes ?? null, prefetch: REFERENCE_PREFETCH }
+        : {
+          channelMaxBytes: this.#options.channelMaxBytes ?? DEFAULT_CHANNEL_MAX_BYTES,
+          batchMaxMsgs: LOCAL_BATCH_MAX_MSGS,
+        }),
     });
     await this.#broker.provision(topology, `run-local/${runId}`);
     this.#ownPartitionDrops();

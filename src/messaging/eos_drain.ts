@@ -17,7 +17,7 @@
 import type { MessagingBackend, SubscriptionId, SubscriptionObservation } from "../backends/messaging.ts";
 import type { Observation } from "../backends/outcomes.ts";
 import { CompletionState, type FlowRuntime, type OwnershipToken } from "../backends/runtime.ts";
-import { BrokerLostMessages, LASTING_FAILURE_KEY } from "../core/errors.ts";
+import { FlowStalled, LASTING_FAILURE_KEY } from "../core/errors.ts";
 
 /** How often the EOS-7 barrier is re-evaluated for a parent whose end was seen, at most, in seconds. */
 export const BARRIER_CHECK_SECONDS = 0.25;
@@ -58,7 +58,7 @@ export interface EosDrainOptions {
   readonly lease: () => OwnershipToken | null;
   /**
    * How long the EOS-7 barrier may stay short with nothing left on the broker before the missing items
-   * count as lost (BrokerLostMessages), in seconds: the data subscription's ack wait, the longest a
+   * count as lost (FlowStalled), in seconds: the data subscription's ack wait, the longest a
    * delivery the broker still tracks can stay unseen.
    */
   readonly lossGraceSeconds: number;
@@ -141,7 +141,7 @@ export class EosDrain {
    * unresolved (unless the node is best-effort, whose exhausted deliveries are dropped by design), keep
    * it open.
    *
-   * @throws BrokerLostMessages when the EOS-7 barrier stayed short, with nothing on the broker, for the
+   * @throws FlowStalled (exit 5: the run can never finish) when the EOS-7 barrier stayed short, with nothing on the broker, for the
    *   loss grace: the parent announced items the broker no longer holds (a server that dropped accepted
    *   messages), which no wait brings back.
    */
@@ -187,10 +187,10 @@ export class EosDrain {
     return false;
   }
 
-  async #lost(parent: DrainingParent, seconds: number): Promise<BrokerLostMessages> {
+  async #lost(parent: DrainingParent, seconds: number): Promise<FlowStalled> {
     const announced = await this.#runtime.announcedCount(parent.name);
     const received = await this.#runtime.receivedCount(parent.name, parent.durable);
-    return new BrokerLostMessages(
+    return new FlowStalled(
       `${announced - received} of the ${announced} items ${parent.name} announced never reached this node ` +
         `(${received} received), and for ${seconds.toFixed(0)} s the broker has held none of them on ` +
         `${parent.durable}: it dropped messages it had accepted`,
@@ -199,6 +199,7 @@ export class EosDrain {
       {
         parent: parent.name,
         durable: parent.durable,
+        reason: "broker_lost_messages",
         announced,
         received,
         [LASTING_FAILURE_KEY]: true,

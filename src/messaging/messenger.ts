@@ -686,6 +686,7 @@ export class BrokerMessenger implements Messenger {
       partitioned: this.#partitionBy !== null,
       delivery: this.#delivery,
       join: this.#join,
+      prefetch: this.#prefetch,
     };
     for (const parent of this.#parents) {
       const settings = {

@@ -78,7 +78,14 @@ export const DEFAULT_PREFETCH = 16;
  */
 export const BATCH_PREFETCH = 256;
 
-/** The prefetch a node of a flow of `flowType` uses unless one is configured. */
+/**
+ * The spec's prefetch (JetStreamMessagingBackend's `prefetch = 4`, consumer_credit's default): what a node
+ * takes ahead over JetStream unless it sets its own, so a durable provisioned here is the durable a
+ * reference worker of the same run derives and binds (MSG-017).
+ */
+export const REFERENCE_PREFETCH = 4;
+
+/** The prefetch a node of a flow of `flowType` uses on the embedded broker unless one is configured. */
 export function defaultPrefetch(flowType: FlowType): number {
   return flowType === FlowType.batch ? BATCH_PREFETCH : DEFAULT_PREFETCH;
 }
@@ -146,6 +153,8 @@ export interface TopologyNode {
   readonly joinPolicy: JsonObject | null;
   /** The node's delivery override (`NodeSpec.delivery`); `null` takes the flow type's preset. */
   readonly delivery: JsonObject | null;
+  /** Inputs each replica takes ahead (`NodeSpec.prefetch`); `null` or absent takes the run's. */
+  readonly prefetch?: number | null;
 }
 
 /** Run-wide settings every channel and subscription of a run is derived with. */
@@ -168,7 +177,10 @@ export interface TopologySettings {
    * publications until its consumers settle (the publisher backs off); a live_latest one evicts its oldest.
    */
   readonly channelMaxBytes?: number | null;
-  /** Deliveries a replica takes per receive beyond its processing credit ({@link defaultPrefetch}). */
+  /**
+   * Deliveries a replica takes per receive beyond its processing credit, for a node that sets none
+   * ({@link defaultPrefetch}; {@link REFERENCE_PREFETCH} over JetStream).
+   */
   readonly prefetch?: number;
   /** Bytes one receive may hand out (`VF_PREFETCH_BYTES`; {@link DEFAULT_BYTE_CREDIT}). */
   readonly byteCredit?: number;
@@ -192,6 +204,8 @@ export interface NodeRouting {
   readonly delivery: DeliveryPolicy;
   /** The join policy of a multi-parent node; `null` for a single parent. */
   readonly join: JoinPolicy | null;
+  /** The node's own prefetch, or `null` for the run's ({@link TopologySettings.prefetch}). */
+  readonly prefetch: number | null;
 }
 
 /** The flow's dead-letter stream: flow-scoped, outside every run, never removed by a run's teardown. */
@@ -429,6 +443,7 @@ export function nodeRouting(node: TopologyNode, flowType: FlowType, maxRetries?:
     partitioned: node.partitionBy !== null && node.nbTasks > 1,
     delivery: DeliveryPolicy.resolve(flowType, node.delivery, maxRetries ?? DEFAULT_MAX_RETRIES),
     join,
+    prefetch: node.prefetch ?? null,
   };
 }
 
@@ -457,7 +472,7 @@ export function dataSubscriptionSpec(
     child.nbTasks,
     child.partitioned,
     joinItemCredit(child.parents.length, child.join),
-    settings.prefetch ?? defaultPrefetch(settings.flowType),
+    child.prefetch ?? settings.prefetch ?? defaultPrefetch(settings.flowType),
   );
   return subscriptionSpecFor(
     dataSubscriptionId(channel, child.name, partition),

@@ -41,6 +41,7 @@ import {
   flowTopology,
   type ProvisionedTopology,
   provisionFlow,
+  REFERENCE_PREFETCH,
 } from "../messaging/topology.ts";
 import { RedisPayloadStore } from "./redis_payload.ts";
 import { openRuntimeStore } from "./runtime_stores.ts";
@@ -168,6 +169,7 @@ export async function provisionRun(options: ProvisionOptions): Promise<Provision
       ackWaitSeconds: options.ackWaitSeconds,
       ledgerBudget: ledger.budget,
       replicas: options.replicas,
+      prefetch: REFERENCE_PREFETCH,
     });
     const provisioned = await provisionTopology(backend, topology, `provision/${runId}`, options.natsUrl);
     return { topology: provisioned, ledgerBudget: ledger.budget, warnings };

@@ -36,7 +36,7 @@ Deno.test("vf provision creates a run's streams and durables, and a second one c
     assert.ok(
       first.out.includes(
         "durable square--from--count: filter_subject=vf.squares.r1.count ack_policy=explicit ack_wait=60s " +
-          "max_deliver=4 max_ack_pending=514",
+          "max_deliver=4 max_ack_pending=10",
       ),
       first.out.join("\n"),
     );

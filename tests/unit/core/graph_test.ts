@@ -219,8 +219,9 @@ Deno.test("framework params of the wrong type are configuration errors, one per 
     deviceType: "tpu" as "gpu",
     partitionBy: "",
     image: 3 as unknown as string,
+    prefetch: -1,
   }).from(src);
-  const sink = new Sink({ name: "sink", metadata: 1 as unknown as boolean }).from(proc);
+  const sink = new Sink({ name: "sink", metadata: 1 as unknown as boolean, prefetch: 1.5 }).from(proc);
   const diagnostics = check(sink);
   assert.deepEqual(lines(diagnostics), [
     "error VF_CONFIG src",
@@ -228,11 +229,13 @@ Deno.test("framework params of the wrong type are configuration errors, one per 
     "error VF_CONFIG p",
     "error VF_CONFIG p",
     "error VF_CONFIG p",
+    "error VF_CONFIG p",
+    "error VF_CONFIG sink",
     "error VF_CONFIG sink",
   ]);
   assert.deepEqual(
     diagnostics.map((d) => d.message.match(/: (\w+) must be/)?.[1]),
-    ["isFinite", "image", "nbTasks", "deviceType", "partitionBy", "metadata"],
+    ["isFinite", "image", "prefetch", "nbTasks", "deviceType", "partitionBy", "prefetch", "metadata"],
   );
   assertOnly(
     check(new Sink({ name: "s" }).from(new Src({ name: "" }))),
