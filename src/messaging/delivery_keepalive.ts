@@ -63,6 +63,11 @@ export class DeliveryKeepalive<H extends KeptDelivery> {
     this.#held.delete(held);
   }
 
+  /** How many deliveries are held. */
+  get size(): number {
+    return this.#held.size;
+  }
+
   /** Renews every held delivery's lease every `max(1 s, ack_wait / 3)` (EOS markers' by their own wait). */
   arm(ackWaitSeconds: number): void {
     const interval = Math.max(1, Math.min(ackWaitSeconds, EOS_ACK_WAIT_SECONDS) / 3);

@@ -43,7 +43,12 @@ export interface InputSettlementOptions<H> {
   /** The node's ledger, told of ids proven received. */
   readonly runtime: FlowRuntime;
   /** The held deliveries, which a settled one leaves. */
-  readonly held: { delete(held: H): void };
+  readonly held: { delete(held: H): void; readonly size: number };
+  /**
+   * Held deliveries at which the broker gives this replica no more (its credit on a parent's durable:
+   * prefetch plus item credit): a received-id write then no longer lingers for ids that cannot come.
+   */
+  readonly creditHeld: number;
   /** The received-id writes a settlement waits for. */
   readonly received: { writeOf(delivery: Delivery): ReceivedWrite | undefined };
   /** The payload obligations a confirmed settlement releases. */
@@ -59,7 +64,8 @@ export interface InputSettlementOptions<H> {
 export class InputSettlement<H extends SettledDelivery> {
   readonly #backend: MessagingBackend;
   readonly #runtime: FlowRuntime;
-  readonly #held: { delete(held: H): void };
+  readonly #held: { delete(held: H): void; readonly size: number };
+  readonly #creditHeld: number;
   readonly #received: { writeOf(delivery: Delivery): ReceivedWrite | undefined };
   readonly #payloads: InputSettlementOptions<H>["payloads"];
   readonly #work: { readonly abandoned: boolean };
@@ -71,6 +77,7 @@ export class InputSettlement<H extends SettledDelivery> {
     this.#backend = options.backend;
     this.#runtime = options.runtime;
     this.#held = options.held;
+    this.#creditHeld = options.creditHeld;
     this.#received = options.received;
     this.#payloads = options.payloads;
     this.#work = options.work;
@@ -81,7 +88,8 @@ export class InputSettlement<H extends SettledDelivery> {
    * Settles one held delivery once; a reader's payload obligation is released only after a confirmed
    * Completed or Terminal settlement (never on SettleUnknown, PAY-004). A settlement other than a retry
    * first waits for the ledger write noting the delivery; `lingering` (an ack the node does not wait for)
-   * lets that write wait out its linger, anything else sends it at once.
+   * lets that write wait out its linger while more deliveries can still come to join it (the replica holds
+   * less than its credit), anything else sends it at once.
    */
   async settle(
     held: H,
@@ -90,10 +98,11 @@ export class InputSettlement<H extends SettledDelivery> {
   ): Promise<SettlementOutcome | null> {
     if (held.settled) return null;
     held.settled = true;
+    const starved = this.#held.size >= this.#creditHeld;
     this.#held.delete(held);
     const recording = this.#received.writeOf(held.delivery);
     if (recording !== undefined && outcome.kind !== "retry") {
-      if (!lingering) recording.ready();
+      if (!lingering || starved) recording.ready();
       await recording.written;
     }
     // A settle that waited for its ledger write across a crash never reaches the broker: the write did not

@@ -165,6 +165,7 @@ import {
 import { OrderedRelease } from "./ordered_release.ts";
 import { InFlight } from "./in_flight.ts";
 import {
+  consumerCredit,
   dataSubscriptionId,
   dataSubscriptionSpec,
   DEFAULT_ACK_WAIT_SECONDS,
@@ -175,6 +176,7 @@ import {
   durableNameOf,
   eosSubscriptionId,
   eosSubscriptionSpec,
+  joinItemCredit,
   type NodeRouting,
 } from "./topology.ts";
 import { OrderedPublisher } from "./ordered_publisher.ts";
@@ -579,10 +581,11 @@ export class BrokerMessenger implements Messenger {
       retire: (held) => this.#settlement.retire(held),
       clock: this.#clock,
     });
-    // Ids that send a lingering received-set write at once: half the in-flight depth.
+    // Ids that send a lingering received-set write at once: half the in-flight depth, and no more than one
+    // receive brings (the prefetch), or a write would wait for ids its own unacked deliveries hold back.
     this.#received = new ReceivedRecorder({
       runtime: this.#runtime,
-      batchIds: Math.max(1, Math.floor(inFlight / 2)),
+      batchIds: Math.max(1, Math.min(Math.floor(inFlight / 2), this.#prefetch)),
       work: this.#work,
       clock: this.#clock,
     });
@@ -652,6 +655,9 @@ export class BrokerMessenger implements Messenger {
       batchEntries: CALL_BATCH_ENTRIES,
       runtime: this.#runtime,
       held: this.#held,
+      creditHeld: this.#parents.length === 0
+        ? Infinity
+        : consumerCredit(1, true, joinItemCredit(this.#parents.length, this.#join), this.#prefetch),
       received: this.#received,
       payloads: this.#payloads,
       work: this.#work,

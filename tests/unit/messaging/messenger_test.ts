@@ -846,7 +846,6 @@ Deno.test("received batches that arrive while a received-set write runs are note
 Deno.test("a trickle of received ids waits up to the linger to share one write; a full batch is written at once", async () => {
   await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
     const cam = await flow.open("cam");
-    await produce(flow, cam, [1, 2, 3], false);
     const store = new WatchedStore(flow.store);
     const writtenAt: number[] = [];
     const cas = store.cas.bind(store);
@@ -854,11 +853,13 @@ Deno.test("a trickle of received ids waits up to the linger to share one write; 
       if (key.includes("/received/")) writtenAt.push(flow.clock.monotonic());
       return cas(key, expectedVersion, value);
     };
-    // One delivery per receive: three batches of one, received in turn, as a slow node takes them. (How
-    // many writes they share depends on how far the fake clock moves while the file ledger works.)
-    const det = await flow.open("det", 0, { runtime: runtimeOver(flow, "det", store), prefetch: 1 });
+    // Items that trickle in, one per receive, to a node that could take 4 at once: three batches of one,
+    // received in turn. (How many writes they share depends on how far the fake clock moves while the
+    // file ledger works.)
+    const det = await flow.open("det", 0, { runtime: runtimeOver(flow, "det", store), prefetch: 4 });
     const startedAt = flow.clock.monotonic();
     for (const item of [1, 2, 3]) {
+      await produce(flow, cam, [item], false);
       assert.equal((await flow.drive(det.receiveMessage())).cam?.message, item);
       await flow.drive(det.ackInputs());
     }
