@@ -287,6 +287,15 @@ type SendResult =
   | { readonly kind: "refused"; readonly reason: string; readonly retryable: boolean }
   | { readonly kind: "lost"; readonly reason: string };
 
+/**
+ * Forgets the sequences settled here at or below the durable's ack floor: the server holds nothing of them
+ * any more (no advisory or drop can name them), so what is kept stays the window above the floor, however
+ * long the run.
+ */
+function forgetSettledUpTo(state: SubState, floor: number): void {
+  for (const seq of state.settled) if (seq <= floor) state.settled.delete(seq);
+}
+
 /** Why a request got no answer, in words. */
 function unanswered(outcome: Exclude<ReplyOutcome, { kind: "reply" }>): string {
   switch (outcome.kind) {
@@ -439,6 +448,23 @@ export class JetStreamMessagingBackend implements MessagingBackend {
   /** Envelope bytes this client holds unsettled right now, parked or handed out. */
   residentBytes(): number {
     return this.#resident;
+  }
+
+  /**
+   * How many sequences of `subscription` settled here this client still keeps (for its drop and advisory
+   * accounting): those above the durable's ack floor as last observed, so bounded by the unsettled window,
+   * not by the run's length.
+   */
+  settledKept(subscription: SubscriptionId): number {
+    return this.#subs.get(subscriptionKey(subscription))?.settled.size ?? 0;
+  }
+
+  /**
+   * How many first sends this client still keeps for `observePublication`: those inside their stream's
+   * duplicate window, so bounded by the publication rate times the window, not by the run's length.
+   */
+  sendsKept(): number {
+    return this.#sent.size;
   }
 
   // ---- capabilities and provisioning ---------------------------------------------------------------
@@ -1360,6 +1386,7 @@ export class JetStreamMessagingBackend implements MessagingBackend {
     const retainedOf = (seqs: Set<number> | undefined) => [...(seqs ?? [])].filter((seq) => seq >= first);
     const unresolved = new Set([...retainedOf(state?.exhausted), ...retainedOf(state?.lapsing)]).size;
     const floor = consumer.ack_floor.stream_seq;
+    if (state !== undefined) forgetSettledUpTo(state, floor);
     const settledBetween = [...(state?.settled ?? [])].filter((seq) => seq > floor && seq < first).length;
     const dropped = Math.max(0, first - 1 - floor - settledBetween);
     const channel = this.#channels.get(channelKey(subscription.channel));
