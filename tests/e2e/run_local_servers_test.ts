@@ -167,6 +167,64 @@ Deno.test("over NATS and Redis, the summary of a finished run reads the servers 
   });
 });
 
+Deno.test("over NATS and Redis, a batch stream at its byte limit pushes back on its producer: the stream stays within the limit and every item arrives once", async () => {
+  await withServers(async (nats, redis) => {
+    await inTempDir(async (dir) => {
+      const flow = await writeFlow(
+        dir,
+        ["PaddedCount", "SlowPass"],
+        pipeline(
+          "full-servers",
+          `new PaddedCount({ name: "count", n: 300, padBytes: 300_000 })`,
+          `new SlowPass({ name: "middle", delayMs: 10 })`,
+          dir,
+        ),
+      );
+      const child = startVf(
+        [
+          "run-local",
+          flow,
+          "--state",
+          join(dir, "state"),
+          "--channel-max-mib",
+          "64",
+          ...serverArgs(nats, redis),
+        ],
+        { cwd: dir },
+      );
+      // 300 items of 300 kB are 86 MiB: more than the producer's stream may hold (a share of 64 MiB).
+      const stream = "vf-full-servers-";
+      let peak = { bytes: 0, maxBytes: 0 };
+      let running = true;
+      const sampling = (async () => {
+        while (running) {
+          const jsz = await (await fetch(`${nats.monitorUrl}/jsz?accounts=true&streams=true&config=true`))
+            .json();
+          for (const account of jsz.account_details ?? []) {
+            for (const s of account.stream_detail ?? []) {
+              if (!s.name.startsWith(stream) || !s.name.endsWith("-count")) continue;
+              if (s.state.bytes > peak.bytes) peak = { bytes: s.state.bytes, maxBytes: s.config.max_bytes };
+            }
+          }
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        }
+      })();
+      const run = await finished(child);
+      running = false;
+      await sampling;
+      assert.equal(run.code, 0, run.text);
+      const items = (await sinkLines(join(dir, "out.jsonl"))).map((line) => (line.value as { i: number }).i);
+      assert.deepEqual(items.sort((a, b) => a - b), range(1, 300), "every item once");
+      assert.ok(peak.maxBytes > 0 && peak.maxBytes <= 64 * 1024 * 1024, JSON.stringify(peak));
+      assert.ok(
+        peak.bytes <= peak.maxBytes,
+        `the stream held ${peak.bytes} B over its ${peak.maxBytes} B limit`,
+      );
+      assert.ok(peak.bytes >= peak.maxBytes * 0.75, `the stream filled up (${JSON.stringify(peak)})`);
+    });
+  });
+});
+
 Deno.test("over NATS and Redis, poison items are dead-lettered once each (vf dlq lists them) and every other item sinks", async () => {
   await withServers(async (nats, redis) => {
     await inTempDir(async (dir) => {
