@@ -342,6 +342,12 @@ export function forwardedSettings(env: Readonly<Record<string, string | undefine
 
 /** How long a realtime flow's producers wait before the live view names the replicas they wait for. */
 const HELD_NOTICE_SECONDS = 5;
+/**
+ * How long after a stop a replica still inside `open()` is waited for before the run is ended without it.
+ * It holds no input yet (a replica receives only once open), so ending it loses nothing; without a bound a
+ * stop would wait for an `open()` that never returns as long as it hangs.
+ */
+export const STOP_OPENING_GRACE_SECONDS = 10;
 
 /** How long a forced stop waits for the replicas it killed to be reported gone. */
 const FORCED_EXIT_WAIT_SECONDS = 3;
@@ -556,6 +562,8 @@ export class LocalEngine {
   });
   /** What asked the flow to stop (a signal, or the caller's {@link LocalRunOptions.signal}), if anything did. */
   #stoppedBy: StopRequester | null = null;
+  /** When the first stop came (seconds, `performance.now()`), or null. */
+  #stoppedAt: number | null = null;
   /**
    * Every producer replica had ended its stream on its own when the stop came: the stop cut nothing short,
    * the rest of the flow finished what it held, and the run is finished (a re-run would make it all again).
@@ -760,6 +768,7 @@ export class LocalEngine {
     }
     this.#stopping = true;
     this.#stoppedBy = signal;
+    this.#stoppedAt = now;
     const producers = this.#replicas.filter((r) => r.spec.kind === NodeKind.producer);
     this.#sourcesEndedBeforeStop = producers.length > 0 && producers.every((r) => r.state === NodeState.done);
     const kept = this.#broker.outlivesSupervisor;
@@ -815,6 +824,30 @@ export class LocalEngine {
   /** The replicas held producers wait for: not opened yet, and not ended. */
   #openingReplicas(): Replica[] {
     return this.#replicas.filter((r) => !this.#held.includes(r) && !r.ready && !hasEnded(r));
+  }
+
+  /**
+   * Ends the run once a stop is {@link STOP_OPENING_GRACE_SECONDS} old and replicas are still opening,
+   * naming them: they hold no input, and what the others hold goes back to the streams for a re-run.
+   */
+  #endStillOpening(now: number): void {
+    if (this.#stoppedAt === null || this.#ending || now - this.#stoppedAt < STOP_OPENING_GRACE_SECONDS) return;
+    const opening = this.#replicas.filter((r) =>
+      !r.ready && r.exitCode === null && r.kill !== null && !this.#held.includes(r)
+    );
+    if (opening.length === 0) return;
+    const names = opening.map((r) => `${r.spec.name}[${r.index}]`).join(", ");
+    const { flowId, runId } = this.#options;
+    this.#killTheRest(
+      `stopping flow ${flowId}: ${names} still opening ${STOP_OPENING_GRACE_SECONDS} s after the stop (open() ` +
+        `has not returned), so the run ends without waiting for it; run it again with --run-id ${runId} to go on`,
+      new FlowFailed(
+        `stopped while ${names} was still opening`,
+        "find why open() does not return (a model that never loads, a device that never answers)",
+        { flow: flowId, run: runId },
+      ),
+      null,
+    );
   }
 
   /** Says once, after {@link HELD_NOTICE_SECONDS}, which replicas the held producers are waiting for. */
@@ -1562,6 +1595,7 @@ export class LocalEngine {
         }
       }
       this.#noticeHeld(now);
+      this.#endStillOpening(now);
       if (now - shownAt >= refresh / 1000) {
         shownAt = now;
         const snapshots = this.#snapshots();

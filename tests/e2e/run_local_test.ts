@@ -11,7 +11,7 @@ import { EFFECT_KEY_PREFIX, EFFECT_MARKER_SHARDS } from "../../src/runtime/idemp
 import { decodeEnvelope, decodePayload } from "../../src/wire/codec.ts";
 import { Barrier, crash, FaultSchedule, nth, pause } from "../../src/backends/faults.ts";
 import { V8_HEAP_FLAGS } from "../../src/engines/deno_config.ts";
-import { LOCAL_BATCH_MAX_MSGS } from "../../src/engines/local.ts";
+import { LOCAL_BATCH_MAX_MSGS, STOP_OPENING_GRACE_SECONDS } from "../../src/engines/local.ts";
 import { decodeAll, makeClip } from "../fixtures/video/clips.ts";
 import { MAY_MOUNT, mountCommand } from "../support/mounts.ts";
 
@@ -1393,6 +1393,35 @@ Deno.test("a realtime flow's producer waits until every other replica opened: a 
     assert.match(run.stdout, /count +waiting/, "the producer is shown waiting while the model loads");
     assert.match(run.text, /the producers wait for model\[0\] to open/);
     assert.match(run.stdout, /model +starting/, "a node still opening is shown starting, not running");
+  });
+});
+
+Deno.test("a stop while a node's open() never returns ends the run within the grace, naming the node (exit 4), instead of waiting on it", async () => {
+  await inTempDir(async (dir) => {
+    const flow = await writeFlow(
+      dir,
+      ["Count", "SlowOpen"],
+      pipeline(
+        "hung-open",
+        `new Count({ name: "count", n: 20, delayMs: 100 })`,
+        `new SlowOpen({ name: "model", openMs: 3_600_000 })`,
+        dir,
+      ),
+    );
+    const child = startVf(["run-local", flow, "--state", join(dir, "state"), "--flow-type", "realtime"], {
+      cwd: dir,
+    });
+    await new Promise((resolve) => setTimeout(resolve, 3000));
+    const stoppedAt = performance.now();
+    child.kill("SIGTERM");
+    const run = await finished(child);
+    const seconds = (performance.now() - stoppedAt) / 1000;
+    assert.equal(run.code, 4, run.text);
+    assert.match(
+      run.text,
+      new RegExp(`model\\[0\\] still opening ${STOP_OPENING_GRACE_SECONDS} s after the stop`),
+    );
+    assert.ok(seconds < STOP_OPENING_GRACE_SECONDS + 15, `ended ${seconds.toFixed(0)} s after the stop`);
   });
 });
 
