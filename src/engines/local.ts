@@ -388,6 +388,8 @@ interface Replica {
   /** The supervisor ended it because the run could not go on: its status is not the run's. */
   endedBySupervisor: boolean;
   lastReportAt: number;
+  /** When its current (or last) launch began (seconds, `performance.now()`). */
+  launchedAt: number;
   /** Its node opened in some launch (its first report said so): it takes (or makes) items. */
   ready: boolean;
   /** The current launch sent its exit report: it ended through its task, not by `Deno.exit` in node code. */
@@ -827,13 +829,15 @@ export class LocalEngine {
   }
 
   /**
-   * Ends the run once a stop is {@link STOP_OPENING_GRACE_SECONDS} old and replicas are still opening,
-   * naming them: they hold no input, and what the others hold goes back to the streams for a re-run.
+   * Ends the run once replicas are still opening {@link STOP_OPENING_GRACE_SECONDS} after the stop (or after
+   * their launch, when that came later), naming them: they hold no input, and what the others hold goes
+   * back to the streams for a re-run.
    */
   #endStillOpening(now: number): void {
-    if (this.#stoppedAt === null || this.#ending || now - this.#stoppedAt < STOP_OPENING_GRACE_SECONDS) return;
-    const opening = this.#replicas.filter((r) =>
-      !r.ready && r.exitCode === null && r.kill !== null && !this.#held.includes(r)
+    const stoppedAt = this.#stoppedAt;
+    if (stoppedAt === null || this.#ending) return;
+    const opening = this.#openingReplicas().filter((r) =>
+      r.kill !== null && now - Math.max(stoppedAt, r.launchedAt) >= STOP_OPENING_GRACE_SECONDS
     );
     if (opening.length === 0) return;
     const names = opening.map((r) => `${r.spec.name}[${r.index}]`).join(", ");
@@ -876,6 +880,7 @@ export class LocalEngine {
         : {
           channelMaxBytes: this.#options.channelMaxBytes ?? DEFAULT_CHANNEL_MAX_BYTES,
           batchMaxMsgs: LOCAL_BATCH_MAX_MSGS,
+          perSubjectLimits: true,
         }),
     });
     await this.#broker.provision(topology, `run-local/${runId}`);
@@ -903,6 +908,7 @@ export class LocalEngine {
             streamEnded: false,
             endedBySupervisor: false,
             lastReportAt: performance.now() / 1000,
+            launchedAt: performance.now() / 1000,
             ready: false,
             exitReported: false,
             stats: null,
@@ -1032,6 +1038,7 @@ export class LocalEngine {
 
   #launch(replica: Replica): void {
     replica.lastReportAt = performance.now() / 1000;
+    replica.launchedAt = replica.lastReportAt;
     replica.exitCode = null;
     replica.reason = null;
     replica.endMarker = null;

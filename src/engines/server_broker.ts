@@ -211,10 +211,16 @@ export class ServerRunBroker implements RunBroker {
     return this.#backlog.get(node) ?? null;
   }
 
-  /** Reads every node's backlog again and waits for the answers (an unreadable one is then unknown). */
+  /**
+   * Reads every node's backlog again and waits for the answers (an unreadable one is then unknown); a read
+   * already out is waited for first, then one begun now follows it.
+   */
   async readAgain(): Promise<void> {
-    const nodes = new Set(this.#topology?.channels.map((channel) => channel.id.node) ?? []);
-    await Promise.all([...nodes].map((node) => this.#readBacklog(node)));
+    const nodes = [...new Set(this.#topology?.channels.map((channel) => channel.id.node) ?? [])];
+    await Promise.all(nodes.map(async (node) => {
+      await this.#reading.get(node);
+      await this.#readBacklog(node);
+    }));
   }
 
   /** Reads `node`'s data durables once; while a read is out another waits for it rather than start one. */

@@ -193,9 +193,11 @@ export class EosDrain {
     return new FlowStalled(
       `${announced - received} of the ${announced} items ${parent.name} announced never reached this node ` +
         `(${received} received), and for ${seconds.toFixed(0)} s the broker has held none of them on ` +
-        `${parent.durable}: it dropped messages it had accepted`,
-      "check the broker's log around the run (a nats-server stopped or restarted mid-run drops a pull " +
-        "delivery in flight); rerun with a fresh run id, or make the lost items again upstream",
+        `${parent.durable}: the broker dropped messages it had accepted, or ${parent.name} counted items ` +
+        "it never published",
+      "check the broker's log around the run (nats-server 2.9.10 stopped or restarted mid-run drops a pull " +
+        "delivery in flight) and the parent's published records; rerun with a fresh run id, or make the " +
+        "missing items again upstream",
       {
         parent: parent.name,
         durable: parent.durable,

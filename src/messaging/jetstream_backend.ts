@@ -502,10 +502,9 @@ export class JetStreamMessagingBackend implements MessagingBackend {
       );
     }
     const requested = streamConfigFor(spec, this.#labels);
-    const wire = spec.perSubjectLimits
-      ? streamConfigFor({ ...spec, perSubjectLimits: false }, this.#labels)
-      : null;
-    const info = await this.#ensureStream(requested, spec.id.node, wire);
+    // A reference worker's stream carries no owner labels: WIRE.md's form is compared without them.
+    const wire = spec.perSubjectLimits ? streamConfigFor({ ...spec, perSubjectLimits: false }, false) : null;
+    const { info, asWire } = await this.#ensureStream(requested, spec.id.node, wire);
     await this.#ensureDeadLetters(spec.id.flowId, spec.replicas);
     if (spec.retention === Retention.interest) await this.#ensureInterest(spec, requested.name);
     const effective = info.config as unknown as Readonly<Record<string, unknown>>;
@@ -522,7 +521,6 @@ export class JetStreamMessagingBackend implements MessagingBackend {
       heldBytes: held?.heldBytes ?? 0,
       rejected: held?.rejected ?? 0,
     });
-    const asWire = wire !== null && configMismatches(wire, effective).length === 0;
     return Object.freeze({
       spec,
       effective: Object.freeze({ ...effective }),
@@ -541,7 +539,8 @@ export class JetStreamMessagingBackend implements MessagingBackend {
     requested: RequestedStream,
     what: string,
     wire: RequestedStream | null = null,
-  ): Promise<StreamInfo> {
+  ): Promise<{ readonly info: StreamInfo; readonly asWire: boolean }> {
+    let asWire = false;
     const existing = await this.#streamInfoOrNull(requested.name, what);
     if (existing === null) {
       try {
@@ -560,7 +559,7 @@ export class JetStreamMessagingBackend implements MessagingBackend {
           { stream: requested.name, mismatches: immutable },
         );
       }
-      const asWire = wire !== null && configMismatches(wire, effective).length === 0;
+      asWire = wire !== null && configMismatches(wire, effective).length === 0;
       if (!asWire && configMismatches(requested, effective).length > 0) {
         try {
           await this.#jsm.streams.update(requested.name, requested as StreamConfig);
@@ -573,7 +572,7 @@ export class JetStreamMessagingBackend implements MessagingBackend {
     if (info === null) {
       throw new BrokerUnavailable(`stream ${requested.name} was created but cannot be read back`);
     }
-    return info;
+    return { info, asWire };
   }
 
   /**
@@ -943,7 +942,7 @@ export class JetStreamMessagingBackend implements MessagingBackend {
       return publicationUnresolvable(
         envelope.publicationId,
         sent === undefined
-          ? "this client never sent the publication: its duplicate window cannot be placed"
+          ? "this client never sent the publication, or sent it longer ago than its duplicate window"
           : "the stream's duplicate window has passed since the first send",
       );
     }
@@ -1051,8 +1050,9 @@ export class JetStreamMessagingBackend implements MessagingBackend {
    * Whether this client alone holds all of the durable's credit (`max_ack_pending`): then the server
    * delivers nothing more until one is settled, and a `no_wait` pull would only sit open for
    * {@link noWaitSeconds} (nats-server 2.9.10 does not answer it): at the spec's prefetch of 4 that
-   * waited 0.1 s for every few inputs. Replicas sharing the durable hold some of it too; this counts
-   * only this client's, so it may still pull in vain, never skip a pull that could bring something.
+   * waited 0.1 s for every few inputs. Replicas sharing the durable hold some of it too; this counts only
+   * this client's, so it may still pull in vain. The credit compared is the subscription's own; a durable
+   * made elsewhere with more only gets fewer `no_wait` pulls (the long pull still brings what it has).
    */
   #creditHeld(state: SubState): boolean {
     const held = state.parked.length + (this.#handedOutBySub.get(subscriptionKey(state.spec.id)) ?? 0);
@@ -1274,6 +1274,7 @@ export class JetStreamMessagingBackend implements MessagingBackend {
       );
     }
     if (this.#staleness(state, own) !== null) {
+      this.#release(own);
       return settleStale(token, state.latest.get(own.streamSequence) ?? own.attempt, state.generation);
     }
     const context = {
@@ -1284,6 +1285,7 @@ export class JetStreamMessagingBackend implements MessagingBackend {
     if (faultsInstalled()) {
       await barrier(Barrier.messageSettleBefore, context);
       if (this.#staleness(state, own) !== null) {
+        this.#release(own);
         return settleStale(token, state.latest.get(own.streamSequence) ?? own.attempt, state.generation);
       }
     }
@@ -1345,7 +1347,11 @@ export class JetStreamMessagingBackend implements MessagingBackend {
     const own = JetStreamToken.own(token);
     if (own === null || own.state !== LIVE) return false;
     const state = this.#subs.get(subscriptionKey(token.subscription));
-    if (state === undefined || this.#staleness(state, own) !== null) return false;
+    if (state === undefined || this.#staleness(state, own) !== null) {
+      // A token no longer current holds nothing here: its bytes and credit leave this client's count.
+      this.#release(own);
+      return false;
+    }
     own.state = RETIRED;
     this.#release(own);
     return true;

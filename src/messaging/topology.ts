@@ -190,6 +190,12 @@ export interface TopologySettings {
   readonly replicas?: number;
   /** The provisioning generation recorded in owner labels; none by default. */
   readonly generation?: string | null;
+  /**
+   * Every channel keeps terminators apart from data (the embedded broker's choice: a join holding a whole
+   * batch channel as unmatched halves then never refuses its parent's end marker); by default only an
+   * evicting channel does, and a refusing one is WIRE.md's shared slot.
+   */
+  readonly perSubjectLimits?: boolean;
   /** Per channel (node name), the messaging profile the composition planner assigned; else the flow type's. */
   readonly profiles?: Readonly<Record<string, MessagingProfile>>;
 }
@@ -313,6 +319,8 @@ export function defaultProfile(flowType: FlowType): MessagingProfile {
 /** What {@link channelSpecFor} shapes a channel with beyond its profile. */
 export interface ChannelShape {
   readonly required?: readonly SubscriptionId[];
+  /** Data and terminators count against separate limits; by default only on an evicting channel. */
+  readonly perSubjectLimits?: boolean;
   readonly realtimeBuffer?: number;
   readonly batchMaxMsgs?: number;
   readonly replicas?: number;
@@ -327,8 +335,9 @@ export interface ChannelShape {
  * On an evicting channel data and end-of-stream markers count against separate limits, so a publication
  * never evicts a terminator (EOS is never dropped: another replica's later frame would otherwise push a
  * replica's end out of a one-message stream) and a terminator never evicts the freshest frame. A refusing
- * channel evicts nothing, so its limit is one for both, exactly WIRE.md's stream (a reference worker's
- * stream is then this one): a terminator refused by a full channel is published again once it has room.
+ * channel evicts nothing, so by default its limit is one for both, exactly WIRE.md's stream (a reference
+ * worker's stream is then this one): a terminator refused by a full channel is published again once it has
+ * room. `shape.perSubjectLimits` keeps terminators apart on every channel (the embedded broker's choice).
  * The owner labels name the run and the node.
  */
 export function channelSpecFor(
@@ -356,7 +365,7 @@ export function channelSpecFor(
     persistence: false,
     requiredSubscriptions: shape.required ?? [],
     ownerLabels: ownerLabels(flowId, runId, node, "stream", shape.generation ?? null),
-    perSubjectLimits: live,
+    perSubjectLimits: shape.perSubjectLimits ?? live,
   });
 }
 
@@ -547,6 +556,7 @@ export function flowTopology(nodes: readonly TopologyNode[], settings: TopologyS
           maxBytes: channelShare(settings.channelMaxBytes ?? null, node.nbTasks),
           replicas: settings.replicas,
           generation: settings.generation,
+          perSubjectLimits: settings.perSubjectLimits,
         },
       ),
     );

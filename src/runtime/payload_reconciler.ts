@@ -13,6 +13,9 @@
 import type { Clock, TimerHandle } from "../backends/clock.ts";
 import type { ObligationLedger, PayloadStore, ReclamationObservation } from "../backends/payload.ts";
 
+/** How long {@link PayloadReconciler.stop} waits for a pass still running, in seconds. */
+export const STOP_WAIT_SECONDS = 5;
+
 /** What a {@link PayloadReconciler} reconciles, how often, and where it says what a pass did. */
 export interface PayloadReconcilerOptions {
   readonly store: PayloadStore;
@@ -52,12 +55,21 @@ export class PayloadReconciler {
     return this.#passes;
   }
 
-  /** Schedules no more passes and waits for the one running, if any. */
+  /**
+   * Schedules no more passes and waits for the one running, if any, for at most
+   * {@link STOP_WAIT_SECONDS} (a pass against a store that stopped answering is left to end on its own).
+   */
   async stop(): Promise<void> {
     this.#stopped = true;
     this.#timer?.cancel();
     this.#timer = null;
-    await this.#running;
+    if (this.#running === null) return;
+    const gaveUp = new AbortController();
+    await Promise.race([
+      this.#running,
+      this.#options.clock.sleep(STOP_WAIT_SECONDS, gaveUp.signal).catch(() => {}),
+    ]);
+    gaveUp.abort();
   }
 
   #pass(): void {
@@ -67,8 +79,7 @@ export class PayloadReconciler {
       (observation) => {
         if (observation.reclaimed.length > 0 || observation.unknown.length > 0) onPass?.(observation);
       },
-      onError,
-    ).finally(() => {
+    ).catch(onError).finally(() => {
       this.#passes++;
       this.#running = null;
       this.#schedule();
