@@ -55,3 +55,29 @@ Deno.test("settled sequences are forgotten once the ack floor passes them, first
     await nats.stop();
   }
 });
+
+Deno.test("a stale token's settlement gives back what it held: after a redelivery, nothing stays counted", async () => {
+  const nats = await startNatsServer();
+  const backend = await JetStreamMessagingBackend.connect({ url: nats.url });
+  try {
+    const channel = makeChannel("stale", "r1", "cam", "reliable_work", "interest", {
+      required: [subscriptionId(makeChannel("stale", "r1", "cam", "reliable_work", "interest").id, "det")],
+    });
+    await backend.ensureChannel(channel, "c");
+    const subscription = makeSubscription(channel.id, "det", { ackWaitSeconds: 1, itemCredit: 1 });
+    await backend.ensureSubscription(subscription, "s");
+    const deadline = () => systemClock.monotonic() + 10;
+    await backend.publishBatch([makeEnvelope(channel.id, "p-1")], deadline());
+    const [first] = await backend.receive(subscription.id, 1, 1 << 20, deadline());
+    await systemClock.sleep(1.5);
+    const [again] = await backend.receive(subscription.id, 1, 1 << 20, deadline());
+    assert.equal(again.token.attempt, 2, "delivered again once the lease lapsed");
+    const stale = await backend.settle(first.token, completed(), "s-stale");
+    assert.equal(stale.kind, "settle_stale");
+    assert.equal((await backend.settle(again.token, completed(), "s-again")).kind, "settle_confirmed");
+    assert.equal(backend.residentBytes(), 0, "neither delivery is counted as held any more");
+  } finally {
+    await backend.shutdown();
+    await nats.stop();
+  }
+});
