@@ -463,6 +463,56 @@ type SectionKey = typeof SECTION_KEYS[number];
 /** The sections run without `--sections`: all but `growth`, whose full figures take an hour. */
 const DEFAULT_SECTIONS: readonly SectionKey[] = SECTION_KEYS.filter((key) => key !== "growth");
 
+/**
+ * What a sink's arrivals give beside a baseline's, round by round: throughput (aiming at `aim` × the
+ * baseline, which `baselineShort` names in the aim), CPU per item, latency p50 and p99.
+ */
+function arrivalFigures(
+  section: string,
+  flow: readonly ArrivalSummary[],
+  baseline: readonly ArrivalSummary[],
+  baselineName: string,
+  aim: number,
+  baselineShort: string,
+): Figure[] {
+  const pair = (pick: (summary: ArrivalSummary) => number | null) => ({
+    rounds: flow.map(pick),
+    baselineRounds: baseline.map(pick),
+    baselineName,
+  });
+  return [
+    figure({
+      section,
+      name: "throughput, first to last item at the sink",
+      unit: "items/s",
+      better: "higher",
+      ...pair((s) => s.itemsPerSecond),
+      aim: { text: `≥ ${aim} × ${baselineShort}`, met: (_, ratio) => ratio !== null && ratio >= aim },
+    }),
+    figure({
+      section,
+      name: "CPU per item, first to last at the sink (every thread of this process)",
+      unit: "µs/item",
+      better: "lower",
+      ...pair((s) => s.cpuUsPerItem),
+    }),
+    figure({
+      section,
+      name: "latency p50, producer stamp to sink",
+      unit: "ms",
+      better: "lower",
+      ...pair((s) => s.p50Ms),
+    }),
+    figure({
+      section,
+      name: "latency p99, producer stamp to sink",
+      unit: "ms",
+      better: "lower",
+      ...pair((s) => s.p99Ms),
+    }),
+  ];
+}
+
 async function smallItems(
   { settings, dir, stateDir, progress }: SectionContext,
   section: string,
@@ -488,51 +538,18 @@ async function smallItems(
     );
   }
   const bareName = `3 bare Workers, postMessage (window ${settings.window})`;
-  const pair = (pick: (summary: ArrivalSummary, startedAt: number) => number | null) => ({
-    rounds: flowRuns.map((r) => pick(r.summary, r.startedAt)),
-    baselineRounds: bareRuns.map((r) => pick(r.summary, r.startedAt)),
-  });
+  const flowSummaries = flowRuns.map((r) => r.summary);
+  const bareSummaries = bareRuns.map((r) => r.summary);
   return [
-    figure({
-      section,
-      name: "throughput, first to last item at the sink",
-      unit: "items/s",
-      better: "higher",
-      ...pair((s) => s.itemsPerSecond),
-      baselineName: bareName,
-      aim: { text: "≥ 0.5 × bare", met: (_, ratio) => ratio !== null && ratio >= 0.5 },
-    }),
-    figure({
-      section,
-      name: "CPU per item, first to last at the sink (every thread of this process)",
-      unit: "µs/item",
-      better: "lower",
-      ...pair((s) => s.cpuUsPerItem),
-      baselineName: bareName,
-    }),
-    figure({
-      section,
-      name: "latency p50, producer stamp to sink",
-      unit: "ms",
-      better: "lower",
-      ...pair((s) => s.p50Ms),
-      baselineName: bareName,
-    }),
-    figure({
-      section,
-      name: "latency p99, producer stamp to sink",
-      unit: "ms",
-      better: "lower",
-      ...pair((s) => s.p99Ms),
-      baselineName: bareName,
-    }),
+    ...arrivalFigures(section, flowSummaries, bareSummaries, bareName, 0.5, "bare"),
     figure({
       section,
       name: "start-up, engine run to first item at the sink",
       unit: "s",
       better: "lower",
-      ...pair((s, startedAt) => startupSeconds(startedAt, s)),
+      rounds: flowRuns.map((r) => startupSeconds(r.startedAt, r.summary)),
       baselineName: "3 bare Workers, spawn to first item",
+      baselineRounds: bareRuns.map((r) => startupSeconds(r.startedAt, r.summary)),
     }),
   ];
 }
@@ -1413,42 +1430,14 @@ function jetstreamItems(
     }
     const bareName =
       `bare nats.js, 3 Workers (msg ids, ${settings.window} PubAcks out, pull ${PULL_BATCH}, acks)`;
-    const pair = (pick: (summary: ArrivalSummary) => number | null) => ({
-      rounds: flowRuns.map((r) => pick(r.summary)),
-      baselineRounds: bareRuns.map((r) => pick(r.summary)),
-      baselineName: bareName,
-    });
-    return [
-      figure({
-        section,
-        name: "throughput, first to last item at the sink",
-        unit: "items/s",
-        better: "higher",
-        ...pair((s) => s.itemsPerSecond),
-        aim: { text: "≥ 0.7 × bare nats.js", met: (_, ratio) => ratio !== null && ratio >= 0.7 },
-      }),
-      figure({
-        section,
-        name: "CPU per item, first to last at the sink (every thread of this process)",
-        unit: "µs/item",
-        better: "lower",
-        ...pair((s) => s.cpuUsPerItem),
-      }),
-      figure({
-        section,
-        name: "latency p50, producer stamp to sink",
-        unit: "ms",
-        better: "lower",
-        ...pair((s) => s.p50Ms),
-      }),
-      figure({
-        section,
-        name: "latency p99, producer stamp to sink",
-        unit: "ms",
-        better: "lower",
-        ...pair((s) => s.p99Ms),
-      }),
-    ];
+    return arrivalFigures(
+      section,
+      flowRuns.map((r) => r.summary),
+      bareRuns.map((r) => r.summary),
+      bareName,
+      0.7,
+      "bare nats.js",
+    );
   });
 }
 

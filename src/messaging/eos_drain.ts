@@ -69,11 +69,10 @@ interface DrainState {
   quietSince: number | null;
   nextCheck: number;
   /**
-   * At the last EOS-7 check, every replica had ended and the broker held nothing for this node, yet the
-   * ledger noted fewer ids received than the parent announced: the held end markers are work that waits.
+   * Since when (monotonic seconds) the EOS-7 checks have found, without a break, every replica ended and
+   * the broker holding nothing for this node, yet the ledger noting fewer ids received than the parent
+   * announced (the held end markers are work that waits); null when the last check did not.
    */
-  barrierShort: boolean;
-  /** Since when the barrier has been short without a break (monotonic seconds), or null. */
   shortSince: number | null;
 }
 
@@ -118,7 +117,7 @@ export class EosDrain {
 
   /** Whether the last EOS-7 check found the barrier short with nothing left on the broker. */
   barrierShort(parent: DrainingParent): boolean {
-    return this.#states.get(parent.name)?.barrierShort ?? false;
+    return (this.#states.get(parent.name)?.shortSince ?? null) !== null;
   }
 
   /**
@@ -141,9 +140,9 @@ export class EosDrain {
    * unresolved (unless the node is best-effort, whose exhausted deliveries are dropped by design), keep
    * it open.
    *
-   * @throws FlowStalled (exit 5: the run can never finish) when the EOS-7 barrier stayed short, with nothing on the broker, for the
-   *   loss grace: the parent announced items the broker no longer holds (a server that dropped accepted
-   *   messages), which no wait brings back.
+   * @throws FlowStalled (exit 5: the run can never finish) when the EOS-7 barrier stayed short, with
+   *   nothing on the broker, for the loss grace: the parent announced items the broker no longer holds
+   *   (a server that dropped accepted messages), which no wait brings back.
    */
   async isDrained(parent: DrainingParent, now: number): Promise<boolean> {
     const drain = this.#stateOf(parent);
@@ -156,13 +155,11 @@ export class EosDrain {
       // The barrier is never complete while the broker holds work for this node or cannot be read, so the
       // ledger (terminators, every received record) is read only when the broker's facts allow completion.
       if (counts.kind !== "known" || counts.value[0] > 0 || counts.value[1] > 0) {
-        drain.barrierShort = false;
         drain.shortSince = null;
         return false;
       }
       const state = await this.#runtime.completionState(parent.name, parent.durable, counts, false);
-      drain.barrierShort = state === CompletionState.draining;
-      drain.shortSince = drain.barrierShort ? drain.shortSince ?? now : null;
+      drain.shortSince = state === CompletionState.draining ? drain.shortSince ?? now : null;
       if (drain.shortSince !== null && now - drain.shortSince >= this.#lossGrace) {
         throw await this.#lost(parent, now - drain.shortSince);
       }
@@ -227,7 +224,7 @@ export class EosDrain {
   #stateOf(parent: DrainingParent): DrainState {
     let state = this.#states.get(parent.name);
     if (state === undefined) {
-      state = { quietSince: null, nextCheck: 0, barrierShort: false, shortSince: null };
+      state = { quietSince: null, nextCheck: 0, shortSince: null };
       this.#states.set(parent.name, state);
     }
     return state;

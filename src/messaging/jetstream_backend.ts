@@ -1273,10 +1273,7 @@ export class JetStreamMessagingBackend implements MessagingBackend {
         "not a delivery this client handed out, or its subscription is not bound here",
       );
     }
-    if (this.#staleness(state, own) !== null) {
-      this.#release(own);
-      return settleStale(token, state.latest.get(own.streamSequence) ?? own.attempt, state.generation);
-    }
+    if (this.#staleness(state, own) !== null) return this.#stale(own, state);
     const context = {
       consumer: token.subscription.consumerNode,
       attempt: token.attempt,
@@ -1284,10 +1281,7 @@ export class JetStreamMessagingBackend implements MessagingBackend {
     };
     if (faultsInstalled()) {
       await barrier(Barrier.messageSettleBefore, context);
-      if (this.#staleness(state, own) !== null) {
-        this.#release(own);
-        return settleStale(token, state.latest.get(own.streamSequence) ?? own.attempt, state.generation);
-      }
+      if (this.#staleness(state, own) !== null) return this.#stale(own, state);
     }
     const seq = own.streamSequence;
     const last = state.spec.maxDeliver !== -1 && own.attempt >= state.spec.maxDeliver;
@@ -1331,6 +1325,12 @@ export class JetStreamMessagingBackend implements MessagingBackend {
     return null;
   }
 
+  /** SettleStale for a token no longer current, which then holds nothing here (released). */
+  #stale(own: JetStreamToken, state: SubState): SettlementOutcome {
+    this.#release(own);
+    return settleStale(own, state.latest.get(own.streamSequence) ?? own.attempt, state.generation);
+  }
+
   /** A handed-out token no longer held by its receiver: its bytes leave the budget. */
   #release(token: JetStreamToken): void {
     if (!this.#handedOut.delete(token)) return;
@@ -1347,14 +1347,11 @@ export class JetStreamMessagingBackend implements MessagingBackend {
     const own = JetStreamToken.own(token);
     if (own === null || own.state !== LIVE) return false;
     const state = this.#subs.get(subscriptionKey(token.subscription));
-    if (state === undefined || this.#staleness(state, own) !== null) {
-      // A token no longer current holds nothing here: its bytes and credit leave this client's count.
-      this.#release(own);
-      return false;
-    }
-    own.state = RETIRED;
+    const current = state !== undefined && this.#staleness(state, own) === null;
+    // Current or not, the token holds nothing here any more: its bytes and credit leave this client's count.
     this.#release(own);
-    return true;
+    if (current) own.state = RETIRED;
+    return current;
   }
 
   // ---- observation ---------------------------------------------------------------------------------

@@ -1284,19 +1284,30 @@ Deno.test("an output a killed replica noted and its sibling published again coun
   });
 });
 
+/**
+ * cam publishes two items and ends, its ledger also naming `missing`, an id the broker never holds; det
+ * takes and acks both items. Resolves with det and its next receive, which waits on the short barrier.
+ */
+async function shortBarrier(
+  flow: MessengerFlow,
+  missing: string,
+): Promise<{ det: BrokerMessenger; ending: ReturnType<BrokerMessenger["receiveMessage"]> }> {
+  const cam = await flow.open("cam");
+  await produce(flow, cam, ["x", "y"], false);
+  await flow.drive(flow.runtime("cam").recordPublished([missing]));
+  await flow.drive(cam.publishStopSignal());
+  const det = await flow.open("det");
+  for (let i = 0; i < 2; i++) {
+    await flow.drive(det.receiveMessage());
+    await flow.drive(det.ackInputs());
+  }
+  return { det, ending: det.receiveMessage() };
+}
+
 Deno.test("a barrier short of its parent's count with nothing left on the broker is pending work, not an idle node", async () => {
   await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
-    const cam = await flow.open("cam");
-    await produce(flow, cam, ["x", "y"], false);
     // An id the ledger says cam published that never reaches the broker: det's barrier can never complete.
-    await flow.drive(flow.runtime("cam").recordPublished(["never-sent"]));
-    await flow.drive(cam.publishStopSignal());
-    const det = await flow.open("det");
-    for (let i = 0; i < 2; i++) {
-      await flow.drive(det.receiveMessage());
-      await flow.drive(det.ackInputs());
-    }
-    const ending = det.receiveMessage();
+    const { det, ending } = await shortBarrier(flow, "never-sent");
     assert.equal(await settlesWithin(flow, ending, 10), false, "the barrier stays short");
     const pending = await flow.drive(det.pendingObservation());
     assert.equal(pending.kind === "known" && pending.value, 1, "the held EOS marker waits on work");
@@ -1307,17 +1318,8 @@ Deno.test("a barrier short of its parent's count with nothing left on the broker
 
 Deno.test("a barrier short for the ack wait with nothing left on the broker ends with FlowStalled naming the parent and the count", async () => {
   await withFlow({ ...PIPELINE, durableLedger: true }, async (flow) => {
-    const cam = await flow.open("cam");
-    await produce(flow, cam, ["x", "y"], false);
     // The ledger says cam published an id the broker does not hold: what a server that dropped it leaves.
-    await flow.drive(flow.runtime("cam").recordPublished(["dropped"]));
-    await flow.drive(cam.publishStopSignal());
-    const det = await flow.open("det");
-    for (let i = 0; i < 2; i++) {
-      await flow.drive(det.receiveMessage());
-      await flow.drive(det.ackInputs());
-    }
-    const ending = det.receiveMessage();
+    const { ending } = await shortBarrier(flow, "dropped");
     ending.catch(() => {});
     assert.equal(
       await settlesWithin(flow, ending, 30),
