@@ -425,6 +425,8 @@ const STORIES: readonly Story[] = [
         const cam = await flow.open("cam");
         const det = await flow.open("det");
         await produce(flow, cam, ["bad"], false);
+        // A publication is pipelined: the channel holds it once its acceptance is in.
+        await flow.drive(cam.awaitInFlight());
         const original = dataOn(flow, "cam")[0];
         await flow.drive(det.receiveMessage());
         const schedule = faults({ [Barrier.messageSettleBefore]: pause("term") });
@@ -647,6 +649,7 @@ const STORIES: readonly Story[] = [
         await flow.drive(det.ackInputs());
         assert.deepEqual(deadLetters(flow, "det"), []);
         await produce(flow, cam, [frame(10)], false);
+        await flow.drive(cam.awaitInFlight());
         const [letterless] = dataOn(flow, "cam");
         const wire = decodeEnvelope(letterless.body);
         const refKey = decodePayload(wire.payloadType, wire.payload) as BlobRef;
