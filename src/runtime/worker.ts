@@ -105,6 +105,12 @@ export type EndMarker = typeof EndMarker[keyof typeof EndMarker];
 /** Marks a subprocess's stdout line as a report (JSON follows); every other line is the node's own output. */
 export const REPORT_LINE_PREFIX = "\u001evf-report ";
 
+/**
+ * The line the local engine writes to a process replica's stdin to quiesce it (its clean stop over
+ * servers, where the broker keeps the streams); the end of stdin (the supervisor gone) asks the same.
+ */
+export const QUIESCE_LINE = "quiesce\n";
+
 /** How often a running worker reports its counters, whether or not they changed. */
 export const REPORT_INTERVAL_SECONDS = 0.5;
 /** How soon after its counters grow a running worker reports them (one report for all that grew meanwhile). */
@@ -125,8 +131,12 @@ export interface WorkerHost {
   readonly inNodeBoard?: SharedArrayBuffer;
   /** Where log lines go (stderr by default). */
   readonly logSink?: LogSink;
-  /** Calls `quiesce` when the host is asked to stop this replica (SIGTERM or the supervisor's message). */
-  readonly onQuiesce?: (quiesce: () => void) => void;
+  /**
+   * Receives the replica's quiesce (RUN-030) once it can take one: it stops admitting input, hands back
+   * at once what it holds outside the node, and keeps settling the group in hand; the promise resolves
+   * once the hand-back landed. The host calls it on the supervisor's request or on SIGTERM.
+   */
+  readonly onQuiesce?: (quiesce: () => Promise<void>) => void;
   /**
    * Ends the replica at once with a status, after its exit report: the watchdog's way out of a `process()`
    * that never returns. `Deno.exit` by default (in a Deno Worker that ends the worker silently, so a
@@ -408,7 +418,7 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
       host.report?.(statsOf(running));
     };
     const reporter = setInterval(report, REPORT_INTERVAL_SECONDS * 1000);
-    host.onQuiesce?.(() => void messenger.quiesce());
+    host.onQuiesce?.(() => messenger.quiesce());
     try {
       const deadline = new ProgressDeadline({
         timeoutSeconds: config.progressTimeoutSeconds,
