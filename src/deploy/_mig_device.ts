@@ -173,6 +173,7 @@ export function deviceModel(g: MigDeviceGeometry): DeviceModel {
       instanceId: instance.id,
     });
   }).sort((a, b) => a.start - b.start);
+  Object.freeze(kept);
   const keptCounts = usable.map((p) => kept.filter((k) => k.profileId === p.info.id).length);
   const keptCompute = kept.reduce((sum, k) => sum + byId.get(k.profileId)!.sliceCount, 0);
   const keptMemory = kept.reduce((sum, k) => sum + k.size, 0);

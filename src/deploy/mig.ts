@@ -56,7 +56,7 @@ import {
   smallestFit,
   type UsableProfile,
 } from "./_mig_device.ts";
-import { hostDemands } from "./_mig_search.ts";
+import { hostDemands, type Hosting } from "./_mig_search.ts";
 
 /** One placement: `nvmlGpuInstancePlacement_t`. */
 export interface MigPlacementRange {
@@ -74,7 +74,7 @@ export interface MigPlacementRange {
 export interface MigProfileInfo {
   /** The profile id within the device (`id`). */
   readonly id: number;
-  /** The profile's name, the key a layout names it by (e.g. `1g.10gb`). */
+  /** The profile's name, the key a layout names it by: the info's `name` less NVML's `MIG ` prefix (`1g.10gb`). */
   readonly name: string;
   /** Compute slices one instance takes (`sliceCount`). */
   readonly sliceCount: number;
@@ -296,6 +296,43 @@ function canonical(layout: Readonly<Record<string, number>>): Readonly<Record<st
   return Object.freeze(Object.fromEntries(Object.keys(layout).sort().map((name) => [name, layout[name]])));
 }
 
+/** How many new instances of each usable profile `hosted` puts on `model` (the device at `device`). */
+function countsOn(model: DeviceModel, device: number, hosted: readonly Hosting[]): number[] {
+  const counts = model.usable.map(() => 0);
+  for (const h of hosted) if (h.device === device) counts[h.profile]++;
+  return counts;
+}
+
+/** What `model` holds once `hosted` is applied: its kept instances and one new instance per demand on it. */
+function layoutOf(
+  model: DeviceModel,
+  device: number,
+  hosted: readonly Hosting[],
+  demands: readonly MigDemand[],
+): MigDeviceLayout {
+  const placements = model.placeable.get(countsOn(model, device, hosted).join(","))!;
+  const mine = hosted.filter((h) => h.device === device).sort((a, b) => a.demand - b.demand);
+  const created = placements.map((slot) => {
+    const taker = mine.splice(mine.findIndex((h) => h.profile === slot.profile), 1)[0];
+    const p = model.usable[slot.profile];
+    return Object.freeze({
+      profile: p.info.name,
+      profileId: p.info.id,
+      start: slot.start,
+      size: p.width,
+      demand: demands[taker.demand].id,
+    });
+  });
+  const layout: Record<string, number> = {};
+  for (const slice of [...model.kept, ...created]) layout[slice.profile] = (layout[slice.profile] ?? 0) + 1;
+  return Object.freeze({
+    device: model.geometry.device,
+    layout: canonical(layout),
+    kept: model.kept,
+    created: Object.freeze(created),
+  });
+}
+
 /**
  * Plans exclusive GPU instances for `demands` on `devices` (see the module doc for what a plan
  * guarantees). Throws `UnobservableState` when a device's geometry contradicts itself (an overlap, a
@@ -344,31 +381,7 @@ export function planMigLayout(
     models.map((model) => allowed(demand, model) ? smallestFit(model, demand.gpuMemoryGib) : -1)
   );
   const hosted = hostDemands(models, signatures);
-  const counts = models.map((model) => model.usable.map(() => 0));
-  for (const h of hosted) counts[h.device][h.profile]++;
-  const layouts = models.map((model, device) => {
-    const placements = model.placeable.get(counts[device].join(","))!;
-    const mine = hosted.filter((h) => h.device === device).sort((a, b) => a.demand - b.demand);
-    const created = placements.map((slot) => {
-      const taker = mine.splice(mine.findIndex((h) => h.profile === slot.profile), 1)[0];
-      const p = model.usable[slot.profile];
-      return Object.freeze({
-        profile: p.info.name,
-        profileId: p.info.id,
-        start: slot.start,
-        size: p.width,
-        demand: demands[taker.demand].id,
-      });
-    });
-    const layout: Record<string, number> = {};
-    for (const slice of [...model.kept, ...created]) layout[slice.profile] = (layout[slice.profile] ?? 0) + 1;
-    return Object.freeze({
-      device: model.geometry.device,
-      layout: canonical(layout),
-      kept: model.kept,
-      created: Object.freeze(created),
-    });
-  });
+  const layouts = models.map((model, device) => layoutOf(model, device, hosted, demands));
   const placed = new Set(hosted.map((h) => h.demand));
   if (placed.size === demands.length) {
     return Object.freeze({ kind: "planned", devices: Object.freeze(layouts) });
@@ -376,9 +389,17 @@ export function planMigLayout(
   const unmet = demands.flatMap((demand, index) => {
     if (placed.has(index)) return [];
     const shortfalls = models.flatMap((model, device) =>
-      allowed(demand, model) ? [Object.freeze(shortfall(model, counts[device], demand.gpuMemoryGib))] : []
+      allowed(demand, model)
+        ? [Object.freeze(shortfall(model, countsOn(model, device, hosted), demand.gpuMemoryGib))]
+        : []
     );
-    return [Object.freeze({ demand: demand.id, gpuMemoryGib: demand.gpuMemoryGib, shortfalls })];
+    return [
+      Object.freeze({
+        demand: demand.id,
+        gpuMemoryGib: demand.gpuMemoryGib,
+        shortfalls: Object.freeze(shortfalls),
+      }),
+    ];
   });
   return Object.freeze({ kind: "refused", unmet: Object.freeze(unmet), partial: Object.freeze(layouts) });
 }
