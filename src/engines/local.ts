@@ -53,9 +53,9 @@ import { channelId, type Envelope } from "../backends/messaging.ts";
 import {
   dataSubscriptionId,
   DEDUP_WINDOW_BYTES,
+  defaultPrefetch,
   flowTopology,
   OUTPUT_BUFFER_ENV,
-  REFERENCE_PREFETCH,
   replicaOutputBufferBytes,
   type TopologyNode,
 } from "../messaging/topology.ts";
@@ -876,7 +876,10 @@ export class LocalEngine {
       // A server's streams and durables take WIRE.md's shape: no byte limit unless one is asked for, 10,000
       // messages, the spec's prefetch for a node that sets none (the durables a reference worker derives).
       ...(this.#broker.outlivesSupervisor
-        ? { channelMaxBytes: this.#options.channelMaxBytes ?? null, prefetch: REFERENCE_PREFETCH }
+        ? {
+          channelMaxBytes: this.#options.channelMaxBytes ?? null,
+          prefetch: defaultPrefetch(flowType, true),
+        }
         : {
           channelMaxBytes: this.#options.channelMaxBytes ?? DEFAULT_CHANNEL_MAX_BYTES,
           batchMaxMsgs: LOCAL_BATCH_MAX_MSGS,

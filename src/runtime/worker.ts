@@ -29,7 +29,7 @@ import type { RuntimeStore } from "../backends/runtime_store.ts";
 import { EmbeddedMessagingBackend } from "../embedded/messaging_backend.ts";
 import { BrokerMessenger } from "../messaging/messenger.ts";
 import { RuntimeObligationLedger } from "../messaging/obligations.ts";
-import { REFERENCE_PREFETCH } from "../messaging/topology.ts";
+import { defaultPrefetch } from "../messaging/topology.ts";
 import { PayloadReconciler } from "./payload_reconciler.ts";
 import { systemClock } from "../backends/clock.ts";
 import { verifyNodeAssets } from "./assetcheck.ts";
@@ -371,7 +371,7 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
       blobTtlSeconds: config.blobTtlSeconds,
       maxInlinePayloadBytes: config.maxInlinePayloadBytes,
       prefetch: (node instanceof ReceiverNode ? node.prefetch : null) ??
-        (config.broker.kind === "nats" ? REFERENCE_PREFETCH : undefined),
+        defaultPrefetch(config.flowType, config.broker.kind === "nats"),
       prefetchBytes: config.prefetchBytes,
       inFlightBytes: config.outputBufferBytes ?? undefined,
       replayable: node instanceof ProducerNode && (node.constructor as typeof ProducerNode).replayable,
