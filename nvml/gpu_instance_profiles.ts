@@ -1,0 +1,146 @@
+/**
+ * The GPU-instance profiles a MIG-capable card offers (`nvmlDeviceGetGpuInstanceProfileInfo` over every
+ * `NVML_GPU_INSTANCE_PROFILE_*` index) and where each may be placed
+ * (`nvmlDeviceGetGpuInstancePossiblePlacements_v2`): the geometry a MIG planner works from.
+ *
+ * @module
+ */
+
+import { known, type Observation, unknown } from "../src/backends/outcomes.ts";
+import { NVML_RETURN, NVML_SUCCESS, nvmlUnknown } from "../ffi/nvml_error.ts";
+import { GPU_INSTANCE_PROFILES } from "../ffi/nvml_types.ts";
+import { type DeviceHandle, exactNumber } from "./_reads.ts";
+import { migProfileName } from "./mig_profile_name.ts";
+import type { NvmlSession } from "./session.ts";
+
+/** Where one GPU instance may start, in memory slices, and how many it spans. */
+export interface GpuInstancePlacement {
+  readonly start: number;
+  readonly size: number;
+}
+
+/** One GPU-instance profile of a card, as NVML reports it. */
+export interface GpuInstanceProfile {
+  /** The `NVML_GPU_INSTANCE_PROFILE_*` index it was read by. */
+  readonly index: number;
+  /** The profile id (what placement and creation take). */
+  readonly id: number;
+  /** nvidia-smi's name for it (`3g.20gb`); Unknown when the card's memory is. */
+  readonly name: Observation<string>;
+  /** Compute slices. */
+  readonly sliceCount: number;
+  /** How many instances of it the card holds at most. */
+  readonly instanceCount: number;
+  /** Its memory, in bytes (NVML reports MiB). */
+  readonly memoryBytes: number;
+  readonly multiprocessorCount: number;
+  readonly copyEngineCount: number;
+  readonly decoderCount: number;
+  readonly encoderCount: number;
+  readonly jpegCount: number;
+  readonly ofaCount: number;
+  readonly p2pSupported: boolean;
+  /** Where it may be placed; Unknown where the driver cannot say (an older driver lacks the call). */
+  readonly placements: Observation<readonly GpuInstancePlacement[]>;
+}
+
+interface ProfileInfo {
+  id: number;
+  isP2pSupported: number;
+  sliceCount: number;
+  instanceCount: number;
+  multiprocessorCount: number;
+  copyEngineCount: number;
+  decoderCount: number;
+  encoderCount: number;
+  jpegCount: number;
+  ofaCount: number;
+  memorySizeMB: number | bigint;
+}
+
+/** The most placements one profile is read with; a driver claiming more is not believed. */
+const MAX_PLACEMENTS = 64;
+
+/** The answers that mean "this card has no such profile", not a failed read. */
+const ABSENT: ReadonlySet<number> = new Set([
+  NVML_RETURN.NVML_ERROR_NOT_SUPPORTED,
+  NVML_RETURN.NVML_ERROR_INVALID_ARGUMENT,
+]);
+
+/**
+ * Every profile the card at `handle` offers, in index order; Unknown when any index fails with
+ * anything but "no such profile" (a partial list would mislead a planner). `cardTotalBytes` names them.
+ */
+export function readGpuInstanceProfiles(
+  session: NvmlSession,
+  handle: DeviceHandle,
+  cardTotalBytes: Observation<number>,
+): Observation<readonly GpuInstanceProfile[]> {
+  const profiles: GpuInstanceProfile[] = [];
+  for (const { index, suffix } of GPU_INSTANCE_PROFILES) {
+    const info = {} as ProfileInfo;
+    const code = session.call("nvmlDeviceGetGpuInstanceProfileInfo", handle, index, info);
+    if (typeof code !== "number") return code;
+    if (ABSENT.has(code)) continue;
+    if (code !== NVML_SUCCESS) {
+      return nvmlUnknown(session.errorFor("nvmlDeviceGetGpuInstanceProfileInfo", code));
+    }
+    const memoryMb = exactNumber(info.memorySizeMB, `profile ${index}'s memory`);
+    if (memoryMb.kind === "unknown") return memoryMb;
+    const name: Observation<string> = cardTotalBytes.kind === "known" && cardTotalBytes.value > 0
+      ? known(migProfileName({ gpuInstance: info.sliceCount }, memoryMb.value, cardTotalBytes.value, suffix))
+      : unknown("unread", undefined, "the card's memory, which names its profiles, could not be read");
+    profiles.push(Object.freeze({
+      index,
+      id: info.id,
+      name,
+      sliceCount: info.sliceCount,
+      instanceCount: info.instanceCount,
+      memoryBytes: memoryMb.value * 2 ** 20,
+      multiprocessorCount: info.multiprocessorCount,
+      copyEngineCount: info.copyEngineCount,
+      decoderCount: info.decoderCount,
+      encoderCount: info.encoderCount,
+      jpegCount: info.jpegCount,
+      ofaCount: info.ofaCount,
+      p2pSupported: info.isP2pSupported !== 0,
+      placements: readPlacements(session, handle, info.id),
+    }));
+  }
+  return known(Object.freeze(profiles));
+}
+
+function readPlacements(
+  session: NvmlSession,
+  handle: DeviceHandle,
+  profileId: number,
+): Observation<readonly GpuInstancePlacement[]> {
+  const symbol = "nvmlDeviceGetGpuInstancePossiblePlacements_v2";
+  const count = [0];
+  const asked = session.attempt(symbol, handle, profileId, null, count);
+  if (asked !== null) return asked;
+  if (count[0] > MAX_PLACEMENTS) {
+    return unknown(
+      "malformed",
+      undefined,
+      `${symbol} claims ${count[0]} placements for profile ${profileId}`,
+    );
+  }
+  const capacity = count[0];
+  const cells = new Uint32Array(2 * Math.max(capacity, 1));
+  const filled = [capacity];
+  const failed = session.attempt(symbol, handle, profileId, cells, filled);
+  if (failed !== null) return failed;
+  if (filled[0] > capacity) {
+    return unknown(
+      "malformed",
+      undefined,
+      `${symbol} wrote ${filled[0]} placements into room for ${capacity}`,
+    );
+  }
+  const placements: GpuInstancePlacement[] = [];
+  for (let i = 0; i < filled[0]; i++) {
+    placements.push(Object.freeze({ start: cells[2 * i], size: cells[2 * i + 1] }));
+  }
+  return known(Object.freeze(placements));
+}

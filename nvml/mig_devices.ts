@@ -1,0 +1,174 @@
+/**
+ * The MIG devices of a card in MIG mode: each slot `nvmlDeviceGetMigDeviceHandleByIndex` serves, with its
+ * UUID, memory, GPU-instance id and profile, and whether NVML confirms which card it belongs to.
+ *
+ * @module
+ */
+
+import { type DeviceIdentity, deviceIdentity } from "../src/backends/allocation.ts";
+import { known, type Observation, type Unknown, unknown } from "../src/backends/outcomes.ts";
+import { NVML_RETURN, NVML_SUCCESS, nvmlUnknown } from "../ffi/nvml_error.ts";
+import { type DeviceHandle, exactNumber, missingField, readHandle, readStruct, readUint } from "./_reads.ts";
+import { type GpuMemory, readMemory, readUuid } from "./device_fields.ts";
+import { migProfileName } from "./mig_profile_name.ts";
+import type { NvmlSession } from "./session.ts";
+
+/** One MIG device (a compute instance inside a GPU instance) of a card. */
+export interface MigDevice {
+  /** The slot it was read from (`nvmlDeviceGetMigDeviceHandleByIndex`'s index). */
+  readonly slot: number;
+  /** Its `MIG-…` UUID. */
+  readonly uuid: Observation<string>;
+  readonly memory: Observation<GpuMemory>;
+  /** The id of the GPU instance it lives in. */
+  readonly gpuInstanceId: Observation<number>;
+  /** Its profile as nvidia-smi names it (`3g.20gb`, `1c.3g.20gb`). */
+  readonly profile: Observation<string>;
+  /** Known(true) once NVML names this device's card as the one it was read from. */
+  readonly parentConfirmed: Observation<true>;
+  /** The allocation identity; Unknown unless its UUID, profile, card and card identity are all known. */
+  readonly identity: Observation<DeviceIdentity>;
+}
+
+/** What a MIG device needs from its card. */
+export interface MigParent {
+  readonly index: number;
+  readonly handle: DeviceHandle;
+  readonly uuid: Observation<string>;
+  readonly name: Observation<string>;
+  readonly totalBytes: Observation<number>;
+  readonly host: string | null;
+}
+
+/** The most MIG slots read from one card; a driver claiming more is not believed. */
+const MAX_MIG_SLOTS = 64;
+
+/**
+ * Every MIG device of `parent`, by slot (an empty slot, NOT_FOUND, is skipped); Unknown when the slot
+ * count cannot be read or a slot fails otherwise (a partial list would hide devices).
+ */
+export function readMigDevices(session: NvmlSession, parent: MigParent): Observation<readonly MigDevice[]> {
+  const slots = readUint(session, "nvmlDeviceGetMaxMigDeviceCount", parent.handle);
+  if (slots.kind === "unknown") return slots;
+  if (slots.value > MAX_MIG_SLOTS) {
+    return unknown("malformed", undefined, `GPU ${parent.index} claims ${slots.value} MIG device slots`);
+  }
+  const devices: MigDevice[] = [];
+  for (let slot = 0; slot < slots.value; slot++) {
+    const out: (bigint | null)[] = [null];
+    const code = session.call("nvmlDeviceGetMigDeviceHandleByIndex", parent.handle, slot, out);
+    if (typeof code !== "number") return code;
+    if (code === NVML_RETURN.NVML_ERROR_NOT_FOUND) continue;
+    if (code !== NVML_SUCCESS) {
+      return nvmlUnknown(session.errorFor("nvmlDeviceGetMigDeviceHandleByIndex", code));
+    }
+    const handle = out[0];
+    if (typeof handle !== "bigint" || handle === 0n) {
+      return unknown(
+        "malformed",
+        undefined,
+        `MIG slot ${slot} of GPU ${parent.index} was served without a handle`,
+      );
+    }
+    devices.push(readMigDevice(session, parent, slot, handle));
+  }
+  return known(Object.freeze(devices));
+}
+
+function readMigDevice(
+  session: NvmlSession,
+  parent: MigParent,
+  slot: number,
+  handle: DeviceHandle,
+): MigDevice {
+  const what = `MIG device ${slot} of GPU ${parent.index}`;
+  const uuid = readUuid(session, handle, "MIG-", what);
+  const memory = readMemory(session, handle, what);
+  const gpuInstanceId = readUint(session, "nvmlDeviceGetGpuInstanceId", handle);
+  const profile = readProfile(session, handle, parent.totalBytes, what);
+  const parentConfirmed = confirmParent(session, handle, parent, what);
+  return Object.freeze({
+    slot,
+    uuid,
+    memory,
+    gpuInstanceId,
+    profile,
+    parentConfirmed,
+    identity: migIdentity(parent, uuid, memory, profile, parentConfirmed, what),
+  });
+}
+
+function readProfile(
+  session: NvmlSession,
+  handle: DeviceHandle,
+  cardTotalBytes: Observation<number>,
+  what: string,
+): Observation<string> {
+  const attributes = readStruct<
+    { gpuInstanceSliceCount: number; computeInstanceSliceCount: number; memorySizeMB: unknown }
+  >(
+    session,
+    "nvmlDeviceGetAttributes_v2",
+    handle,
+  );
+  if (attributes.kind === "unknown") return attributes;
+  if (cardTotalBytes.kind === "unknown") {
+    return unknown(
+      "unread",
+      undefined,
+      `${what}'s profile needs its card's memory: ${cardTotalBytes.detail}`,
+    );
+  }
+  const memoryMb = exactNumber(attributes.value.memorySizeMB, `${what}'s memory size`);
+  if (memoryMb.kind === "unknown") return memoryMb;
+  const { gpuInstanceSliceCount: gi, computeInstanceSliceCount: ci } = attributes.value;
+  if (gi === 0 || ci === 0 || ci > gi || memoryMb.value === 0) {
+    return unknown(
+      "malformed",
+      undefined,
+      `${what} reports ${ci} compute slices in ${gi} GPU slices of ${memoryMb.value} MiB`,
+    );
+  }
+  return known(
+    migProfileName({ gpuInstance: gi, computeInstance: ci }, memoryMb.value, cardTotalBytes.value),
+  );
+}
+
+function confirmParent(
+  session: NvmlSession,
+  handle: DeviceHandle,
+  parent: MigParent,
+  what: string,
+): Observation<true> {
+  const card = readHandle(session, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle);
+  if (card.kind === "unknown") return card;
+  if (card.value !== parent.handle) {
+    return unknown("malformed", undefined, `${what} names another card as its parent`);
+  }
+  return known(true);
+}
+
+function migIdentity(
+  parent: MigParent,
+  uuid: Observation<string>,
+  memory: Observation<GpuMemory>,
+  profile: Observation<string>,
+  parentConfirmed: Observation<true>,
+  what: string,
+): Observation<DeviceIdentity> {
+  const missing = (field: string, observation: Unknown) => missingField(what, field, observation);
+  if (uuid.kind === "unknown") return missing("UUID", uuid);
+  if (profile.kind === "unknown") return missing("profile", profile);
+  if (parentConfirmed.kind === "unknown") return missing("card", parentConfirmed);
+  if (parent.uuid.kind === "unknown") return missing("card's UUID", parent.uuid);
+  if (parent.name.kind === "unknown") return missing("card's name", parent.name);
+  return known(deviceIdentity({
+    node: parent.host,
+    ordinal: parent.index,
+    uuid: parent.uuid.value,
+    migUuid: uuid.value,
+    product: parent.name.value,
+    memoryBytes: memory.kind === "known" ? memory.value.totalBytes : null,
+    migProfile: profile.value,
+  }));
+}

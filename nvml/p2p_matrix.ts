@@ -1,0 +1,91 @@
+/**
+ * Peer-to-peer reach between every ordered pair of cards: `nvmlDeviceGetP2PStatus` for read, write,
+ * NVLink and atomics, and `nvmlDeviceGetTopologyCommonAncestor`, each Known or Unknown on its own.
+ *
+ * @module
+ */
+
+import { known, type Observation, unknown } from "../src/backends/outcomes.ts";
+import { P2P_CAPS_INDEX, P2P_STATUS, TOPOLOGY_LEVEL } from "../ffi/nvml_types.ts";
+import { type DeviceHandle, readUint } from "./_reads.ts";
+import type { NvmlSession } from "./session.ts";
+
+/** A P2P status as `nvidia-smi topo -p2p` codes it: OK, CNS, GNS, TNS, DRK, NS or U. */
+export type P2pStatus = string;
+
+/** What NVML says about reaching card `to` from card `from`. */
+export interface P2pLink {
+  readonly from: number;
+  readonly to: number;
+  readonly read: Observation<P2pStatus>;
+  readonly write: Observation<P2pStatus>;
+  readonly nvlink: Observation<P2pStatus>;
+  readonly atomics: Observation<P2pStatus>;
+  /** Where their paths meet: internal, single, multiple, hostbridge, node or system. */
+  readonly commonAncestor: Observation<string>;
+}
+
+/** Every ordered pair of distinct cards (n × (n − 1) links), `from` major. */
+export interface P2pMatrix {
+  readonly links: readonly P2pLink[];
+}
+
+/** The matrix over `handles` (card index order; null where a card had no handle). */
+export function readP2pMatrix(session: NvmlSession, handles: readonly (DeviceHandle | null)[]): P2pMatrix {
+  const links: P2pLink[] = [];
+  handles.forEach((a, from) => {
+    handles.forEach((b, to) => {
+      if (from !== to) links.push(readLink(session, from, a, to, b));
+    });
+  });
+  return Object.freeze({ links: Object.freeze(links) });
+}
+
+function readLink(
+  session: NvmlSession,
+  from: number,
+  a: DeviceHandle | null,
+  to: number,
+  b: DeviceHandle | null,
+): P2pLink {
+  if (a === null || b === null) {
+    const none = unknown("unread", undefined, `GPU ${a === null ? from : to} has no handle`);
+    return Object.freeze({
+      from,
+      to,
+      read: none,
+      write: none,
+      nvlink: none,
+      atomics: none,
+      commonAncestor: none,
+    });
+  }
+  const status = (index: number) =>
+    named(readUint(session, "nvmlDeviceGetP2PStatus", a, b, index), P2P_STATUS, "P2P status");
+  return Object.freeze({
+    from,
+    to,
+    read: status(P2P_CAPS_INDEX.read),
+    write: status(P2P_CAPS_INDEX.write),
+    nvlink: status(P2P_CAPS_INDEX.nvlink),
+    atomics: status(P2P_CAPS_INDEX.atomics),
+    commonAncestor: named(
+      readUint(session, "nvmlDeviceGetTopologyCommonAncestor", a, b),
+      TOPOLOGY_LEVEL,
+      "topology level",
+    ),
+  });
+}
+
+/** The name of an enum value read, or malformed for a value the enum does not have. */
+function named(
+  value: Observation<number>,
+  names: Readonly<Record<number, string>>,
+  what: string,
+): Observation<string> {
+  if (value.kind === "unknown") return value;
+  const name = names[value.value];
+  return name === undefined
+    ? unknown("malformed", undefined, `${what} ${value.value} is not one NVML defines`)
+    : known(name);
+}

@@ -1,0 +1,179 @@
+/**
+ * One card as NVML reports it: handle, UUID, name, memory, PCI location, MIG mode, its GPU-instance
+ * profiles and its MIG devices, each field read on its own so one failed query leaves the rest known.
+ *
+ * @module
+ */
+
+import { type DeviceIdentity, deviceIdentity } from "../src/backends/allocation.ts";
+import { known, mapKnown, type Observation, type Unknown, unknown } from "../src/backends/outcomes.ts";
+import { decodeCString } from "../ffi/c_string.ts";
+import { NVML_RETURN, NVML_SUCCESS, nvmlUnknown } from "../ffi/nvml_error.ts";
+import { MIG_ENABLE } from "../ffi/nvml_types.ts";
+import { type DeviceHandle, missingField, readStruct } from "./_reads.ts";
+import { type GpuMemory, readMemory, readName, readUuid, totalOf } from "./device_fields.ts";
+import { type GpuInstanceProfile, readGpuInstanceProfiles } from "./gpu_instance_profiles.ts";
+import { type MigDevice, readMigDevices } from "./mig_devices.ts";
+import type { NvmlSession } from "./session.ts";
+
+/** Where a card sits on the PCI bus (`nvmlPciInfo_t`). */
+export interface PciInfo {
+  /** `domain:bus:device.function`, as nvidia-smi prints it (`00000000:1B:00.0`). */
+  readonly busId: string;
+  readonly domain: number;
+  readonly bus: number;
+  readonly device: number;
+  /** The PCI device id in the high 16 bits, the vendor id (0x10de) in the low 16. */
+  readonly pciDeviceId: number;
+  readonly pciSubSystemId: number;
+}
+
+/** A card's MIG mode now and after its next reset. */
+export interface MigMode {
+  readonly current: boolean;
+  readonly pending: boolean;
+}
+
+/** One physical GPU. */
+export interface PhysicalGpu {
+  /** NVML's index (the order of `nvmlDeviceGetHandleByIndex_v2`, PCI bus order; not always CUDA's). */
+  readonly index: number;
+  readonly uuid: Observation<string>;
+  readonly name: Observation<string>;
+  readonly memory: Observation<GpuMemory>;
+  readonly pci: Observation<PciInfo>;
+  /** Known(null) for a card without MIG (NVML answers NOT_SUPPORTED). */
+  readonly migMode: Observation<MigMode | null>;
+  /** The GPU-instance profiles it offers; Known([]) for a card without MIG. */
+  readonly gpuInstanceProfiles: Observation<readonly GpuInstanceProfile[]>;
+  /** Its MIG devices; Known([]) when MIG is off now or the card has none. */
+  readonly migDevices: Observation<readonly MigDevice[]>;
+  /** The allocation identity of the whole card; Unknown unless its UUID and name are known. */
+  readonly identity: Observation<DeviceIdentity>;
+}
+
+/** A card and the handle it was read through (null when NVML gave none). */
+export interface ReadGpu {
+  readonly gpu: PhysicalGpu;
+  readonly handle: DeviceHandle | null;
+}
+
+/** Reads card `index` through `handle`; every field Unknown with the handle's failure when there is none. */
+export function readPhysicalDevice(
+  session: NvmlSession,
+  index: number,
+  handle: Observation<DeviceHandle>,
+  host: string | null,
+): ReadGpu {
+  if (handle.kind === "unknown") {
+    const none = unknown(handle.reason, undefined, `GPU ${index} has no handle: ${handle.detail}`);
+    return {
+      handle: null,
+      gpu: Object.freeze({
+        index,
+        uuid: none,
+        name: none,
+        memory: none,
+        pci: none,
+        migMode: none,
+        gpuInstanceProfiles: none,
+        migDevices: none,
+        identity: none,
+      }),
+    };
+  }
+  const what = `GPU ${index}`;
+  const uuid = readUuid(session, handle.value, "GPU-", what);
+  const name = readName(session, handle.value, what);
+  const memory = readMemory(session, handle.value, what);
+  const migMode = readMigMode(session, handle.value);
+  const totalBytes = totalOf(memory);
+  const gpuInstanceProfiles = migMode.kind === "known" && migMode.value === null
+    ? known(Object.freeze([]))
+    : readGpuInstanceProfiles(session, handle.value, totalBytes);
+  const migDevices = migDevicesOf(session, migMode, {
+    index,
+    handle: handle.value,
+    uuid,
+    name,
+    totalBytes,
+    host,
+  });
+  return {
+    handle: handle.value,
+    gpu: Object.freeze({
+      index,
+      uuid,
+      name,
+      memory,
+      pci: readPci(session, handle.value, what),
+      migMode,
+      gpuInstanceProfiles,
+      migDevices,
+      identity: physicalIdentity(index, uuid, name, memory, host),
+    }),
+  };
+}
+
+function readMigMode(session: NvmlSession, handle: DeviceHandle): Observation<MigMode | null> {
+  const current = [0];
+  const pending = [0];
+  const code = session.call("nvmlDeviceGetMigMode", handle, current, pending);
+  if (typeof code !== "number") return code;
+  if (code === NVML_RETURN.NVML_ERROR_NOT_SUPPORTED) return known(null);
+  if (code !== NVML_SUCCESS) return nvmlUnknown(session.errorFor("nvmlDeviceGetMigMode", code));
+  return known(Object.freeze({ current: current[0] === MIG_ENABLE, pending: pending[0] === MIG_ENABLE }));
+}
+
+function migDevicesOf(
+  session: NvmlSession,
+  migMode: Observation<MigMode | null>,
+  parent: Parameters<typeof readMigDevices>[1],
+): Observation<readonly MigDevice[]> {
+  if (migMode.kind === "unknown") {
+    return unknown(migMode.reason, undefined, `GPU ${parent.index}'s MIG mode is unknown: ${migMode.detail}`);
+  }
+  if (migMode.value === null || !migMode.value.current) return known(Object.freeze([]));
+  return readMigDevices(session, parent);
+}
+
+function readPci(session: NvmlSession, handle: DeviceHandle, what: string): Observation<PciInfo> {
+  const raw = readStruct<{
+    busId: Int8Array;
+    domain: number;
+    bus: number;
+    device: number;
+    pciDeviceId: number;
+    pciSubSystemId: number;
+  }>(session, "nvmlDeviceGetPciInfo_v3", handle);
+  if (raw.kind === "unknown") return raw;
+  return mapKnown(decodeCString(raw.value.busId, `${what}'s PCI bus id`), (busId) =>
+    Object.freeze({
+      busId,
+      domain: raw.value.domain,
+      bus: raw.value.bus,
+      device: raw.value.device,
+      pciDeviceId: raw.value.pciDeviceId,
+      pciSubSystemId: raw.value.pciSubSystemId,
+    }));
+}
+
+function physicalIdentity(
+  index: number,
+  uuid: Observation<string>,
+  name: Observation<string>,
+  memory: Observation<GpuMemory>,
+  host: string | null,
+): Observation<DeviceIdentity> {
+  const missing = (field: string, observation: Unknown) => missingField(`GPU ${index}`, field, observation);
+  if (uuid.kind === "unknown") return missing("UUID", uuid);
+  if (name.kind === "unknown") return missing("name", name);
+  return known(deviceIdentity({
+    node: host,
+    ordinal: index,
+    uuid: uuid.value,
+    migUuid: null,
+    product: name.value,
+    memoryBytes: memory.kind === "known" ? memory.value.totalBytes : null,
+  }));
+}
