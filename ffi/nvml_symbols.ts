@@ -1,8 +1,8 @@
 /**
  * The NVML symbols videoflow calls, with their exact C signatures (nvml.h), versioned names where NVML
  * has versions (`_v2`, `_v3`). Each parameter carries its C declaration beside it. Output pointers are
- * koffi `out` parameters (a one-element array or an object koffi fills); character buffers and struct
- * arrays are passed as typed arrays the caller owns and decodes within their length.
+ * plain pointers: the caller passes a typed array it owns (ffi/out_buffers.ts) and reads it after the
+ * call, and character buffers are decoded within their length (ffi/c_string.ts).
  *
  * @module
  */
@@ -20,8 +20,8 @@ import {
 import type { SymbolSignature } from "./symbols.ts";
 
 const uint = "unsigned int";
-const outUint = koffi.out(koffi.pointer(uint));
-const outDevice = koffi.out(koffi.pointer(nvmlDevice_t));
+const outUint = koffi.pointer(uint);
+const outDevice = koffi.pointer(nvmlDevice_t);
 const charBuffer = koffi.pointer("char");
 
 /** The symbol table: name → result and parameters, each with its C declaration. */
@@ -83,7 +83,7 @@ export const NVML_SYMBOLS = {
     result: nvmlReturn_t,
     parameters: [
       nvmlDevice_t, // nvmlDevice_t device
-      koffi.out(koffi.pointer(nvmlMemory_t)), // nvmlMemory_t *memory
+      koffi.pointer(nvmlMemory_t), // nvmlMemory_t *memory
     ],
   },
   /** `nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)` */
@@ -91,7 +91,7 @@ export const NVML_SYMBOLS = {
     result: nvmlReturn_t,
     parameters: [
       nvmlDevice_t, // nvmlDevice_t device
-      koffi.out(koffi.pointer(nvmlPciInfo_t)), // nvmlPciInfo_t *pci
+      koffi.pointer(nvmlPciInfo_t), // nvmlPciInfo_t *pci
     ],
   },
   /**
@@ -147,7 +147,7 @@ export const NVML_SYMBOLS = {
     result: nvmlReturn_t,
     parameters: [
       nvmlDevice_t, // nvmlDevice_t device
-      koffi.out(koffi.pointer(nvmlDeviceAttributes_t)), // nvmlDeviceAttributes_t *attributes
+      koffi.pointer(nvmlDeviceAttributes_t), // nvmlDeviceAttributes_t *attributes
     ],
   },
   /**
@@ -159,7 +159,7 @@ export const NVML_SYMBOLS = {
     parameters: [
       nvmlDevice_t, // nvmlDevice_t device
       uint, // unsigned int profile (an NVML_GPU_INSTANCE_PROFILE_* index)
-      koffi.out(koffi.pointer(nvmlGpuInstanceProfileInfo_t)), // nvmlGpuInstanceProfileInfo_t *info
+      koffi.pointer(nvmlGpuInstanceProfileInfo_t), // nvmlGpuInstanceProfileInfo_t *info
     ],
   },
   /**
@@ -171,8 +171,8 @@ export const NVML_SYMBOLS = {
     parameters: [
       nvmlDevice_t, // nvmlDevice_t device
       uint, // unsigned int profileId
-      koffi.pointer(nvmlGpuInstancePlacement_t), // nvmlGpuInstancePlacement_t *placements (NULL: ask the count)
-      koffi.inout(koffi.pointer(uint)), // unsigned int *count (in: the array's length; out: the placements)
+      koffi.pointer(nvmlGpuInstancePlacement_t), // nvmlGpuInstancePlacement_t *placements (room for all, or NULL)
+      outUint, // unsigned int *count (out: how many placements were written)
     ],
   },
   /**

@@ -7,6 +7,8 @@
 
 import { known, type Observation, type Unknown, unknown } from "../src/backends/outcomes.ts";
 import { decodeCString } from "../ffi/c_string.ts";
+import { decodeStruct, HANDLE_OUT, structOut, UINT_OUT } from "../ffi/out_buffers.ts";
+import type { FfiType } from "../ffi/symbols.ts";
 import type { NvmlSymbol } from "../ffi/nvml_symbols.ts";
 import type { NvmlSession } from "./session.ts";
 
@@ -15,7 +17,8 @@ export type DeviceHandle = bigint;
 
 /** Calls `symbol(...args, &out)` and reads the unsigned int it wrote. */
 export function readUint(session: NvmlSession, symbol: NvmlSymbol, ...args: unknown[]): Observation<number> {
-  const out = [0];
+  const out = UINT_OUT[0];
+  out[0] = 0;
   const failed = session.attempt(symbol, ...args, out);
   return failed ?? known(out[0]);
 }
@@ -26,11 +29,11 @@ export function readHandle(
   symbol: NvmlSymbol,
   ...args: unknown[]
 ): Observation<DeviceHandle> {
-  const out: (bigint | null)[] = [null];
-  const failed = session.attempt(symbol, ...args, out);
+  HANDLE_OUT[0] = 0n;
+  const failed = session.attempt(symbol, ...args, HANDLE_OUT);
   if (failed !== null) return failed;
-  const handle = out[0];
-  if (typeof handle !== "bigint" || handle === 0n) {
+  const handle = HANDLE_OUT[0];
+  if (handle === 0n) {
     return unknown("malformed", undefined, `${symbol} succeeded and gave no handle`);
   }
   return known(handle);
@@ -51,11 +54,16 @@ export function readText(
   return failed ?? decodeCString(buffer, what);
 }
 
-/** Calls `symbol(...args, &struct)` and returns the struct koffi filled. */
-export function readStruct<T>(session: NvmlSession, symbol: NvmlSymbol, ...args: unknown[]): Observation<T> {
-  const out = {} as T;
+/** Calls `symbol(...args, &struct)` and returns the `type` struct it wrote, decoded. */
+export function readStruct<T>(
+  session: NvmlSession,
+  symbol: NvmlSymbol,
+  type: FfiType,
+  ...args: unknown[]
+): Observation<T> {
+  const out = structOut(type);
   const failed = session.attempt(symbol, ...args, out);
-  return failed ?? known(out);
+  return failed ?? known(decodeStruct<T>(out, type));
 }
 
 /** A 64-bit count as a JS number, or malformed when it is past what a double holds exactly. */

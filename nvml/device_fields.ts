@@ -5,7 +5,7 @@
  */
 
 import { known, mapKnown, type Observation, unknown } from "../src/backends/outcomes.ts";
-import { NAME_BUFFER_SIZE, UUID_BUFFER_SIZE } from "../ffi/nvml_types.ts";
+import { NAME_BUFFER_SIZE, nvmlMemory_t, UUID_BUFFER_SIZE } from "../ffi/nvml_types.ts";
 import { type DeviceHandle, exactNumber, readStruct, readText } from "./_reads.ts";
 import type { NvmlSession } from "./session.ts";
 
@@ -48,6 +48,7 @@ export function readMemory(session: NvmlSession, handle: DeviceHandle, what: str
   const raw = readStruct<{ total: unknown; free: unknown; used: unknown }>(
     session,
     "nvmlDeviceGetMemoryInfo",
+    nvmlMemory_t,
     handle,
   );
   if (raw.kind === "unknown") return raw;

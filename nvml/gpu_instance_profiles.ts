@@ -8,7 +8,8 @@
 
 import { known, type Observation, unknown } from "../src/backends/outcomes.ts";
 import { NVML_RETURN, NVML_SUCCESS, nvmlUnknown } from "../ffi/nvml_error.ts";
-import { GPU_INSTANCE_PROFILES } from "../ffi/nvml_types.ts";
+import { GPU_INSTANCE_PROFILES, nvmlGpuInstanceProfileInfo_t } from "../ffi/nvml_types.ts";
+import { decodeStruct, structOut, UINT_OUT } from "../ffi/out_buffers.ts";
 import { type DeviceHandle, exactNumber } from "./_reads.ts";
 import { migProfileName } from "./mig_profile_name.ts";
 import type { NvmlSession } from "./session.ts";
@@ -60,6 +61,8 @@ interface ProfileInfo {
 
 /** The most placements one profile is read with; a driver claiming more is not believed. */
 const MAX_PLACEMENTS = 64;
+/** Room for {@link MAX_PLACEMENTS} `nvmlGpuInstancePlacement_t` (start, size), reused by every read. */
+const PLACEMENT_CELLS = new Uint32Array(2 * MAX_PLACEMENTS);
 
 /** The answers that mean "this card has no such profile", not a failed read. */
 const ABSENT: ReadonlySet<number> = new Set([
@@ -78,13 +81,14 @@ export function readGpuInstanceProfiles(
 ): Observation<readonly GpuInstanceProfile[]> {
   const profiles: GpuInstanceProfile[] = [];
   for (const { index, suffix } of GPU_INSTANCE_PROFILES) {
-    const info = {} as ProfileInfo;
-    const code = session.call("nvmlDeviceGetGpuInstanceProfileInfo", handle, index, info);
+    const buffer = structOut(nvmlGpuInstanceProfileInfo_t);
+    const code = session.call("nvmlDeviceGetGpuInstanceProfileInfo", handle, index, buffer);
     if (typeof code !== "number") return code;
     if (ABSENT.has(code)) continue;
     if (code !== NVML_SUCCESS) {
       return nvmlUnknown(session.errorFor("nvmlDeviceGetGpuInstanceProfileInfo", code));
     }
+    const info = decodeStruct<ProfileInfo>(buffer, nvmlGpuInstanceProfileInfo_t);
     const memoryMb = exactNumber(info.memorySizeMB, `profile ${index}'s memory`);
     if (memoryMb.kind === "unknown") return memoryMb;
     const name: Observation<string> = cardTotalBytes.kind === "known" && cardTotalBytes.value > 0
@@ -116,31 +120,25 @@ function readPlacements(
   profileId: number,
 ): Observation<readonly GpuInstancePlacement[]> {
   const symbol = "nvmlDeviceGetGpuInstancePossiblePlacements_v2";
-  const count = [0];
-  const asked = session.attempt(symbol, handle, profileId, null, count);
-  if (asked !== null) return asked;
-  if (count[0] > MAX_PLACEMENTS) {
-    return unknown(
-      "malformed",
-      undefined,
-      `${symbol} claims ${count[0]} placements for profile ${profileId}`,
-    );
-  }
-  const capacity = count[0];
-  const cells = new Uint32Array(2 * Math.max(capacity, 1));
-  const filled = [capacity];
-  const failed = session.attempt(symbol, handle, profileId, cells, filled);
+  // The array must be large enough for every placement (the count is what NVML wrote): one call with
+  // room for more than a card has memory slices.
+  PLACEMENT_CELLS.fill(0);
+  const filled = UINT_OUT[0];
+  filled[0] = MAX_PLACEMENTS;
+  const failed = session.attempt(symbol, handle, profileId, PLACEMENT_CELLS, filled);
   if (failed !== null) return failed;
-  if (filled[0] > capacity) {
+  if (filled[0] > MAX_PLACEMENTS) {
     return unknown(
       "malformed",
       undefined,
-      `${symbol} wrote ${filled[0]} placements into room for ${capacity}`,
+      `${symbol} claims ${
+        filled[0]
+      } placements for profile ${profileId}, more than the ${MAX_PLACEMENTS} it had room for`,
     );
   }
   const placements: GpuInstancePlacement[] = [];
   for (let i = 0; i < filled[0]; i++) {
-    placements.push(Object.freeze({ start: cells[2 * i], size: cells[2 * i + 1] }));
+    placements.push(Object.freeze({ start: PLACEMENT_CELLS[2 * i], size: PLACEMENT_CELLS[2 * i + 1] }));
   }
   return known(Object.freeze(placements));
 }

@@ -8,6 +8,8 @@
 import { type DeviceIdentity, deviceIdentity } from "../src/backends/allocation.ts";
 import { known, type Observation, type Unknown, unknown } from "../src/backends/outcomes.ts";
 import { NVML_RETURN, NVML_SUCCESS, nvmlUnknown } from "../ffi/nvml_error.ts";
+import { nvmlDeviceAttributes_t } from "../ffi/nvml_types.ts";
+import { HANDLE_OUT } from "../ffi/out_buffers.ts";
 import { type DeviceHandle, exactNumber, missingField, readHandle, readStruct, readUint } from "./_reads.ts";
 import { type GpuMemory, readMemory, readUuid } from "./device_fields.ts";
 import { migProfileName } from "./mig_profile_name.ts";
@@ -55,15 +57,15 @@ export function readMigDevices(session: NvmlSession, parent: MigParent): Observa
   }
   const devices: MigDevice[] = [];
   for (let slot = 0; slot < slots.value; slot++) {
-    const out: (bigint | null)[] = [null];
-    const code = session.call("nvmlDeviceGetMigDeviceHandleByIndex", parent.handle, slot, out);
+    HANDLE_OUT[0] = 0n;
+    const code = session.call("nvmlDeviceGetMigDeviceHandleByIndex", parent.handle, slot, HANDLE_OUT);
     if (typeof code !== "number") return code;
     if (code === NVML_RETURN.NVML_ERROR_NOT_FOUND) continue;
     if (code !== NVML_SUCCESS) {
       return nvmlUnknown(session.errorFor("nvmlDeviceGetMigDeviceHandleByIndex", code));
     }
-    const handle = out[0];
-    if (typeof handle !== "bigint" || handle === 0n) {
+    const handle = HANDLE_OUT[0];
+    if (handle === 0n) {
       return unknown(
         "malformed",
         undefined,
@@ -109,6 +111,7 @@ function readProfile(
   >(
     session,
     "nvmlDeviceGetAttributes_v2",
+    nvmlDeviceAttributes_t,
     handle,
   );
   if (attributes.kind === "unknown") return attributes;

@@ -9,7 +9,8 @@ import { type DeviceIdentity, deviceIdentity } from "../src/backends/allocation.
 import { known, mapKnown, type Observation, type Unknown, unknown } from "../src/backends/outcomes.ts";
 import { decodeCString } from "../ffi/c_string.ts";
 import { NVML_RETURN, NVML_SUCCESS, nvmlUnknown } from "../ffi/nvml_error.ts";
-import { MIG_ENABLE } from "../ffi/nvml_types.ts";
+import { MIG_ENABLE, nvmlPciInfo_t } from "../ffi/nvml_types.ts";
+import { UINT_OUT } from "../ffi/out_buffers.ts";
 import { type DeviceHandle, missingField, readStruct } from "./_reads.ts";
 import { type GpuMemory, readMemory, readName, readUuid, totalOf } from "./device_fields.ts";
 import { type GpuInstanceProfile, readGpuInstanceProfiles } from "./gpu_instance_profiles.ts";
@@ -116,8 +117,9 @@ export function readPhysicalDevice(
 }
 
 function readMigMode(session: NvmlSession, handle: DeviceHandle): Observation<MigMode | null> {
-  const current = [0];
-  const pending = [0];
+  const [current, pending] = UINT_OUT;
+  current[0] = 0;
+  pending[0] = 0;
   const code = session.call("nvmlDeviceGetMigMode", handle, current, pending);
   if (typeof code !== "number") return code;
   if (code === NVML_RETURN.NVML_ERROR_NOT_SUPPORTED) return known(null);
@@ -139,13 +141,13 @@ function migDevicesOf(
 
 function readPci(session: NvmlSession, handle: DeviceHandle, what: string): Observation<PciInfo> {
   const raw = readStruct<{
-    busId: Int8Array;
+    busId: Uint8Array;
     domain: number;
     bus: number;
     device: number;
     pciDeviceId: number;
     pciSubSystemId: number;
-  }>(session, "nvmlDeviceGetPciInfo_v3", handle);
+  }>(session, "nvmlDeviceGetPciInfo_v3", nvmlPciInfo_t, handle);
   if (raw.kind === "unknown") return raw;
   return mapKnown(decodeCString(raw.value.busId, `${what}'s PCI bus id`), (busId) =>
     Object.freeze({
