@@ -45,7 +45,10 @@ export interface PhysicalGpu {
   readonly pci: Observation<PciInfo>;
   /** Known(null) for a card without MIG (NVML answers NOT_SUPPORTED). */
   readonly migMode: Observation<MigMode | null>;
-  /** The GPU-instance profiles it offers; Known([]) for a card without MIG. */
+  /**
+   * The GPU-instance profiles it offers; Known([]) for a card without MIG, Unknown for a card with MIG
+   * off whose driver lists none until MIG is on.
+   */
   readonly gpuInstanceProfiles: Observation<readonly GpuInstanceProfile[]>;
   /** Its MIG devices; Known([]) when MIG is off now or the card has none. */
   readonly migDevices: Observation<readonly MigDevice[]>;
@@ -89,9 +92,7 @@ export function readPhysicalDevice(
   const memory = readMemory(session, handle.value, what);
   const migMode = readMigMode(session, handle.value);
   const totalBytes = totalOf(memory);
-  const gpuInstanceProfiles = migMode.kind === "known" && migMode.value === null
-    ? known(Object.freeze([]))
-    : readGpuInstanceProfiles(session, handle.value, totalBytes);
+  const gpuInstanceProfiles = profilesOf(session, handle.value, migMode, totalBytes, index);
   const migDevices = migDevicesOf(session, migMode, {
     index,
     handle: handle.value,
@@ -125,6 +126,30 @@ function readMigMode(session: NvmlSession, handle: DeviceHandle): Observation<Mi
   if (code === NVML_RETURN.NVML_ERROR_NOT_SUPPORTED) return known(null);
   if (code !== NVML_SUCCESS) return nvmlUnknown(session.errorFor("nvmlDeviceGetMigMode", code));
   return known(Object.freeze({ current: current[0] === MIG_ENABLE, pending: pending[0] === MIG_ENABLE }));
+}
+
+/**
+ * The card's GPU-instance profiles: Known([]) for a card without MIG; NVML lists them only while MIG is
+ * on, so a card with MIG off that lists none is Unknown (it may well have some), not a card without any.
+ */
+function profilesOf(
+  session: NvmlSession,
+  handle: DeviceHandle,
+  migMode: Observation<MigMode | null>,
+  totalBytes: Observation<number>,
+  index: number,
+): Observation<readonly GpuInstanceProfile[]> {
+  if (migMode.kind === "known" && migMode.value === null) return known(Object.freeze([]));
+  const profiles = readGpuInstanceProfiles(session, handle, totalBytes);
+  const off = migMode.kind === "known" && migMode.value !== null && !migMode.value.current;
+  if (off && profiles.kind === "known" && profiles.value.length === 0) {
+    return unknown(
+      "unsupported",
+      undefined,
+      `GPU ${index} has MIG off, and NVML lists GPU-instance profiles only while MIG is on`,
+    );
+  }
+  return profiles;
 }
 
 function migDevicesOf(

@@ -1,19 +1,10 @@
 import assert from "node:assert/strict";
 import { fakeNvmlLibrary, FIXTURES, writeFixture } from "../support/fake_nvml.ts";
-
-const root = new URL("../../", import.meta.url);
+import { root, vf } from "../support/vf_cli.ts";
 
 /** `vf gpus ARGS` as a user runs it, with `env` added (NVML pointed at the fake). */
-async function gpus(env: Record<string, string>, ...args: string[]) {
-  const output = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", "mod.ts", "gpus", ...args],
-    cwd: root,
-    env: { NO_COLOR: "1", ...env },
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const decoder = new TextDecoder();
-  return { code: output.code, stdout: decoder.decode(output.stdout), stderr: decoder.decode(output.stderr) };
+function gpus(env: Record<string, string>, ...args: string[]) {
+  return vf(["gpus", ...args], { cwd: root.pathname, env });
 }
 
 async function fake(fixture: Record<string, unknown>) {

@@ -3,7 +3,14 @@ import type { Known, Observation, Unknown } from "../../../src/backends/outcomes
 import { NvmlError } from "../../../ffi/nvml_error.ts";
 import { readInventory } from "../../../nvml/inventory.ts";
 import { closeNvml, openNvml, sharedNvml } from "../../../nvml/session.ts";
-import { type FakeFixture, type FakeVariant, FIXTURES, h100, useFakeNvml } from "../../support/fake_nvml.ts";
+import {
+  a100Mig,
+  type FakeFixture,
+  type FakeVariant,
+  FIXTURES,
+  h100,
+  useFakeNvml,
+} from "../../support/fake_nvml.ts";
 
 function value<T>(observation: Observation<T>, what = "observation"): T {
   assert.equal(observation.kind, "known", `${what}: ${JSON.stringify(observation)}`);
@@ -44,7 +51,7 @@ Deno.test("a host whose driver serves no GPU reads as zero GPUs, known, and an e
   assert.equal(value(inventory.driverVersion), "550.54.15");
 });
 
-Deno.test("one H100 80GB without MIG: every field known, its identity whole, its profiles offered", async () => {
+Deno.test("one H100 80GB without MIG: every field known, its identity whole; its profiles wait for MIG", async () => {
   const inventory = await inventoryOf(FIXTURES.oneH100);
   const [gpu] = value(inventory.devices);
   assert.equal(value(inventory.devices).length, 1);
@@ -74,21 +81,12 @@ Deno.test("one H100 80GB without MIG: every field known, its identity whole, its
     memoryBytes: 85520809984,
     migProfile: null,
   });
-  const profiles = value(gpu.gpuInstanceProfiles);
-  assert.deepEqual(profiles.map((p) => value(p.name)), [
-    "1g.10gb",
-    "2g.20gb",
-    "3g.40gb",
-    "4g.40gb",
-    "7g.80gb",
-    "1g.10gb+me",
-    "1g.20gb",
-  ]);
-  const threeG = profiles.find((p) => p.sliceCount === 3)!;
-  assert.equal(threeG.id, 9);
-  assert.equal(threeG.instanceCount, 2);
-  assert.equal(threeG.memoryBytes, 40192 * 2 ** 20);
-  assert.deepEqual(value(threeG.placements), [{ start: 0, size: 4 }, { start: 4, size: 4 }]);
+  const profiles = why(gpu.gpuInstanceProfiles);
+  assert.equal(profiles.reason, "unsupported");
+  assert.match(
+    profiles.detail,
+    /GPU 0 has MIG off, and NVML lists GPU-instance profiles only while MIG is on/,
+  );
 });
 
 Deno.test("an A100 40GB in MIG mode lists its 3g.20gb, 2g.10gb and 1g.5gb devices with their identities", async () => {
@@ -121,6 +119,25 @@ Deno.test("an A100 40GB in MIG mode lists its 3g.20gb, 2g.10gb and 1g.5gb device
     "1g.5gb+me",
     "1g.10gb",
   ]);
+});
+
+Deno.test("an H100 in MIG mode offers seven GPU-instance profiles with their placements", async () => {
+  const [gpu] = value((await inventoryOf(FIXTURES.eightH100Mig)).devices);
+  const profiles = value(gpu.gpuInstanceProfiles);
+  assert.deepEqual(profiles.map((p) => value(p.name)), [
+    "1g.10gb",
+    "2g.20gb",
+    "3g.40gb",
+    "4g.40gb",
+    "7g.80gb",
+    "1g.10gb+me",
+    "1g.20gb",
+  ]);
+  const threeG = profiles.find((p) => p.sliceCount === 3)!;
+  assert.equal(threeG.id, 9);
+  assert.equal(threeG.instanceCount, 2);
+  assert.equal(threeG.memoryBytes, 40192 * 2 ** 20);
+  assert.deepEqual(value(threeG.placements), [{ start: 0, size: 4 }, { start: 4, size: 4 }]);
 });
 
 Deno.test("eight H100s on NVLink: 56 links, every one OK for read, write, NVLink and atomics", async () => {
@@ -157,7 +174,19 @@ Deno.test("a device whose memory query fails has its memory Unknown and the rest
   assert.equal(value(gpu.name), "NVIDIA H100 80GB HBM3");
   assert.equal(value(gpu.pci).busId, "00000000:18:00.0");
   assert.equal(value(gpu.identity).memoryBytes, null, "the identity says the memory is not known");
-  assert.ok(value(gpu.gpuInstanceProfiles).every((p) => p.name.kind === "unknown"), "names need the memory");
+
+  const [card] = value(
+    (await inventoryOf({ devices: [{ ...a100Mig(0), returns: { nvmlDeviceGetMemoryInfo: 15 } }] })).devices,
+  );
+  assert.ok(
+    value(card.gpuInstanceProfiles).every((p) => why(p.name).reason === "unread"),
+    "names need the card's memory",
+  );
+  for (const slice of value(card.migDevices)) {
+    assert.match(why(slice.profile).detail, /profile needs its card's memory: .*NVML_ERROR_GPU_IS_LOST/);
+    assert.equal(slice.identity.kind, "unknown");
+    assert.equal(value(slice.memory).totalBytes > 0, true, "a slice's own memory is its own read");
+  }
 });
 
 Deno.test("a count larger than the handles served leaves the missing card Unknown, with its links", async () => {
