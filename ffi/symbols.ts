@@ -15,7 +15,9 @@ export type FfiType = Parameters<typeof koffi.sizeof>[0];
 
 /** One symbol's C signature: its result type and its parameters' types in order. */
 export interface SymbolSignature {
+  /** The C result type. */
   readonly result: FfiType;
+  /** The C parameter types, in order. */
   readonly parameters: readonly FfiType[];
 }
 

@@ -72,8 +72,8 @@ export function exactNumber(value: unknown, what: string): Observation<number> {
   return unknown("malformed", undefined, `${what} is not a count this binding can hold (${String(value)})`);
 }
 
-/** The Unknown a record built from several reads is when its `field` read was `observation`. */
-export function missingField(what: string, field: string, observation: Unknown): Unknown {
+/** The Unknown an identity is when the `field` it is built from was read as `observation`. */
+export function noIdentity(what: string, field: string, observation: Unknown): Unknown {
   return unknown(
     observation.reason,
     undefined,

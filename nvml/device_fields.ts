@@ -11,8 +11,11 @@ import type { NvmlSession } from "./session.ts";
 
 /** Device (or MIG device) memory, in bytes, as `nvmlMemory_t` reports it. */
 export interface GpuMemory {
+  /** All of it. */
   readonly totalBytes: number;
+  /** What is not allocated. */
   readonly freeBytes: number;
+  /** What is allocated. */
   readonly usedBytes: number;
 }
 

@@ -16,7 +16,9 @@ import type { NvmlSession } from "./session.ts";
 
 /** Where one GPU instance may start, in memory slices, and how many it spans. */
 export interface GpuInstancePlacement {
+  /** The first memory slice it may start at. */
   readonly start: number;
+  /** How many memory slices it spans. */
   readonly size: number;
 }
 
@@ -34,12 +36,19 @@ export interface GpuInstanceProfile {
   readonly instanceCount: number;
   /** Its memory, in bytes (NVML reports MiB). */
   readonly memoryBytes: number;
+  /** Streaming multiprocessors. */
   readonly multiprocessorCount: number;
+  /** Copy engines. */
   readonly copyEngineCount: number;
+  /** Video decoders (NVDEC). */
   readonly decoderCount: number;
+  /** Video encoders (NVENC). */
   readonly encoderCount: number;
+  /** JPEG decoders (NVJPG). */
   readonly jpegCount: number;
+  /** Optical-flow accelerators (OFA). */
   readonly ofaCount: number;
+  /** Whether an instance of it supports P2P. */
   readonly p2pSupported: boolean;
   /** Where it may be placed; Unknown where the driver cannot say (an older driver lacks the call). */
   readonly placements: Observation<readonly GpuInstancePlacement[]>;

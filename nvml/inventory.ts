@@ -28,6 +28,7 @@ import { type NvmlSession, sharedNvml } from "./session.ts";
 export interface NvmlInventory {
   /** The library read (its name or path). */
   readonly library: Observation<string>;
+  /** `nvmlSystemGetDriverVersion` (`550.54.15`). */
   readonly driverVersion: Observation<string>;
   /** Every card NVML counts, in its index order; Unknown when NVML or its count could not be read. */
   readonly devices: Observation<readonly PhysicalGpu[]>;

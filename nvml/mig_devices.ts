@@ -10,7 +10,7 @@ import { known, type Observation, type Unknown, unknown } from "../src/backends/
 import { NVML_RETURN, NVML_SUCCESS, nvmlUnknown } from "../ffi/nvml_error.ts";
 import { nvmlDeviceAttributes_t } from "../ffi/nvml_types.ts";
 import { HANDLE_OUT } from "../ffi/out_buffers.ts";
-import { type DeviceHandle, exactNumber, missingField, readHandle, readStruct, readUint } from "./_reads.ts";
+import { type DeviceHandle, exactNumber, noIdentity, readHandle, readStruct, readUint } from "./_reads.ts";
 import { type GpuMemory, readMemory, readUuid } from "./device_fields.ts";
 import { migProfileName } from "./mig_profile_name.ts";
 import type { NvmlSession } from "./session.ts";
@@ -21,6 +21,7 @@ export interface MigDevice {
   readonly slot: number;
   /** Its `MIG-…` UUID. */
   readonly uuid: Observation<string>;
+  /** Its own memory (`nvmlDeviceGetMemoryInfo` on its handle). */
   readonly memory: Observation<GpuMemory>;
   /** The id of the GPU instance it lives in. */
   readonly gpuInstanceId: Observation<number>;
@@ -159,7 +160,7 @@ function migIdentity(
   parentConfirmed: Observation<true>,
   what: string,
 ): Observation<DeviceIdentity> {
-  const missing = (field: string, observation: Unknown) => missingField(what, field, observation);
+  const missing = (field: string, observation: Unknown) => noIdentity(what, field, observation);
   if (uuid.kind === "unknown") return missing("UUID", uuid);
   if (profile.kind === "unknown") return missing("profile", profile);
   if (parentConfirmed.kind === "unknown") return missing("card", parentConfirmed);

@@ -15,11 +15,17 @@ export type P2pStatus = string;
 
 /** What NVML says about reaching card `to` from card `from`. */
 export interface P2pLink {
+  /** The index of the card reaching. */
   readonly from: number;
+  /** The index of the card reached. */
   readonly to: number;
+  /** P2P reads (`NVML_P2P_CAPS_INDEX_READ`). */
   readonly read: Observation<P2pStatus>;
+  /** P2P writes (`NVML_P2P_CAPS_INDEX_WRITE`). */
   readonly write: Observation<P2pStatus>;
+  /** P2P over NVLink (`NVML_P2P_CAPS_INDEX_NVLINK`). */
   readonly nvlink: Observation<P2pStatus>;
+  /** P2P atomics (`NVML_P2P_CAPS_INDEX_ATOMICS`). */
   readonly atomics: Observation<P2pStatus>;
   /** Where their paths meet: internal, single, multiple, hostbridge, node or system. */
   readonly commonAncestor: Observation<string>;
@@ -27,6 +33,7 @@ export interface P2pLink {
 
 /** Every ordered pair of distinct cards (n × (n − 1) links), `from` major. */
 export interface P2pMatrix {
+  /** The links, `from` major, `to` minor. */
   readonly links: readonly P2pLink[];
 }
 

@@ -11,7 +11,7 @@ import { decodeCString } from "../ffi/c_string.ts";
 import { NVML_RETURN, NVML_SUCCESS, nvmlUnknown } from "../ffi/nvml_error.ts";
 import { MIG_ENABLE, nvmlPciInfo_t } from "../ffi/nvml_types.ts";
 import { UINT_OUT } from "../ffi/out_buffers.ts";
-import { type DeviceHandle, missingField, readStruct } from "./_reads.ts";
+import { type DeviceHandle, noIdentity, readStruct } from "./_reads.ts";
 import { type GpuMemory, readMemory, readName, readUuid, totalOf } from "./device_fields.ts";
 import { type GpuInstanceProfile, readGpuInstanceProfiles } from "./gpu_instance_profiles.ts";
 import { type MigDevice, readMigDevices } from "./mig_devices.ts";
@@ -21,17 +21,23 @@ import type { NvmlSession } from "./session.ts";
 export interface PciInfo {
   /** `domain:bus:device.function`, as nvidia-smi prints it (`00000000:1B:00.0`). */
   readonly busId: string;
+  /** The PCI domain. */
   readonly domain: number;
+  /** The PCI bus. */
   readonly bus: number;
+  /** The PCI device. */
   readonly device: number;
   /** The PCI device id in the high 16 bits, the vendor id (0x10de) in the low 16. */
   readonly pciDeviceId: number;
+  /** The subsystem (board) id. */
   readonly pciSubSystemId: number;
 }
 
 /** A card's MIG mode now and after its next reset. */
 export interface MigMode {
+  /** MIG is on now. */
   readonly current: boolean;
+  /** MIG will be on after the card's next reset. */
   readonly pending: boolean;
 }
 
@@ -39,9 +45,13 @@ export interface MigMode {
 export interface PhysicalGpu {
   /** NVML's index (the order of `nvmlDeviceGetHandleByIndex_v2`, PCI bus order; not always CUDA's). */
   readonly index: number;
+  /** Its `GPU-…` UUID. */
   readonly uuid: Observation<string>;
+  /** Its product name (`NVIDIA H100 80GB HBM3`). */
   readonly name: Observation<string>;
+  /** Its memory (`nvmlDeviceGetMemoryInfo`). */
   readonly memory: Observation<GpuMemory>;
+  /** Where it sits on the PCI bus (`nvmlDeviceGetPciInfo_v3`). */
   readonly pci: Observation<PciInfo>;
   /** Known(null) for a card without MIG (NVML answers NOT_SUPPORTED). */
   readonly migMode: Observation<MigMode | null>;
@@ -192,7 +202,7 @@ function physicalIdentity(
   memory: Observation<GpuMemory>,
   host: string | null,
 ): Observation<DeviceIdentity> {
-  const missing = (field: string, observation: Unknown) => missingField(`GPU ${index}`, field, observation);
+  const missing = (field: string, observation: Unknown) => noIdentity(`GPU ${index}`, field, observation);
   if (uuid.kind === "unknown") return missing("UUID", uuid);
   if (name.kind === "unknown") return missing("name", name);
   return known(deviceIdentity({

@@ -12,17 +12,25 @@ import type { P2pLink } from "../nvml/p2p_matrix.ts";
 
 /** One card as `nvidia-smi -q -x` describes it. */
 export interface SmiGpu {
+  /** The `<gpu id>`: its PCI bus id. */
   readonly pciBusId: string;
+  /** `<product_name>`; null when not printed. */
   readonly name: string | null;
+  /** `<uuid>`; null when not printed. */
   readonly uuid: string | null;
+  /** `<fb_memory_usage><total>` in MiB; null when not printed as MiB. */
   readonly memoryTotalMib: number | null;
+  /** `<current_mig>` (`Enabled`, `Disabled`, `N/A`); null when not printed. */
   readonly migCurrent: string | null;
+  /** `<pending_mig>`; null when not printed. */
   readonly migPending: string | null;
 }
 
 /** What `nvidia-smi -q -x` says: the driver and the cards, in its order. */
 export interface SmiQuery {
+  /** `<driver_version>`; null when not printed. */
   readonly driverVersion: string | null;
+  /** Every `<gpu>`, in nvidia-smi's order. */
   readonly gpus: readonly SmiGpu[];
 }
 
@@ -101,15 +109,21 @@ export function parseSmiP2p(output: string): Map<string, string> {
 
 /** One field compared: what NVML read and what nvidia-smi printed. */
 export interface FieldComparison {
+  /** What was compared (`GPU 0 name`). */
   readonly field: string;
+  /** NVML's value, or its Unknown described. */
   readonly nvml: string;
+  /** nvidia-smi's value, or `(not printed)`. */
   readonly nvidiaSmi: string;
+  /** Both known and equal. */
   readonly agree: boolean;
 }
 
 /** What nvidia-smi printed, parsed, for {@link compareWithSmi}. */
 export interface SmiReport {
+  /** `nvidia-smi -q -x`. */
   readonly query: SmiQuery;
+  /** `nvidia-smi -L`. */
   readonly list: Map<string, { readonly uuid: string; readonly profile: string }[]>;
   /** By capability (`read`, `write`, `nvlink`, `atomics`): the parsed matrix. */
   readonly p2p: Readonly<Record<string, Map<string, string>>>;

@@ -19,6 +19,7 @@ import type { CommandOutput } from "./command_output.ts";
 
 /** The options `gpus` takes. */
 export interface GpusOptions {
+  /** Print the whole inventory as JSON instead of the tables. */
   readonly json?: boolean;
 }
 
