@@ -7,6 +7,7 @@
  */
 
 import { VideoflowEnvironmentError } from "../src/core/errors.ts";
+import { type Clock, systemClock } from "../src/backends/clock.ts";
 import { type Unknown, unknown, type UnknownReason } from "../src/backends/outcomes.ts";
 import type { DeclaredSymbols } from "./symbols.ts";
 import type { NVML_SYMBOLS } from "./nvml_symbols.ts";
@@ -120,7 +121,7 @@ export function nvmlError(
   return new NvmlError(symbol, code, description);
 }
 
-/** The {@link Unknown} a field reads when its call failed with `error`. */
-export function nvmlUnknown(error: NvmlError): Unknown {
-  return unknown(error.reason, undefined, error.message);
+/** The {@link Unknown} a field reads when its call failed with `error`, stamped by `clock`. */
+export function nvmlUnknown(error: NvmlError, clock: Clock = systemClock): Unknown {
+  return unknown(error.reason, clock, error.message);
 }

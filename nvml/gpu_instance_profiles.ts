@@ -6,13 +6,21 @@
  * @module
  */
 
-import { known, type Observation, unknown } from "../src/backends/outcomes.ts";
-import { NVML_RETURN, NVML_SUCCESS, nvmlUnknown } from "../ffi/nvml_error.ts";
+import type { Observation } from "../src/backends/outcomes.ts";
+import { NVML_RETURN, NVML_SUCCESS } from "../ffi/nvml_error.ts";
 import { GPU_INSTANCE_PROFILES, nvmlGpuInstanceProfileInfo_t } from "../ffi/nvml_types.ts";
 import { decodeStruct, structOut, UINT_OUT } from "../ffi/out_buffers.ts";
-import { type DeviceHandle, exactNumber } from "./_reads.ts";
+import {
+  attempt,
+  call,
+  type DeviceHandle,
+  exactNumber,
+  failure,
+  notSeen,
+  type NvmlRead,
+  seen,
+} from "./_reads.ts";
 import { migProfileName } from "./mig_profile_name.ts";
-import type { NvmlSession } from "./session.ts";
 
 /** Where one GPU instance may start, in memory slices, and how many it spans. */
 export interface GpuInstancePlacement {
@@ -84,25 +92,28 @@ const ABSENT: ReadonlySet<number> = new Set([
  * anything but "no such profile" (a partial list would mislead a planner). `cardTotalBytes` names them.
  */
 export function readGpuInstanceProfiles(
-  session: NvmlSession,
+  read: NvmlRead,
   handle: DeviceHandle,
   cardTotalBytes: Observation<number>,
 ): Observation<readonly GpuInstanceProfile[]> {
   const profiles: GpuInstanceProfile[] = [];
   for (const { index, suffix } of GPU_INSTANCE_PROFILES) {
     const buffer = structOut(nvmlGpuInstanceProfileInfo_t);
-    const code = session.call("nvmlDeviceGetGpuInstanceProfileInfo", handle, index, buffer);
+    const code = call(read, "nvmlDeviceGetGpuInstanceProfileInfo", handle, index, buffer);
     if (typeof code !== "number") return code;
     if (ABSENT.has(code)) continue;
     if (code !== NVML_SUCCESS) {
-      return nvmlUnknown(session.errorFor("nvmlDeviceGetGpuInstanceProfileInfo", code));
+      return failure(read, "nvmlDeviceGetGpuInstanceProfileInfo", code);
     }
     const info = decodeStruct<ProfileInfo>(buffer, nvmlGpuInstanceProfileInfo_t);
-    const memoryMb = exactNumber(info.memorySizeMB, `profile ${index}'s memory`);
+    const memoryMb = exactNumber(read, info.memorySizeMB, `profile ${index}'s memory`);
     if (memoryMb.kind === "unknown") return memoryMb;
     const name: Observation<string> = cardTotalBytes.kind === "known" && cardTotalBytes.value > 0
-      ? known(migProfileName({ gpuInstance: info.sliceCount }, memoryMb.value, cardTotalBytes.value, suffix))
-      : unknown("unread", undefined, "the card's memory, which names its profiles, could not be read");
+      ? seen(
+        read,
+        migProfileName({ gpuInstance: info.sliceCount }, memoryMb.value, cardTotalBytes.value, suffix),
+      )
+      : notSeen(read, "unread", "the card's memory, which names its profiles, could not be read");
     profiles.push(Object.freeze({
       index,
       id: info.id,
@@ -117,14 +128,14 @@ export function readGpuInstanceProfiles(
       jpegCount: info.jpegCount,
       ofaCount: info.ofaCount,
       p2pSupported: info.isP2pSupported !== 0,
-      placements: readPlacements(session, handle, info.id),
+      placements: readPlacements(read, handle, info.id),
     }));
   }
-  return known(Object.freeze(profiles));
+  return seen(read, Object.freeze(profiles));
 }
 
 function readPlacements(
-  session: NvmlSession,
+  read: NvmlRead,
   handle: DeviceHandle,
   profileId: number,
 ): Observation<readonly GpuInstancePlacement[]> {
@@ -134,12 +145,12 @@ function readPlacements(
   PLACEMENT_CELLS.fill(0);
   const filled = UINT_OUT[0];
   filled[0] = MAX_PLACEMENTS;
-  const failed = session.attempt(symbol, handle, profileId, PLACEMENT_CELLS, filled);
+  const failed = attempt(read, symbol, handle, profileId, PLACEMENT_CELLS, filled);
   if (failed !== null) return failed;
   if (filled[0] > MAX_PLACEMENTS) {
-    return unknown(
+    return notSeen(
+      read,
       "malformed",
-      undefined,
       `${symbol} claims ${
         filled[0]
       } placements for profile ${profileId}, more than the ${MAX_PLACEMENTS} it had room for`,
@@ -149,5 +160,5 @@ function readPlacements(
   for (let i = 0; i < filled[0]; i++) {
     placements.push(Object.freeze({ start: PLACEMENT_CELLS[2 * i], size: PLACEMENT_CELLS[2 * i + 1] }));
   }
-  return known(Object.freeze(placements));
+  return seen(read, Object.freeze(placements));
 }

@@ -17,9 +17,10 @@
  * @module
  */
 
-import { known, mapKnown, type Observation, unknown } from "../src/backends/outcomes.ts";
+import { mapKnown, type Observation } from "../src/backends/outcomes.ts";
+import { type Clock, systemClock } from "../src/backends/clock.ts";
 import { DRIVER_VERSION_BUFFER_SIZE } from "../ffi/nvml_types.ts";
-import { readHandle, readText, readUint } from "./_reads.ts";
+import { notSeen, readHandle, readText, readUint, seen, snapshotRead } from "./_reads.ts";
 import { type P2pMatrix, readP2pMatrix } from "./p2p_matrix.ts";
 import { type PhysicalGpu, readPhysicalDevice } from "./physical_device.ts";
 import { type NvmlSession, sharedNvml } from "./session.ts";
@@ -42,43 +43,48 @@ export interface InventoryOptions {
   readonly session?: Observation<NvmlSession>;
   /** The host name put on every identity (`DeviceIdentity.node`); null by default. */
   readonly host?: string | null;
+  /** The clock observations are stamped with; the system clock by default. */
+  readonly clock?: Clock;
 }
 
 /** The most cards a count is believed for; a larger count is malformed (NVML supports far fewer). */
 const MAX_DEVICES = 256;
 
-/** Reads the whole inventory now (synchronously: NVML answers from the driver). */
+/**
+ * Reads the whole inventory now (synchronously: NVML answers from the driver). Every observation carries
+ * the instant the read began, by `options.clock` (the system clock by default).
+ */
 export function readInventory(options: InventoryOptions = {}): NvmlInventory {
   const session = options.session ?? sharedNvml();
   if (session.kind === "unknown") {
     return Object.freeze({ library: session, driverVersion: session, devices: session, p2p: session });
   }
-  const nvml = session.value;
+  const read = snapshotRead(session.value, options.clock ?? systemClock);
   const driverVersion = readText(
-    nvml,
+    read,
     "nvmlSystemGetDriverVersion",
     null,
     DRIVER_VERSION_BUFFER_SIZE,
     "the driver version",
   );
-  const count = readUint(nvml, "nvmlDeviceGetCount_v2");
-  const library = known(nvml.library);
+  const count = readUint(read, "nvmlDeviceGetCount_v2");
+  const library = seen(read, session.value.library);
   if (count.kind === "unknown") return Object.freeze({ library, driverVersion, devices: count, p2p: count });
   if (count.value > MAX_DEVICES) {
-    const implausible = unknown("malformed", undefined, `nvmlDeviceGetCount_v2 claims ${count.value} GPUs`);
+    const implausible = notSeen(read, "malformed", `nvmlDeviceGetCount_v2 claims ${count.value} GPUs`);
     return Object.freeze({ library, driverVersion, devices: implausible, p2p: implausible });
   }
   const host = options.host ?? null;
-  const read = Array.from(
+  const cards = Array.from(
     { length: count.value },
     (_, index) =>
-      readPhysicalDevice(nvml, index, readHandle(nvml, "nvmlDeviceGetHandleByIndex_v2", index), host),
+      readPhysicalDevice(read, index, readHandle(read, "nvmlDeviceGetHandleByIndex_v2", index), host),
   );
-  const devices = known(Object.freeze(read.map((r) => r.gpu)));
+  const devices = seen(read, Object.freeze(cards.map((card) => card.gpu)));
   return Object.freeze({
     library,
     driverVersion,
     devices,
-    p2p: mapKnown(devices, () => readP2pMatrix(nvml, read.map((r) => r.handle))),
+    p2p: mapKnown(devices, () => readP2pMatrix(read, cards.map((card) => card.handle))),
   });
 }

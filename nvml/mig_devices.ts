@@ -6,14 +6,25 @@
  */
 
 import { type DeviceIdentity, deviceIdentity } from "../src/backends/allocation.ts";
-import { known, type Observation, type Unknown, unknown } from "../src/backends/outcomes.ts";
-import { NVML_RETURN, NVML_SUCCESS, nvmlUnknown } from "../ffi/nvml_error.ts";
+import type { Observation, Unknown } from "../src/backends/outcomes.ts";
+import { NVML_RETURN, NVML_SUCCESS } from "../ffi/nvml_error.ts";
 import { nvmlDeviceAttributes_t } from "../ffi/nvml_types.ts";
 import { HANDLE_OUT } from "../ffi/out_buffers.ts";
-import { type DeviceHandle, exactNumber, noIdentity, readHandle, readStruct, readUint } from "./_reads.ts";
+import {
+  call,
+  type DeviceHandle,
+  exactNumber,
+  failure,
+  noIdentity,
+  notSeen,
+  type NvmlRead,
+  readHandle,
+  readStruct,
+  readUint,
+  seen,
+} from "./_reads.ts";
 import { type GpuMemory, readMemory, readUuid } from "./device_fields.ts";
 import { migProfileName } from "./mig_profile_name.ts";
-import type { NvmlSession } from "./session.ts";
 
 /** One MIG device (a compute instance inside a GPU instance) of a card. */
 export interface MigDevice {
@@ -50,46 +61,46 @@ const MAX_MIG_SLOTS = 64;
  * Every MIG device of `parent`, by slot (an empty slot, NOT_FOUND, is skipped); Unknown when the slot
  * count cannot be read or a slot fails otherwise (a partial list would hide devices).
  */
-export function readMigDevices(session: NvmlSession, parent: MigParent): Observation<readonly MigDevice[]> {
-  const slots = readUint(session, "nvmlDeviceGetMaxMigDeviceCount", parent.handle);
+export function readMigDevices(read: NvmlRead, parent: MigParent): Observation<readonly MigDevice[]> {
+  const slots = readUint(read, "nvmlDeviceGetMaxMigDeviceCount", parent.handle);
   if (slots.kind === "unknown") return slots;
   if (slots.value > MAX_MIG_SLOTS) {
-    return unknown("malformed", undefined, `GPU ${parent.index} claims ${slots.value} MIG device slots`);
+    return notSeen(read, "malformed", `GPU ${parent.index} claims ${slots.value} MIG device slots`);
   }
   const devices: MigDevice[] = [];
   for (let slot = 0; slot < slots.value; slot++) {
     HANDLE_OUT[0] = 0n;
-    const code = session.call("nvmlDeviceGetMigDeviceHandleByIndex", parent.handle, slot, HANDLE_OUT);
+    const code = call(read, "nvmlDeviceGetMigDeviceHandleByIndex", parent.handle, slot, HANDLE_OUT);
     if (typeof code !== "number") return code;
     if (code === NVML_RETURN.NVML_ERROR_NOT_FOUND) continue;
     if (code !== NVML_SUCCESS) {
-      return nvmlUnknown(session.errorFor("nvmlDeviceGetMigDeviceHandleByIndex", code));
+      return failure(read, "nvmlDeviceGetMigDeviceHandleByIndex", code);
     }
     const handle = HANDLE_OUT[0];
     if (handle === 0n) {
-      return unknown(
+      return notSeen(
+        read,
         "malformed",
-        undefined,
         `MIG slot ${slot} of GPU ${parent.index} was served without a handle`,
       );
     }
-    devices.push(readMigDevice(session, parent, slot, handle));
+    devices.push(readMigDevice(read, parent, slot, handle));
   }
-  return known(Object.freeze(devices));
+  return seen(read, Object.freeze(devices));
 }
 
 function readMigDevice(
-  session: NvmlSession,
+  read: NvmlRead,
   parent: MigParent,
   slot: number,
   handle: DeviceHandle,
 ): MigDevice {
   const what = `MIG device ${slot} of GPU ${parent.index}`;
-  const uuid = readUuid(session, handle, "MIG-", what);
-  const memory = readMemory(session, handle, what);
-  const gpuInstanceId = readUint(session, "nvmlDeviceGetGpuInstanceId", handle);
-  const profile = readProfile(session, handle, parent.totalBytes, what);
-  const parentConfirmed = confirmParent(session, handle, parent, what);
+  const uuid = readUuid(read, handle, "MIG-", what);
+  const memory = readMemory(read, handle, what);
+  const gpuInstanceId = readUint(read, "nvmlDeviceGetGpuInstanceId", handle);
+  const profile = readProfile(read, handle, parent.totalBytes, what);
+  const parentConfirmed = confirmParent(read, handle, parent, what);
   return Object.freeze({
     slot,
     uuid,
@@ -97,12 +108,12 @@ function readMigDevice(
     gpuInstanceId,
     profile,
     parentConfirmed,
-    identity: migIdentity(parent, uuid, memory, profile, parentConfirmed, what),
+    identity: migIdentity(read, parent, uuid, memory, profile, parentConfirmed, what),
   });
 }
 
 function readProfile(
-  session: NvmlSession,
+  read: NvmlRead,
   handle: DeviceHandle,
   cardTotalBytes: Observation<number>,
   what: string,
@@ -110,49 +121,47 @@ function readProfile(
   const attributes = readStruct<
     { gpuInstanceSliceCount: number; computeInstanceSliceCount: number; memorySizeMB: unknown }
   >(
-    session,
+    read,
     "nvmlDeviceGetAttributes_v2",
     nvmlDeviceAttributes_t,
     handle,
   );
   if (attributes.kind === "unknown") return attributes;
   if (cardTotalBytes.kind === "unknown") {
-    return unknown(
-      "unread",
-      undefined,
-      `${what}'s profile needs its card's memory: ${cardTotalBytes.detail}`,
-    );
+    return notSeen(read, "unread", `${what}'s profile needs its card's memory: ${cardTotalBytes.detail}`);
   }
-  const memoryMb = exactNumber(attributes.value.memorySizeMB, `${what}'s memory size`);
+  const memoryMb = exactNumber(read, attributes.value.memorySizeMB, `${what}'s memory size`);
   if (memoryMb.kind === "unknown") return memoryMb;
   const { gpuInstanceSliceCount: gi, computeInstanceSliceCount: ci } = attributes.value;
   if (gi === 0 || ci === 0 || ci > gi || memoryMb.value === 0) {
-    return unknown(
+    return notSeen(
+      read,
       "malformed",
-      undefined,
       `${what} reports ${ci} compute slices in ${gi} GPU slices of ${memoryMb.value} MiB`,
     );
   }
-  return known(
+  return seen(
+    read,
     migProfileName({ gpuInstance: gi, computeInstance: ci }, memoryMb.value, cardTotalBytes.value),
   );
 }
 
 function confirmParent(
-  session: NvmlSession,
+  read: NvmlRead,
   handle: DeviceHandle,
   parent: MigParent,
   what: string,
 ): Observation<true> {
-  const card = readHandle(session, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle);
+  const card = readHandle(read, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle);
   if (card.kind === "unknown") return card;
   if (card.value !== parent.handle) {
-    return unknown("malformed", undefined, `${what} names another card as its parent`);
+    return notSeen(read, "malformed", `${what} names another card as its parent`);
   }
-  return known(true);
+  return seen(read, true);
 }
 
 function migIdentity(
+  read: NvmlRead,
   parent: MigParent,
   uuid: Observation<string>,
   memory: Observation<GpuMemory>,
@@ -160,19 +169,22 @@ function migIdentity(
   parentConfirmed: Observation<true>,
   what: string,
 ): Observation<DeviceIdentity> {
-  const missing = (field: string, observation: Unknown) => noIdentity(what, field, observation);
+  const missing = (field: string, observation: Unknown) => noIdentity(read, what, field, observation);
   if (uuid.kind === "unknown") return missing("UUID", uuid);
   if (profile.kind === "unknown") return missing("profile", profile);
   if (parentConfirmed.kind === "unknown") return missing("card", parentConfirmed);
   if (parent.uuid.kind === "unknown") return missing("card's UUID", parent.uuid);
   if (parent.name.kind === "unknown") return missing("card's name", parent.name);
-  return known(deviceIdentity({
-    node: parent.host,
-    ordinal: parent.index,
-    uuid: parent.uuid.value,
-    migUuid: uuid.value,
-    product: parent.name.value,
-    memoryBytes: memory.kind === "known" ? memory.value.totalBytes : null,
-    migProfile: profile.value,
-  }));
+  return seen(
+    read,
+    deviceIdentity({
+      node: parent.host,
+      ordinal: parent.index,
+      uuid: parent.uuid.value,
+      migUuid: uuid.value,
+      product: parent.name.value,
+      memoryBytes: memory.kind === "known" ? memory.value.totalBytes : null,
+      migProfile: profile.value,
+    }),
+  );
 }

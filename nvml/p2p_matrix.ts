@@ -5,10 +5,9 @@
  * @module
  */
 
-import { known, type Observation, unknown } from "../src/backends/outcomes.ts";
+import type { Observation } from "../src/backends/outcomes.ts";
 import { P2P_CAPS_INDEX, P2P_STATUS, TOPOLOGY_LEVEL } from "../ffi/nvml_types.ts";
-import { type DeviceHandle, readUint } from "./_reads.ts";
-import type { NvmlSession } from "./session.ts";
+import { type DeviceHandle, notSeen, type NvmlRead, readUint, seen } from "./_reads.ts";
 
 /** A P2P status as `nvidia-smi topo -p2p` codes it: OK, CNS, GNS, TNS, DRK, NS or U. */
 export type P2pStatus = string;
@@ -38,25 +37,25 @@ export interface P2pMatrix {
 }
 
 /** The matrix over `handles` (card index order; null where a card had no handle). */
-export function readP2pMatrix(session: NvmlSession, handles: readonly (DeviceHandle | null)[]): P2pMatrix {
+export function readP2pMatrix(read: NvmlRead, handles: readonly (DeviceHandle | null)[]): P2pMatrix {
   const links: P2pLink[] = [];
   handles.forEach((a, from) => {
     handles.forEach((b, to) => {
-      if (from !== to) links.push(readLink(session, from, a, to, b));
+      if (from !== to) links.push(readLink(read, from, a, to, b));
     });
   });
   return Object.freeze({ links: Object.freeze(links) });
 }
 
 function readLink(
-  session: NvmlSession,
+  read: NvmlRead,
   from: number,
   a: DeviceHandle | null,
   to: number,
   b: DeviceHandle | null,
 ): P2pLink {
   if (a === null || b === null) {
-    const none = unknown("unread", undefined, `GPU ${a === null ? from : to} has no handle`);
+    const none = notSeen(read, "unread", `GPU ${a === null ? from : to} has no handle`);
     return Object.freeze({
       from,
       to,
@@ -68,7 +67,7 @@ function readLink(
     });
   }
   const status = (index: number) =>
-    named(readUint(session, "nvmlDeviceGetP2PStatus", a, b, index), P2P_STATUS, "P2P status");
+    named(read, readUint(read, "nvmlDeviceGetP2PStatus", a, b, index), P2P_STATUS, "P2P status");
   return Object.freeze({
     from,
     to,
@@ -77,7 +76,8 @@ function readLink(
     nvlink: status(P2P_CAPS_INDEX.nvlink),
     atomics: status(P2P_CAPS_INDEX.atomics),
     commonAncestor: named(
-      readUint(session, "nvmlDeviceGetTopologyCommonAncestor", a, b),
+      read,
+      readUint(read, "nvmlDeviceGetTopologyCommonAncestor", a, b),
       TOPOLOGY_LEVEL,
       "topology level",
     ),
@@ -86,6 +86,7 @@ function readLink(
 
 /** The name of an enum value read, or malformed for a value the enum does not have. */
 function named(
+  read: NvmlRead,
   value: Observation<number>,
   names: Readonly<Record<number, string>>,
   what: string,
@@ -93,6 +94,6 @@ function named(
   if (value.kind === "unknown") return value;
   const name = names[value.value];
   return name === undefined
-    ? unknown("malformed", undefined, `${what} ${value.value} is not one NVML defines`)
-    : known(name);
+    ? notSeen(read, "malformed", `${what} ${value.value} is not one NVML defines`)
+    : seen(read, name);
 }

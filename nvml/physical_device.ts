@@ -6,16 +6,24 @@
  */
 
 import { type DeviceIdentity, deviceIdentity } from "../src/backends/allocation.ts";
-import { known, mapKnown, type Observation, type Unknown, unknown } from "../src/backends/outcomes.ts";
+import { mapKnown, type Observation, type Unknown } from "../src/backends/outcomes.ts";
 import { decodeCString } from "../ffi/c_string.ts";
-import { NVML_RETURN, NVML_SUCCESS, nvmlUnknown } from "../ffi/nvml_error.ts";
+import { NVML_RETURN, NVML_SUCCESS } from "../ffi/nvml_error.ts";
 import { MIG_ENABLE, nvmlPciInfo_t } from "../ffi/nvml_types.ts";
 import { UINT_OUT } from "../ffi/out_buffers.ts";
-import { type DeviceHandle, noIdentity, readStruct } from "./_reads.ts";
+import {
+  call,
+  type DeviceHandle,
+  failure,
+  noIdentity,
+  notSeen,
+  type NvmlRead,
+  readStruct,
+  seen,
+} from "./_reads.ts";
 import { type GpuMemory, readMemory, readName, readUuid, totalOf } from "./device_fields.ts";
 import { type GpuInstanceProfile, readGpuInstanceProfiles } from "./gpu_instance_profiles.ts";
 import { type MigDevice, readMigDevices } from "./mig_devices.ts";
-import type { NvmlSession } from "./session.ts";
 
 /** Where a card sits on the PCI bus (`nvmlPciInfo_t`). */
 export interface PciInfo {
@@ -74,13 +82,13 @@ export interface ReadGpu {
 
 /** Reads card `index` through `handle`; every field Unknown with the handle's failure when there is none. */
 export function readPhysicalDevice(
-  session: NvmlSession,
+  read: NvmlRead,
   index: number,
   handle: Observation<DeviceHandle>,
   host: string | null,
 ): ReadGpu {
   if (handle.kind === "unknown") {
-    const none = unknown(handle.reason, undefined, `GPU ${index} has no handle: ${handle.detail}`);
+    const none = notSeen(read, handle.reason, `GPU ${index} has no handle: ${handle.detail}`);
     return {
       handle: null,
       gpu: Object.freeze({
@@ -97,13 +105,13 @@ export function readPhysicalDevice(
     };
   }
   const what = `GPU ${index}`;
-  const uuid = readUuid(session, handle.value, "GPU-", what);
-  const name = readName(session, handle.value, what);
-  const memory = readMemory(session, handle.value, what);
-  const migMode = readMigMode(session, handle.value);
+  const uuid = readUuid(read, handle.value, "GPU-", what);
+  const name = readName(read, handle.value, what);
+  const memory = readMemory(read, handle.value, what);
+  const migMode = readMigMode(read, handle.value);
   const totalBytes = totalOf(memory);
-  const gpuInstanceProfiles = profilesOf(session, handle.value, migMode, totalBytes, index);
-  const migDevices = migDevicesOf(session, migMode, {
+  const gpuInstanceProfiles = profilesOf(read, handle.value, migMode, totalBytes, index);
+  const migDevices = migDevicesOf(read, migMode, {
     index,
     handle: handle.value,
     uuid,
@@ -118,24 +126,27 @@ export function readPhysicalDevice(
       uuid,
       name,
       memory,
-      pci: readPci(session, handle.value, what),
+      pci: readPci(read, handle.value, what),
       migMode,
       gpuInstanceProfiles,
       migDevices,
-      identity: physicalIdentity(index, uuid, name, memory, host),
+      identity: physicalIdentity(read, index, uuid, name, memory, host),
     }),
   };
 }
 
-function readMigMode(session: NvmlSession, handle: DeviceHandle): Observation<MigMode | null> {
+function readMigMode(read: NvmlRead, handle: DeviceHandle): Observation<MigMode | null> {
   const [current, pending] = UINT_OUT;
   current[0] = 0;
   pending[0] = 0;
-  const code = session.call("nvmlDeviceGetMigMode", handle, current, pending);
+  const code = call(read, "nvmlDeviceGetMigMode", handle, current, pending);
   if (typeof code !== "number") return code;
-  if (code === NVML_RETURN.NVML_ERROR_NOT_SUPPORTED) return known(null);
-  if (code !== NVML_SUCCESS) return nvmlUnknown(session.errorFor("nvmlDeviceGetMigMode", code));
-  return known(Object.freeze({ current: current[0] === MIG_ENABLE, pending: pending[0] === MIG_ENABLE }));
+  if (code === NVML_RETURN.NVML_ERROR_NOT_SUPPORTED) return seen(read, null);
+  if (code !== NVML_SUCCESS) return failure(read, "nvmlDeviceGetMigMode", code);
+  return seen(
+    read,
+    Object.freeze({ current: current[0] === MIG_ENABLE, pending: pending[0] === MIG_ENABLE }),
+  );
 }
 
 /**
@@ -143,19 +154,19 @@ function readMigMode(session: NvmlSession, handle: DeviceHandle): Observation<Mi
  * on, so a card with MIG off that lists none is Unknown (it may well have some), not a card without any.
  */
 function profilesOf(
-  session: NvmlSession,
+  read: NvmlRead,
   handle: DeviceHandle,
   migMode: Observation<MigMode | null>,
   totalBytes: Observation<number>,
   index: number,
 ): Observation<readonly GpuInstanceProfile[]> {
-  if (migMode.kind === "known" && migMode.value === null) return known(Object.freeze([]));
-  const profiles = readGpuInstanceProfiles(session, handle, totalBytes);
+  if (migMode.kind === "known" && migMode.value === null) return seen(read, Object.freeze([]));
+  const profiles = readGpuInstanceProfiles(read, handle, totalBytes);
   const off = migMode.kind === "known" && migMode.value !== null && !migMode.value.current;
   if (off && profiles.kind === "known" && profiles.value.length === 0) {
-    return unknown(
+    return notSeen(
+      read,
       "unsupported",
-      undefined,
       `GPU ${index} has MIG off, and NVML lists GPU-instance profiles only while MIG is on`,
     );
   }
@@ -163,18 +174,18 @@ function profilesOf(
 }
 
 function migDevicesOf(
-  session: NvmlSession,
+  read: NvmlRead,
   migMode: Observation<MigMode | null>,
   parent: Parameters<typeof readMigDevices>[1],
 ): Observation<readonly MigDevice[]> {
   if (migMode.kind === "unknown") {
-    return unknown(migMode.reason, undefined, `GPU ${parent.index}'s MIG mode is unknown: ${migMode.detail}`);
+    return notSeen(read, migMode.reason, `GPU ${parent.index}'s MIG mode is unknown: ${migMode.detail}`);
   }
-  if (migMode.value === null || !migMode.value.current) return known(Object.freeze([]));
-  return readMigDevices(session, parent);
+  if (migMode.value === null || !migMode.value.current) return seen(read, Object.freeze([]));
+  return readMigDevices(read, parent);
 }
 
-function readPci(session: NvmlSession, handle: DeviceHandle, what: string): Observation<PciInfo> {
+function readPci(read: NvmlRead, handle: DeviceHandle, what: string): Observation<PciInfo> {
   const raw = readStruct<{
     busId: Uint8Array;
     domain: number;
@@ -182,35 +193,43 @@ function readPci(session: NvmlSession, handle: DeviceHandle, what: string): Obse
     device: number;
     pciDeviceId: number;
     pciSubSystemId: number;
-  }>(session, "nvmlDeviceGetPciInfo_v3", nvmlPciInfo_t, handle);
+  }>(read, "nvmlDeviceGetPciInfo_v3", nvmlPciInfo_t, handle);
   if (raw.kind === "unknown") return raw;
-  return mapKnown(decodeCString(raw.value.busId, `${what}'s PCI bus id`), (busId) =>
-    Object.freeze({
-      busId,
-      domain: raw.value.domain,
-      bus: raw.value.bus,
-      device: raw.value.device,
-      pciDeviceId: raw.value.pciDeviceId,
-      pciSubSystemId: raw.value.pciSubSystemId,
-    }));
+  return mapKnown(
+    decodeCString(raw.value.busId, `${what}'s PCI bus id`, read.clock),
+    (busId) =>
+      Object.freeze({
+        busId,
+        domain: raw.value.domain,
+        bus: raw.value.bus,
+        device: raw.value.device,
+        pciDeviceId: raw.value.pciDeviceId,
+        pciSubSystemId: raw.value.pciSubSystemId,
+      }),
+  );
 }
 
 function physicalIdentity(
+  read: NvmlRead,
   index: number,
   uuid: Observation<string>,
   name: Observation<string>,
   memory: Observation<GpuMemory>,
   host: string | null,
 ): Observation<DeviceIdentity> {
-  const missing = (field: string, observation: Unknown) => noIdentity(`GPU ${index}`, field, observation);
+  const missing = (field: string, observation: Unknown) =>
+    noIdentity(read, `GPU ${index}`, field, observation);
   if (uuid.kind === "unknown") return missing("UUID", uuid);
   if (name.kind === "unknown") return missing("name", name);
-  return known(deviceIdentity({
-    node: host,
-    ordinal: index,
-    uuid: uuid.value,
-    migUuid: null,
-    product: name.value,
-    memoryBytes: memory.kind === "known" ? memory.value.totalBytes : null,
-  }));
+  return seen(
+    read,
+    deviceIdentity({
+      node: host,
+      ordinal: index,
+      uuid: uuid.value,
+      migUuid: null,
+      product: name.value,
+      memoryBytes: memory.kind === "known" ? memory.value.totalBytes : null,
+    }),
+  );
 }

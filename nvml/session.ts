@@ -26,8 +26,6 @@ export interface NvmlSession {
   call(symbol: NvmlSymbol, ...args: unknown[]): number | Unknown;
   /** The typed error for `symbol` having returned `code` (described through `nvmlErrorString`). */
   errorFor(symbol: NvmlSymbol, code: number): NvmlError;
-  /** Calls `symbol`: null on `NVML_SUCCESS`, else the Unknown its failure reads as. */
-  attempt(symbol: NvmlSymbol, ...args: unknown[]): Unknown | null;
   /** Ends the session with `nvmlShutdown`; later calls are Unknown. Idempotent. */
   close(): void;
 }
@@ -65,11 +63,6 @@ export function openNvml(search: LibrarySearch = NVML_LIBRARY_SEARCH): Observati
       return Number(declared.value(...args));
     },
     errorFor: (symbol, code) => nvmlError(symbols, symbol, code),
-    attempt(symbol, ...args) {
-      const code = session.call(symbol, ...args);
-      if (typeof code !== "number") return code;
-      return code === NVML_SUCCESS ? null : nvmlUnknown(session.errorFor(symbol, code));
-    },
     close() {
       if (!open) return;
       open = false;

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import type { Known, Observation, Unknown } from "../../../src/backends/outcomes.ts";
+import { FakeClock } from "../../../src/backends/memory/clock.ts";
 import { NvmlError } from "../../../ffi/nvml_error.ts";
 import { readInventory } from "../../../nvml/inventory.ts";
 import { closeNvml, openNvml, sharedNvml } from "../../../nvml/session.ts";
@@ -284,4 +285,23 @@ Deno.test("the process holds one NVML session until it is closed; the next read 
   );
   assert.equal(value(readInventory().devices).length, 2, "a new session after the close");
   closeNvml();
+});
+
+Deno.test("every observation of one read, known or not, carries the instant the read began", async () => {
+  closeNvml();
+  await useFakeNvml(FIXTURES.countLies);
+  const clock = new FakeClock(1234);
+  const inventory = readInventory({ clock });
+  closeNvml();
+  const stamps = new Set<number>();
+  let observations = 0;
+  JSON.stringify(inventory, (key, v) => {
+    if (key === "observedAt") {
+      stamps.add(v);
+      observations++;
+    }
+    return v;
+  });
+  assert.ok(observations > 50, `read ${observations} observations`);
+  assert.deepEqual([...stamps], [clock.monotonic()]);
 });
