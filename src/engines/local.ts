@@ -70,6 +70,8 @@ import { FileRuntimeStore } from "../runtime/file_store.ts";
 import { InNodeBoard } from "../runtime/in_node_board.ts";
 import { systemClock } from "../backends/clock.ts";
 import { EndMarker, QUIESCE_LINE, REPORT_LINE_PREFIX, type WorkerReport } from "../runtime/worker.ts";
+import { HealthServer } from "../runtime/health.ts";
+import { RunMetrics } from "./run_metrics.ts";
 import {
   FLOW_SPECS_PATH_ENV,
   paramsBySpecsFile,
@@ -144,6 +146,11 @@ export interface LocalRunOptions {
   readonly servers?: RunServers | null;
   /** Restart failed replicas (the local supervision policy); false: the first failure is final. */
   readonly restart: boolean;
+  /**
+   * Where the whole run's health endpoint listens while it runs (`vf run-local --metrics`): every
+   * replica's metrics labelled `node` and `replica` ({@link RunMetrics}); none by default.
+   */
+  readonly metrics?: MetricsAddress | null;
   /** Where the live view and events are written. */
   readonly output: ViewOutput;
   /**
@@ -182,6 +189,14 @@ export interface LocalRunOptions {
    * finished already. Nothing is called for a run refused or with nothing to do.
    */
   readonly onStart?: () => void;
+}
+
+/** Where a local run's health endpoint listens (see {@link LocalRunOptions.metrics}). */
+export interface MetricsAddress {
+  /** The interface to bind: `127.0.0.1` for this host only, `0.0.0.0` for every interface. */
+  readonly hostname: string;
+  /** The port; 0 picks a free one, which the run's events name. */
+  readonly port: number;
 }
 
 /** The servers a local run uses instead of the embedded broker (see {@link LocalRunOptions.servers}). */
@@ -362,7 +377,9 @@ export const EXIT_FORCED = 130;
 export const SIGNAL_ECHO_SECONDS = 0.25;
 
 /** What a replica counted: inputs processed and failed, drops by reason. */
-type Counters = Pick<Extract<WorkerReport, { kind: "stats" }>, "processed" | "failed" | "drops">;
+/** A replica's counters report. */
+type StatsReport = Extract<WorkerReport, { kind: "stats" }>;
+type Counters = Pick<StatsReport, "processed" | "failed" | "drops">;
 
 const NO_COUNTS: Counters = { processed: 0, failed: 0, drops: {} };
 
@@ -395,7 +412,7 @@ interface Replica {
   /** The current launch sent its exit report: it ended through its task, not by `Deno.exit` in node code. */
   exitReported: boolean;
   /** The running (or last) launch's counters. */
-  stats: Counters | null;
+  stats: StatsReport | null;
   /** The message ids its current launch last reported inside its node (`in_node`): none between calls. */
   inNode: readonly string[];
   /** Where its current launch records the inputs inside its node instead (a Worker replica's board). */
@@ -889,6 +906,7 @@ export class LocalEngine {
     await this.#broker.provision(topology, `run-local/${runId}`);
     this.#ownPartitionDrops();
     await this.#broker.serve(this.#options.isolation);
+    const metrics = this.#serveMetrics();
     // A signal that came while the run was being set up is handed over now, before any replica starts.
     const detachSignals = this.#stopSignals.attach((signal) => this.stop(signal));
     const onAbort = () => this.stop(STOP_REQUESTED);
@@ -975,7 +993,40 @@ export class LocalEngine {
     } finally {
       detachSignals();
       this.#options.signal?.removeEventListener("abort", onAbort);
+      await metrics?.stop();
     }
+  }
+
+  /** Starts the run's health endpoint when one was asked for, and says where it listens. */
+  #serveMetrics(): HealthServer | null {
+    const address = this.#options.metrics ?? null;
+    if (address === null) return null;
+    const server = new HealthServer(
+      new RunMetrics(() =>
+        this.#replicas.map((r) => ({
+          node: r.spec.name,
+          replica: r.index,
+          ready: r.ready,
+          ended: r.exitCode !== null,
+          snapshot: r.stats?.metrics ?? null,
+        }))
+      ),
+      address,
+    );
+    let port: number;
+    try {
+      port = server.start();
+    } catch (error) {
+      throw new ResourceUnavailable(
+        `the run's metrics endpoint cannot listen on ${address.hostname}:${address.port}: ${
+          (error as Error).message
+        }`,
+        "pass --metrics another port (0 picks a free one), or stop what holds that one",
+      );
+    }
+    const host = address.hostname.includes(":") ? `[${address.hostname}]` : address.hostname;
+    this.#view.event(`metrics at http://${host}:${port}/metrics (also /readyz and /healthz)`);
+    return server;
   }
 
   /**

@@ -39,7 +39,7 @@ import { EmbeddedConnection } from "../embedded/rpc.ts";
 import { verifyNodeGrant } from "./gpucheck.ts";
 import { EmbeddedPayloadStore } from "../embedded/payload_store.ts";
 import { EmbeddedRuntimeStore } from "../embedded/runtime_store.ts";
-import { type HealthSnapshot, HealthServer, HealthState } from "./health.ts";
+import { HealthServer, type HealthSnapshot, HealthState } from "./health.ts";
 import { InNodeBoard } from "./in_node_board.ts";
 import { LedgerIdempotencyStore } from "./idempotency.ts";
 import { configureLogging, type LogSink, type NodeLogger } from "./logging.ts";
