@@ -260,6 +260,13 @@ export const LOCAL_BATCH_MAX_MSGS = 512;
 export function checkLocalRunOptions(
   options: Pick<LocalRunOptions, "channelMaxBytes" | "extraEnv" | "flowType" | "isolation" | "permissions">,
 ): WorkerSettings {
+  if (options.isolation === Isolation.process && Deno.build.standalone) {
+    throw new ConfigError(
+      "a compiled vf runs replicas as Deno Workers only: a subprocess replica is a `deno run` with its own " +
+        "permission flags, which a compiled binary cannot start",
+      "run the flow without --isolation process, or with deno (`deno task run-local FLOW.ts --isolation process`)",
+    );
+  }
   if (options.isolation === Isolation.process) {
     for (const [node, granted] of Object.entries(options.permissions)) checkFlagPermissions(node, granted);
   } else if (workerOptionsEnabled() === false) {
@@ -493,6 +500,12 @@ function envNameMatches(declared: string, name: string): boolean {
 const nodeWorkerUrl = new URL("../../workers/node_worker.ts", import.meta.url).href;
 const nodeProcessUrl = new URL("../../workers/node_process.ts", import.meta.url).href;
 
+/**
+ * The modules a replica's generated entry loads by URL at run time, which no static import reaches: what a
+ * compiled `vf` must embed besides its own module graph (`deno task compile` includes them).
+ */
+export const RUNTIME_LOADED_MODULES: readonly string[] = Object.freeze([nodeWorkerUrl, nodeProcessUrl]);
+
 function moduleOf(nodeClass: string): string {
   return nodeClass.slice(0, nodeClass.lastIndexOf("#"));
 }
@@ -512,7 +525,8 @@ export function bootstrapUrl(spec: NodeSpec, isolation: Isolation, preloads: rea
     : `import { serveNodeProcess } from ${
       JSON.stringify(nodeProcessUrl)
     };\n${imports}await serveNodeProcess();\n`;
-  return `data:application/typescript;base64,${btoa(unescape(encodeURIComponent(source)))}`;
+  // Plain JavaScript, so a compiled vf's module loader (which takes data: URLs) needs no transpiler for it.
+  return `data:application/javascript;base64,${btoa(unescape(encodeURIComponent(source)))}`;
 }
 
 function topologyNodes(specs: readonly NodeSpec[]): TopologyNode[] {
