@@ -90,7 +90,15 @@ Deno.test("vf run-local --metrics serves every replica's metrics, /readyz and /h
     const histogram = parseHistogram(count0, "actual_proctime_seconds");
     assert(histogram.cumulative.length > 1 && histogram.cumulative.at(-1)! > 0, count0);
     assert.deepEqual(histogram.cumulative, [...histogram.cumulative].sort((a, b) => a - b));
-    assert.equal((await fetch(`${url}/readyz`)).status, 200);
+    // Ready once every running replica opened its node; until then it names the ones still opening.
+    for (;;) {
+      const ready = await fetch(`${url}/readyz`);
+      const body = await ready.text();
+      if (ready.status === 200) break;
+      assert.equal(ready.status, 503);
+      assert.match(body, /^not ready: (\w+\[\d\](, )?)+ still opening\n$/);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
     assert.equal(await (await fetch(`${url}/healthz`)).text(), "ok\n");
     assert.equal((await fetch(`${url}/nothing`)).status, 404);
     const status = await child.status;
