@@ -96,3 +96,6 @@ export async function serveNodeProcess(): Promise<never> {
   });
   Deno.exit(code);
 }
+
+// A pod runs this module as its entry (no arguments: the whole environment configures the replica).
+if (import.meta.main) await serveNodeProcess();
