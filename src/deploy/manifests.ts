@@ -51,6 +51,8 @@ import {
   DEFAULT_MAX_REPLICAS,
   DEFAULT_MIN_REPLICAS,
   DEFAULT_TARGET_LAG_PER_REPLICA,
+  jobAutoscalingError,
+  type ScalingCandidate,
   validateScalingRule,
 } from "../runtime/scaling.ts";
 import {
@@ -324,10 +326,9 @@ function specsConfigMap(run: RunContext): KubernetesObject {
   };
 }
 
-/** Whether the node gets a scaler, and the notes on why not; throws for an autoscaled Job (RUN-027). */
-function scaled(run: RunContext, spec: NodeSpec, workload: Workload, notes: string[]): boolean {
-  if (!run.options.autoscaling) return false;
-  const reasons = admitAutoscaling(spec.name, run.input.flowType, {
+/** The autoscaling candidate `spec` is when it runs as `workload`. */
+function candidate(run: RunContext, spec: NodeSpec, workload: Workload): ScalingCandidate {
+  return {
     kind: spec.kind,
     isPartitioned: spec.isPartitioned,
     isJob: workload === Workload.job,
@@ -336,9 +337,29 @@ function scaled(run: RunContext, spec: NodeSpec, workload: Workload, notes: stri
     gpuAutoscaling: run.options.gpuAutoscaling ?? false,
     isJoin: spec.parents.length > 1,
     declaresPartition: spec.partitionBy !== null,
-  });
-  if (reasons.length > 0) notes.push(`${spec.name} keeps ${spec.nbTasks} replica(s): ${reasons.join(" ")}`);
-  return reasons.length === 0;
+  };
+}
+
+/**
+ * The nodes that get a scaler, and a note for each that keeps its scale. Throws one CapabilityError
+ * naming every processor rendered as a Job (RUN-027).
+ */
+function scaledNodes(run: RunContext, notes: string[]): Set<string> {
+  const scaled = new Set<string>();
+  if (!run.options.autoscaling) return scaled;
+  const jobs: string[] = [];
+  for (const spec of run.specs) {
+    const node = candidate(run, spec, workloadOf(spec, run.input.flowType));
+    if (node.kind === "processor" && node.isJob) {
+      jobs.push(spec.name);
+      continue;
+    }
+    const reasons = admitAutoscaling(spec.name, run.input.flowType, node);
+    if (reasons.length > 0) notes.push(`${spec.name} keeps ${spec.nbTasks} replica(s): ${reasons.join(" ")}`);
+    else scaled.add(spec.name);
+  }
+  if (jobs.length > 0) throw jobAutoscalingError(jobs, run.input.flowType);
+  return scaled;
 }
 
 function fieldEnv(name: string, fieldPath: string): Record<string, unknown> {
@@ -592,10 +613,11 @@ export function renderManifests(input: ManifestInput, options: ManifestOptions):
     specsName: kubernetesFlowResourceName(input.flowId, KubernetesFlowResource.specs),
   };
   const notes: string[] = [];
+  const scaled = scaledNodes(run, notes);
   const objects: KubernetesObject[] = [specsConfigMap(run), provisionJob(run)];
   for (const spec of run.specs) {
     const workload = workloadOf(spec, input.flowType);
-    const isScaled = scaled(run, spec, workload, notes);
+    const isScaled = scaled.has(spec.name);
     if (isScaled && spec.nbTasks > maxReplicas) {
       throw new ConfigError(
         `${spec.name} declares ${spec.nbTasks} replicas, more than the scaler's maximum of ${maxReplicas}`,

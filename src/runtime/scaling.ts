@@ -110,15 +110,20 @@ export function scalingRejections(node: ScalingCandidate): string[] {
 
 /**
  * The RUN-027 refusal, built in one place so the renderer and an admission check say the same words:
- * autoscaling was asked for a processor that renders as a Job.
+ * autoscaling was asked for processors that render as Jobs (every one named, in the order given).
  */
-export function jobAutoscalingError(nodeName: string, flowType: string): CapabilityError {
+export function jobAutoscalingError(
+  nodeNames: string | readonly string[],
+  flowType: string,
+): CapabilityError {
+  const nodes = typeof nodeNames === "string" ? [nodeNames] : [...nodeNames];
+  const which = nodes.length === 1 ? `processor ${nodes[0]}` : `processors ${nodes.join(", ")}`;
   return new CapabilityError(
-    `autoscaling was requested, and processor ${nodeName} of this ${flowType} flow ${
-      JOB_REJECTION.replace("the node ", "")
+    `autoscaling was requested, and ${which} of this ${flowType} flow ${
+      JOB_REJECTION.replace("the node renders", nodes.length === 1 ? "renders" : "render each")
     }`,
     "deploy without --autoscaling, or run the flow as realtime (a Deployment) to scale it",
-    { node: nodeName, flow_type: flowType },
+    { nodes, flow_type: flowType },
   );
 }
 

@@ -96,5 +96,8 @@ Deno.test("deno task deploy with --autoscaling on a batch flow exits 2 (RUN-027)
   const run = await deploy("examples/hello.ts", "--image", "reg/vf:1", "--autoscaling");
   assert.equal(run.code, 2, run.stderr);
   assert.equal(run.stdout, "");
-  assert.match(run.stderr, /VF_CAPABILITY.*processor square/);
+  assert.match(
+    run.stderr,
+    /VF_CAPABILITY.*processors square, sum of this batch flow render each as a Kubernetes Job/,
+  );
 });
