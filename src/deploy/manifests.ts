@@ -15,7 +15,7 @@
  *   a user error failing the Job at once); a StatefulSet for a partitioned node, whose replicas need stable
  *   ordinals (the pod index is `VF_REPLICA_ID`, `POD_NAME` is set; a headless Service names the pods);
  *   a Deployment otherwise (one replica: replica 0; more, or scaled: each pod claims a slot through the Redis
- *   ledger). Deployments and StatefulSets probe the health server (`/readyz`, `/healthz` on
+ *   ledger; replaced by recreating unless scaled, since its replicas hold every slot). Deployments and StatefulSets probe the health server (`/readyz`, `/healthz` on
  *   `VF_HEALTH_PORT`). The worker's environment is exactly `workerEnvFor`'s.
  * - GPU nodes request their strategy's resource (`gpu_strategy.ts`), with node affinity and the GPU taint's
  *   toleration.
@@ -316,13 +316,26 @@ function provisionJob(run: RunContext): KubernetesObject {
   };
 }
 
+/** The most bytes a ConfigMap's data may hold (the API server's limit, 1 MiB). */
+export const CONFIGMAP_MAX_BYTES = 1024 * 1024;
+
 function specsConfigMap(run: RunContext): KubernetesObject {
   const { input, options } = run;
+  const document = JSON.stringify(run.specs.map((spec) => spec.toDict()));
+  const bytes = new TextEncoder().encode(document).length;
+  if (bytes > CONFIGMAP_MAX_BYTES) {
+    throw new ConfigError(
+      `the specs document of flow ${input.flowId} is ${bytes} bytes, more than the ${CONFIGMAP_MAX_BYTES} a ` +
+        "ConfigMap holds",
+      "move large node params (weights, tables) into files the image or a volume holds, and pass their paths",
+      { bytes },
+    );
+  }
   return {
     apiVersion: "v1",
     kind: "ConfigMap",
     metadata: metadata(run.specsName, options, objectLabels(input.flowId, input.runId, ObjectRole.specs)),
-    data: { [SPECS_KEY]: JSON.stringify(run.specs.map((spec) => spec.toDict())) },
+    data: { [SPECS_KEY]: document },
   };
 }
 
@@ -512,7 +525,13 @@ function workloadObject(
         apiVersion: "apps/v1",
         kind: Workload.deployment,
         metadata: metadata(name, options, labels),
-        spec: { replicas: spec.nbTasks, selector, template },
+        spec: {
+          replicas: spec.nbTasks,
+          // Unscaled, its replicas hold every slot: a surge pod would find none (or share replica 0).
+          ...(isScaled ? {} : { strategy: { type: "Recreate" } }),
+          selector,
+          template,
+        },
       };
   }
 }
@@ -579,8 +598,8 @@ function scaledObject(run: RunContext, spec: NodeSpec, workload: Workload): Kube
 /**
  * Renders one run of a compiled flow as Kubernetes objects (see the module doc). Pure: the same input
  * gives the same objects. Throws {@link ConfigError} for an id or node name no label can carry, a module
- * outside the project, a node without an image, a scaling rule out of range, or `singleRun` on a realtime
- * flow; `CapabilityError` for autoscaling a processor rendered as a Job (RUN-027); the GPU strategy's
+ * outside the project, a node without an image, a specs document larger than a ConfigMap holds, a scaling
+ * rule out of range, or `singleRun` on a realtime flow; `CapabilityError` for autoscaling a processor rendered as a Job (RUN-027); the GPU strategy's
  * errors for GPU nodes it cannot place.
  */
 export function renderManifests(input: ManifestInput, options: ManifestOptions): RenderedManifests {

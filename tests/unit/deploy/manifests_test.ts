@@ -15,6 +15,7 @@ import { admitKubernetesDeployment } from "../../../src/deploy/admission.ts";
 import { GpuMode, type GpuStrategyOptions } from "../../../src/deploy/gpu_strategy.ts";
 import { schemaProblem, validateManifests } from "../../../src/deploy/manifest_schema.ts";
 import {
+  CONFIGMAP_MAX_BYTES,
   type KubernetesObject,
   type ManifestOptions,
   renderManifests,
@@ -183,6 +184,7 @@ for (const [what, gpu, resource, requirement] of MODES) {
     assert.deepEqual(worker(tidy).resources, {});
     assert.equal(tidy.spec.template.spec.affinity, undefined);
     assert.equal(parseWorkerConfig(envOf(worker(tidy), 0)).replicaId, 0);
+    assert.deepEqual(tidy.spec.strategy, { type: "Recreate" });
     // The partitioned join needs stable ordinals: a StatefulSet with its headless Service.
     const pair = byName(objects, "StatefulSet", "vf-cams-pair");
     assert.equal(pair.spec.serviceName, "vf-cams-pair-hl");
@@ -224,6 +226,11 @@ Deno.test("autoscaling renders a KEDA scaler for the scalable node only, one tri
   const tidy = parseWorkerConfig(envOf(worker(byName(objects, "Deployment", "vf-cams-tidy")), 0));
   assert.equal(tidy.replicaId, null);
   assert.equal(tidy.replicaSlots, 6);
+  assert.equal(
+    byName(objects, "Deployment", "vf-cams-tidy").spec.strategy,
+    undefined,
+    "a scaler's pods may surge",
+  );
   const noted = notes.map((n) => n.split(" ")[0]).sort();
   assert.deepEqual(noted, ["camera", "classify", "detect", "pair", "sink"]);
   assert.match(notes.find((n) => n.startsWith("pair"))!, /partitioned/);
@@ -269,6 +276,19 @@ Deno.test("a module outside the project, a node without an image or an unlabelab
   await assert.rejects(render(hello, { projectRoot: new URL("tests/", root).href }), /outside the project/);
   await assert.rejects(render(hello, { image: null }), /no default image was given/);
   await assert.rejects(render(hello, {}, "_run"), /label value/);
+});
+
+Deno.test("params too long for one environment entry are read from the specs file; too long for a ConfigMap, refused", async () => {
+  const { specs, flowId, flowType, url } = await compiled(new URL("examples/hello.ts", root).pathname);
+  const input = { flowId, flowType, runId: "r", specs, flowUrl: url };
+  specs[0].params = { ...specs[0].params, table: "x".repeat(200_000) };
+  const { objects } = renderManifests(input, OPTIONS);
+  validateManifests(objects);
+  const env = envOf(worker(byName(objects, "Job", "vf-squares-count")), 0);
+  assert.equal(env.VF_NODE_PARAMS_JSON, undefined, "the params stay in the specs document");
+  assert.equal(env.VF_FLOW_SPECS_PATH, DEFAULT_FLOW_SPECS_PATH);
+  specs[0].params = { ...specs[0].params, table: "x".repeat(CONFIGMAP_MAX_BYTES) };
+  assert.throws(() => renderManifests(input, OPTIONS), /more than the 1048576 a ConfigMap holds/);
 });
 
 Deno.test("mixed MIG refuses replicas the target's devices cannot host, naming them", async () => {
