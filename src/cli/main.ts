@@ -1,5 +1,6 @@
 /**
- * The `vf` command line: `validate`, `compile`, `explain`, `decode`, `run-local`, `provision`, `deploy` and `dlq`. Every failure
+ * The `vf` command line: `validate`, `compile`, `explain`, `decode`, `run-local`, `provision`, `deploy`, `dlq` and
+ * `gpus`. Every failure
  * prints one rendered error (what broke, what to do, the context) and exits with the taxonomy's code; never
  * a stack trace.
  *
@@ -27,6 +28,8 @@ commands:
                      --channel-max-mib N  (a node's unsettled data, its own buffers included; 256)
                      --nats URL --redis URL  (over NATS JetStream and Redis instead of the
                      embedded broker)
+                     --metrics [HOST:]PORT  (/metrics, /readyz, /healthz of the whole run;
+                     HOST 127.0.0.1 by default, PORT 0 picks a free one)
   provision FLOW.ts  create a run's streams and durables on NATS JetStream before its workers start:
                      --run-id ID  --nats URL (else VF_NATS_URL)  [--redis URL]
                      [--flow-type realtime|batch]
@@ -42,6 +45,9 @@ commands:
                      (--dot: the graph for Graphviz; --flow-type realtime|batch: as run-local
                      would run it)
   decode FILE        print an envelope's bytes as JSON with the wire's field names
+  gpus [DEVICE]      this host's GPUs through NVML: cards, MIG devices, P2P matrix; unknowns
+                     shown with their reasons (--json; DEVICE: an index, GPU- or MIG- UUID;
+                     VF_NVML_LIBRARY: the libnvidia-ml to load)
 
 exit codes: 0 ok (a run stopped cleanly by Ctrl-C or SIGTERM too), 2 the flow or its configuration is
 wrong, 3 the environment is not as required, 4 the flow ran and failed, 5 the flow stalled, 130 a run forced
@@ -60,6 +66,7 @@ const OPTIONS = {
   json: { type: "boolean" },
   nats: { type: "string" },
   redis: { type: "string" },
+  metrics: { type: "string" },
   namespace: { type: "string" },
   image: { type: "string" },
   output: { type: "string", short: "o" },
@@ -83,6 +90,21 @@ interface Command {
   readonly accepts: readonly (keyof typeof OPTIONS)[];
   run(path: string, options: CliOptions, io: CommandOutput): Promise<number>;
 }
+
+/** A command whose one operand may be left out. */
+interface OptionalOperandCommand {
+  readonly accepts: readonly (keyof typeof OPTIONS)[];
+  run(operand: string | undefined, options: CliOptions, io: CommandOutput): Promise<number>;
+}
+
+const OPTIONAL_OPERAND_COMMANDS: Record<string, OptionalOperandCommand> = {
+  gpus: {
+    accepts: ["json"],
+    // Loaded on use: koffi loads a native addon when imported, which no other command needs (or may do).
+    run: async (device, options, io) =>
+      (await import("./gpus.ts")).gpusCommand(device, { json: options.json }, io),
+  },
+};
 
 const COMMANDS: Record<string, Command> = {
   validate: { accepts: [], run: (path, _options, io) => validateCommand(path, io) },
@@ -150,7 +172,17 @@ const COMMANDS: Record<string, Command> = {
       }, io),
   },
   "run-local": {
-    accepts: ["isolation", "state", "run-id", "flow-type", "no-restart", "channel-max-mib", "nats", "redis"],
+    accepts: [
+      "isolation",
+      "state",
+      "run-id",
+      "flow-type",
+      "no-restart",
+      "channel-max-mib",
+      "nats",
+      "redis",
+      "metrics",
+    ],
     run: (path, options, io) =>
       runLocalCommand(path, {
         isolation: options.isolation,
@@ -161,6 +193,7 @@ const COMMANDS: Record<string, Command> = {
         channelMaxMib: options["channel-max-mib"],
         nats: options.nats,
         redis: options.redis,
+        metrics: options.metrics,
       }, io),
   },
 };
@@ -191,14 +224,24 @@ export async function runCli(args: readonly string[], io: CommandOutput): Promis
       return values.help ? 0 : 2;
     }
     const [name, ...rest] = positionals;
-    const command = COMMANDS[name];
+    const optional = Object.hasOwn(OPTIONAL_OPERAND_COMMANDS, name)
+      ? OPTIONAL_OPERAND_COMMANDS[name]
+      : undefined;
+    const command = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : optional;
     if (command === undefined) throw usageError(`unknown command ${JSON.stringify(name)}`);
-    if (rest.length !== 1) throw usageError(`${name} takes exactly one path, got ${rest.length}`);
+    if (optional !== undefined && rest.length > 1) {
+      throw usageError(`${name} takes at most one operand, got ${rest.length}`);
+    }
+    if (optional === undefined && rest.length !== 1) {
+      throw usageError(`${name} takes exactly one path, got ${rest.length}`);
+    }
     const refused = Object.keys(values).filter((key) =>
       !(command.accepts as readonly string[]).includes(key)
     );
     if (refused.length > 0) throw usageError(`${name} does not take --${refused.join(", --")}`);
-    return await command.run(rest[0], values, io);
+    return optional !== undefined
+      ? await optional.run(rest[0], values, io)
+      : await COMMANDS[name].run(rest[0], values, io);
   } catch (error) {
     io.err(render(error));
     return exitCodeOf(error);

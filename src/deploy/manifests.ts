@@ -8,7 +8,8 @@
  * - A ConfigMap holds the specs document (a JSON list of node specs), mounted in every worker at
  *   `VF_FLOW_SPECS_PATH`; a replica whose params are too long for one environment entry reads them there.
  * - A provision Job runs `vf provision` (admission against the live services, then every stream and durable
- *   of the run). Each worker pod runs the same idempotent provisioning as its init container, so no worker
+ *   of the run) in the worker image. A worker container runs the image's entrypoint (one node replica,
+ *   configured by its environment, as the Dockerfile says) in the project's directory. Each worker pod runs the same idempotent provisioning as its init container, so no worker
  *   starts before its run's streams and durables exist, whichever pod or Job made them first.
  * - Per node, its workload: a Job for every node of a batch flow and for a finite producer of a realtime one
  *   (indexed: completion index = replica id; no probes; `backoffLimit` the supervision policy's restarts,
@@ -267,6 +268,8 @@ function provisionCommand(run: RunContext): string[] {
     "deno",
     "run",
     "-A",
+    // The image cached every module when it was built: a pod fetches nothing.
+    "--cached-only",
     `${run.imageRoot}/mod.ts`,
     "provision",
     new URL(imageUrl(input.flowUrl, options.projectRoot, run.imageRoot)).pathname,
@@ -437,8 +440,8 @@ function podSpec(run: RunContext, spec: NodeSpec, workload: Workload, isScaled: 
   const container: Record<string, unknown> = {
     name: WORKER_CONTAINER,
     image,
+    // The image's entrypoint is one node replica (the Dockerfile's ENTRYPOINT), run in the project.
     workingDir: run.imageRoot,
-    command: ["deno", "run", "-A", `${run.imageRoot}/workers/node_process.ts`],
     env: workerEnv(run, spec, workload, isScaled),
     ports: [{ name: "health", containerPort: run.healthPort }],
     resources: resourcesOf(run, spec),

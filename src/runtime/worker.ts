@@ -29,7 +29,9 @@ import type { RuntimeStore } from "../backends/runtime_store.ts";
 import { EmbeddedMessagingBackend } from "../embedded/messaging_backend.ts";
 import { BrokerMessenger } from "../messaging/messenger.ts";
 import { RuntimeObligationLedger } from "../messaging/obligations.ts";
-import { REFERENCE_PREFETCH } from "../messaging/topology.ts";
+import { defaultPrefetch } from "../messaging/topology.ts";
+import { type EffectiveStream, verifyChannelProfiles } from "../messaging/stream_profiles.ts";
+import type { Observation } from "../backends/outcomes.ts";
 import { PayloadReconciler } from "./payload_reconciler.ts";
 import { systemClock } from "../backends/clock.ts";
 import { verifyNodeAssets } from "./assetcheck.ts";
@@ -37,7 +39,7 @@ import { EmbeddedConnection } from "../embedded/rpc.ts";
 import { verifyNodeGrant } from "./gpucheck.ts";
 import { EmbeddedPayloadStore } from "../embedded/payload_store.ts";
 import { EmbeddedRuntimeStore } from "../embedded/runtime_store.ts";
-import { HealthServer, HealthState } from "./health.ts";
+import { HealthServer, type HealthSnapshot, HealthState } from "./health.ts";
 import { InNodeBoard } from "./in_node_board.ts";
 import { LedgerIdempotencyStore } from "./idempotency.ts";
 import { configureLogging, type LogSink, type NodeLogger } from "./logging.ts";
@@ -70,6 +72,8 @@ export type WorkerReport =
     readonly drops: Readonly<Record<string, number>>;
     /** Whether the node's `open()` returned: it takes (or makes) its first item now. */
     readonly ready: boolean;
+    /** Everything its `/metrics` would export (`vf run-local --metrics` serves it for the whole run). */
+    readonly metrics: HealthSnapshot;
   }
   /**
    * The deliveries inside the node now, by message id: sent as the node is handed an input group, and
@@ -152,22 +156,57 @@ interface Services {
   close(): Promise<void>;
 }
 
-/**
- * Refuses the settings this build's worker cannot honour yet, naming each, rather than run without them:
- * explicit channel profiles, a GPU grant.
- */
+/** Refuses a launcher-recorded GPU grant, which this build cannot verify yet, rather than run without it. */
 function refuseUnsupported(config: WorkerConfig): void {
-  const unsupported: [variable: string, given: boolean][] = [
-    [PROFILE_REQUESTS_ENV, config.profileRequests.length > 0],
-    [GPU_GRANT_ENV, config.gpuGrant !== null],
-  ];
-  const given = unsupported.filter(([, set]) => set).map(([variable]) => variable);
-  if (given.length === 0) return;
+  if (config.gpuGrant === null) return;
   throw new ConfigError(
-    `this worker was given ${given.join(", ")}, which this build does not support yet`,
-    "run the flow with the flow-type presets and without a recorded GPU grant",
-    { variables: given },
+    `this worker was given ${GPU_GRANT_ENV}, which this build does not support yet`,
+    "run the flow without a recorded GPU grant",
+    { variables: [GPU_GRANT_ENV] },
   );
+}
+
+/**
+ * Binds the operator's explicit channel profiles (`VF_PROFILE_REQUESTS_JSON`) to the streams this node
+ * touches, its parents' and its own output's, before it opens (spec runtime.worker
+ * `verify_explicit_profiles`, story 42): they are read back over a connection of their own, so nothing
+ * reaches into the messenger; requests for other channels are other workers' to judge, and none at all
+ * reads nothing.
+ *
+ * @throws IncompatibleProfile (exit 2) for a stream that contradicts its profile; BrokerUnavailable or
+ * UnobservableState (exit 3) for one that does not exist or could not be read; ConfigError for requests
+ * on the embedded broker, whose channels take the flow type's presets.
+ */
+async function verifyExplicitProfiles(config: WorkerConfig): Promise<void> {
+  if (config.profileRequests.length === 0) return;
+  if (config.broker.kind !== "nats") {
+    throw new ConfigError(
+      `${PROFILE_REQUESTS_ENV} is verified against NATS JetStream streams, and this worker's broker is the ` +
+        "local engine's embedded one",
+      `run the flow over --nats to require channel profiles, or leave ${PROFILE_REQUESTS_ENV} unset`,
+      { variables: [PROFILE_REQUESTS_ENV] },
+    );
+  }
+  const touched = new Set([...config.parentNames, ...(config.hasChildren ? [config.nodeName] : [])]);
+  const requests = config.profileRequests.filter((request) => touched.has(request.channel));
+  if (requests.length === 0) return;
+  const { JetStreamMessagingBackend } = await import("../messaging/jetstream_backend.ts");
+  const backend = await JetStreamMessagingBackend.connect({
+    url: config.broker.url,
+    connectTimeoutSeconds: config.admissionTimeoutSeconds,
+  });
+  const readBack = new Map<string, Observation<EffectiveStream>>();
+  try {
+    for (const channel of new Set(requests.map((request) => request.channel))) {
+      readBack.set(
+        channel,
+        await backend.observeStreamConfig({ flowId: config.flowId, runId: config.runId, node: channel }),
+      );
+    }
+  } finally {
+    await backend.shutdown();
+  }
+  verifyChannelProfiles(readBack, requests, `worker ${config.nodeName}`);
 }
 
 /**
@@ -327,11 +366,13 @@ function statsOf(running: Running): WorkerReport {
     published: health.counter(Metric.published),
     drops: health.dropsByReason(),
     ready: health.isReady(),
+    metrics: health.snapshot(),
   };
 }
 
 async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogger): Promise<number> {
   refuseUnsupported(config);
+  await verifyExplicitProfiles(config);
   const node = await rebuildNode(config.nodeClass, config.nodeParams, config.nodeKind);
   await verifyNodeAssets(node);
   const grant = verifyNodeGrant(node);
@@ -371,7 +412,7 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
       blobTtlSeconds: config.blobTtlSeconds,
       maxInlinePayloadBytes: config.maxInlinePayloadBytes,
       prefetch: (node instanceof ReceiverNode ? node.prefetch : null) ??
-        (config.broker.kind === "nats" ? REFERENCE_PREFETCH : undefined),
+        defaultPrefetch(config.flowType, config.broker.kind === "nats"),
       prefetchBytes: config.prefetchBytes,
       inFlightBytes: config.outputBufferBytes ?? undefined,
       replayable: node instanceof ProducerNode && (node.constructor as typeof ProducerNode).replayable,

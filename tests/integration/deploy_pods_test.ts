@@ -3,8 +3,9 @@
  * provision Job's command, a worker pod's init container (the same provisioning, idempotent), and then
  * every worker container of every Job (each completion index a process, started as its pod starts it: the
  * container's command in its working directory with exactly its environment, the downward-API values
- * filled in) run the first example to its end, every replica exiting 0 and the sink printing every sum.
- * The image here is this checkout: the image root is the project directory itself.
+ * filled in, the image's ENTRYPOINT where the container names no command) run the first example to its end,
+ * every replica exiting 0 and the sink printing every sum. The image here is this checkout: the image root
+ * is the project directory itself.
  */
 import assert from "node:assert/strict";
 import { loadFlow } from "../../src/cli/load_flow.ts";
@@ -14,6 +15,11 @@ import { HEALTH_PORT_ENV } from "../../src/runtime/health.ts";
 import { startNatsServer, startRedisServer } from "../support/services.ts";
 
 const root = new URL("../../", import.meta.url);
+
+/** The worker image's ENTRYPOINT: what a container without a command of its own runs. */
+const ENTRYPOINT: string[] = JSON.parse(
+  /^ENTRYPOINT (\[.*\])$/m.exec(Deno.readTextFileSync(new URL("Dockerfile", root)))![1],
+);
 
 // deno-lint-ignore no-explicit-any
 type Json = Record<string, any>;
@@ -32,7 +38,7 @@ async function runContainer(container: Json, index: number): Promise<{ code: num
   }
   // Every pod has a network namespace of its own; these processes share one host.
   if (env[HEALTH_PORT_ENV] !== undefined) env[HEALTH_PORT_ENV] = "0";
-  const [program, ...args] = container.command as string[];
+  const [program, ...args] = (container.command ?? ENTRYPOINT) as string[];
   assert.equal(program, "deno");
   const output = await new Deno.Command(Deno.execPath(), {
     args,

@@ -1,5 +1,5 @@
 /**
- * The layer order of DESIGN.md's Layout, enforced: every relative import of a module under `src/`,
+ * The layer order of DESIGN.md's Layout, enforced: every relative import of a module under `src/`, `ffi/`, `nvml/`,
  * `workers/` or `mod.ts` points to its own layer or one below it, and the contracts import no client
  * library. A new folder fails here until it is given its place in {@link LAYERS}.
  *
@@ -38,7 +38,7 @@ const LAYERS: readonly (readonly string[])[] = [
 const NO_CLIENT_LIBRARY: readonly string[] = ["src/core", "src/backends", "src/backends/memory"];
 
 /** The roots whose modules are checked. */
-const ROOTS: readonly string[] = ["src", "workers", "mod.ts"];
+const ROOTS: readonly string[] = ["src", "ffi", "nvml", "workers", "mod.ts"];
 
 /** The layer index and folder of a repository path, or undefined when no layer holds it. */
 function layerOf(path: string): { readonly rank: number; readonly folder: string } | undefined {
@@ -114,7 +114,7 @@ function modulesUnder(root: string, into: Map<string, string>): void {
   }
 }
 
-Deno.test("every import of src/, workers/ and mod.ts points to its own layer or one below it", () => {
+Deno.test("every import of src/, ffi/, nvml/, workers/ and mod.ts points to its own layer or one below it", () => {
   const modules = new Map<string, string>();
   for (const root of ROOTS) modulesUnder(root, modules);
   assert.ok(modules.size > 50, `read the modules (${modules.size})`);

@@ -102,7 +102,7 @@ for (const example of EXAMPLES) {
       "node classes in the image",
     );
     const provision = byName(objects, "Job", `vf-${flowId}-provision`);
-    assert.deepEqual(worker(provision).command.slice(3, 5), ["/app/mod.ts", "provision"]);
+    assert.deepEqual(worker(provision).command.slice(4, 6), ["/app/mod.ts", "provision"]);
     assert.ok(worker(provision).command.includes("run-1"));
     for (const spec of specs) {
       // Every node of a batch flow is an indexed Job, probe-less, whose pods provision before they work.
@@ -110,7 +110,8 @@ for (const example of EXAMPLES) {
       assert.equal(job.spec.completionMode, "Indexed");
       assert.equal(job.spec.completions, spec.nbTasks);
       assert.equal(job.spec.backoffLimit, 3);
-      assert.equal(job.spec.template.spec.initContainers[0].command[4], "provision");
+      assert.equal(job.spec.template.spec.initContainers[0].command[5], "provision");
+      assert.equal(worker(job).command, undefined, "the image's entrypoint runs the replica");
       assert.equal(worker(job).readinessProbe, undefined);
       for (let replica = 0; replica < spec.nbTasks; replica++) {
         const config = parseWorkerConfig(envOf(worker(job), replica));
