@@ -54,6 +54,9 @@ export interface DeployCommandOptions {
   readonly gpuMode?: string;
   readonly gpuResourceName?: string;
   readonly migGeometry?: string;
+  /** `--cpu`, `--memory`: what every worker requests (Kubernetes quantities: `500m`, `1Gi`). */
+  readonly cpu?: string;
+  readonly memory?: string;
 }
 
 /** The NATS server a deploy points at unless told: the NATS Helm chart's Service in the same namespace. */
@@ -127,6 +130,7 @@ export async function deployCommand(
       migDevices: options.migGeometry === undefined ? undefined : await readGeometry(options.migGeometry),
     },
     singleRun: options.singleRun ?? false,
+    resources: { cpu: options.cpu, memory: options.memory },
   });
   validateManifests(rendered.objects);
   for (const warning of warnings) io.err(`WARNING: ${warning}`);

@@ -39,7 +39,7 @@ commands:
                      [--project DIR] [--image-root DIR]  (the project, and where the image holds it)
                      [--autoscaling [--gpu-autoscaling] [--max-replicas N]]
                      [--gpu-mode whole|mig-single|mig-mixed] [--gpu-resource-name NAME]
-                     [--mig-geometry FILE]
+                     [--mig-geometry FILE] [--cpu QUANTITY] [--memory QUANTITY]  (each worker's requests)
   dlq FLOW.ts        the dead letters of a run: --run-id ID [--state DIR] [--json]
   explain FLOW.ts    what the flow will do: graph, replicas, joins, delivery, permissions
                      (--dot: the graph for Graphviz; --flow-type realtime|batch: as run-local
@@ -79,6 +79,8 @@ const OPTIONS = {
   "gpu-mode": { type: "string" },
   "gpu-resource-name": { type: "string" },
   "mig-geometry": { type: "string" },
+  cpu: { type: "string" },
+  memory: { type: "string" },
 } as const;
 
 /** The parsed options. */
@@ -149,6 +151,8 @@ const COMMANDS: Record<string, Command> = {
       "gpu-mode",
       "gpu-resource-name",
       "mig-geometry",
+      "cpu",
+      "memory",
     ],
     // Loaded on use: the schema models and the YAML writer are no other command's to load.
     run: async (path, options, io) =>
@@ -169,6 +173,8 @@ const COMMANDS: Record<string, Command> = {
         gpuMode: options["gpu-mode"],
         gpuResourceName: options["gpu-resource-name"],
         migGeometry: options["mig-geometry"],
+        cpu: options.cpu,
+        memory: options.memory,
       }, io),
   },
   "run-local": {

@@ -418,6 +418,18 @@ function workerEnv(run: RunContext, spec: NodeSpec, workload: Workload, isScaled
   return list;
 }
 
+/** A Kubernetes quantity, as the API server's own pattern accepts it (`500m`, `1.5`, `2Gi`, `1e3`). */
+const QUANTITY = /^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$/;
+
+function checkQuantity(resource: string, value: string | undefined): void {
+  if (value === undefined || QUANTITY.test(value)) return;
+  throw new ConfigError(
+    `${JSON.stringify(value)} is not a Kubernetes quantity for the workers' ${resource} request`,
+    `pass --${resource} as a quantity such as ${resource === "cpu" ? "500m or 2" : "512Mi or 2Gi"}`,
+    { [resource]: value },
+  );
+}
+
 function resourcesOf(run: RunContext, spec: NodeSpec): Record<string, unknown> {
   const requests: Record<string, string> = {};
   const { cpu, memory } = run.options.resources ?? {};
@@ -601,9 +613,10 @@ function scaledObject(run: RunContext, spec: NodeSpec, workload: Workload): Kube
 /**
  * Renders one run of a compiled flow as Kubernetes objects (see the module doc). Pure: the same input
  * gives the same objects. Throws {@link ConfigError} for an id or node name no label can carry, a module
- * outside the project, a node without an image, a specs document larger than a ConfigMap holds, a scaling
- * rule out of range, or `singleRun` on a realtime flow; `CapabilityError` for autoscaling a processor rendered as a Job (RUN-027); the GPU strategy's
- * errors for GPU nodes it cannot place.
+ * outside the project, a node without an image, a specs document larger than a ConfigMap holds, a CPU or
+ * memory request that is no quantity, a scaling rule out of range, or `singleRun` on a realtime flow;
+ * `CapabilityError` for autoscaling processors rendered as Jobs (RUN-027, every one named); the GPU
+ * strategy's errors for GPU nodes it cannot place.
  */
 export function renderManifests(input: ManifestInput, options: ManifestOptions): RenderedManifests {
   checkLabelValue("flow id", input.flowId);
@@ -615,6 +628,8 @@ export function renderManifests(input: ManifestInput, options: ManifestOptions):
       { flow_type: input.flowType },
     );
   }
+  checkQuantity("cpu", options.resources?.cpu);
+  checkQuantity("memory", options.resources?.memory);
   const maxReplicas = options.maxReplicas ?? DEFAULT_MAX_REPLICAS;
   if (options.autoscaling) {
     validateScalingRule(DEFAULT_TARGET_LAG_PER_REPLICA, DEFAULT_MIN_REPLICAS, maxReplicas);

@@ -71,6 +71,10 @@ Deno.test("deno task deploy -o json prints a GPU flow on mixed MIG with a scaler
     "--mig-geometry",
     "tests/fixtures/deploy/a100_mig.json",
     "--autoscaling",
+    "--cpu",
+    "500m",
+    "--memory",
+    "1Gi",
   );
   assert.equal(run.code, 0, run.stderr);
   const objects = JSON.parse(run.stdout) as KubernetesObject[];
@@ -80,6 +84,11 @@ Deno.test("deno task deploy -o json prints a GPU flow on mixed MIG with a scaler
     assert.ok(kinds.includes(kind), kind);
   }
   assert.match(JSON.stringify(objects), /nvidia\.com\/mig-3g\.20gb/);
+  // deno-lint-ignore no-explicit-any
+  const tidy = objects.find((o) => o.metadata.name === "vf-cams-tidy") as any;
+  assert.deepEqual(tidy.spec.template.spec.containers[0].resources, {
+    requests: { cpu: "500m", memory: "1Gi" },
+  });
 });
 
 Deno.test("deno task deploy of a flow the target refuses exits 2 naming every unmet requirement", async () => {

@@ -272,11 +272,17 @@ Deno.test("a single run marks every object; it is refused for a realtime flow", 
   await assert.rejects(render(GPU_FLOW, { singleRun: true }), ConfigError);
 });
 
-Deno.test("a module outside the project, a node without an image or an unlabelable run id is refused", async () => {
+Deno.test("a module outside the project, a node without an image, an unlabelable run id or a bad quantity is refused", async () => {
   const hello = new URL("examples/hello.ts", root).pathname;
   await assert.rejects(render(hello, { projectRoot: new URL("tests/", root).href }), /outside the project/);
   await assert.rejects(render(hello, { image: null }), /no default image was given/);
   await assert.rejects(render(hello, {}, "_run"), /label value/);
+  await assert.rejects(render(hello, { resources: { cpu: "lots" } }), /not a Kubernetes quantity/);
+  const { objects } = await render(hello, { resources: { cpu: "250m", memory: "1.5Gi" } });
+  validateManifests(objects);
+  assert.deepEqual(worker(byName(objects, "Job", "vf-squares-sum")).resources, {
+    requests: { cpu: "250m", memory: "1.5Gi" },
+  });
 });
 
 Deno.test("params too long for one environment entry are read from the specs file; too long for a ConfigMap, refused", async () => {
