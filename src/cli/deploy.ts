@@ -57,6 +57,8 @@ export interface DeployCommandOptions {
   /** `--cpu`, `--memory`: what every worker requests (Kubernetes quantities: `500m`, `1Gi`). */
   readonly cpu?: string;
   readonly memory?: string;
+  /** `--nats-monitoring HOST:PORT`: where KEDA reads consumer lag (the NATS host, port 8222). */
+  readonly natsMonitoring?: string;
 }
 
 /** The NATS server a deploy points at unless told: the NATS Helm chart's Service in the same namespace. */
@@ -131,6 +133,7 @@ export async function deployCommand(
     },
     singleRun: options.singleRun ?? false,
     resources: { cpu: options.cpu, memory: options.memory },
+    natsMonitoringEndpoint: options.natsMonitoring,
   });
   validateManifests(rendered.objects);
   for (const warning of warnings) io.err(`WARNING: ${warning}`);

@@ -37,7 +37,7 @@ commands:
                      [--namespace NS] [--image IMG] [-o yaml|json] [--run-id ID] [--single-run]
                      [--nats URL] [--redis URL] [--flow-type realtime|batch]
                      [--project DIR] [--image-root DIR]  (the project, and where the image holds it)
-                     [--autoscaling [--gpu-autoscaling] [--max-replicas N]]
+                     [--autoscaling [--gpu-autoscaling] [--max-replicas N] [--nats-monitoring HOST:PORT]]
                      [--gpu-mode whole|mig-single|mig-mixed] [--gpu-resource-name NAME]
                      [--mig-geometry FILE] [--cpu QUANTITY] [--memory QUANTITY]  (each worker's requests)
   dlq FLOW.ts        the dead letters of a run: --run-id ID [--state DIR] [--json]
@@ -81,6 +81,7 @@ const OPTIONS = {
   "mig-geometry": { type: "string" },
   cpu: { type: "string" },
   memory: { type: "string" },
+  "nats-monitoring": { type: "string" },
 } as const;
 
 /** The parsed options. */
@@ -153,6 +154,7 @@ const COMMANDS: Record<string, Command> = {
       "mig-geometry",
       "cpu",
       "memory",
+      "nats-monitoring",
     ],
     // Loaded on use: the schema models and the YAML writer are no other command's to load.
     run: async (path, options, io) =>
@@ -175,6 +177,7 @@ const COMMANDS: Record<string, Command> = {
         migGeometry: options["mig-geometry"],
         cpu: options.cpu,
         memory: options.memory,
+        natsMonitoring: options["nats-monitoring"],
       }, io),
   },
   "run-local": {

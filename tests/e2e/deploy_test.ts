@@ -75,6 +75,8 @@ Deno.test("deno task deploy -o json prints a GPU flow on mixed MIG with a scaler
     "500m",
     "--memory",
     "1Gi",
+    "--nats-monitoring",
+    "nats-monitor.vision:8222",
   );
   assert.equal(run.code, 0, run.stderr);
   const objects = JSON.parse(run.stdout) as KubernetesObject[];
@@ -89,6 +91,7 @@ Deno.test("deno task deploy -o json prints a GPU flow on mixed MIG with a scaler
   assert.deepEqual(tidy.spec.template.spec.containers[0].resources, {
     requests: { cpu: "500m", memory: "1Gi" },
   });
+  assert.match(JSON.stringify(objects), /"natsServerMonitoringEndpoint":"nats-monitor\.vision:8222"/);
 });
 
 Deno.test("deno task deploy of a flow the target refuses exits 2 naming every unmet requirement", async () => {
