@@ -1,5 +1,6 @@
 /**
- * The `vf` command line: `validate`, `compile`, `explain`, `decode`, `run-local`, `provision`, `dlq` and `gpus`. Every failure
+ * The `vf` command line: `validate`, `compile`, `explain`, `decode`, `run-local`, `provision`, `deploy`, `dlq` and
+ * `gpus`. Every failure
  * prints one rendered error (what broke, what to do, the context) and exits with the taxonomy's code; never
  * a stack trace.
  *
@@ -32,6 +33,13 @@ commands:
   provision FLOW.ts  create a run's streams and durables on NATS JetStream before its workers start:
                      --run-id ID  --nats URL (else VF_NATS_URL)  [--redis URL]
                      [--flow-type realtime|batch]
+  deploy FLOW.ts     print the Kubernetes manifests of one run (nothing is applied):
+                     [--namespace NS] [--image IMG] [-o yaml|json] [--run-id ID] [--single-run]
+                     [--nats URL] [--redis URL] [--flow-type realtime|batch]
+                     [--project DIR] [--image-root DIR]  (the project, and where the image holds it)
+                     [--autoscaling [--gpu-autoscaling] [--max-replicas N] [--nats-monitoring HOST:PORT]]
+                     [--gpu-mode whole|mig-single|mig-mixed] [--gpu-resource-name NAME]
+                     [--mig-geometry FILE] [--cpu QUANTITY] [--memory QUANTITY]  (each worker's requests)
   dlq FLOW.ts        the dead letters of a run: --run-id ID [--state DIR] [--json]
   explain FLOW.ts    what the flow will do: graph, replicas, joins, delivery, permissions
                      (--dot: the graph for Graphviz; --flow-type realtime|batch: as run-local
@@ -59,6 +67,21 @@ const OPTIONS = {
   nats: { type: "string" },
   redis: { type: "string" },
   metrics: { type: "string" },
+  namespace: { type: "string" },
+  image: { type: "string" },
+  output: { type: "string", short: "o" },
+  "single-run": { type: "boolean" },
+  project: { type: "string" },
+  "image-root": { type: "string" },
+  autoscaling: { type: "boolean" },
+  "gpu-autoscaling": { type: "boolean" },
+  "max-replicas": { type: "string" },
+  "gpu-mode": { type: "string" },
+  "gpu-resource-name": { type: "string" },
+  "mig-geometry": { type: "string" },
+  cpu: { type: "string" },
+  memory: { type: "string" },
+  "nats-monitoring": { type: "string" },
 } as const;
 
 /** The parsed options. */
@@ -109,6 +132,52 @@ const COMMANDS: Record<string, Command> = {
         nats: options.nats,
         redis: options.redis,
         flowType: options["flow-type"],
+      }, io),
+  },
+  deploy: {
+    accepts: [
+      "namespace",
+      "image",
+      "output",
+      "run-id",
+      "single-run",
+      "flow-type",
+      "nats",
+      "redis",
+      "project",
+      "image-root",
+      "autoscaling",
+      "gpu-autoscaling",
+      "max-replicas",
+      "gpu-mode",
+      "gpu-resource-name",
+      "mig-geometry",
+      "cpu",
+      "memory",
+      "nats-monitoring",
+    ],
+    // Loaded on use: the schema models and the YAML writer are no other command's to load.
+    run: async (path, options, io) =>
+      (await import("./deploy.ts")).deployCommand(path, {
+        namespace: options.namespace,
+        image: options.image,
+        output: options.output,
+        runId: options["run-id"],
+        singleRun: options["single-run"],
+        flowType: options["flow-type"],
+        nats: options.nats,
+        redis: options.redis,
+        project: options.project,
+        imageRoot: options["image-root"],
+        autoscaling: options.autoscaling,
+        gpuAutoscaling: options["gpu-autoscaling"],
+        maxReplicas: options["max-replicas"],
+        gpuMode: options["gpu-mode"],
+        gpuResourceName: options["gpu-resource-name"],
+        migGeometry: options["mig-geometry"],
+        cpu: options.cpu,
+        memory: options.memory,
+        natsMonitoring: options["nats-monitoring"],
       }, io),
   },
   "run-local": {
@@ -194,10 +263,10 @@ function render(error: unknown): string {
   return `VF_UNKNOWN: ${text}`;
 }
 
-/** The process entry: runs the CLI on `Deno.args` and exits with its code. */
-export async function main(): Promise<never> {
+/** The process entry: runs the CLI on `args` (`Deno.args` by default) and exits with its code. */
+export async function main(args: readonly string[] = Deno.args): Promise<never> {
   const encoder = new TextEncoder();
-  const code = await runCli(Deno.args, {
+  const code = await runCli(args, {
     out: (line) => console.log(line),
     err: (line) => console.error(line),
     write: (text) => Deno.stdout.writeSync(encoder.encode(text)),

@@ -55,12 +55,7 @@ import {
 import { createInbox, headers as natsHeaders, type Msg, type NatsConnection } from "@nats-io/nats-core";
 import { compare, parseSemVer } from "@nats-io/nats-core/internal";
 import { connect } from "@nats-io/transport-node";
-import {
-  type MessagingCapabilities,
-  messagingCapabilities,
-  PublicationLedger,
-  Retention,
-} from "../backends/capabilities.ts";
+import { type MessagingCapabilities, Retention } from "../backends/capabilities.ts";
 import { type Clock, systemClock, type TimerHandle } from "../backends/clock.ts";
 import { Barrier, barrier, faultsInstalled } from "../backends/faults.ts";
 import { owns } from "../backends/identity.ts";
@@ -125,6 +120,7 @@ import {
   deadLetterStreamConfig,
   IMMUTABLE_CONSUMER_FIELDS,
   IMMUTABLE_STREAM_FIELDS,
+  jetstreamCapabilities,
   nanos,
   type RequestedStream,
   streamConfigFor,
@@ -473,21 +469,13 @@ export class JetStreamMessagingBackend implements MessagingBackend {
   capabilities(): Promise<MessagingCapabilities> {
     const effective = this.#effective;
     const unread = unknown("unread", this.#clock, "no channel was ensured by this client yet");
-    return Promise.resolve(messagingCapabilities({
-      adapter: "jetstream",
+    return Promise.resolve(jetstreamCapabilities({
       version: this.#nc.info?.version ?? "unknown",
-      retainedBacklog: true,
-      recoverableDelivery: true,
-      latestPerKey: false,
-      dedupWindowSeconds: null,
-      publicationLedger: PublicationLedger.window,
       replicationFactor: effective === null ? unread : known(effective.replicas, this.#clock),
       persistentStorage: effective === null ? unread : known(effective.persistent, this.#clock),
       maxPayloadBytes: this.#nc.info === undefined
         ? unknown("unread", this.#clock, "no server info")
         : known(this.#nc.info.max_payload, this.#clock),
-      creditResizable: true,
-      controlSharesDataSlot: false,
     }));
   }
 

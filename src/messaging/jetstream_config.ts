@@ -30,7 +30,13 @@ import {
   StorageType,
   type StreamConfig,
 } from "@nats-io/jetstream";
-import { Retention } from "../backends/capabilities.ts";
+import {
+  type MessagingCapabilities,
+  messagingCapabilities,
+  PublicationLedger,
+  Retention,
+} from "../backends/capabilities.ts";
+import type { Observation } from "../backends/outcomes.ts";
 import type { ChannelSpec, SubscriptionSpec } from "../backends/messaging.ts";
 import { MessageKind, Overflow } from "../backends/messaging.ts";
 import {
@@ -209,4 +215,38 @@ function sameValue(want: unknown, have: unknown): boolean {
     return Object.entries(want).every(([key, value]) => got[key] === value);
   }
   return want === have;
+}
+
+/** What a JetStream server is observed to be: the facts its capabilities depend on, each Known or Unknown. */
+export interface JetStreamObserved {
+  /** The server's version, or `unknown` when no server info was read. */
+  readonly version: string;
+  /** Stream copies, as read back from a stream (Unknown when none was read). */
+  readonly replicationFactor: Observation<number>;
+  /** Whether streams are on file storage, as read back from a stream (Unknown when none was read). */
+  readonly persistentStorage: Observation<boolean>;
+  /** The server's largest message, from its info (Unknown when none was read). */
+  readonly maxPayloadBytes: Observation<number>;
+}
+
+/**
+ * What a JetStream server guarantees as this adapter drives it: retained backlog, redelivery, a publication
+ * dedup window, resizable credit, EOS on its own subject; replication, storage and the payload limit as
+ * `observed` says, never assumed.
+ */
+export function jetstreamCapabilities(observed: JetStreamObserved): MessagingCapabilities {
+  return messagingCapabilities({
+    adapter: "jetstream",
+    version: observed.version,
+    retainedBacklog: true,
+    recoverableDelivery: true,
+    latestPerKey: false,
+    dedupWindowSeconds: null,
+    publicationLedger: PublicationLedger.window,
+    replicationFactor: observed.replicationFactor,
+    persistentStorage: observed.persistentStorage,
+    maxPayloadBytes: observed.maxPayloadBytes,
+    creditResizable: true,
+    controlSharesDataSlot: false,
+  });
 }

@@ -72,6 +72,19 @@ export const HEALTH_PORT_ENV = "VF_HEALTH_PORT";
 /** Seconds without a loop beat after which `/healthz` answers 503. */
 export const LIVENESS_TIMEOUT_SECONDS = 60;
 
+/** The paths a {@link HealthServer} answers: what a Kubernetes probe or a Prometheus scrape asks for. */
+export const HealthPath = {
+  /** 200 once the node began processing, else 503: the readiness probe's path. */
+  ready: "/readyz",
+  /** 200 while the run loop beats, 503 after {@link LIVENESS_TIMEOUT_SECONDS} without: the liveness probe's. */
+  live: "/healthz",
+  /** The Prometheus text exposition. */
+  metrics: "/metrics",
+} as const;
+/** One of the {@link HealthPath} paths. */
+export type HealthPath = typeof HealthPath[keyof typeof HealthPath];
+const HEALTH_PATHS: ReadonlySet<string> = new Set(Object.values(HealthPath));
+
 const HISTOGRAMS: readonly string[] = [Metric.proctime, Metric.actualProctime];
 const COUNTERS: readonly string[] = [
   Metric.published,
@@ -586,8 +599,9 @@ export class HealthServer {
   /** The answer to one request, without a socket (what the server calls). */
   handle(request: Request): Response {
     const path = new URL(request.url).pathname;
-    const known = path === "/readyz" || path === "/healthz" || path === "/metrics";
-    if (!known) return new Response("not found\n", { status: 404, headers: { "content-type": TEXT } });
+    if (!HEALTH_PATHS.has(path)) {
+      return new Response("not found\n", { status: 404, headers: { "content-type": TEXT } });
+    }
     if (request.method !== "GET" && request.method !== "HEAD") {
       return new Response("method not allowed\n", {
         status: 405,
@@ -596,9 +610,9 @@ export class HealthServer {
     }
     const state = this.#state;
     switch (path) {
-      case "/readyz":
+      case HealthPath.ready:
         return state.isReady() ? plain(200, "ready") : plain(503, state.notReadyBecause());
-      case "/healthz":
+      case HealthPath.live:
         return state.isLive() ? plain(200, "ok") : plain(503, state.notLiveBecause());
       default:
         return new Response(state.renderMetrics(), { status: 200, headers: { "content-type": EXPOSITION } });

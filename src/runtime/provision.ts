@@ -25,7 +25,9 @@
  */
 
 import {
+  type Composition,
   defaultRequirements,
+  type FlowRequirements,
   type PayloadCapabilities,
   planComposition,
   UnobservableComposition,
@@ -113,13 +115,22 @@ export async function admitComposition(
   flowType: FlowType,
   specs: readonly NodeSpec[],
 ): Promise<string[]> {
+  return admitRequirements(defaultRequirements(flowType, specs), {
+    messaging: await backend.capabilities(),
+    payload,
+    runtime,
+    payloadRefsInUse: payload !== null,
+  });
+}
+
+/**
+ * The admission rule without explicit profile requests, over capabilities already in hand: throws
+ * IncompatibleProfile for a definite incompatibility; returns, rendered, each guarantee that rests on a
+ * capability nobody could observe (a warning, never a pass in disguise: the caller prints it).
+ */
+export function admitRequirements(requirements: FlowRequirements, composition: Composition): string[] {
   try {
-    planComposition(defaultRequirements(flowType, specs), {
-      messaging: await backend.capabilities(),
-      payload,
-      runtime,
-      payloadRefsInUse: payload !== null,
-    });
+    planComposition(requirements, composition);
     return [];
   } catch (error) {
     if (!(error instanceof UnobservableComposition)) throw error;

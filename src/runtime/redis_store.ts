@@ -28,6 +28,7 @@
 
 import { Buffer } from "node:buffer";
 import { type Clock, systemClock } from "../backends/clock.ts";
+import type { Observation } from "../backends/outcomes.ts";
 import {
   ABSENT,
   afterLedgerWrite,
@@ -57,6 +58,14 @@ export const DEFAULT_REDIS_RUNTIME_PREFIX = "vfrt:";
 const SCAN_COUNT = 1000;
 
 const STORE = "redis";
+
+/**
+ * What a Redis runtime store guarantees, `durable` as read back (or Unknown where nobody read it): shared by
+ * every process on every host that reaches the server, so restart-safe joins and elastic state.
+ */
+export function redisRuntimeCapabilities(durable: Observation<boolean>): RuntimeCapabilities {
+  return runtimeCapabilities(STORE, durable, true, true, true);
+}
 
 /** Options of {@link RedisRuntimeStore.open}. */
 export interface RedisRuntimeStoreOptions extends RedisConnectionOptions {
@@ -222,7 +231,7 @@ export class RedisRuntimeStore implements RuntimeStore {
   capabilities(): Promise<RuntimeCapabilities> {
     return this.#operation("capabilities", async () => {
       const { durable } = await readRedisDurability(this.#connection, this.#clock);
-      return runtimeCapabilities(STORE, durable, true, true, true);
+      return redisRuntimeCapabilities(durable);
     });
   }
 

@@ -992,6 +992,9 @@ export function deliveryPolicyOf(config: WorkerConfig): DeliveryPolicy {
 /** The variable naming the file of the compiled specs document (a JSON list of NodeSpecs; spec runtime.provision). */
 export const FLOW_SPECS_PATH_ENV = "VF_FLOW_SPECS_PATH";
 
+/** Where a pod finds the compiled specs document (`VF_FLOW_SPECS_PATH`): the specs ConfigMap's mount. */
+export const DEFAULT_FLOW_SPECS_PATH = "/etc/videoflow/specs.json";
+
 /**
  * The most bytes one environment entry may take on Linux, `NAME=value` and its terminating NUL together
  * (MAX_ARG_STRLEN, 32 pages of 4 KiB): a longer one makes the exec of a subprocess or a container fail
