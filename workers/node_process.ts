@@ -4,17 +4,21 @@
  * environment holding only that, its node's declared variables and what Deno itself needs, and names its
  * settings as arguments, the only variables besides the declared ones it may read), the embedded broker
  * is reached on the loopback address the environment names, reports are printed to stdout as lines starting with
- * {@link REPORT_LINE_PREFIX}, and the process exits with the replica's status. Signals: SIGINT is left to
- * the engine (a terminal's Ctrl-C reaches the whole process group, and the engine answers it with the
- * flow-wide stop, which this replica must live through to drain), and so is SIGTERM under the local engine
- * (its environment names the embedded broker), since a service manager's SIGTERM to the group is the same
- * request; elsewhere (a pod) SIGTERM quiesces the replica.
+ * {@link REPORT_LINE_PREFIX}, and the process exits with the replica's status.
+ *
+ * Signals: a replica the local engine launched (its settings named as arguments) leaves SIGINT and SIGTERM
+ * to the engine (a terminal's Ctrl-C or a service manager's SIGTERM reaches vf, which stops the flow the
+ * spec's way, and the replica must live through that stop to drain); the engine asks it to quiesce with
+ * {@link QUIESCE_LINE} on its stdin, and the end of its stdin (the engine gone) asks the same. A pod's
+ * replica takes SIGTERM as the spec does (RUN-030, story 39): it quiesces, so what it prefetched goes back
+ * to the broker at once for the other replicas, then dies of the signal (143) without waiting for the
+ * call in hand, whose input the broker redelivers after its ack wait.
  *
  * @module
  */
 
-import { EMBEDDED_BROKER_ENV } from "../src/embedded/rpc.ts";
-import { REPORT_LINE_PREFIX, runWorker } from "../src/runtime/worker.ts";
+import { QUIESCE_LINE, REPORT_LINE_PREFIX, runWorker } from "../src/runtime/worker.ts";
+import { SIGTERM_EXIT_CODE } from "../src/core/task.ts";
 
 /**
  * The replica's settings: the variables its arguments name (the local engine names them, and lets it read
@@ -39,17 +43,56 @@ function takeSettings(names: readonly string[]): Record<string, string> {
  */
 const SETTINGS = takeSettings(Deno.args);
 
+/**
+ * How long a SIGTERMed pod replica waits for its hand-back to reach the broker before it dies anyway: the
+ * hand-back is a few broker calls, and a broker that does not answer must not keep a dying pod alive.
+ */
+export const SIGTERM_HAND_BACK_SECONDS = 5;
+
+/**
+ * Whether the local engine launched this replica: it names the replica's settings as arguments, where a
+ * pod's replica is configured by its whole environment.
+ */
+const LAUNCHED_BY_LOCAL_ENGINE = Deno.args.length > 0;
+
+/**
+ * Resolves once the local engine asks this replica to quiesce: a line on stdin, or its end. Read from the
+ * start, so a request that came while the node was still opening is not lost.
+ */
+async function quiesceRequested(): Promise<void> {
+  const decoder = new TextDecoder();
+  let text = "";
+  for await (const chunk of Deno.stdin.readable) {
+    text += decoder.decode(chunk, { stream: true });
+    if (text.includes(QUIESCE_LINE)) return;
+  }
+}
+
+/** RUN-030's SIGTERM: quiesce, then the signal's default action (exit 143); a second SIGTERM ends it at once. */
+function dieOfSigtermAfterQuiesce(quiesce: () => Promise<void>): void {
+  let asked = false;
+  Deno.addSignalListener("SIGTERM", () => {
+    if (asked) Deno.exit(SIGTERM_EXIT_CODE);
+    asked = true;
+    const handedBack = quiesce().catch((error) =>
+      console.error(`the quiesce before SIGTERM's exit failed: ${String(error)}`)
+    );
+    const grace = new Promise((resolve) => setTimeout(resolve, SIGTERM_HAND_BACK_SECONDS * 1000));
+    Promise.race([handedBack, grace]).then(() => Deno.exit(SIGTERM_EXIT_CODE));
+  });
+}
+
 /** Runs the replica this process's settings describe, then exits with its status. */
 export async function serveNodeProcess(): Promise<never> {
   const encoder = new TextEncoder();
-  const underLocalEngine = SETTINGS[EMBEDDED_BROKER_ENV] !== undefined;
   Deno.addSignalListener("SIGINT", () => {});
-  if (underLocalEngine) Deno.addSignalListener("SIGTERM", () => {});
+  const requested = LAUNCHED_BY_LOCAL_ENGINE ? quiesceRequested() : null;
+  if (requested !== null) Deno.addSignalListener("SIGTERM", () => {});
   const code = await runWorker({
     env: SETTINGS,
     report: (report) =>
       Deno.stdout.writeSync(encoder.encode(`${REPORT_LINE_PREFIX}${JSON.stringify(report)}\n`)),
-    onQuiesce: underLocalEngine ? undefined : (quiesce) => Deno.addSignalListener("SIGTERM", quiesce),
+    onQuiesce: requested === null ? dieOfSigtermAfterQuiesce : (quiesce) => void requested.then(quiesce),
   });
   Deno.exit(code);
 }

@@ -27,12 +27,12 @@ export function serveNodeWorker(): void {
   self.onmessage = async (event: MessageEvent<NodeWorkerStart>) => {
     const { env, port, inNodeBoard } = event.data;
     // A quiesce asked for before the replica can take it (its node still opening) is kept for then.
-    let quiesce: (() => void) | null = null;
+    let quiesce: (() => Promise<void>) | null = null;
     let quiesceAsked = false;
     self.onmessage = (message: MessageEvent<{ type?: string }>) => {
       if (message.data?.type !== "quiesce") return;
       quiesceAsked = true;
-      quiesce?.();
+      void quiesce?.();
     };
     const done = (code: number) => {
       self.postMessage({ kind: "done", code });
@@ -51,7 +51,7 @@ export function serveNodeWorker(): void {
         report: (report) => self.postMessage(report),
         onQuiesce: (handler) => {
           quiesce = handler;
-          if (quiesceAsked) handler();
+          if (quiesceAsked) void handler();
         },
         exit: done,
       }),

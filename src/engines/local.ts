@@ -53,9 +53,9 @@ import { channelId, type Envelope } from "../backends/messaging.ts";
 import {
   dataSubscriptionId,
   DEDUP_WINDOW_BYTES,
+  defaultPrefetch,
   flowTopology,
   OUTPUT_BUFFER_ENV,
-  REFERENCE_PREFETCH,
   replicaOutputBufferBytes,
   type TopologyNode,
 } from "../messaging/topology.ts";
@@ -69,7 +69,7 @@ import {
 import { FileRuntimeStore } from "../runtime/file_store.ts";
 import { InNodeBoard } from "../runtime/in_node_board.ts";
 import { systemClock } from "../backends/clock.ts";
-import { EndMarker, REPORT_LINE_PREFIX, type WorkerReport } from "../runtime/worker.ts";
+import { EndMarker, QUIESCE_LINE, REPORT_LINE_PREFIX, type WorkerReport } from "../runtime/worker.ts";
 import {
   FLOW_SPECS_PATH_ENV,
   paramsBySpecsFile,
@@ -876,7 +876,10 @@ export class LocalEngine {
       // A server's streams and durables take WIRE.md's shape: no byte limit unless one is asked for, 10,000
       // messages, the spec's prefetch for a node that sets none (the durables a reference worker derives).
       ...(this.#broker.outlivesSupervisor
-        ? { channelMaxBytes: this.#options.channelMaxBytes ?? null, prefetch: REFERENCE_PREFETCH }
+        ? {
+          channelMaxBytes: this.#options.channelMaxBytes ?? null,
+          prefetch: defaultPrefetch(flowType, true),
+        }
         : {
           channelMaxBytes: this.#options.channelMaxBytes ?? DEFAULT_CHANNEL_MAX_BYTES,
           batchMaxMsgs: LOCAL_BATCH_MAX_MSGS,
@@ -1140,7 +1143,8 @@ export class LocalEngine {
       ],
       clearEnv: true,
       env: { ...inherited, ...settings },
-      stdin: "null",
+      // Its stdin is the quiesce request's way in (QUIESCE_LINE); it ends, asking the same, when vf does.
+      stdin: "piped",
       stdout: "piped",
       stderr: "piped",
       // A session of its own from before it runs: a terminal's Ctrl-C or a service manager's SIGTERM to
@@ -1149,21 +1153,26 @@ export class LocalEngine {
       // runs deno; a `setsid` program in between would take the signal's default action).
       detached: true,
     }).spawn();
-    const signal = (name: Deno.Signal) => () => {
+    replica.kill = () => {
       try {
-        child.kill(name);
+        child.kill("SIGKILL");
       } catch {
         // already gone
       }
     };
-    replica.kill = signal("SIGKILL");
-    replica.quiesce = signal("SIGTERM");
+    const control = child.stdin.getWriter();
+    replica.quiesce = () => {
+      control.write(new TextEncoder().encode(QUIESCE_LINE)).catch(() => {
+        // already gone: its exit is handled as any other
+      });
+    };
     // Its exit is handled once its stdout is read to the end, so its exit report is in hand by then.
     const reports = this.#readReports(replica, child.stdout).catch((error) => {
       this.#view.event(`${spec.name}[${replica.index}] sent an unreadable report: ${error.message}`);
     });
     const stderrTail = passStderr(child.stderr);
     Promise.all([child.status, stderrTail, reports]).then(([status, tail]) => {
+      control.close().catch(() => {});
       const code = status.signal === null ? status.code : signalStatus(status.signal);
       // A replica that dies loading its module reports nothing; Deno's refusal of a permission is on stderr.
       const refused = replica.reason === null && code !== 0 ? this.#refusedOnLoad(replica, tail) : null;

@@ -1423,6 +1423,21 @@ export class JetStreamMessagingBackend implements MessagingBackend {
     }
   }
 
+  /**
+   * The configuration the server applies to a channel's stream, read back as it is now; Unknown `missing`
+   * when no such stream exists, else Unknown with why it could not be read.
+   */
+  async observeStreamConfig(channel: ChannelId): Promise<Observation<StreamConfig>> {
+    this.#live("observeStreamConfig");
+    const stream = streamNameFor(channel.flowId, channel.runId, channel.node);
+    try {
+      const info = await this.#jsm.streams.info(stream);
+      return known(info.config, this.#clock, info.created);
+    } catch (error) {
+      return unknown(failureReason(error), this.#clock, `stream ${stream}: ${describeError(error)}`);
+    }
+  }
+
   /** The stream's retained range (`firstSeq = lastSeq + 1` when empty). */
   async observeChannel(channel: ChannelId): Promise<Observation<ChannelObservation>> {
     this.#live("observeChannel");

@@ -85,8 +85,13 @@ export const BATCH_PREFETCH = 256;
  */
 export const REFERENCE_PREFETCH = 4;
 
-/** The prefetch a node of a flow of `flowType` uses on the embedded broker unless one is configured. */
-export function defaultPrefetch(flowType: FlowType): number {
+/**
+ * The prefetch a node of a flow of `flowType` takes ahead unless it sets its own: over JetStream
+ * (`overJetStream`) the spec's {@link REFERENCE_PREFETCH}, which provisioning, the local engine over servers
+ * and every worker derive from here alike; on the embedded broker its own by flow type.
+ */
+export function defaultPrefetch(flowType: FlowType, overJetStream = false): number {
+  if (overJetStream) return REFERENCE_PREFETCH;
   return flowType === FlowType.batch ? BATCH_PREFETCH : DEFAULT_PREFETCH;
 }
 /** Messages a realtime (live_latest) channel keeps: the freshest one. */

@@ -37,11 +37,11 @@ import { IncompatibleProfile } from "../core/errors.ts";
 import type { FlowType } from "../core/flow_type.ts";
 import { JetStreamMessagingBackend } from "../messaging/jetstream_backend.ts";
 import {
+  defaultPrefetch,
   type FlowTopology,
   flowTopology,
   type ProvisionedTopology,
   provisionFlow,
-  REFERENCE_PREFETCH,
 } from "../messaging/topology.ts";
 import { RedisPayloadStore } from "./redis_payload.ts";
 import { openRuntimeStore } from "./runtime_stores.ts";
@@ -169,7 +169,7 @@ export async function provisionRun(options: ProvisionOptions): Promise<Provision
       ackWaitSeconds: options.ackWaitSeconds,
       ledgerBudget: ledger.budget,
       replicas: options.replicas,
-      prefetch: REFERENCE_PREFETCH,
+      prefetch: defaultPrefetch(flowType, true),
     });
     const provisioned = await provisionTopology(backend, topology, `provision/${runId}`, options.natsUrl);
     return { topology: provisioned, ledgerBudget: ledger.budget, warnings };

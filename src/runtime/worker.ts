@@ -29,7 +29,9 @@ import type { RuntimeStore } from "../backends/runtime_store.ts";
 import { EmbeddedMessagingBackend } from "../embedded/messaging_backend.ts";
 import { BrokerMessenger } from "../messaging/messenger.ts";
 import { RuntimeObligationLedger } from "../messaging/obligations.ts";
-import { REFERENCE_PREFETCH } from "../messaging/topology.ts";
+import { defaultPrefetch } from "../messaging/topology.ts";
+import { type EffectiveStream, verifyChannelProfiles } from "../messaging/stream_profiles.ts";
+import type { Observation } from "../backends/outcomes.ts";
 import { PayloadReconciler } from "./payload_reconciler.ts";
 import { systemClock } from "../backends/clock.ts";
 import { verifyNodeAssets } from "./assetcheck.ts";
@@ -105,6 +107,12 @@ export type EndMarker = typeof EndMarker[keyof typeof EndMarker];
 /** Marks a subprocess's stdout line as a report (JSON follows); every other line is the node's own output. */
 export const REPORT_LINE_PREFIX = "\u001evf-report ";
 
+/**
+ * The line the local engine writes to a process replica's stdin to quiesce it (its clean stop over
+ * servers, where the broker keeps the streams); the end of stdin (the supervisor gone) asks the same.
+ */
+export const QUIESCE_LINE = "quiesce\n";
+
 /** How often a running worker reports its counters, whether or not they changed. */
 export const REPORT_INTERVAL_SECONDS = 0.5;
 /** How soon after its counters grow a running worker reports them (one report for all that grew meanwhile). */
@@ -125,8 +133,12 @@ export interface WorkerHost {
   readonly inNodeBoard?: SharedArrayBuffer;
   /** Where log lines go (stderr by default). */
   readonly logSink?: LogSink;
-  /** Calls `quiesce` when the host is asked to stop this replica (SIGTERM or the supervisor's message). */
-  readonly onQuiesce?: (quiesce: () => void) => void;
+  /**
+   * Receives the replica's quiesce (RUN-030) once it can take one: it stops admitting input, hands back
+   * at once what it holds outside the node, and keeps settling the group in hand; the promise resolves
+   * once the hand-back landed. The host calls it on the supervisor's request or on SIGTERM.
+   */
+  readonly onQuiesce?: (quiesce: () => Promise<void>) => void;
   /**
    * Ends the replica at once with a status, after its exit report: the watchdog's way out of a `process()`
    * that never returns. `Deno.exit` by default (in a Deno Worker that ends the worker silently, so a
@@ -142,22 +154,57 @@ interface Services {
   close(): Promise<void>;
 }
 
-/**
- * Refuses the settings this build's worker cannot honour yet, naming each, rather than run without them:
- * explicit channel profiles, a GPU grant.
- */
+/** Refuses a launcher-recorded GPU grant, which this build cannot verify yet, rather than run without it. */
 function refuseUnsupported(config: WorkerConfig): void {
-  const unsupported: [variable: string, given: boolean][] = [
-    [PROFILE_REQUESTS_ENV, config.profileRequests.length > 0],
-    [GPU_GRANT_ENV, config.gpuGrant !== null],
-  ];
-  const given = unsupported.filter(([, set]) => set).map(([variable]) => variable);
-  if (given.length === 0) return;
+  if (config.gpuGrant === null) return;
   throw new ConfigError(
-    `this worker was given ${given.join(", ")}, which this build does not support yet`,
-    "run the flow with the flow-type presets and without a recorded GPU grant",
-    { variables: given },
+    `this worker was given ${GPU_GRANT_ENV}, which this build does not support yet`,
+    "run the flow without a recorded GPU grant",
+    { variables: [GPU_GRANT_ENV] },
   );
+}
+
+/**
+ * Binds the operator's explicit channel profiles (`VF_PROFILE_REQUESTS_JSON`) to the streams this node
+ * touches, its parents' and its own output's, before it opens (spec runtime.worker
+ * `verify_explicit_profiles`, story 42): they are read back over a connection of their own, so nothing
+ * reaches into the messenger; requests for other channels are other workers' to judge, and none at all
+ * reads nothing.
+ *
+ * @throws IncompatibleProfile (exit 2) for a stream that contradicts its profile; BrokerUnavailable or
+ * UnobservableState (exit 3) for one that does not exist or could not be read; ConfigError for requests
+ * on the embedded broker, whose channels take the flow type's presets.
+ */
+async function verifyExplicitProfiles(config: WorkerConfig): Promise<void> {
+  if (config.profileRequests.length === 0) return;
+  if (config.broker.kind !== "nats") {
+    throw new ConfigError(
+      `${PROFILE_REQUESTS_ENV} is verified against NATS JetStream streams, and this worker's broker is the ` +
+        "local engine's embedded one",
+      `run the flow over --nats to require channel profiles, or leave ${PROFILE_REQUESTS_ENV} unset`,
+      { variables: [PROFILE_REQUESTS_ENV] },
+    );
+  }
+  const touched = new Set([...config.parentNames, ...(config.hasChildren ? [config.nodeName] : [])]);
+  const requests = config.profileRequests.filter((request) => touched.has(request.channel));
+  if (requests.length === 0) return;
+  const { JetStreamMessagingBackend } = await import("../messaging/jetstream_backend.ts");
+  const backend = await JetStreamMessagingBackend.connect({
+    url: config.broker.url,
+    connectTimeoutSeconds: config.admissionTimeoutSeconds,
+  });
+  const readBack = new Map<string, Observation<EffectiveStream>>();
+  try {
+    for (const channel of new Set(requests.map((request) => request.channel))) {
+      readBack.set(
+        channel,
+        await backend.observeStreamConfig({ flowId: config.flowId, runId: config.runId, node: channel }),
+      );
+    }
+  } finally {
+    await backend.shutdown();
+  }
+  verifyChannelProfiles(readBack, requests, `worker ${config.nodeName}`);
 }
 
 /**
@@ -322,6 +369,7 @@ function statsOf(running: Running): WorkerReport {
 
 async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogger): Promise<number> {
   refuseUnsupported(config);
+  await verifyExplicitProfiles(config);
   const node = await rebuildNode(config.nodeClass, config.nodeParams, config.nodeKind);
   await verifyNodeAssets(node);
   const grant = verifyNodeGrant(node);
@@ -361,7 +409,7 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
       blobTtlSeconds: config.blobTtlSeconds,
       maxInlinePayloadBytes: config.maxInlinePayloadBytes,
       prefetch: (node instanceof ReceiverNode ? node.prefetch : null) ??
-        (config.broker.kind === "nats" ? REFERENCE_PREFETCH : undefined),
+        defaultPrefetch(config.flowType, config.broker.kind === "nats"),
       prefetchBytes: config.prefetchBytes,
       inFlightBytes: config.outputBufferBytes ?? undefined,
       replayable: node instanceof ProducerNode && (node.constructor as typeof ProducerNode).replayable,
@@ -408,7 +456,7 @@ async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogge
       host.report?.(statsOf(running));
     };
     const reporter = setInterval(report, REPORT_INTERVAL_SECONDS * 1000);
-    host.onQuiesce?.(() => void messenger.quiesce());
+    host.onQuiesce?.(() => messenger.quiesce());
     try {
       const deadline = new ProgressDeadline({
         timeoutSeconds: config.progressTimeoutSeconds,

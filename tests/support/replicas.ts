@@ -9,7 +9,7 @@
 import type { NodeSpec } from "../../src/core/compiler.ts";
 import { bootstrapUrl, Isolation } from "../../src/engines/local.ts";
 import { subprocessResolutionArgs } from "../../src/engines/deno_config.ts";
-import { workerEnvFor } from "../../src/runtime/worker_config.ts";
+import { workerEnvFor, type WorkerSettings } from "../../src/runtime/worker_config.ts";
 import { MAX_INLINE_PAYLOAD_ENV } from "../../src/backends/payload_bridge.ts";
 
 /** The servers the replicas reach. */
@@ -20,10 +20,59 @@ export interface ReplicaServers {
   readonly redis: string;
 }
 
+/** One replica process started by {@link startReplica}. */
+export interface StartedReplica {
+  /** The process. */
+  readonly child: Deno.ChildProcess;
+  /** Its exit code, once it exited; its stderr is printed when that is not 0. */
+  readonly exited: Promise<number>;
+}
+
 /**
- * Starts every replica of the nodes named in `only` (every node of `specs` when null) as a process on the
- * servers, payloads above 1024 bytes offloaded to Redis, and resolves with their exit codes by
- * `node/replica`; a replica that exits non-zero has its stderr printed. Termination logs go to `dir`.
+ * Starts replica `index` of `spec` as a process on the servers, payloads above 1024 bytes offloaded to
+ * Redis, configured as a pod is: by its whole `VF_*` environment, with `settings` over the defaults. Its
+ * termination log goes to `dir`.
+ */
+export function startReplica(
+  spec: NodeSpec,
+  specs: readonly NodeSpec[],
+  flow: { flowId: string; flowType: "batch" | "realtime" },
+  runId: string,
+  servers: ReplicaServers,
+  dir: string,
+  index: number,
+  settings: Partial<WorkerSettings> = {},
+): StartedReplica {
+  const env = workerEnvFor(
+    spec,
+    specs,
+    flow,
+    { runId, broker: { kind: "nats", url: servers.nats } },
+    index,
+    {
+      runtimeStoreUrl: servers.redis,
+      blobStoreUrl: servers.redis,
+      terminationLog: `${dir}/${spec.name}-${index}.termination.json`,
+      healthPort: null,
+      ...settings,
+    },
+  );
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", ...subprocessResolutionArgs(), bootstrapUrl(spec, Isolation.process)],
+    env: { ...env, [MAX_INLINE_PAYLOAD_ENV]: "1024" },
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  const exited = child.output().then((out) => {
+    if (out.code !== 0) console.error(`${spec.name}[${index}]: ${new TextDecoder().decode(out.stderr)}`);
+    return out.code;
+  });
+  return { child, exited };
+}
+
+/**
+ * Starts every replica of the nodes named in `only` (every node of `specs` when null) with
+ * {@link startReplica}, and resolves with their exit codes by `node/replica`.
  */
 export async function runReplicas(
   specs: readonly NodeSpec[],
@@ -37,32 +86,8 @@ export async function runReplicas(
   for (const spec of specs) {
     if (only !== null && !only.includes(spec.name)) continue;
     for (let index = 0; index < spec.nbTasks; index++) {
-      const env = workerEnvFor(
-        spec,
-        specs,
-        flow,
-        { runId, broker: { kind: "nats", url: servers.nats } },
-        index,
-        {
-          runtimeStoreUrl: servers.redis,
-          blobStoreUrl: servers.redis,
-          terminationLog: `${dir}/${spec.name}-${index}.termination.json`,
-          healthPort: null,
-        },
-      );
-      const child = new Deno.Command(Deno.execPath(), {
-        args: ["run", "-A", ...subprocessResolutionArgs(), bootstrapUrl(spec, Isolation.process)],
-        env: { ...env, [MAX_INLINE_PAYLOAD_ENV]: "1024" },
-        stdout: "null",
-        stderr: "piped",
-      }).spawn();
-      running.push(
-        child.output().then((out) => {
-          const code = out.code;
-          if (code !== 0) console.error(`${spec.name}[${index}]: ${new TextDecoder().decode(out.stderr)}`);
-          return [`${spec.name}/${index}`, code];
-        }),
-      );
+      const { exited } = startReplica(spec, specs, flow, runId, servers, dir, index);
+      running.push(exited.then((code) => [`${spec.name}/${index}`, code]));
     }
   }
   return Object.fromEntries(await Promise.all(running));

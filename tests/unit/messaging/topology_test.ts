@@ -28,6 +28,7 @@ import {
   nodeRouting,
   provisionFlow,
   publishBackoffSeconds,
+  REFERENCE_PREFETCH,
   replicaOutputBufferBytes,
   type TopologyNode,
 } from "../../../src/messaging/topology.ts";
@@ -152,9 +153,11 @@ Deno.test("a flow's topology has a channel per node, a subscription per edge and
   assert.equal(topology.deadLetter.ownerLabels[OwnerLabel.run], undefined);
 });
 
-Deno.test("a batch flow's subscriptions take a deep prefetch by default, a realtime flow's a shallow one", () => {
+Deno.test("a batch flow's subscriptions take a deep prefetch by default, a realtime flow's a shallow one; over JetStream both take the spec's", () => {
   assert.equal(defaultPrefetch("batch"), BATCH_PREFETCH);
   assert.equal(defaultPrefetch("realtime"), DEFAULT_PREFETCH);
+  assert.equal(defaultPrefetch("batch", true), REFERENCE_PREFETCH);
+  assert.equal(defaultPrefetch("realtime", true), REFERENCE_PREFETCH);
   assert.ok(BATCH_PREFETCH > DEFAULT_PREFETCH);
   const credit = (flowType: "batch" | "realtime") =>
     flowTopology(FLOW_NODES, { flowId: "f", runId: "r", flowType }).subscriptions
