@@ -164,12 +164,12 @@ function notPeers(cards: readonly Unit[], p2p: Observation<P2pMatrix>): string |
 
 /** The first `size` of `pool` (in order) that are all peers, or why none are. */
 function peerSet(pool: readonly Unit[], size: number, p2p: Observation<P2pMatrix>): Unit[] | string {
-  let last = `fewer than ${size} free cards`;
+  let first: string | null = null;
   const pick = (from: number, chosen: Unit[]): Unit[] | null => {
     if (chosen.length === size) {
       const why = notPeers(chosen, p2p);
       if (why === null) return chosen;
-      last = why;
+      first ??= why;
       return null;
     }
     for (let i = from; i <= pool.length - (size - chosen.length); i++) {
@@ -178,7 +178,7 @@ function peerSet(pool: readonly Unit[], size: number, p2p: Observation<P2pMatrix
     }
     return null;
   };
-  return pick(0, []) ?? `no ${size} free cards are all P2P peers (${last})`;
+  return pick(0, []) ?? `no ${size} free cards are all P2P peers (the first set tried: ${first})`;
 }
 
 const memoryOf = (unit: Unit) => unit.identity.memoryBytes ?? -1;

@@ -3,7 +3,6 @@ import type { DeliveredGrant, DeviceIdentity } from "../../../src/backends/alloc
 import type { Known, Observation, Unknown } from "../../../src/backends/outcomes.ts";
 import { EXIT_ENVIRONMENT, ResourceUnavailable } from "../../../src/core/errors.ts";
 import { ConsumerNode, GpuFallback, ProcessorNode } from "../../../src/core/node.ts";
-import { readInventory } from "../../../nvml/inventory.ts";
 import { closeNvml } from "../../../nvml/session.ts";
 import {
   enumerateDevices,
@@ -17,25 +16,8 @@ import {
   verifyGrant,
   verifyNodeGrant,
 } from "../../../src/runtime/gpucheck.ts";
-import {
-  a100Mig,
-  eightH100,
-  type FakeFixture,
-  FIXTURES,
-  h100,
-  useFakeNvml,
-} from "../../support/fake_nvml.ts";
-
-/** The host the fake serves for `fixture`, read through a session of its own. */
-async function hostOf(fixture: FakeFixture): Promise<HostGpus> {
-  closeNvml();
-  await useFakeNvml(fixture);
-  try {
-    return readInventory();
-  } finally {
-    closeNvml();
-  }
-}
+import { fakeHost } from "../../support/fake_host.ts";
+import { a100Mig, eightH100, FIXTURES, h100, useFakeNvml } from "../../support/fake_nvml.ts";
 
 function value<T>(observation: Observation<T>): T {
   assert.equal(observation.kind, "known", JSON.stringify(observation));
@@ -88,10 +70,10 @@ function assertRefused(body: () => unknown, ...patterns: RegExp[]): void {
   });
 }
 
-const eight = await hostOf(FIXTURES.eightH100);
-const a100 = await hostOf(FIXTURES.a100Mig);
-const one = await hostOf(FIXTURES.oneH100);
-const unread = await hostOf(FIXTURES.initFails);
+const eight = await fakeHost(FIXTURES.eightH100);
+const a100 = await fakeHost(FIXTURES.a100Mig);
+const one = await fakeHost(FIXTURES.oneH100);
+const unread = await fakeHost(FIXTURES.initFails);
 
 Deno.test("an unset mask shows every card; a host NVML cannot read is Unknown, never zero devices", () => {
   assert.deepEqual(ordinals(enumerateDevices({}, eight).devices), [0, 1, 2, 3, 4, 5, 6, 7]);
@@ -152,11 +134,11 @@ Deno.test("peer access: every ordered pair OK is true; one pair NS is false; MIG
   const ns = eightH100() as { p2p: { read: number[][] } };
   const read = ns.p2p.read.map((row) => [...row]);
   read[1][2] = 5;
-  const partial = await hostOf({ ...ns, p2p: { ...ns.p2p, read } });
+  const partial = await fakeHost({ ...ns, p2p: { ...ns.p2p, read } });
   assert.equal(value(peerAccessObserved(all.slice(0, 2), partial)), true);
   assert.equal(value(peerAccessObserved(all.slice(1, 3), partial)), false, "1 → 2 is NS");
   assert.equal(value(peerAccessObserved(migs(a100).slice(0, 2), a100)), false);
-  const failing = await hostOf({ ...eightH100(), returns: { nvmlDeviceGetP2PStatus: 999 } });
+  const failing = await fakeHost({ ...eightH100(), returns: { nvmlDeviceGetP2PStatus: 999 } });
   assert.equal(peerAccessObserved(all.slice(0, 2), failing).kind, "unknown");
   assert.equal(value(peerAccessObserved(all.slice(0, 1), unread)), true, "one device has no pair to reach");
 });
@@ -245,9 +227,9 @@ Deno.test("requiresPeerAccess is verified through the P2P matrix: peers open, no
   const [a, b] = cards(eight);
   const environ = { CUDA_VISIBLE_DEVICES: maskOf([a, b]) };
   assert.equal(value(verifyGrant(peer, { environ, grant: null, host: eight }).peerAccess!), true);
-  const failing = await hostOf({ ...eightH100(), returns: { nvmlDeviceGetP2PStatus: 999 } });
+  const failing = await fakeHost({ ...eightH100(), returns: { nvmlDeviceGetP2PStatus: 999 } });
   assertRefused(() => verifyGrant(peer, { environ, grant: null, host: failing }), /cannot be verified/);
-  const split = await hostOf({
+  const split = await fakeHost({
     driver: "550.54.15",
     devices: [h100(0), h100(1)],
     p2p: { read: [[0, 5], [5, 0]] },
