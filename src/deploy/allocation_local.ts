@@ -10,7 +10,9 @@
  * - else `gpuCount` whole cards with MIG off; with `requiresPeerAccess` and more than one card, cards whose
  *   every ordered pair NVML reports P2P reads OK (a pair whose status is Unknown is not assumed a peer).
  *
- * Nodes whose `gpuFallback` is `none` are served first, then the larger demands. A replica that cannot be
+ * Nodes whose `gpuFallback` is `none` are served first, then peer sets, then the larger demands, each
+ * replica taking the first devices that serve it (cards by count the ones with the least memory): a
+ * greedy plan, not a search, so a fit only another order finds is refused. A replica that cannot be
  * served runs on its node's CPU fallback (`CUDA_VISIBLE_DEVICES` empty, a grant of no devices) and the
  * plan's notes say so; a `none` node that cannot be served refuses the whole flow before anything starts:
  * one {@link ResourceUnavailable} naming every replica and why. A host whose GPUs NVML cannot read is

@@ -113,6 +113,7 @@ import {
 } from "./run_directory.ts";
 import { MemoryMessagingBackend } from "../backends/memory/messaging.ts";
 import { type LocalGpuPlan, ReplicaExecution, replicaGpuEnv } from "../deploy/allocation_local.ts";
+import { maskEntryOf } from "../runtime/gpucheck.ts";
 import { MAX_INLINE_PAYLOAD_ENV } from "../backends/payload_bridge.ts";
 import { LiveView, type NodeSnapshot, NodeState, renderSummary, type ViewOutput } from "./live_view.ts";
 import {
@@ -1006,6 +1007,10 @@ export class LocalEngine {
     if (!plan) return;
     for (const note of plan.notes) this.#view.event(note);
     const onGpus = Object.values(plan.replicas).flat().filter((r) => r.execution === ReplicaExecution.gpu);
+    for (const { node, replica, grant } of onGpus) {
+      const devices = grant.devices.map((d) => `${maskEntryOf(d)} (${d.migProfile ?? d.product})`);
+      this.#view.event(`${node}[${replica}] gets ${devices.join(", ")}`);
+    }
     if (onGpus.length > 0 && this.#options.isolation === Isolation.worker) {
       this.#view.event(
         "the GPU replicas run as Deno Workers of this process, whose one environment a CUDA library reads: " +

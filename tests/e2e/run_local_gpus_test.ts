@@ -37,6 +37,12 @@ Deno.test("two cards, two replicas under process isolation: each replica's proce
     }
     assert.deepEqual(masks.sort(), [...twoCardUuids].sort(), "each replica opened on a distinct card");
     assert.doesNotMatch(run.text, /CPU fallback|opens under gpuFallback/);
+    for (const replica of [0, 1]) {
+      assert.match(
+        run.text,
+        new RegExp(`detect\\[${replica}\\] gets GPU-[0-9a-f-]+ \\(NVIDIA H100 80GB HBM3\\)`),
+      );
+    }
     assert.equal(summaryRow(run, "detect").restarts, 0);
   });
 });
