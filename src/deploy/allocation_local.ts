@@ -14,8 +14,9 @@
  * replica taking the first devices that serve it (cards by count the ones with the least memory): a
  * greedy plan, not a search, so a fit only another order finds is refused. A replica that cannot be
  * served runs on its node's CPU fallback (`CUDA_VISIBLE_DEVICES` empty, a grant of no devices) and the
- * plan's notes say so; a `none` node that cannot be served refuses the whole flow before anything starts:
- * one {@link ResourceUnavailable} naming every replica and why. A host whose GPUs NVML cannot read is
+ * plan's notes say so; a `none` node, or one that requires peer access across several cards (its worker
+ * refuses to run on fewer), that cannot be served refuses the whole flow before anything starts: one
+ * {@link ResourceUnavailable} naming every replica and why. A host whose GPUs NVML cannot read is
  * not a host without GPUs: its grants record `host: "unobserved"`, and `none` nodes are refused.
  *
  * It plans, it does not create MIG instances (that needs the driver's write calls and root) and keeps no
@@ -211,10 +212,21 @@ function gib(bytes: number): string {
   return (bytes / BYTES_PER_GIB).toFixed(1);
 }
 
+/** Whether `demand` needs peers: its worker then refuses anything but its whole grant of verified peers. */
+function needsPeers(demand: GpuDemand): boolean {
+  return demand.requiresPeerAccess && demand.gpuCount > 1;
+}
+
+/** Why a replica of `demand` may not run on its CPU fallback, or null when it may. */
+function hardBecause(demand: GpuDemand): string | null {
+  if (demand.fallback === GpuFallback.none) return 'gpuFallback "none"';
+  return needsPeers(demand) ? "requiresPeerAccess" : null;
+}
+
 /** Demands served first: hard ones (`none`), then peer sets, then more devices, then more memory. */
 function servingOrder(a: GpuDemand, b: GpuDemand): number {
   const hard = (d: GpuDemand) => d.fallback === GpuFallback.none ? 0 : 1;
-  const peer = (d: GpuDemand) => d.requiresPeerAccess && d.gpuCount > 1 ? 0 : 1;
+  const peer = (d: GpuDemand) => needsPeers(d) ? 0 : 1;
   return hard(a) - hard(b) || peer(a) - peer(b) || b.gpuCount - a.gpuCount ||
     (b.gpuMemoryGib ?? 0) - (a.gpuMemoryGib ?? 0);
 }
@@ -258,8 +270,9 @@ export const LocalGrantPolicy = {
 
 /**
  * Partitions `host`'s GPUs among `demands` (module doc). Throws {@link ResourceUnavailable} (exit 3)
- * naming every replica of a `gpuFallback: "none"` node that cannot be served, and why, before anything
- * starts; otherwise every replica has its grant, and the notes name each CPU fallback taken.
+ * naming every replica that cannot be served and may not fall back (a `gpuFallback: "none"` node, or one
+ * requiring peers across cards), and why, before anything starts; otherwise every replica has its grant,
+ * and the notes name each CPU fallback taken.
  */
 export function planLocalGpus(demands: readonly GpuDemand[], host: HostGpus): LocalGpuPlan {
   const replicas: Record<string, ReplicaGpus[]> = {};
@@ -274,8 +287,9 @@ export function planLocalGpus(demands: readonly GpuDemand[], host: HostGpus): Lo
       : "this host has no GPU (NVML counts none)";
     const observed = host.devices.kind === "unknown" ? GrantHost.unobserved : GrantHost.observed;
     for (const demand of demands) {
-      if (demand.fallback === GpuFallback.none) {
-        refusals.push(`node ${demand.node} (gpuFallback "none"): ${why}`);
+      const hard = hardBecause(demand);
+      if (hard !== null) {
+        refusals.push(`node ${demand.node} (${hard}): ${why}`);
         continue;
       }
       notes.push(`node ${demand.node} runs its ${demand.replicas} replica(s) on its CPU fallback: ${why}`);
@@ -291,8 +305,9 @@ export function planLocalGpus(demands: readonly GpuDemand[], host: HostGpus): Lo
       for (let r = 0; r < demand.replicas; r++) {
         const served = serve(demand, free, host.p2p);
         if (typeof served === "string") {
-          if (demand.fallback === GpuFallback.none) {
-            refusals.push(`node ${demand.node} replica ${r} (gpuFallback "none"): ${served}`);
+          const hard = hardBecause(demand);
+          if (hard !== null) {
+            refusals.push(`node ${demand.node} replica ${r} (${hard}): ${served}`);
           } else {
             notes.push(`node ${demand.node} replica ${r} runs on its CPU fallback: ${served}`);
             hold(demand, replicaOf(demand, r, [], GrantHost.observed, LocalGrantPolicy.cpuFallback));

@@ -424,8 +424,9 @@ export function reportBackend(demand: GrantDemand, evidence: GrantEvidence): Gra
  * The decision before a GPU node opens. Returns the report when the node may open: a whole grant, or a
  * short or unverifiable one under `fallback: "cpu"` (the report names the shortfall). Throws
  * {@link ResourceUnavailable} naming the node and why when `fallback` is `none` and the grant is short,
- * empty or unverifiable, and when peer access is required between more than one device and is not
- * verified true through NVML.
+ * empty or unverifiable, and when peer access is required between more than one device and the grant is
+ * not whole or its devices are not verified peers through NVML, whatever the fallback (a node that needs
+ * peers is not run on fewer devices).
  */
 export function verifyGrant(demand: GrantDemand, evidence: GrantEvidence): GrantReport {
   const report = reportBackend(demand, evidence);
@@ -446,8 +447,11 @@ export function verifyGrant(demand: GrantDemand, evidence: GrantEvidence): Grant
     );
   }
   const peer = report.peerAccess;
-  if (demand.requested > 1 && peer !== null && !(peer.kind === "known" && peer.value)) {
-    const why = peer.kind === "unknown"
+  if (demand.requested > 1 && peer !== null && !(report.execution === GpuExecution.gpu && isTrue(peer))) {
+    // Peers are verified among the devices a node runs on: a short grant has no such set to verify.
+    const why = report.execution !== GpuExecution.gpu
+      ? `cannot be verified: ${report.problems.join("; ")}`
+      : peer.kind === "unknown"
       ? `cannot be verified: ${peer.detail}`
       : "is not there: NVML reports a pair of them without P2P reads (or a MIG slice, which has no peers)";
     throw new ResourceUnavailable(
@@ -457,6 +461,10 @@ export function verifyGrant(demand: GrantDemand, evidence: GrantEvidence): Grant
     );
   }
   return report;
+}
+
+function isTrue(observation: Observation<boolean>): boolean {
+  return observation.kind === "known" && observation.value;
 }
 
 /**

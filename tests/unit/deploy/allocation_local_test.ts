@@ -182,6 +182,12 @@ Deno.test("no GPU here: cpu-fallback nodes run on CPU and say so; 'none' nodes a
     LocalGrantPolicy.cpuFallback,
   ]);
   assert.match(refusal(() => planLocalGpus(demands, unread)), /node strict .*cannot be read/);
+  const peers = demand("train", { gpuCount: 2, requiresPeerAccess: true });
+  assert.match(
+    refusal(() => planLocalGpus([peers], none)),
+    /node train \(requiresPeerAccess\): this host has no GPU/,
+    "a node needing peers is not run on fewer devices: its worker would refuse it",
+  );
 });
 
 Deno.test("a card whose identity NVML cannot read is left out, with its reason, not granted", async () => {

@@ -222,13 +222,18 @@ Deno.test('gpuFallback "none" refuses a grant that is unverifiable, empty or sho
   assert.equal(short.execution, GpuExecution.cpu);
 });
 
-Deno.test("requiresPeerAccess is verified through the P2P matrix: peers open, non-peers and an unread matrix refuse", async () => {
+Deno.test("requiresPeerAccess is verified through the P2P matrix: peers open; non-peers, an unread matrix and a short grant refuse, whatever the fallback", async () => {
   const peer = demand({ requested: 2, requiresPeerAccess: true });
   const [a, b] = cards(eight);
   const environ = { CUDA_VISIBLE_DEVICES: maskOf([a, b]) };
   assert.equal(value(verifyGrant(peer, { environ, grant: null, host: eight }).peerAccess!), true);
   const failing = await fakeHost({ ...eightH100(), returns: { nvmlDeviceGetP2PStatus: 999 } });
   assertRefused(() => verifyGrant(peer, { environ, grant: null, host: failing }), /cannot be verified/);
+  const short = { CUDA_VISIBLE_DEVICES: maskOf([a]) };
+  assertRefused(
+    () => verifyGrant(peer, { environ: short, grant: null, host: eight }),
+    /peer access between its 2 GPUs cannot be verified: it was granted 1 of the 2/,
+  );
   const split = await fakeHost({
     driver: "550.54.15",
     devices: [h100(0), h100(1)],
