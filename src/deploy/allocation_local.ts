@@ -19,10 +19,11 @@
  * {@link ResourceUnavailable} naming every replica and why. A host whose GPUs NVML cannot read is
  * not a host without GPUs: its grants record `host: "unobserved"`, and `none` nodes are refused.
  *
- * It plans, it does not create MIG instances (that needs the driver's write calls and root) and keeps no
- * claims across processes: two `vf run-local` on one host do not see each other's devices. So it is not
- * an `AcceleratorAllocationBackend` (no compare-and-swap authority exists on a bare host to reserve
- * against); see the module's tests for what it guarantees.
+ * It plans for one run; it is not (yet) an `AcceleratorAllocationBackend`, whose contract it cannot keep
+ * truthfully on a bare host: the binding reads no device's running processes, so a snapshot's occupancy
+ * would be Unknown and, by the contract, partial: it could never admit; nothing on the host holds
+ * claims under a compare-and-swap, so two `vf run-local` on one host do not see each other's devices; and
+ * it creates no MIG instances (`reconcile` needs the driver's write calls, as root).
  *
  * @example
  * ```ts
@@ -53,13 +54,17 @@ const BYTES_PER_GIB = 2 ** 30;
 
 /** What one GPU node asks of the host, for each of its replicas. */
 export interface GpuDemand {
+  /** The node's name. */
   readonly node: string;
+  /** Its replica count (`nbTasks`). */
   readonly replicas: number;
   /** Whole devices each replica takes. */
   readonly gpuCount: number;
   /** The least memory of the one device each replica takes, or null (whole cards by count). */
   readonly gpuMemoryGib: number | null;
+  /** `cpu`: a replica left without devices runs on CPU; `none`: it refuses the flow. */
   readonly fallback: GpuFallback;
+  /** Whether its cards must be verified P2P peers (with more than one). */
   readonly requiresPeerAccess: boolean;
 }
 
@@ -86,8 +91,11 @@ export type ReplicaExecution = typeof ReplicaExecution[keyof typeof ReplicaExecu
 
 /** What one replica of a GPU node was given. */
 export interface ReplicaGpus {
+  /** The node's name. */
   readonly node: string;
+  /** The replica's index. */
   readonly replica: number;
+  /** Where it runs. */
   readonly execution: ReplicaExecution;
   /** The grant its worker checks (`VF_GPU_GRANT_JSON`); no devices on the CPU fallback. */
   readonly grant: DeliveredGrant;

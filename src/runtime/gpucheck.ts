@@ -87,8 +87,11 @@ export type GrantEnviron = Readonly<Record<string, string | undefined>>;
 
 /** What a grant is judged on: the environment, the launcher's grant (or null) and the host's GPUs. */
 export interface GrantEvidence {
+  /** The worker's environment: its settings and `CUDA_VISIBLE_DEVICES`. */
   readonly environ: GrantEnviron;
+  /** The launcher's grant (`VF_GPU_GRANT_JSON`), or null. */
   readonly grant: DeliveredGrant | null;
+  /** The host's GPUs as this worker could read them. */
   readonly host: HostGpus;
   /** The clock Unknowns are stamped with; the system clock by default. */
   readonly clock?: Clock;
@@ -118,7 +121,9 @@ export interface GrantReport {
 
 /** The devices a mask shows, and the entries CUDA would not read (they end the list). */
 export interface Enumeration {
+  /** The devices, in CUDA index order; Unknown when the host or an entry cannot be read. */
   readonly devices: Observation<readonly DeviceIdentity[]>;
+  /** The entries from the first that names no device on: CUDA ignores them. */
   readonly ignored: readonly string[];
 }
 
@@ -496,11 +501,13 @@ export async function readHostGpus(clock: Clock = systemClock): Promise<HostGpus
 
 /** What a worker checks a GPU node's grant with. */
 export interface NodeGrantOptions {
+  /** The worker's environment: its settings and `CUDA_VISIBLE_DEVICES`. */
   readonly environ: GrantEnviron;
   /** The launcher's grant (`VF_GPU_GRANT_JSON`), or null. */
   readonly grant: DeliveredGrant | null;
   /** Reads the host's GPUs; {@link readHostGpus} by default. Called only for a GPU node. */
   readonly readHost?: () => Promise<HostGpus>;
+  /** The clock Unknowns are stamped with; the system clock by default. */
   readonly clock?: Clock;
 }
 
