@@ -219,6 +219,14 @@ function resolveEntry(
     }
     return cudaUnitsOf(matches[0], clock);
   }
+  if (entry.startsWith("MIG-GPU-")) {
+    return unknown(
+      "unsupported",
+      clock,
+      `CUDA_VISIBLE_DEVICES entry ${entry} is the older MIG-GPU-<uuid>/<gi>/<ci> form, not read here: ` +
+        "name MIG devices by their MIG UUID",
+    );
+  }
   if (entry.startsWith("MIG-")) {
     const found: DeviceIdentity[] = [];
     for (const card of cards) {

@@ -125,6 +125,8 @@ Deno.test("a MIG card is addressed through its MIG UUIDs; named whole, or with n
   const named = enumerateDevices({ CUDA_VISIBLE_DEVICES: `${slices[2].migUuid},${slices[0].migUuid}` }, a100);
   assert.deepEqual(value(named.devices).map((d) => d.migProfile), ["1g.5gb", "3g.20gb"]);
   assert.match(why(enumerateDevices({}, a100).devices).detail, /GPU 0 has MIG on/);
+  const legacy = enumerateDevices({ CUDA_VISIBLE_DEVICES: `MIG-${cards(a100)[0].uuid}/1/0` }, a100).devices;
+  assert.match(why(legacy).detail, /older MIG-GPU-<uuid>\/<gi>\/<ci> form/);
   assert.match(why(enumerateDevices({ CUDA_VISIBLE_DEVICES: "0" }, a100).devices).detail, /MIG on/);
 });
 
