@@ -174,7 +174,7 @@ export {
   type UnknownReason,
 } from "./src/backends/outcomes.ts";
 export type { LocalFlowRunOptions } from "./src/cli/run_local.ts";
-export type { Isolation, LocalRunResult, RunServers } from "./src/engines/local.ts";
+export type { Isolation, LocalRunResult, MetricsAddress, RunServers } from "./src/engines/local.ts";
 export { STOP_REQUESTED, type StopRequester } from "./src/engines/stop_signals.ts";
 export type { NodeSnapshot, NodeState, ViewOutput } from "./src/engines/live_view.ts";
 export { VideoFileReader, type VideoFileReaderParams } from "./src/nodes/video_file_reader.ts";

@@ -100,3 +100,7 @@ export async function serveNodeProcess(): Promise<never> {
   });
   Deno.exit(code);
 }
+
+// A pod's entry (the worker image's command): run as the main module, it serves the replica its
+// environment describes, and the worker loads the node's module from VF_NODE_CLASS.
+if (import.meta.main) await serveNodeProcess();

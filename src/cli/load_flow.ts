@@ -20,8 +20,20 @@ export interface LoadedFlow {
   readonly modules: ModuleIndex;
 }
 
-function fileUrl(path: string): URL {
-  return new URL(path, `file://${Deno.cwd()}/`);
+/** The project root as this module sees it: inside a compiled vf, the root of what it embeds. */
+const PROJECT_ROOT = new URL("../../", import.meta.url);
+
+/**
+ * Where flow file `path` is: relative to `cwd`, or, in a compiled vf (`standalone`), relative to the project
+ * it was built from, since a compiled binary loads only the modules it embeds (`deno task compile FLOW.ts`
+ * embeds the flow at that path); an absolute path as given.
+ */
+export function flowFileUrl(
+  path: string,
+  standalone: boolean = Deno.build.standalone,
+  cwd = Deno.cwd(),
+): URL {
+  return new URL(path, standalone ? PROJECT_ROOT : `file://${cwd}/`);
 }
 
 /** Where in the flow file the error was thrown, when its stack names the file. */
@@ -155,7 +167,7 @@ function loadRemedy(described: string): string {
  * does not export a Flow; a videoflow error the file itself throws keeps its own class and exit code.
  */
 export async function loadFlow(path: string): Promise<LoadedFlow> {
-  const url = fileUrl(path);
+  const url = flowFileUrl(path);
   try {
     const stat = await Deno.stat(url);
     if (!stat.isFile) {
@@ -167,7 +179,10 @@ export async function loadFlow(path: string): Promise<LoadedFlow> {
     throw new ConfigError(
       missing ? `flow file ${path} does not exist` : `flow file ${path} cannot be read: ${describe(error)}`,
       missing
-        ? "check the path, relative to the current directory"
+        ? Deno.build.standalone
+          ? `this compiled vf runs the flows it was built with, by their paths in the project: rebuild it ` +
+            `with \`deno task compile ${path}\``
+          : "check the path, relative to the current directory"
         : "make the file readable by this process (permissions, --allow-read)",
       { path },
     );

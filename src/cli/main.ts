@@ -27,6 +27,8 @@ commands:
                      --channel-max-mib N  (a node's unsettled data, its own buffers included; 256)
                      --nats URL --redis URL  (over NATS JetStream and Redis instead of the
                      embedded broker)
+                     --metrics [HOST:]PORT  (/metrics, /readyz, /healthz of the whole run;
+                     HOST 127.0.0.1 by default, PORT 0 picks a free one)
   provision FLOW.ts  create a run's streams and durables on NATS JetStream before its workers start:
                      --run-id ID  --nats URL (else VF_NATS_URL)  [--redis URL]
                      [--flow-type realtime|batch]
@@ -56,6 +58,7 @@ const OPTIONS = {
   json: { type: "boolean" },
   nats: { type: "string" },
   redis: { type: "string" },
+  metrics: { type: "string" },
 } as const;
 
 /** The parsed options. */
@@ -109,7 +112,17 @@ const COMMANDS: Record<string, Command> = {
       }, io),
   },
   "run-local": {
-    accepts: ["isolation", "state", "run-id", "flow-type", "no-restart", "channel-max-mib", "nats", "redis"],
+    accepts: [
+      "isolation",
+      "state",
+      "run-id",
+      "flow-type",
+      "no-restart",
+      "channel-max-mib",
+      "nats",
+      "redis",
+      "metrics",
+    ],
     run: (path, options, io) =>
       runLocalCommand(path, {
         isolation: options.isolation,
@@ -120,6 +133,7 @@ const COMMANDS: Record<string, Command> = {
         channelMaxMib: options["channel-max-mib"],
         nats: options.nats,
         redis: options.redis,
+        metrics: options.metrics,
       }, io),
   },
 };

@@ -24,6 +24,7 @@ import {
   Isolation,
   LocalEngine,
   type LocalRunResult,
+  type MetricsAddress,
   MIB,
   type RunServers,
 } from "../engines/local.ts";
@@ -49,6 +50,8 @@ export interface RunLocalOptions {
   readonly nats?: string;
   /** `--redis`: the Redis server holding the payloads and the run ledger (with `--nats`). */
   readonly redis?: string;
+  /** `--metrics [HOST:]PORT`: where the whole run's health endpoint listens; none by default. */
+  readonly metrics?: string;
 }
 
 /** The state directory when `--state` is not given. */
@@ -90,6 +93,22 @@ function channelMaxBytesOf(value: string | undefined): number | undefined {
     );
   }
   return mib * MIB;
+}
+
+/** `--metrics [HOST:]PORT` as an address (host 127.0.0.1 by default); null when not given. */
+function metricsAddressOf(value: string | undefined): MetricsAddress | null {
+  if (value === undefined) return null;
+  const colon = value.lastIndexOf(":");
+  const hostname = colon < 0 ? "127.0.0.1" : value.slice(0, colon).replace(/^\[(.*)\]$/, "$1");
+  const portText = colon < 0 ? value : value.slice(colon + 1);
+  const port = /^\d{1,5}$/.test(portText) ? Number(portText) : NaN;
+  if (!(port <= 65535) || hostname === "") {
+    throw new ConfigError(
+      `--metrics ${JSON.stringify(value)} is not [HOST:]PORT`,
+      "pass a port (--metrics 9100, on 127.0.0.1), a host and port (--metrics 0.0.0.0:9100), or 0 for a free port",
+    );
+  }
+  return { hostname, port };
 }
 
 /** `--nats` and `--redis`, given together or not at all. */
@@ -171,6 +190,8 @@ export interface LocalFlowRunOptions {
   readonly signal?: AbortSignal;
   /** NATS JetStream and Redis servers to run over instead of the embedded broker; none by default. */
   readonly servers?: RunServers | null;
+  /** Where the whole run's health endpoint listens (`/metrics`, `/readyz`, `/healthz`); none by default. */
+  readonly metrics?: MetricsAddress | null;
   /**
    * The run-wide worker settings replicas get (`FORWARDED_SETTINGS`: timeouts, retries, log level): those
    * of this process's environment by default.
@@ -236,6 +257,7 @@ export async function runLocal(path: string, options: CommandRunOptions = {}): P
     stopSignals: options.stopSignals,
     servers: options.servers ?? null,
     gpus,
+    metrics: options.metrics ?? null,
   });
 }
 
@@ -256,6 +278,7 @@ export async function runLocalCommand(
     restart: !(options.noRestart ?? false),
     channelMaxBytes: channelMaxBytesOf(options.channelMaxMib),
     servers: serversOf(options.nats, options.redis),
+    metrics: metricsAddressOf(options.metrics),
     output: stdoutView((text) => io.write(text)),
     notices: (text) => io.err(text),
     stopSignals,

@@ -70,6 +70,8 @@ import { FileRuntimeStore } from "../runtime/file_store.ts";
 import { InNodeBoard } from "../runtime/in_node_board.ts";
 import { systemClock } from "../backends/clock.ts";
 import { EndMarker, QUIESCE_LINE, REPORT_LINE_PREFIX, type WorkerReport } from "../runtime/worker.ts";
+import { HealthServer } from "../runtime/health.ts";
+import { RunMetrics } from "./run_metrics.ts";
 import {
   FLOW_SPECS_PATH_ENV,
   paramsBySpecsFile,
@@ -146,6 +148,11 @@ export interface LocalRunOptions {
   readonly servers?: RunServers | null;
   /** Restart failed replicas (the local supervision policy); false: the first failure is final. */
   readonly restart: boolean;
+  /**
+   * Where the whole run's health endpoint listens while it runs (`vf run-local --metrics`): every
+   * replica's metrics labelled `node` and `replica` ({@link RunMetrics}); none by default.
+   */
+  readonly metrics?: MetricsAddress | null;
   /** Where the live view and events are written. */
   readonly output: ViewOutput;
   /**
@@ -189,6 +196,14 @@ export interface LocalRunOptions {
    * finished already. Nothing is called for a run refused or with nothing to do.
    */
   readonly onStart?: () => void;
+}
+
+/** Where a local run's health endpoint listens (see {@link LocalRunOptions.metrics}). */
+export interface MetricsAddress {
+  /** The interface to bind: `127.0.0.1` for this host only, `0.0.0.0` for every interface. */
+  readonly hostname: string;
+  /** The port; 0 picks a free one, which the run's events name. */
+  readonly port: number;
 }
 
 /** The servers a local run uses instead of the embedded broker (see {@link LocalRunOptions.servers}). */
@@ -252,6 +267,13 @@ export const LOCAL_BATCH_MAX_MSGS = 512;
 export function checkLocalRunOptions(
   options: Pick<LocalRunOptions, "channelMaxBytes" | "extraEnv" | "flowType" | "isolation" | "permissions">,
 ): WorkerSettings {
+  if (options.isolation === Isolation.process && Deno.build.standalone) {
+    throw new ConfigError(
+      "a compiled vf runs replicas as Deno Workers only: a subprocess replica is a `deno run` with its own " +
+        "permission flags, which a compiled binary cannot start",
+      "run the flow without --isolation process, or with deno (`deno task run-local FLOW.ts --isolation process`)",
+    );
+  }
   if (options.isolation === Isolation.process) {
     for (const [node, granted] of Object.entries(options.permissions)) checkFlagPermissions(node, granted);
   } else if (workerOptionsEnabled() === false) {
@@ -369,7 +391,9 @@ export const EXIT_FORCED = 130;
 export const SIGNAL_ECHO_SECONDS = 0.25;
 
 /** What a replica counted: inputs processed and failed, drops by reason. */
-type Counters = Pick<Extract<WorkerReport, { kind: "stats" }>, "processed" | "failed" | "drops">;
+/** A replica's counters report. */
+type StatsReport = Extract<WorkerReport, { kind: "stats" }>;
+type Counters = Pick<StatsReport, "processed" | "failed" | "drops">;
 
 const NO_COUNTS: Counters = { processed: 0, failed: 0, drops: {} };
 
@@ -402,7 +426,7 @@ interface Replica {
   /** The current launch sent its exit report: it ended through its task, not by `Deno.exit` in node code. */
   exitReported: boolean;
   /** The running (or last) launch's counters. */
-  stats: Counters | null;
+  stats: StatsReport | null;
   /** The message ids its current launch last reported inside its node (`in_node`): none between calls. */
   inNode: readonly string[];
   /** Where its current launch records the inputs inside its node instead (a Worker replica's board). */
@@ -483,6 +507,12 @@ function envNameMatches(declared: string, name: string): boolean {
 const nodeWorkerUrl = new URL("../../workers/node_worker.ts", import.meta.url).href;
 const nodeProcessUrl = new URL("../../workers/node_process.ts", import.meta.url).href;
 
+/**
+ * The modules a replica's generated entry loads by URL at run time, which no static import reaches: what a
+ * compiled `vf` must embed besides its own module graph (`deno task compile` includes them).
+ */
+export const RUNTIME_LOADED_MODULES: readonly string[] = Object.freeze([nodeWorkerUrl, nodeProcessUrl]);
+
 function moduleOf(nodeClass: string): string {
   return nodeClass.slice(0, nodeClass.lastIndexOf("#"));
 }
@@ -502,7 +532,8 @@ export function bootstrapUrl(spec: NodeSpec, isolation: Isolation, preloads: rea
     : `import { serveNodeProcess } from ${
       JSON.stringify(nodeProcessUrl)
     };\n${imports}await serveNodeProcess();\n`;
-  return `data:application/typescript;base64,${btoa(unescape(encodeURIComponent(source)))}`;
+  // Plain JavaScript, so a compiled vf's module loader (which takes data: URLs) needs no transpiler for it.
+  return `data:application/javascript;base64,${btoa(unescape(encodeURIComponent(source)))}`;
 }
 
 function topologyNodes(specs: readonly NodeSpec[]): TopologyNode[] {
@@ -896,6 +927,7 @@ export class LocalEngine {
     await this.#broker.provision(topology, `run-local/${runId}`);
     this.#ownPartitionDrops();
     await this.#broker.serve(this.#options.isolation);
+    const metrics = this.#serveMetrics();
     // A signal that came while the run was being set up is handed over now, before any replica starts.
     const detachSignals = this.#stopSignals.attach((signal) => this.stop(signal));
     const onAbort = () => this.stop(STOP_REQUESTED);
@@ -983,7 +1015,40 @@ export class LocalEngine {
     } finally {
       detachSignals();
       this.#options.signal?.removeEventListener("abort", onAbort);
+      await metrics?.stop();
     }
+  }
+
+  /** Starts the run's health endpoint when one was asked for, and says where it listens. */
+  #serveMetrics(): HealthServer | null {
+    const address = this.#options.metrics ?? null;
+    if (address === null) return null;
+    const server = new HealthServer(
+      new RunMetrics(() =>
+        this.#replicas.map((r) => ({
+          node: r.spec.name,
+          replica: r.index,
+          ready: r.ready,
+          ended: r.exitCode !== null,
+          snapshot: r.stats?.metrics ?? null,
+        }))
+      ),
+      address,
+    );
+    let port: number;
+    try {
+      port = server.start();
+    } catch (error) {
+      throw new ResourceUnavailable(
+        `the run's metrics endpoint cannot listen on ${address.hostname}:${address.port}: ${
+          (error as Error).message
+        }`,
+        "pass --metrics another port (0 picks a free one), or stop what holds that one",
+      );
+    }
+    const host = address.hostname.includes(":") ? `[${address.hostname}]` : address.hostname;
+    this.#view.event(`metrics at http://${host}:${port}/metrics (also /readyz and /healthz)`);
+    return server;
   }
 
   /**

@@ -120,6 +120,114 @@ interface Histogram {
   count: number;
 }
 
+/** One histogram of a {@link HealthSnapshot}. */
+export interface HistogramSnapshot {
+  /** Per-bucket (not cumulative) counts, one per bound and then the `+Inf` bucket. */
+  readonly counts: readonly number[];
+  /** The sum of every observation, in seconds. */
+  readonly sum: number;
+  /** How many observations. */
+  readonly count: number;
+}
+
+/**
+ * Everything `/metrics` exports of one node, as plain JSON (what a local run's replicas send their
+ * supervisor), each family in the order it was first used.
+ */
+export interface HealthSnapshot {
+  /** Histogram family → its buckets, over {@link LATENCY_BUCKETS_SECONDS} unless a state was given others. */
+  readonly histograms: Readonly<Record<string, HistogramSnapshot>>;
+  /** Counter family → value. */
+  readonly counters: Readonly<Record<string, number>>;
+  /** Drop reason → inputs given up on. */
+  readonly drops: Readonly<Record<string, number>>;
+  /** Failures by code and disposition. */
+  readonly errors: readonly { readonly code: string; readonly disposition: string; readonly count: number }[];
+}
+
+/** One source of samples in an exposition: its labels (`node`, and more) and its snapshot. */
+export interface LabelledSnapshot {
+  /** Label name → value, on every sample of this source, in this order. */
+  readonly labels: Readonly<Record<string, string>>;
+  readonly snapshot: HealthSnapshot;
+}
+
+/**
+ * The Prometheus text exposition (format 0.0.4) of `sources`: each family once, under one `# HELP` and
+ * `# TYPE`, with every source's samples, in the order the module comment gives (histograms, the standard
+ * counters, drops, errors, any other counter), families in first-use order across the sources.
+ */
+export function renderExposition(
+  sources: readonly LabelledSnapshot[],
+  buckets: readonly number[] = LATENCY_BUCKETS_SECONDS,
+): string {
+  const lines: string[] = [];
+  const header = (family: string, type: string) => {
+    const help = HELP[family];
+    if (help) lines.push(`# HELP ${METRIC_PREFIX}${family} ${help}`);
+    lines.push(`# TYPE ${METRIC_PREFIX}${family} ${type}`);
+  };
+  const labelled = sources.map(({ labels, snapshot }) => ({
+    labels: Object.entries(labels).map(([name, value]) => `${name}="${escapeLabel(value)}"`).join(","),
+    snapshot,
+  }));
+  const families = (pick: (snapshot: HealthSnapshot) => Readonly<Record<string, unknown>>) => [
+    ...new Set(labelled.flatMap(({ snapshot }) => Object.keys(pick(snapshot)))),
+  ];
+  const bounds = [...buckets.map(formatFloat), "+Inf"];
+  for (const family of families((s) => s.histograms)) {
+    header(family, "histogram");
+    for (const { labels, snapshot } of labelled) {
+      const histogram = snapshot.histograms[family];
+      if (histogram === undefined) continue;
+      const counts = cumulative(histogram.counts);
+      bounds.forEach((le, i) =>
+        lines.push(`${METRIC_PREFIX}${family}_bucket{${labels},le="${le}"} ${counts[i]}`)
+      );
+      lines.push(`${METRIC_PREFIX}${family}_sum{${labels}} ${formatFloat(histogram.sum)}`);
+      lines.push(`${METRIC_PREFIX}${family}_count{${labels}} ${histogram.count}`);
+    }
+  }
+  const counters = families((s) => s.counters);
+  const counterFamily = (family: string) => {
+    header(family, "counter");
+    for (const { labels, snapshot } of labelled) {
+      const value = snapshot.counters[family];
+      if (value !== undefined) lines.push(`${METRIC_PREFIX}${family}{${labels}} ${value}`);
+    }
+  };
+  counters.filter((family) => COUNTERS.includes(family)).forEach(counterFamily);
+  header(Metric.dropped, "counter");
+  for (const { labels, snapshot } of labelled) {
+    for (const [reason, value] of Object.entries(snapshot.drops)) {
+      lines.push(`${METRIC_PREFIX}${Metric.dropped}{${labels},reason="${escapeLabel(reason)}"} ${value}`);
+    }
+  }
+  header(Metric.errors, "counter");
+  for (const { labels, snapshot } of labelled) {
+    for (const { code, disposition, count } of snapshot.errors) {
+      const all = `${labels},code="${escapeLabel(code)}",disposition="${escapeLabel(disposition)}"`;
+      lines.push(`${METRIC_PREFIX}${Metric.errors}{${all}} ${count}`);
+    }
+  }
+  counters.filter((family) => !COUNTERS.includes(family)).forEach(counterFamily);
+  return lines.join("\n") + "\n";
+}
+
+/** What a {@link HealthServer} serves: readiness, liveness and the metrics exposition. */
+export interface HealthSource {
+  /** `/readyz` answers 200 while this holds. */
+  isReady(): boolean;
+  /** `/healthz` answers 200 while this holds. */
+  isLive(): boolean;
+  /** Why `/healthz` answers 503, for its body. */
+  notLiveBecause(): string;
+  /** Why `/readyz` answers 503, for its body. */
+  notReadyBecause(): string;
+  /** The `/metrics` body. */
+  renderMetrics(): string;
+}
+
 /** Options of a {@link HealthState}. */
 export interface HealthStateOptions {
   /** Finite, strictly ascending, positive bucket bounds; {@link LATENCY_BUCKETS_SECONDS} by default. */
@@ -138,7 +246,7 @@ export interface HealthStateOptions {
  * Readiness, liveness and metrics of one node, shared by the run loop (which feeds it) and the HTTP
  * handler (which reads it). All updates are synchronous, so a render never sees half an update.
  */
-export class HealthState {
+export class HealthState implements HealthSource {
   /** The `node` label on every sample. */
   readonly nodeName: string;
   /** The finite bucket bounds of every histogram. */
@@ -298,45 +406,33 @@ export class HealthState {
     });
   }
 
+  /** Everything `/metrics` exports, as plain JSON (a copy). */
+  snapshot(): HealthSnapshot {
+    return {
+      histograms: Object.fromEntries(
+        [...this.#histograms].map((
+          [family, h],
+        ) => [family, { counts: [...h.counts], sum: h.sum, count: h.count }]),
+      ),
+      counters: Object.fromEntries(this.#counters),
+      drops: Object.fromEntries(this.#drops),
+      errors: [...this.#errors.values()].map((entry) => ({ ...entry })),
+    };
+  }
+
   /** The Prometheus text exposition of every family, in the order the module comment gives. */
   renderMetrics(): string {
-    const node = `node="${escapeLabel(this.nodeName)}"`;
-    const lines: string[] = [];
-    const header = (family: string, type: string) => {
-      const help = HELP[family];
-      if (help) lines.push(`# HELP ${METRIC_PREFIX}${family} ${help}`);
-      lines.push(`# TYPE ${METRIC_PREFIX}${family} ${type}`);
-    };
-    for (const [family, histogram] of this.#histograms) {
-      header(family, "histogram");
-      const counts = cumulative(histogram.counts);
-      const bounds = [...this.buckets.map(formatFloat), "+Inf"];
-      bounds.forEach((le, i) =>
-        lines.push(`${METRIC_PREFIX}${family}_bucket{${node},le="${le}"} ${counts[i]}`)
-      );
-      lines.push(`${METRIC_PREFIX}${family}_sum{${node}} ${formatFloat(histogram.sum)}`);
-      lines.push(`${METRIC_PREFIX}${family}_count{${node}} ${histogram.count}`);
-    }
-    const standard = [...this.#counters].filter(([family]) => COUNTERS.includes(family));
-    const extra = [...this.#counters].filter(([family]) => !COUNTERS.includes(family));
-    for (const [family, value] of standard) {
-      header(family, "counter");
-      lines.push(`${METRIC_PREFIX}${family}{${node}} ${value}`);
-    }
-    header(Metric.dropped, "counter");
-    for (const [reason, value] of this.#drops) {
-      lines.push(`${METRIC_PREFIX}${Metric.dropped}{${node},reason="${escapeLabel(reason)}"} ${value}`);
-    }
-    header(Metric.errors, "counter");
-    for (const { code, disposition, count } of this.#errors.values()) {
-      const labels = `${node},code="${escapeLabel(code)}",disposition="${escapeLabel(disposition)}"`;
-      lines.push(`${METRIC_PREFIX}${Metric.errors}{${labels}} ${count}`);
-    }
-    for (const [family, value] of extra) {
-      header(family, "counter");
-      lines.push(`${METRIC_PREFIX}${family}{${node}} ${value}`);
-    }
-    return lines.join("\n") + "\n";
+    return renderExposition([{ labels: { node: this.nodeName }, snapshot: this.snapshot() }], this.buckets);
+  }
+
+  /** Why `/healthz` answers 503. */
+  notLiveBecause(): string {
+    return `stalled: no loop beat for ${Math.floor(this.silentFor() ?? 0)} s`;
+  }
+
+  /** Why `/readyz` answers 503. */
+  notReadyBecause(): string {
+    return "not ready: the node is opening";
   }
 
   #histogramOf(metric: string): Histogram {
@@ -450,14 +546,17 @@ export interface HealthServerOptions {
 const TEXT = "text/plain; charset=utf-8";
 const EXPOSITION = "text/plain; version=0.0.4; charset=utf-8";
 
-/** Serves a {@link HealthState} over HTTP: `/readyz`, `/healthz`, `/metrics`, 404 for anything else. */
+/**
+ * Serves a {@link HealthSource} (one node's {@link HealthState}, or a whole local run's) over HTTP:
+ * `/readyz`, `/healthz`, `/metrics`, 404 for anything else.
+ */
 export class HealthServer {
-  readonly #state: HealthState;
+  readonly #state: HealthSource;
   readonly #port: number;
   readonly #hostname: string;
   #server: Deno.HttpServer<Deno.NetAddr> | null = null;
 
-  constructor(state: HealthState, options: HealthServerOptions = {}) {
+  constructor(state: HealthSource, options: HealthServerOptions = {}) {
     this.#state = state;
     this.#port = options.port ?? DEFAULT_HEALTH_PORT;
     this.#hostname = options.hostname ?? "0.0.0.0";
@@ -498,16 +597,9 @@ export class HealthServer {
     const state = this.#state;
     switch (path) {
       case "/readyz":
-        return plain(
-          state.isReady() ? 200 : 503,
-          state.isReady() ? "ready" : "not ready: the node is opening",
-        );
-      case "/healthz": {
-        const silent = state.silentFor();
-        return state.isLive()
-          ? plain(200, "ok")
-          : plain(503, `stalled: no loop beat for ${Math.floor(silent ?? 0)} s`);
-      }
+        return state.isReady() ? plain(200, "ready") : plain(503, state.notReadyBecause());
+      case "/healthz":
+        return state.isLive() ? plain(200, "ok") : plain(503, state.notLiveBecause());
       default:
         return new Response(state.renderMetrics(), { status: 200, headers: { "content-type": EXPOSITION } });
     }

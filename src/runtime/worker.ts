@@ -38,7 +38,7 @@ import { EmbeddedConnection } from "../embedded/rpc.ts";
 import { verifyNodeGrant } from "./gpucheck.ts";
 import { EmbeddedPayloadStore } from "../embedded/payload_store.ts";
 import { EmbeddedRuntimeStore } from "../embedded/runtime_store.ts";
-import { HealthServer, HealthState } from "./health.ts";
+import { HealthServer, type HealthSnapshot, HealthState } from "./health.ts";
 import { InNodeBoard } from "./in_node_board.ts";
 import { LedgerIdempotencyStore } from "./idempotency.ts";
 import { configureLogging, type LogSink, type NodeLogger } from "./logging.ts";
@@ -71,6 +71,8 @@ export type WorkerReport =
     readonly drops: Readonly<Record<string, number>>;
     /** Whether the node's `open()` returned: it takes (or makes) its first item now. */
     readonly ready: boolean;
+    /** Everything its `/metrics` would export (`vf run-local --metrics` serves it for the whole run). */
+    readonly metrics: HealthSnapshot;
   }
   /**
    * The deliveries inside the node now, by message id: sent as the node is handed an input group, and
@@ -353,6 +355,7 @@ function statsOf(running: Running): WorkerReport {
     published: health.counter(Metric.published),
     drops: health.dropsByReason(),
     ready: health.isReady(),
+    metrics: health.snapshot(),
   };
 }
 
