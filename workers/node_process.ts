@@ -19,11 +19,13 @@
 
 import { QUIESCE_LINE, REPORT_LINE_PREFIX, runWorker } from "../src/runtime/worker.ts";
 import { SIGTERM_EXIT_CODE } from "../src/core/task.ts";
+import { CUDA_VISIBLE_DEVICES } from "../src/runtime/gpucheck.ts";
 
 /**
  * The replica's settings: the variables its arguments name (the local engine names them, and lets it read
  * only those and its node's declared ones), which are then hidden from the node (removed, their read
- * permission revoked), as a Worker replica's are; without arguments (a pod), the whole environment.
+ * permission revoked), as a Worker replica's are, all but `CUDA_VISIBLE_DEVICES`, which the node's CUDA
+ * library reads; without arguments (a pod), the whole environment.
  */
 function takeSettings(names: readonly string[]): Record<string, string> {
   if (names.length === 0) return Deno.env.toObject();
@@ -31,6 +33,8 @@ function takeSettings(names: readonly string[]): Record<string, string> {
   for (const name of names) {
     const value = Deno.env.get(name);
     if (value !== undefined) settings[name] = value;
+    // The device mask stays where the node's CUDA library reads it: the process environment.
+    if (name === CUDA_VISIBLE_DEVICES) continue;
     Deno.env.delete(name);
     Deno.permissions.revokeSync({ name: "env", variable: name });
   }

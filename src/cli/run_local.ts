@@ -31,6 +31,8 @@ import {
 import type { ViewOutput } from "../engines/live_view.ts";
 import { StopSignals } from "../engines/stop_signals.ts";
 import { checkRunNames } from "../engines/run_directory.ts";
+import { gpuDemandsOf, planLocalGpus } from "../deploy/allocation_local.ts";
+import { readHostGpus } from "../runtime/gpucheck.ts";
 import { admitLocally } from "./admission.ts";
 import { loadFlow } from "./load_flow.ts";
 import type { CommandOutput } from "./command_output.ts";
@@ -223,6 +225,10 @@ export async function runLocal(path: string, options: CommandRunOptions = {}): P
   const warnings: string[] = [];
   const specs = compileFlow(flow, { modules, onWarning: (warning) => warnings.push(warning.render()) });
   admitLocally(flow);
+  // The host's GPUs are read only for a flow that has GPU nodes; a `none` node that cannot have its
+  // devices refuses the flow here, before anything starts.
+  const demands = gpuDemandsOf(flow);
+  const gpus = demands.length === 0 ? null : planLocalGpus(demands, await readHostGpus());
   const permissions = nodePermissions(flow);
   const { channelMaxBytes } = options;
   checkLocalRunOptions({ channelMaxBytes, extraEnv, flowType, isolation, permissions });
@@ -250,6 +256,7 @@ export async function runLocal(path: string, options: CommandRunOptions = {}): P
     signal: options.signal,
     stopSignals: options.stopSignals,
     servers: options.servers ?? null,
+    gpus,
     metrics: options.metrics ?? null,
   });
 }

@@ -114,6 +114,8 @@ import {
   writeSpecsDocument,
 } from "./run_directory.ts";
 import { MemoryMessagingBackend } from "../backends/memory/messaging.ts";
+import { type LocalGpuPlan, ReplicaExecution, replicaGpuEnv } from "../deploy/allocation_local.ts";
+import { maskEntryOf } from "../runtime/gpucheck.ts";
 import { MAX_INLINE_PAYLOAD_ENV } from "../backends/payload_bridge.ts";
 import { LiveView, type NodeSnapshot, NodeState, renderSummary, type ViewOutput } from "./live_view.ts";
 import {
@@ -165,6 +167,11 @@ export interface LocalRunOptions {
    * {@link EMBEDDED_MAX_ENVELOPE_BYTES}.
    */
   readonly channelMaxBytes?: number;
+  /**
+   * The GPU replicas' grants (`src/deploy/allocation_local.ts`): each gets its `CUDA_VISIBLE_DEVICES` and
+   * `VF_GPU_GRANT_JSON`, and the plan's notes are told as events before any replica starts; none by default.
+   */
+  readonly gpus?: LocalGpuPlan | null;
   /** How often the live view refreshes, seconds (1). */
   readonly refreshSeconds?: number;
   /**
@@ -927,6 +934,7 @@ export class LocalEngine {
     this.#options.signal?.addEventListener("abort", onAbort, { once: true });
     if (this.#options.signal?.aborted) onAbort();
     try {
+      this.#tellGpus();
       for (const spec of specs) {
         // A realtime channel keeps only its freshest items: its producers wait until every receiving replica
         // opened, so that nothing they make is evicted while the rest of the flow is still starting.
@@ -1058,6 +1066,25 @@ export class LocalEngine {
     if (line !== null) this.#view.event(line);
   }
 
+  /** Says, before any replica starts, what the GPU plan decided and what Worker isolation cannot keep apart. */
+  #tellGpus(): void {
+    const plan = this.#options.gpus;
+    if (!plan) return;
+    for (const note of plan.notes) this.#view.event(note);
+    const onGpus = Object.values(plan.replicas).flat().filter((r) => r.execution === ReplicaExecution.gpu);
+    for (const { node, replica, grant } of onGpus) {
+      const devices = grant.devices.map((d) => `${maskEntryOf(d)} (${d.migProfile ?? d.product})`);
+      this.#view.event(`${node}[${replica}] gets ${devices.join(", ")}`);
+    }
+    if (onGpus.length > 0 && this.#options.isolation === Isolation.worker) {
+      this.#view.event(
+        "the GPU replicas run as Deno Workers of this process, whose one environment a CUDA library reads: " +
+          "each worker checks its own grant, but only --isolation process gives each its own " +
+          "CUDA_VISIBLE_DEVICES",
+      );
+    }
+  }
+
   #envFor(replica: Replica): Record<string, string> {
     const { flowId, flowType, runId, specs } = this.#options;
     const { broker, runtimeStoreUrl, blobStoreUrl } = this.#broker.replicaConnection(this.#options.isolation);
@@ -1069,6 +1096,7 @@ export class LocalEngine {
         healthPort: null,
       }),
       ...this.#options.extraEnv,
+      ...(this.#options.gpus ? replicaGpuEnv(this.#options.gpus, replica.spec.name, replica.index) : {}),
       ...outputBufferSettings(
         this.#options.channelMaxBytes ?? DEFAULT_CHANNEL_MAX_BYTES,
         replica.spec.nbTasks,

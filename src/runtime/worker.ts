@@ -20,7 +20,6 @@ import { PartitionKeyPolicy } from "../core/partition_key_policy.ts";
 import { ConsecutiveFailureBreaker, ProgressDeadline } from "../core/supervision.ts";
 import { createTask, type InputCallWatch, type TaskOutcome } from "../core/task.ts";
 import { installFromEnv } from "../backends/faults.ts";
-import { GPU_GRANT_ENV } from "../backends/allocation.ts";
 import { PROFILE_REQUESTS_ENV, RUNTIME_STORE_ENV } from "../backends/capabilities.ts";
 import type { MessagingBackend } from "../backends/messaging.ts";
 import type { PayloadStore } from "../backends/payload.ts";
@@ -154,16 +153,6 @@ interface Services {
   readonly payloadStore: PayloadStore | null;
   readonly runtimeStore: RuntimeStore;
   close(): Promise<void>;
-}
-
-/** Refuses a launcher-recorded GPU grant, which this build cannot verify yet, rather than run without it. */
-function refuseUnsupported(config: WorkerConfig): void {
-  if (config.gpuGrant === null) return;
-  throw new ConfigError(
-    `this worker was given ${GPU_GRANT_ENV}, which this build does not support yet`,
-    "run the flow without a recorded GPU grant",
-    { variables: [GPU_GRANT_ENV] },
-  );
 }
 
 /**
@@ -371,14 +360,15 @@ function statsOf(running: Running): WorkerReport {
 }
 
 async function runNode(config: WorkerConfig, host: WorkerHost, logger: NodeLogger): Promise<number> {
-  refuseUnsupported(config);
   await verifyExplicitProfiles(config);
   const node = await rebuildNode(config.nodeClass, config.nodeParams, config.nodeKind);
   await verifyNodeAssets(node);
-  const grant = verifyNodeGrant(node);
+  const grant = await verifyNodeGrant(node, { environ: host.env, grant: config.gpuGrant });
   if (grant !== null && grant.problems.length > 0) {
-    logger.warn(`node ${node.name} opens under gpuFallback "cpu": ${grant.problems.join("; ")}`, {
+    const opens = grant.execution === "gpu" ? "opens on its GPUs" : 'opens under gpuFallback "cpu"';
+    logger.warn(`node ${node.name} ${opens}: ${grant.problems.join("; ")}`, {
       execution: grant.execution,
+      source: grant.source,
     });
   }
   const services = await connectServices(config, host);

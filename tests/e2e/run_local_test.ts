@@ -603,55 +603,6 @@ Deno.test("a node in an execution group or with a batching policy is refused at 
   });
 });
 
-Deno.test('a GPU node with gpuFallback "none" refuses to open under a grant no one can verify: ResourceUnavailable, exit 3', async () => {
-  await inTempDir(async (dir) => {
-    const flow = await writeFlow(
-      dir,
-      ["Count", "GpuOnlyPass"],
-      pipeline(
-        "gpu-none-story",
-        `new Count({ name: "count", n: 5 })`,
-        `new GpuOnlyPass({ name: "detect", deviceType: "gpu" })`,
-        dir,
-      ),
-    );
-    const run = await vf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
-    assert.equal(run.code, 3, run.text);
-    assert.match(
-      run.text,
-      /VF_RESOURCE_UNAVAILABLE: node detect refuses to open: its grant of 1 GPU\(s\) cannot be verified: this build has no NVML binding/,
-    );
-    assert.equal(
-      summaryRow(run, "detect").restarts,
-      0,
-      "a refused grant is not restarted: the host refuses it again",
-    );
-    assert.deepEqual(await sinkLines(join(dir, "out.jsonl")), []);
-  });
-});
-
-Deno.test('a GPU node with gpuFallback "cpu" (the default) opens under a grant no one can verify, and says so', async () => {
-  await inTempDir(async (dir) => {
-    const flow = await writeFlow(
-      dir,
-      ["Count", "SlowPass"],
-      pipeline(
-        "gpu-cpu-story",
-        `new Count({ name: "count", n: 5 })`,
-        `new SlowPass({ name: "detect", deviceType: "gpu", delayMs: 0 })`,
-        dir,
-      ),
-    );
-    const run = await vf(["run-local", flow, "--state", join(dir, "state")], { cwd: dir });
-    assert.equal(run.code, 0, run.text);
-    assert.match(
-      run.text,
-      /node detect opens under gpuFallback "cpu": its grant of 1 GPU\(s\) cannot be verified/,
-    );
-    assert.deepEqual(await sinkNumbers(join(dir, "out.jsonl")), range(1, 5));
-  });
-});
-
 Deno.test("items that each fail twice with a transient error and succeed on the third attempt all reach the sink, with the default prefetch: no restarts, no dead letters", async () => {
   await inTempDir(async (dir) => {
     const flow = await writeFlow(
