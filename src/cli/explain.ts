@@ -10,6 +10,8 @@
 
 import { compileFlow, nodePermissions, type NodeSpec } from "../core/compiler.ts";
 import { DeliveryPolicy } from "../core/delivery_policy.ts";
+import { scalingCandidateOf, Workload, workloadOf } from "../deploy/manifests.ts";
+import { scalingRejections } from "../runtime/scaling.ts";
 import { FlowType } from "../core/flow.ts";
 import { checkFlowType } from "../core/flow_type.ts";
 import { JoinPolicy } from "../core/join_policy.ts";
@@ -85,6 +87,20 @@ function deliveryLine(spec: NodeSpec, flowType: FlowType, maxRetries: number): s
   }${source}`;
 }
 
+/**
+ * How `vf deploy` runs the node on Kubernetes and whether `--autoscaling` would scale it: each rule that
+ * keeps it fixed by its first clause (a Job, and a producer's or consumer's fixed count, go without saying).
+ */
+function kubernetesLine(spec: NodeSpec, flowType: FlowType): string {
+  const workload = workloadOf(spec, flowType);
+  const fixed = `on kubernetes: a ${workload} of ${plural(spec.nbTasks, "replica")}`;
+  if (workload === Workload.job || spec.kind !== "processor") return fixed;
+  const reasons = scalingRejections(scalingCandidateOf(spec, flowType)).map((reason) => reason.split(":")[0]);
+  return reasons.length === 0
+    ? `${fixed}, which --autoscaling scales on its backlog on ${spec.parents.join(", ")}`
+    : `${fixed}, not autoscaled: ${reasons.join("; ")}`;
+}
+
 function permissionsLine(name: string, permissions: Permissions): string {
   const granted = permissions[name];
   if (granted === undefined) return "permissions: none";
@@ -128,6 +144,7 @@ export function explainText(
       joinLine(spec, flowType),
       spec.kind === "producer" ? null : deliveryLine(spec, flowType, maxRetries),
       permissionsLine(spec.name, permissions),
+      kubernetesLine(spec, flowType),
     ];
     for (const detail of details) if (detail !== null) lines.push(`    ${detail}`);
   }

@@ -342,15 +342,22 @@ function specsConfigMap(run: RunContext): KubernetesObject {
   };
 }
 
-/** The autoscaling candidate `spec` is when it runs as `workload`. */
-function candidate(run: RunContext, spec: NodeSpec, workload: Workload): ScalingCandidate {
+/**
+ * The autoscaling candidate `spec` is in a `flowType` flow deployed to Kubernetes (`vf deploy`, and what
+ * `vf explain` shows), GPU nodes counting as scalable only with `gpuAutoscaling`.
+ */
+export function scalingCandidateOf(
+  spec: NodeSpec,
+  flowType: FlowType,
+  gpuAutoscaling = false,
+): ScalingCandidate {
   return {
     kind: spec.kind,
     isPartitioned: spec.isPartitioned,
-    isJob: workload === Workload.job,
+    isJob: workloadOf(spec, flowType) === Workload.job,
     hasParents: spec.parents.length > 0,
     deviceType: spec.deviceType,
-    gpuAutoscaling: run.options.gpuAutoscaling ?? false,
+    gpuAutoscaling,
     isJoin: spec.parents.length > 1,
     declaresPartition: spec.partitionBy !== null,
   };
@@ -365,7 +372,7 @@ function scaledNodes(run: RunContext, notes: string[]): Set<string> {
   if (!run.options.autoscaling) return scaled;
   const jobs: string[] = [];
   for (const spec of run.specs) {
-    const node = candidate(run, spec, workloadOf(spec, run.input.flowType));
+    const node = scalingCandidateOf(spec, run.input.flowType, run.options.gpuAutoscaling ?? false);
     if (node.kind === "processor" && node.isJob) {
       jobs.push(spec.name);
       continue;

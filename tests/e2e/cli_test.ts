@@ -120,6 +120,16 @@ Deno.test("vf explain --flow-type realtime explains the flow as run-local --flow
     join?.includes("at most 256 incomplete groups, the oldest dropped beyond (the realtime default)"),
     join,
   );
+  // What vf deploy would make of each node, and whether --autoscaling would scale it.
+  for (
+    const line of [
+      "    on kubernetes: a Job of 1 replica",
+      "    on kubernetes: a Deployment of 2 replicas, which --autoscaling scales on its backlog on count",
+      "    on kubernetes: a Deployment of 1 replica, not autoscaled: the node joins several parents at a single replica",
+    ]
+  ) {
+    assert.ok(lines.includes(line), `${JSON.stringify(line)} in\n${run.stdout}`);
+  }
   const refused = await vf("explain", "examples/hello.ts", "--flow-type", "bulk");
   assert.equal(refused.code, 2, refused.stderr);
 });
