@@ -3,7 +3,13 @@
  * adapter sends per message (a publication awaiting its PubAck, a settlement awaiting the server's
  * confirmation) without the per-request machinery of nats.js `request()`, which makes a subscription
  * entry, a promise chain and a timer for each one. 2,000 JetStream publications, 1,024 outstanding, take
- * 20.5 ms through `request()` and 6.3 ms through this (3.2×; `deno bench -A bench/nats_request_bench.ts`).
+ * 31.7 ms through `request()` and 5.2 ms through this (6.1×; `deno bench -A bench/nats_request_bench.ts`).
+ *
+ * Requests made in one turn of the event loop reach the connection together, so they leave in one socket
+ * write: nats.js writes whatever was published before its next microtask, and requests made as deliveries
+ * settle one by one, with awaits between them, were each a write of their own. A relay over JetStream
+ * (30,000 items, prefetch 256) made about 30,900 writes; it now makes about 2,100, and the run takes 9%
+ * less CPU (13.8 s against 15.2 s for the whole `vf` process, on the same loaded 2 cores).
  *
  * Every request waits the same time for its answer, so expiries come in the order the requests were made
  * and one timer, armed for the oldest, serves them all. An answer is matched by its reply subject; an
@@ -14,6 +20,7 @@
  */
 
 import { createInbox, type Msg, type MsgHdrs, type NatsConnection } from "@nats-io/nats-core";
+import { setImmediate } from "node:timers";
 import type { Clock, TimerHandle } from "../backends/clock.ts";
 
 /** How one request ended. */
@@ -30,6 +37,14 @@ interface Waiter {
   readonly resolve: (outcome: ReplyOutcome) => void;
   readonly expiresAt: number;
   readonly reply: string;
+}
+
+interface Outgoing {
+  readonly subject: string;
+  readonly body: Uint8Array | string;
+  readonly reply: string;
+  readonly headers: MsgHdrs | undefined;
+  readonly waiter: Waiter;
 }
 
 /** Queue entries passed over before the queue is compacted. */
@@ -51,6 +66,8 @@ export class ReplyMux {
   #next = 0;
   #timer: TimerHandle | null = null;
   #closed = false;
+  /** Requests not yet handed to the connection (see {@link #flush}). */
+  #outbox: Outgoing[] = [];
 
   /** Answers on `nc`, each request given `timeoutSeconds` (read on `clock`) for its answer. */
   constructor(nc: NatsConnection, clock: Clock, timeoutSeconds: number) {
@@ -74,13 +91,28 @@ export class ReplyMux {
       this.#pending.set(reply, waiter);
       this.#queue.push(waiter);
       this.#timer ??= this.#clock.setTimer(this.#timeoutSeconds, () => this.#expire());
+      this.#outbox.push({ subject, body, reply, headers, waiter });
+      if (this.#outbox.length === 1) setImmediate(() => this.#flush());
+    });
+  }
+
+  /**
+   * Hands every request made in this turn of the event loop to the connection at once, so they leave in
+   * one socket write: nats.js writes what was published within one microtask, and requests made as
+   * deliveries settle one by one would each be a write of their own.
+   */
+  #flush(): void {
+    const outbox = this.#outbox;
+    this.#outbox = [];
+    for (const { subject, body, reply, headers, waiter } of outbox) {
+      if (this.#pending.get(reply) !== waiter) continue;
       try {
         this.#nc.publish(subject, body, { reply, headers });
       } catch {
         this.#pending.delete(reply);
-        resolve(CLOSED);
+        waiter.resolve(CLOSED);
       }
-    });
+    }
   }
 
   /** Ends every waiting request as `closed`; later requests end so at once. */
