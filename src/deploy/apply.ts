@@ -19,16 +19,18 @@
  */
 
 import { OwnerLabel } from "../backends/identity.ts";
-import { ActiveRunConflict, ConfigError, OwnershipConflict } from "../core/errors.ts";
-import { ClusterError } from "../core/errors.ts";
+import { ActiveRunConflict, ClusterError, ConfigError, OwnershipConflict } from "../core/errors.ts";
 import type { ClusterClient, LiveObject, ObjectRef } from "./cluster_client.ts";
 import { type JobWaitOptions, waitForJob } from "./job_wait.ts";
 import { type KindRef, type KubernetesObject, ObjectRole, Workload } from "./manifests.ts";
 
 /** The run being applied. */
 export interface ApplyRunOptions {
+  /** The flow id the objects are labelled with. */
   readonly flowId: string;
+  /** The run id the objects are labelled with. */
   readonly runId: string;
+  /** The namespace every object is in. */
   readonly namespace: string;
   /** `--single-run`: refuse when another run of the flow holds workloads in the namespace. */
   readonly singleRun: boolean;
@@ -41,9 +43,13 @@ export type ObjectChange = "created" | "configured" | "unchanged";
 
 /** One applied object, as the cluster holds it now. */
 export interface AppliedObject {
+  /** Its kind. */
   readonly kind: string;
+  /** Its name. */
   readonly name: string;
+  /** Its resourceVersion after the apply. */
   readonly resourceVersion: string;
+  /** What the apply did to it. */
   readonly change: ObjectChange;
 }
 

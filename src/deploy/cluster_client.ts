@@ -27,8 +27,11 @@ export interface ClusterConnection {
 
 /** An object as the API server returned it: plain JSON with its server-set metadata. */
 export interface LiveObject {
+  /** Its API group and version. */
   readonly apiVersion: string;
+  /** Its kind. */
   readonly kind: string;
+  /** Its metadata, with labels and annotations always present. */
   readonly metadata: {
     readonly name: string;
     readonly namespace?: string;
@@ -39,14 +42,19 @@ export interface LiveObject {
     /** Set once the object is being deleted (its finalizers still hold it). */
     readonly deletionTimestamp?: string;
   };
+  /** The rest of the object (spec, data, status). */
   readonly [field: string]: unknown;
 }
 
 /** What names one object on the cluster. */
 export interface ObjectRef {
+  /** Its API group and version. */
   readonly apiVersion: string;
+  /** Its kind. */
   readonly kind: string;
+  /** Its namespace. */
   readonly namespace: string;
+  /** Its name. */
   readonly name: string;
 }
 

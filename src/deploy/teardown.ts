@@ -20,13 +20,17 @@ import { type KindRef, RENDERED_KINDS } from "./manifests.ts";
 
 /** The run to tear down. */
 export interface TeardownOptions {
+  /** The flow whose run it is. */
   readonly flowId: string;
+  /** The run whose objects are deleted. */
   readonly runId: string;
+  /** The namespace searched. */
   readonly namespace: string;
   /** Seconds to wait for deleted objects to be gone. */
   readonly timeoutSeconds: number;
   /** Seconds between two listings while waiting (1 unless told). */
   readonly pollSeconds?: number;
+  /** The clock the deadline is read on (the system clock). */
   readonly clock?: Clock;
 }
 

@@ -178,6 +178,36 @@ Deno.test("a changed object is configured in place, at the version just read", a
   });
 });
 
+Deno.test("a writer between the read and the apply makes the apply fail (409), its write kept", async () => {
+  await withServer(async (server, cluster) => {
+    const { flowId, objects } = await render(HELLO, "r1");
+    await Promise.all([applyRun(cluster, objects, options(flowId, "r1")), finishProvision(server, objects)]);
+    const specs = objects[0];
+    const path = `/api/v1/namespaces/${NS}/configmaps/${specs.metadata.name}`;
+    let raced = false;
+    server.beforeRequest = async (request) => {
+      if (raced || request.method !== "PATCH" || request.path !== path) return;
+      raced = true;
+      const response = await fetch(`${server.url}${path}`, {
+        method: "PATCH",
+        headers: { "content-type": "application/merge-patch+json" },
+        body: JSON.stringify({ data: { "specs.json": "other writer" } }),
+      });
+      assert.equal(response.status, 200);
+      await response.body?.cancel();
+    };
+    const changed = [{ ...specs, data: { "specs.json": "[]" } }, ...objects.slice(1)];
+    await assert.rejects(applyRun(cluster, changed, options(flowId, "r1")), (error) => {
+      assert.ok(error instanceof ClusterError, String(error));
+      assert.equal(error.context.status, 409);
+      assert.match(error.message, /applying ConfigMap vision\/vf-squares-specs was refused/);
+      return true;
+    });
+    assert.ok(raced);
+    assert.deepEqual(stored(server, specs)!.data, { "specs.json": "other writer" });
+  });
+});
+
 Deno.test("every kind of a realtime GPU flow with autoscaling applies; without KEDA nothing is written", async () => {
   const { flowId, objects } = await render(GPU_FLOW, "r1", { autoscaling: true });
   const kinds = new Set(objects.map((o) => o.kind));

@@ -30,9 +30,11 @@ import { parse as parseYaml } from "yaml";
 export interface ServedKind {
   /** `v1`, `batch/v1`, `keda.sh/v1alpha1`. */
   readonly apiVersion: string;
+  /** Its kind. */
   readonly kind: string;
   /** The resource name in paths: `configmaps`. */
   readonly plural: string;
+  /** Whether it lives in a namespace. */
   readonly namespaced: boolean;
 }
 
@@ -67,9 +69,13 @@ export type StoredObject = Record<string, unknown> & {
 
 /** One request as the server saw it. */
 export interface SeenRequest {
+  /** The HTTP method. */
   readonly method: string;
+  /** The URL path. */
   readonly path: string;
+  /** The query string, with its `?`. */
   readonly query: string;
+  /** The request's content type. */
   readonly contentType: string | null;
 }
 
@@ -361,6 +367,8 @@ export class KubeApiServer {
   #uid = 0;
   /** Every request, in order. */
   readonly requests: SeenRequest[] = [];
+  /** Awaited before each request is served: a test's other writer can act between two of a client's. */
+  beforeRequest: ((request: SeenRequest) => Promise<void> | void) | null = null;
 
   private constructor(options: KubeApiServerOptions) {
     this.#kinds = options.kinds ?? KUBERNETES_KINDS;
@@ -644,12 +652,14 @@ export class KubeApiServer {
 
   async #handle(request: Request): Promise<Response> {
     const url = new URL(request.url);
-    this.requests.push({
+    const seen = {
       method: request.method,
       path: url.pathname,
       query: url.search,
       contentType: request.headers.get("content-type"),
-    });
+    };
+    this.requests.push(seen);
+    await this.beforeRequest?.(seen);
     try {
       if (this.#token !== null && request.headers.get("authorization") !== `Bearer ${this.#token}`) {
         throw failure(401, "Unauthorized");
