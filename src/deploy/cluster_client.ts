@@ -255,7 +255,8 @@ export class ClusterClient {
         undefined,
         labelSelector,
       );
-      return list.items.map((item) => plain({ apiVersion, kind, ...item }));
+      // A list's items carry no apiVersion or kind of their own: the list's are theirs.
+      return list.items.map((item) => plain({ ...item, apiVersion, kind }));
     } catch (error) {
       throw clusterError(error, `listing ${kind} in ${namespace} (${labelSelector})`, this.server);
     }

@@ -712,10 +712,12 @@ export class KubeApiServer {
       case "GET":
         if (current === undefined) throw notFound();
         return Response.json(current);
-      case "PUT":
+      case "PUT": {
         if (current === undefined) throw notFound();
-        this.#checkBody(served, namespace, name, this.#parse(text, false));
-        return Response.json(this.#update(served, key, current, this.#parse(text, false)));
+        const body = this.#parse(text, false);
+        this.#checkBody(served, namespace, name, body);
+        return Response.json(this.#update(served, key, current, body));
+      }
       case "PATCH":
         return this.#patch(url, served, namespace, name, key, current, text, contentType);
       case "DELETE":
@@ -732,7 +734,9 @@ export class KubeApiServer {
     const items = [...this.#objects.entries()]
       .filter(([key]) => key.startsWith(prefix))
       .map(([, object]) => object)
-      .filter((object) => matches((object.metadata.labels ?? {}) as Record<string, string>, requirements));
+      .filter((object) => matches((object.metadata.labels ?? {}) as Record<string, string>, requirements))
+      // As the API server lists them: the items carry no apiVersion or kind, the list does.
+      .map(({ apiVersion: _apiVersion, kind: _kind, ...item }) => item);
     return {
       kind: `${served.kind}List`,
       apiVersion: served.apiVersion,
