@@ -6,7 +6,7 @@
  * id shares a prefix, another flow's and an unlabelled object survive), RUN-047 under `--single-run`,
  * objects the run does not own are refused before anything is written; and the server itself refuses a
  * stale `resourceVersion`, a failed JSON-patch `test` and a stale delete precondition, so a client that
- * ignored them would fail here.
+ * ignored them would fail here (the server's other rules: tests/integration/kube_api_server_test.ts).
  */
 import assert from "node:assert/strict";
 import { OwnerLabel } from "../../src/backends/identity.ts";
@@ -481,36 +481,5 @@ Deno.test("the test server refuses stale resourceVersions, failed JSON-patch tes
     });
     assert.equal(removed.status, 200);
     assert.equal(server.get("v1", "ConfigMap", NS, specs.metadata.name), undefined);
-  });
-});
-
-Deno.test("the test server's label selectors compare exactly and reject a malformed selector", async () => {
-  await withServer(async (server) => {
-    for (const [name, run] of [["a", "r1"], ["b", "r10"], ["c", "r1-x"], ["d", null]] as const) {
-      server.seed({
-        apiVersion: "v1",
-        kind: "ConfigMap",
-        metadata: {
-          name,
-          namespace: NS,
-          labels: run === null ? { app: "x" } : { [OwnerLabel.run]: run, app: "x" },
-        },
-      });
-    }
-    const names = async (selector: string) => {
-      const response = await fetch(
-        `${server.url}/api/v1/namespaces/${NS}/configmaps?labelSelector=${encodeURIComponent(selector)}`,
-      );
-      const body = await response.json();
-      return response.status === 200 ? body.items.map((o: StoredObject) => o.metadata.name) : response.status;
-    };
-    assert.deepEqual(await names(`${OwnerLabel.run}=r1`), ["a"]);
-    assert.deepEqual(await names(`${OwnerLabel.run}==r10`), ["b"]);
-    assert.deepEqual(await names(`${OwnerLabel.run}!=r1`), ["b", "c", "d"]);
-    assert.deepEqual(await names(`${OwnerLabel.run},${OwnerLabel.run}!=r1`), ["b", "c"]);
-    assert.deepEqual(await names(`${OwnerLabel.run} in (r1, r1-x)`), ["a", "c"]);
-    assert.deepEqual(await names(`${OwnerLabel.run} notin (r1),app=x`), ["b", "c", "d"]);
-    assert.deepEqual(await names(`!${OwnerLabel.run}`), ["d"]);
-    assert.equal(await names("=r1"), 400);
   });
 });
