@@ -2,8 +2,9 @@
  * `deno task deploy --apply` and `--teardown` as an operator runs them, in a subprocess, against the test
  * API server (tests/support/kube_api_server.ts) playing the cluster and its Job controller: an example is
  * applied (one line per object), applied again (every object unchanged), and torn down; a failed
- * provision Job exits 4, `--single-run` beside another run's workload exits 3 with nothing written, and a
- * cluster named without `--apply` is refused. The kubeconfig path (`KUBECONFIG`, a bearer token) is the
+ * provision Job exits 4, `--single-run` beside another run's workload exits 3 with nothing written, a flow
+ * the target refuses exits 2 before the cluster is contacted, and a cluster named without `--apply` is
+ * refused. The kubeconfig path (`KUBECONFIG`, a bearer token) is the
  * one a real cluster is reached by.
  */
 import assert from "node:assert/strict";
@@ -15,13 +16,13 @@ const root = new URL("../../", import.meta.url);
 const NS = "vision";
 const PROVISION = "vf-squares-provision";
 
-async function deploy(args: readonly string[], env: Record<string, string> = {}) {
+async function deploy(args: readonly string[], env: Record<string, string> = {}, flow = "examples/hello.ts") {
   const output = await new Deno.Command(Deno.execPath(), {
     args: [
       "task",
       "--quiet",
       "deploy",
-      "examples/hello.ts",
+      flow,
       "--namespace",
       NS,
       "--image",
@@ -99,7 +100,7 @@ Deno.test("deploy --apply, again, then --teardown, through a kubeconfig with a t
   }
 });
 
-Deno.test("deploy --apply exits 4 on a failed provision Job, 3 on RUN-047, 2 for a cluster without --apply", async () => {
+Deno.test("deploy --apply exits 4 on a failed provision Job, 3 on RUN-047, 2 on admission or a stray --server", async () => {
   const server = KubeApiServer.start({ namespaces: [NS] });
   try {
     const [failed] = await Promise.all([
@@ -125,6 +126,15 @@ Deno.test("deploy --apply exits 4 on a failed provision Job, 3 on RUN-047, 2 for
         (job.metadata.labels as Record<string, string>)[OwnerLabel.run] === "r1"
       ),
     );
+    const requests = server.requests.length;
+    const refused = await deploy(
+      ["--apply", "--server", server.url],
+      {},
+      "tests/fixtures/deploy/refused_flow.ts",
+    );
+    assert.equal(refused.code, 2, refused.stderr);
+    assert.match(refused.stderr, /VF_INCOMPATIBLE_PROFILE/);
+    assert.equal(server.requests.length, requests, "admission refused before the cluster was contacted");
     const stray = await deploy(["--server", server.url]);
     assert.equal(stray.code, 2, stray.stderr);
     assert.match(stray.stderr, /VF_CONFIG: --server, --token and --kubeconfig name the cluster of --apply/);
