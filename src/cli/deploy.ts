@@ -4,7 +4,12 @@
  * target with NATS JetStream and Redis (`deploy/admission.ts`): a refusal names every unmet requirement
  * and exits with its code, nothing printed on stdout. What only the live services can show is a warning on
  * stderr; the provision Job decides it. Every object is validated against the Kubernetes schemas before
- * any is printed. Nothing is applied.
+ * any is printed or applied.
+ *
+ * With `--apply` (and `--server URL [--token T]`, or a kubeconfig), the same admitted, validated objects
+ * are applied instead of printed (`deploy/apply.ts`: server-side apply, RUN-047 under `--single-run`,
+ * the provision Job waited for) and one line per object says what changed. With `--teardown --run-id ID`,
+ * what that run owns in the namespace is deleted (`deploy/teardown.ts`); nothing is rendered or admitted.
  *
  * @module
  */
@@ -15,10 +20,13 @@ import { ConfigError } from "../core/errors.ts";
 import { checkFlowType } from "../core/flow_type.ts";
 import { wholeNumberFromText } from "../core/variables.ts";
 import { admitKubernetesDeployment } from "../deploy/admission.ts";
+import { applyRun } from "../deploy/apply.ts";
+import { ClusterClient, type ClusterConnection } from "../deploy/cluster_client.ts";
 import { checkGpuMode } from "../deploy/gpu_strategy.ts";
 import type { MigDeviceGeometry } from "../deploy/mig.ts";
 import { renderManifests } from "../deploy/manifests.ts";
 import { validateManifests } from "../deploy/manifest_schema.ts";
+import { teardownRun } from "../deploy/teardown.ts";
 import { checkRunNames } from "../engines/run_directory.ts";
 import type { CommandOutput } from "./command_output.ts";
 import { loadFlow } from "./load_flow.ts";
@@ -59,6 +67,17 @@ export interface DeployCommandOptions {
   readonly memory?: string;
   /** `--nats-monitoring HOST:PORT`: where KEDA reads consumer lag (the NATS host, port 8222). */
   readonly natsMonitoring?: string;
+  /** `--apply`: apply the objects to the cluster and wait for the provision Job, instead of printing them. */
+  readonly apply?: boolean;
+  /** `--teardown`: delete what the run (`--run-id`) owns in the namespace. */
+  readonly teardown?: boolean;
+  /** `--server URL`, `--token TOKEN`: the cluster's API server and a bearer token for it. */
+  readonly server?: string;
+  readonly token?: string;
+  /** `--kubeconfig FILE` (else `KUBECONFIG`): the cluster of its current context, without `--server`. */
+  readonly kubeconfig?: string;
+  /** `--wait-timeout SECONDS`: how long the provision Job, or a teardown, is waited for (300). */
+  readonly waitTimeout?: string;
 }
 
 /** The NATS server a deploy points at unless told: the NATS Helm chart's Service in the same namespace. */
@@ -94,7 +113,58 @@ function directoryUrl(path: string): string {
   return new URL(`${path.replace(/\/+$/, "")}/`, `file://${Deno.cwd()}/`).href;
 }
 
-/** Renders, checks and prints the manifests of the flow file at `path`; resolves with the exit code. */
+/** Seconds `--apply` waits for the provision Job, and `--teardown` for the run's objects to be gone. */
+export const DEFAULT_DEPLOY_WAIT_SECONDS = 300;
+
+function waitSeconds(options: DeployCommandOptions): number {
+  return options.waitTimeout === undefined
+    ? DEFAULT_DEPLOY_WAIT_SECONDS
+    : wholeNumberFromText("--wait-timeout", options.waitTimeout, 1);
+}
+
+function connection(options: DeployCommandOptions): ClusterConnection {
+  return {
+    server: options.server,
+    token: options.token,
+    kubeconfig: options.kubeconfig ?? Deno.env.get("KUBECONFIG"),
+  };
+}
+
+/** `--teardown`: deletes what the run owns; needs `--run-id` (a fresh id owns nothing). */
+async function teardownCommand(
+  path: string,
+  options: DeployCommandOptions,
+  io: CommandOutput,
+): Promise<number> {
+  if (options.runId === undefined) {
+    throw new ConfigError(
+      "--teardown needs the run to tear down",
+      "pass --run-id ID, the id the run was applied with",
+    );
+  }
+  const { flow } = await loadFlow(path);
+  checkRunNames(flow.flowId, options.runId);
+  const namespace = options.namespace ?? "default";
+  const cluster = ClusterClient.connect(connection(options));
+  const report = await teardownRun(cluster, {
+    flowId: flow.flowId,
+    runId: options.runId,
+    namespace,
+    timeoutSeconds: waitSeconds(options),
+  });
+  if (options.output === "json") io.write(`${JSON.stringify(report, null, 2)}\n`);
+  else for (const object of report.deleted) io.out(`deleted ${object}`);
+  io.err(
+    `flow ${flow.flowId} run ${options.runId}: ${report.deleted.length} objects deleted from namespace ${namespace}`,
+  );
+  return 0;
+}
+
+/**
+ * Renders and checks the manifests of the flow file at `path`, then prints them, or with `--apply` applies
+ * them and waits for the provision Job, or with `--teardown` deletes what the run owns; resolves with the
+ * exit code.
+ */
 export async function deployCommand(
   path: string,
   options: DeployCommandOptions,
@@ -104,6 +174,19 @@ export async function deployCommand(
   if (output !== "yaml" && output !== "json") {
     throw new ConfigError(`unknown output format ${JSON.stringify(output)}`, "pass -o yaml or -o json");
   }
+  if (options.apply && options.teardown) {
+    throw new ConfigError("--apply and --teardown are two commands", "pass one of them");
+  }
+  if (
+    !options.apply && !options.teardown &&
+    (options.server ?? options.token ?? options.kubeconfig) !== undefined
+  ) {
+    throw new ConfigError(
+      "--server, --token and --kubeconfig name the cluster of --apply or --teardown, and neither was given",
+      "pass --apply (or --teardown), or leave the cluster out to print the manifests",
+    );
+  }
+  if (options.teardown) return await teardownCommand(path, options, io);
   const { flow, url, modules } = await loadFlow(path);
   const runId = options.runId ?? generateRunId();
   checkRunNames(flow.flowId, runId);
@@ -114,8 +197,9 @@ export async function deployCommand(
     executionGroups: executionGroups(flow),
     batching: batchingPolicies(flow),
   }, autoscaling);
+  const namespace = options.namespace ?? "default";
   const rendered = renderManifests({ flowId: flow.flowId, flowType, runId, specs, flowUrl: url }, {
-    namespace: options.namespace ?? "default",
+    namespace,
     image: options.image ?? null,
     natsUrl: options.nats ?? DEFAULT_DEPLOY_NATS_URL,
     redisUrl: options.redis ?? DEFAULT_DEPLOY_REDIS_URL,
@@ -138,15 +222,33 @@ export async function deployCommand(
   validateManifests(rendered.objects);
   for (const warning of warnings) io.err(`WARNING: ${warning}`);
   for (const note of rendered.notes) io.err(`note: ${note}`);
+  if (options.apply) {
+    const cluster = ClusterClient.connect(connection(options));
+    const report = await applyRun(cluster, rendered.objects, {
+      flowId: flow.flowId,
+      runId,
+      namespace,
+      singleRun: options.singleRun ?? false,
+      wait: { timeoutSeconds: waitSeconds(options) },
+    });
+    if (output === "json") io.write(`${JSON.stringify(report, null, 2)}\n`);
+    else {
+      for (const object of report.objects) {
+        io.out(`${object.change} ${object.kind} ${object.name} (resourceVersion ${object.resourceVersion})`);
+      }
+    }
+    io.err(
+      `flow ${flow.flowId} run ${runId}: ${report.objects.length} objects applied to namespace ${namespace} ` +
+        `at ${cluster.server}; provision Job ${report.provisionJob} complete`,
+    );
+    return 0;
+  }
   if (output === "json") io.write(`${JSON.stringify(rendered.objects, null, 2)}\n`);
   else {io.write(
       rendered.objects.map((object) => `---\n${stringify(object, { aliasDuplicateObjects: false })}`).join(
         "",
       ),
     );}
-  io.err(
-    `flow ${flow.flowId} run ${runId}: ${rendered.objects.length} objects for namespace ` +
-      `${options.namespace ?? "default"}`,
-  );
+  io.err(`flow ${flow.flowId} run ${runId}: ${rendered.objects.length} objects for namespace ${namespace}`);
   return 0;
 }

@@ -33,13 +33,17 @@ commands:
   provision FLOW.ts  create a run's streams and durables on NATS JetStream before its workers start:
                      --run-id ID  --nats URL (else VF_NATS_URL)  [--redis URL]
                      [--flow-type realtime|batch]
-  deploy FLOW.ts     print the Kubernetes manifests of one run (nothing is applied):
+  deploy FLOW.ts     print the Kubernetes manifests of one run, or apply or tear it down:
                      [--namespace NS] [--image IMG] [-o yaml|json] [--run-id ID] [--single-run]
                      [--nats URL] [--redis URL] [--flow-type realtime|batch]
                      [--project DIR] [--image-root DIR]  (the project, and where the image holds it)
                      [--autoscaling [--gpu-autoscaling] [--max-replicas N] [--nats-monitoring HOST:PORT]]
                      [--gpu-mode whole|mig-single|mig-mixed] [--gpu-resource-name NAME]
                      [--mig-geometry FILE] [--cpu QUANTITY] [--memory QUANTITY]  (each worker's requests)
+                     --apply: server-side apply them and wait for the provision Job;
+                     --teardown --run-id ID: delete what the run owns; either with
+                     --server URL [--token TOKEN] or --kubeconfig FILE (else KUBECONFIG)
+                     [--wait-timeout SECONDS]  (300)
   dlq FLOW.ts        the dead letters of a run: --run-id ID [--state DIR] [--json]
   explain FLOW.ts    what the flow will do: graph, replicas, joins, delivery, permissions
                      (--dot: the graph for Graphviz; --flow-type realtime|batch: as run-local
@@ -82,6 +86,12 @@ const OPTIONS = {
   cpu: { type: "string" },
   memory: { type: "string" },
   "nats-monitoring": { type: "string" },
+  apply: { type: "boolean" },
+  teardown: { type: "boolean" },
+  server: { type: "string" },
+  token: { type: "string" },
+  kubeconfig: { type: "string" },
+  "wait-timeout": { type: "string" },
 } as const;
 
 /** The parsed options. */
@@ -155,6 +165,12 @@ const COMMANDS: Record<string, Command> = {
       "cpu",
       "memory",
       "nats-monitoring",
+      "apply",
+      "teardown",
+      "server",
+      "token",
+      "kubeconfig",
+      "wait-timeout",
     ],
     // Loaded on use: the schema models and the YAML writer are no other command's to load.
     run: async (path, options, io) =>
@@ -178,6 +194,12 @@ const COMMANDS: Record<string, Command> = {
         cpu: options.cpu,
         memory: options.memory,
         natsMonitoring: options["nats-monitoring"],
+        apply: options.apply,
+        teardown: options.teardown,
+        server: options.server,
+        token: options.token,
+        kubeconfig: options.kubeconfig,
+        waitTimeout: options["wait-timeout"],
       }, io),
   },
   "run-local": {

@@ -99,6 +99,25 @@ export const NATS_GLOBAL_ACCOUNT = "$G";
 /** The NATS monitoring port the KEDA trigger reads consumer lag from, unless told otherwise. */
 export const NATS_MONITORING_PORT = 8222;
 
+/** An API version and kind. */
+export interface KindRef {
+  readonly apiVersion: string;
+  readonly kind: string;
+}
+
+/**
+ * Every kind {@link renderManifests} emits, in the order a teardown deletes them: scalers first (nothing
+ * scales what is going), then the workloads, then what they read.
+ */
+export const RENDERED_KINDS: readonly KindRef[] = [
+  { apiVersion: "keda.sh/v1alpha1", kind: "ScaledObject" },
+  { apiVersion: "apps/v1", kind: "Deployment" },
+  { apiVersion: "apps/v1", kind: "StatefulSet" },
+  { apiVersion: "batch/v1", kind: "Job" },
+  { apiVersion: "v1", kind: "Service" },
+  { apiVersion: "v1", kind: "ConfigMap" },
+];
+
 /** Owner-label `kind` values of the rendered objects. */
 export const ObjectRole = {
   specs: "specs",
