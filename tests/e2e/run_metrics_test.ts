@@ -42,7 +42,7 @@ Deno.test("vf run-local --metrics serves every replica's metrics, /readyz and /h
       dir,
       ["Count", "SlowPass"],
       [
-        `const count = new Count({ name: "count", n: 400 });`,
+        `const count = new Count({ name: "count", n: 600 });`,
         `const slow = new SlowPass({ name: "slow", nbTasks: 2, delayMs: 10 }).from(count);`,
         `const sink = new JsonlSink({ name: "sink", path: ${JSON.stringify(out)} }).from(slow);`,
         `export default new Flow([sink], { flowType: "batch", flowId: "scraped" });`,
@@ -75,7 +75,11 @@ Deno.test("vf run-local --metrics serves every replica's metrics, /readyz and /h
         .map((line) => line.match(new RegExp(`\\{node="slow",replica="${replica}"\\} (\\d+)$`))?.[1])
         .filter((value) => value !== undefined).map(Number);
     let families = await scrape();
-    while (slowProcessed(families, 0).concat(slowProcessed(families, 1)).reduce((a, b) => a + b, 0) === 0) {
+    const counted = () =>
+      slowProcessed(families, 0).length === 1 && slowProcessed(families, 1).length === 1 &&
+      slowProcessed(families, 0).concat(slowProcessed(families, 1)).reduce((a, b) => a + b, 0) > 0;
+    // A replica has samples from its first report on, which it sends once its node opened.
+    while (!counted()) {
       await new Promise((resolve) => setTimeout(resolve, 50));
       families = await scrape();
     }
