@@ -303,7 +303,8 @@ export function podEntryUrl(spec: NodeSpec, preloads: readonly string[], imageRo
  * specs document, write of its termination log, env for the settings its container is given (named as
  * arguments, hidden from the node once read, as a process replica of `vf run-local` does) and the node's
  * declared variables, and for a node that checks its GPU grant ffi on the image's `node_modules` (the
- * NVML binding's native module). Throws {@link ConfigError} for a declared entry no flag can carry.
+ * NVML binding's native module; native code is bound by no permission, so no other node gets it). Throws
+ * {@link ConfigError} for a declared entry no flag can carry.
  */
 function workerCommand(run: RunContext, spec: NodeSpec, settings: readonly string[]): string[] {
   const declared = run.input.permissions[spec.name] ?? {};

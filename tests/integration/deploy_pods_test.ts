@@ -9,12 +9,13 @@
  * has a network namespace of its own) and its termination log file.
  */
 import assert from "node:assert/strict";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { loadFlow } from "../../src/cli/load_flow.ts";
 import { compileFlow, nodePermissions, nodePreloads } from "../../src/core/compiler.ts";
 import { type KubernetesObject, renderManifests } from "../../src/deploy/manifests.ts";
 import { DEFAULT_HEALTH_HOSTNAME, HEALTH_PORT_ENV } from "../../src/runtime/health.ts";
 import { DEFAULT_TERMINATION_LOG, TERMINATION_LOG_ENV } from "../../src/runtime/watchdog.ts";
+import { fakeNvmlLibrary, h100, writeFixture } from "../support/fake_nvml.ts";
 import { startNatsServer, startRedisServer } from "../support/services.ts";
 import { inTempDir, vf } from "../support/vf_cli.ts";
 
@@ -50,6 +51,9 @@ function freePort(): number {
   return port;
 }
 
+/** How long one pod's process may run before it is killed. */
+const POD_SECONDS = 20;
+
 interface ContainerRun {
   readonly code: number;
   readonly text: string;
@@ -57,8 +61,13 @@ interface ContainerRun {
   readonly terminationLog: string;
 }
 
-async function runContainer(container: Json, index: number, dir: string): Promise<ContainerRun> {
-  const env: Record<string, string> = Object.fromEntries(HOST);
+async function runContainer(
+  container: Json,
+  index: number,
+  dir: string,
+  node: Readonly<Record<string, string>> = {},
+): Promise<ContainerRun> {
+  const env: Record<string, string> = { ...Object.fromEntries(HOST), ...node };
   for (const entry of container.env ?? []) {
     env[entry.name] = entry.value ??
       (entry.valueFrom.fieldRef.fieldPath.includes("completion-index") ? String(index) : "unexpected");
@@ -90,6 +99,8 @@ async function runContainer(container: Json, index: number, dir: string): Promis
     stdin: "null",
     stdout: "piped",
     stderr: "piped",
+    // A pod that hangs is killed, so its story fails with what it printed instead of never ending.
+    signal: AbortSignal.timeout(POD_SECONDS * 1000),
   }).output();
   const decoder = new TextDecoder();
   const terminationLog = await Deno.readTextFile(logPath).catch(() => "");
@@ -107,9 +118,15 @@ interface PodRun extends ContainerRun {
 
 /**
  * Renders `flowPath` as run `runId` against the servers, runs the provision Job, one init container, then
- * every worker Job's pods at once, and resolves with each pod's run.
+ * every worker Job's pods at once, each given `node` too (what its Kubernetes node adds, such as the NVIDIA
+ * toolkit's library path), and resolves with each pod's run.
  */
-async function runPods(flowPath: string, runId: string, dir: string): Promise<PodRun[]> {
+async function runPods(
+  flowPath: string,
+  runId: string,
+  dir: string,
+  node: Readonly<Record<string, string>> = {},
+): Promise<PodRun[]> {
   const nats = await startNatsServer();
   const redis = await startRedisServer();
   try {
@@ -145,7 +162,7 @@ async function runPods(flowPath: string, runId: string, dir: string): Promise<Po
       Array.from(
         { length: job.spec.completions },
         (_, index) =>
-          runContainer(job.spec.template.spec.containers[0], index, dir).then((run) => ({
+          runContainer(job.spec.template.spec.containers[0], index, dir, node).then((run) => ({
             job: job.metadata.name,
             index,
             ...run,
@@ -207,5 +224,21 @@ Deno.test("a pod's node reading a file it did not declare fails as under run-loc
     const length = (await Deno.readTextFile(new URL("deno.json", root))).length;
     assert.deepEqual(printed(byJob.print.text, "print"), [1, 2, 3].map((x) => x + length));
     assert.deepEqual(printed(local.text, "print"), [1, 2, 3].map((x) => x + length));
+  });
+});
+
+Deno.test("a GPU node's pod reads NVML through the ffi its command grants and opens on its GPU", async () => {
+  await inTempDir(async (dir) => {
+    // The NVIDIA container toolkit puts the driver's libnvidia-ml.so.1 where the loader finds it.
+    const library = await fakeNvmlLibrary();
+    const node = {
+      LD_LIBRARY_PATH: dirname(library),
+      FAKE_NVML_FIXTURE: await writeFixture({ devices: [h100(0)] }),
+    };
+    const ended = await runPods("tests/fixtures/deploy/gpu_pods_flow.ts", "pods-3", dir, node);
+    for (const run of ended) assert.equal(run.code, 0, `${run.job}[${run.index}]: ${run.text}`);
+    const detect = ended.find((run) => run.job === "vf-gpu-pods-detect")!;
+    assert.doesNotMatch(detect.text, /cannot be verified|refuses to open/, detect.text);
+    assert.deepEqual(printed(ended.find((run) => run.job === "vf-gpu-pods-print")!.text, "print"), [1, 2, 3]);
   });
 });
