@@ -228,6 +228,29 @@ Deno.test("a GPU node's container gets ffi for the NVML binding and imports NVML
   assert.ok(!entrySource(tidy).includes("nvml"), entrySource(tidy));
 });
 
+Deno.test("a node's preloaded modules are imported by its pod's entry from the image, before its sandbox applies", async () => {
+  const { specs, flowId, flowType, url, permissions } = await compiled(
+    new URL("examples/hello.ts", root).pathname,
+  );
+  const { objects } = renderManifests({
+    flowId,
+    flowType,
+    runId: "r",
+    specs,
+    flowUrl: url,
+    permissions,
+    preloads: { square: [new URL("tests/fixtures/flows/squares.ts", root).href, "npm:yaml@2.9.1"] },
+  }, OPTIONS);
+  const square = entrySource(worker(byName(objects, "Job", "vf-squares-square")));
+  assert.equal(
+    square,
+    'import { serveNodeProcess } from "file:///app/workers/node_process.ts";\n' +
+      'import "file:///app/examples/hello.ts";\nimport "file:///app/tests/fixtures/flows/squares.ts";\n' +
+      'import "npm:yaml@2.9.1";\nawait serveNodeProcess("pod");\n',
+  );
+  assert.ok(!entrySource(worker(byName(objects, "Job", "vf-squares-sum"))).includes("squares.ts"));
+});
+
 Deno.test("a declared permission entry holding a comma, which no flag can carry, is refused naming the node", async () => {
   const { specs, flowId, flowType, url, preloads } = await compiled(
     new URL("examples/hello.ts", root).pathname,
