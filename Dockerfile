@@ -5,6 +5,8 @@
 #
 #   docker build -t videoflow .
 #   docker run --rm videoflow                                  # a worker: reads its VF_* environment
+# (by hand, with every permission: a deployed pod's container runs the command vf deploy renders for it,
+# with its node's declared permissions only; see src/deploy/manifests.ts).
 #   docker run --rm --entrypoint deno videoflow task vf gpus   # vf itself, as on a host
 ARG DENO_VERSION=2.9.6
 FROM denoland/deno:debian-${DENO_VERSION}

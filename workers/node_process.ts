@@ -1,12 +1,17 @@
 /**
- * The entry of a node replica as a `deno run` subprocess of the local engine (and the shape a Kubernetes
- * pod's entry takes): its `VF_*` environment says everything (the engine starts it with a cleared
- * environment holding only that, its node's declared variables and what Deno itself needs, and names its
- * settings as arguments, the only variables besides the declared ones it may read), the embedded broker
- * is reached on the loopback address the environment names, reports are printed to stdout as lines starting with
- * {@link REPORT_LINE_PREFIX}, and the process exits with the replica's status.
+ * The runtime of a node replica as a `deno run` process: a subprocess of the local engine or a Kubernetes
+ * pod's worker container, each started from its generated entry (`replicaEntryUrl`), which names its
+ * {@link ProcessLauncher}. Its `VF_*` environment says everything (the local engine starts it with a
+ * cleared environment holding only that, its node's declared variables and what Deno itself needs; both
+ * launchers name its settings as arguments, the only variables besides the declared ones it may read),
+ * the broker is reached at the address the environment names, reports are printed to stdout as lines
+ * starting with {@link REPORT_LINE_PREFIX}, and the process exits with the replica's status.
  *
- * Signals: a replica the local engine launched (its settings named as arguments) leaves SIGINT and SIGTERM
+ * Run as the main module with no arguments (the worker image's ENTRYPOINT, every permission, for manual
+ * use), it serves the replica its whole environment describes, as a pod does, and the worker loads the
+ * node's module from VF_NODE_CLASS.
+ *
+ * Signals: a replica the local engine launched leaves SIGINT and SIGTERM
  * to the engine (a terminal's Ctrl-C or a service manager's SIGTERM reaches vf, which stops the flow the
  * spec's way, and the replica must live through that stop to drain); the engine asks it to quiesce with
  * {@link QUIESCE_LINE} on its stdin, and the end of its stdin (the engine gone) asks the same. A pod's
@@ -20,12 +25,14 @@
 import { QUIESCE_LINE, REPORT_LINE_PREFIX, runWorker } from "../src/runtime/worker.ts";
 import { SIGTERM_EXIT_CODE } from "../src/core/task.ts";
 import { CUDA_VISIBLE_DEVICES } from "../src/runtime/gpucheck.ts";
+import { ProcessLauncher } from "../src/runtime/replica_entry.ts";
 
 /**
- * The replica's settings: the variables its arguments name (the local engine names them, and lets it read
+ * The replica's settings: the variables its arguments name (its launcher names them, and lets it read
  * only those and its node's declared ones), which are then hidden from the node (removed, their read
  * permission revoked), as a Worker replica's are, all but `CUDA_VISIBLE_DEVICES`, which the node's CUDA
- * library reads; without arguments (a pod), the whole environment.
+ * library reads; without arguments (the image's ENTRYPOINT, run with every permission), the whole
+ * environment.
  */
 function takeSettings(names: readonly string[]): Record<string, string> {
   if (names.length === 0) return Deno.env.toObject();
@@ -54,12 +61,6 @@ const SETTINGS = takeSettings(Deno.args);
 export const SIGTERM_HAND_BACK_SECONDS = 5;
 
 /**
- * Whether the local engine launched this replica: it names the replica's settings as arguments, where a
- * pod's replica is configured by its whole environment.
- */
-const LAUNCHED_BY_LOCAL_ENGINE = Deno.args.length > 0;
-
-/**
  * Resolves once the local engine asks this replica to quiesce: a line on stdin, or its end. Read from the
  * start, so a request that came while the node was still opening is not lost.
  */
@@ -86,11 +87,14 @@ function dieOfSigtermAfterQuiesce(quiesce: () => Promise<void>): void {
   });
 }
 
-/** Runs the replica this process's settings describe, then exits with its status. */
-export async function serveNodeProcess(): Promise<never> {
+/**
+ * Runs the replica this process's settings describe, then exits with its status; `launcher` says how it
+ * is asked to stop (see the module doc).
+ */
+export async function serveNodeProcess(launcher: ProcessLauncher): Promise<never> {
   const encoder = new TextEncoder();
   Deno.addSignalListener("SIGINT", () => {});
-  const requested = LAUNCHED_BY_LOCAL_ENGINE ? quiesceRequested() : null;
+  const requested = launcher === ProcessLauncher.localEngine ? quiesceRequested() : null;
   if (requested !== null) Deno.addSignalListener("SIGTERM", () => {});
   const code = await runWorker({
     env: SETTINGS,
@@ -101,6 +105,5 @@ export async function serveNodeProcess(): Promise<never> {
   Deno.exit(code);
 }
 
-// A pod's entry (the worker image's command): run as the main module, it serves the replica its
-// environment describes, and the worker loads the node's module from VF_NODE_CLASS.
-if (import.meta.main) await serveNodeProcess();
+// The worker image's ENTRYPOINT: run as the main module, it serves the replica as a pod does.
+if (import.meta.main) await serveNodeProcess(ProcessLauncher.pod);

@@ -15,7 +15,13 @@
  */
 
 import { stringify } from "yaml";
-import { batchingPolicies, compileFlow, executionGroups } from "../core/compiler.ts";
+import {
+  batchingPolicies,
+  compileFlow,
+  executionGroups,
+  nodePermissions,
+  nodePreloads,
+} from "../core/compiler.ts";
 import { ConfigError } from "../core/errors.ts";
 import { checkFlowType } from "../core/flow_type.ts";
 import { wholeNumberFromText } from "../core/variables.ts";
@@ -198,7 +204,15 @@ export async function deployCommand(
     batching: batchingPolicies(flow),
   }, autoscaling);
   const namespace = options.namespace ?? "default";
-  const rendered = renderManifests({ flowId: flow.flowId, flowType, runId, specs, flowUrl: url }, {
+  const rendered = renderManifests({
+    flowId: flow.flowId,
+    flowType,
+    runId,
+    specs,
+    flowUrl: url,
+    permissions: nodePermissions(flow),
+    preloads: nodePreloads(flow),
+  }, {
     namespace,
     image: options.image ?? null,
     natsUrl: options.nats ?? DEFAULT_DEPLOY_NATS_URL,

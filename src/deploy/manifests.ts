@@ -8,9 +8,12 @@
  * - A ConfigMap holds the specs document (a JSON list of node specs), mounted in every worker at
  *   `VF_FLOW_SPECS_PATH`; a replica whose params are too long for one environment entry reads them there.
  * - A provision Job runs `vf provision` (admission against the live services, then every stream and durable
- *   of the run) in the worker image. A worker container runs the image's entrypoint (one node replica,
- *   configured by its environment, as the Dockerfile says) in the project's directory. Each worker pod runs the same idempotent provisioning as its init container, so no worker
- *   starts before its run's streams and durables exist, whichever pod or Job made them first.
+ *   of the run) in the worker image. Each worker pod runs the same idempotent provisioning as its init
+ *   container, so no worker starts before its run's streams and durables exist, whichever pod or Job made
+ *   them first.
+ * - A worker container runs one node replica in the project's directory with exactly its node's declared
+ *   permissions and what the replica itself needs there, as a process replica of `vf run-local` does
+ *   (`workerCommand`); the image's ENTRYPOINT (every permission) is for manual use only.
  * - Per node, its workload: a Job for every node of a batch flow and for a finite producer of a realtime one
  *   (indexed: completion index = replica id; no probes; `backoffLimit` the supervision policy's restarts,
  *   a user error failing the Job at once); a StatefulSet for a partitioned node, whose replicas need stable
@@ -46,7 +49,23 @@ import { ConfigError, EXIT_USER } from "../core/errors.ts";
 import { FlowType } from "../core/flow_type.ts";
 import { SupervisionPolicy } from "../core/supervision.ts";
 import { dataSubscriptionId, durableNameOf } from "../messaging/topology.ts";
-import { DEFAULT_HEALTH_PORT, HEALTH_PORT_ENV, HealthPath } from "../runtime/health.ts";
+import { DeviceType } from "../core/node.ts";
+import {
+  DEFAULT_HEALTH_HOSTNAME,
+  DEFAULT_HEALTH_PORT,
+  HEALTH_PORT_ENV,
+  HealthPath,
+} from "../runtime/health.ts";
+import {
+  checkFlagPermissions,
+  type GrantedPermissions,
+  mergePermissions,
+  replicaProcessFlags,
+  serverAddresses,
+} from "../runtime/permissions.ts";
+import { ProcessLauncher, replicaEntryUrl } from "../runtime/replica_entry.ts";
+import { V8_HEAP_FLAGS } from "../runtime/v8_heap_flags.ts";
+import { DEFAULT_TERMINATION_LOG, TERMINATION_LOG_ENV } from "../runtime/watchdog.ts";
 import {
   admitAutoscaling,
   DEFAULT_MAX_REPLICAS,
@@ -136,6 +155,10 @@ export interface ManifestInput {
   readonly specs: readonly NodeSpec[];
   /** The flow file's URL on this machine: the provision Job compiles it again in the image. */
   readonly flowUrl: string;
+  /** Node name to its declared Deno permissions (`nodePermissions(flow)`): all its pods are granted. */
+  readonly permissions: Readonly<Record<string, GrantedPermissions>>;
+  /** Node name to the modules its replicas load with its module (`nodePreloads(flow)`). */
+  readonly preloads: Readonly<Record<string, readonly string[]>>;
 }
 
 /** Where and how the run is deployed. */
@@ -242,6 +265,79 @@ function inImage(spec: NodeSpec, projectRoot: string, imageRoot: string): NodeSp
     }`,
   };
   return NodeSpec.fromDict(dict);
+}
+
+/** The project's modules the image holds that a pod's entry names: the process runtime and NVML's inventory. */
+const NODE_PROCESS_MODULE = "workers/node_process.ts";
+const NVML_INVENTORY_MODULE = "nvml/inventory.ts";
+
+/** Whether `spec`'s replicas check their GPU grant against NVML (`verifyNodeGrant`, `readHostGpus`). */
+function checksGpuGrant(spec: NodeSpec): boolean {
+  return spec.kind === "processor" && spec.deviceType === DeviceType.gpu;
+}
+
+/**
+ * The main module of a pod's worker container: the generated entry a process replica of `vf run-local`
+ * starts from ({@link replicaEntryUrl}), naming the image's modules under `imageRoot`. It imports the
+ * node's module, its `preloads` (image URLs) and, for a node that checks its GPU grant, NVML's inventory
+ * (which `readHostGpus` imports on use) statically, so they load before the sandbox applies and the
+ * container needs no read permission for code. The other way, `workers/node_process.ts` as the main
+ * module, would leave the worker to dynamic-import the node's module, which Deno checks against the
+ * sandbox: the container would need read permission on the whole project (every node's code and data the
+ * image holds) for every node, which is not what the node declared.
+ */
+export function podEntryUrl(spec: NodeSpec, preloads: readonly string[], imageRoot: string): string {
+  const root = `file://${imageRoot.replace(/\/*$/, "/")}`;
+  const node = spec.nodeClass === null ? [] : [spec.nodeClass.slice(0, spec.nodeClass.lastIndexOf("#"))];
+  const nvml = checksGpuGrant(spec) ? [new URL(NVML_INVENTORY_MODULE, root).href] : [];
+  return replicaEntryUrl(
+    { kind: "process", url: new URL(NODE_PROCESS_MODULE, root).href, launcher: ProcessLauncher.pod },
+    [...node, ...preloads, ...nvml],
+  );
+}
+
+/**
+ * The command of a node's worker container: `deno run` of its {@link podEntryUrl} with
+ * {@link replicaProcessFlags} of its node's declared permissions plus what the replica needs in the pod,
+ * and nothing else: net to the NATS and Redis servers and its health server's listen address, read of the
+ * specs document, write of its termination log, env for the settings its container is given (named as
+ * arguments, hidden from the node once read, as a process replica of `vf run-local` does) and the node's
+ * declared variables, and for a node that checks its GPU grant ffi on the image's `node_modules` (the
+ * NVML binding's native module; native code is bound by no permission, so no other node gets it). Throws
+ * {@link ConfigError} for a declared entry no flag can carry.
+ */
+function workerCommand(run: RunContext, spec: NodeSpec, settings: readonly string[]): string[] {
+  const declared = run.input.permissions[spec.name] ?? {};
+  checkFlagPermissions(spec.name, declared, "rename the path without a comma");
+  const { natsUrl, redisUrl, projectRoot } = run.options;
+  const granted = mergePermissions(declared, {
+    net: [
+      ...serverAddresses(natsUrl),
+      ...serverAddresses(redisUrl),
+      `${DEFAULT_HEALTH_HOSTNAME}:${run.healthPort}`,
+    ],
+    ...(checksGpuGrant(spec) ? { ffi: [`${run.imageRoot}/node_modules`] } : {}),
+  });
+  const preloads = (run.input.preloads[spec.name] ?? []).map((url) =>
+    imageUrl(url, projectRoot, run.imageRoot)
+  );
+  return [
+    "deno",
+    "run",
+    "--no-prompt",
+    // The image cached every module when it was built: a pod fetches nothing.
+    "--cached-only",
+    // The entry is a data: URL, from which Deno would find no configuration: the project's is named.
+    `--config=${run.imageRoot}/deno.json`,
+    `--v8-flags=${V8_HEAP_FLAGS.join(",")}`,
+    ...replicaProcessFlags(granted, {
+      settings,
+      terminationLog: DEFAULT_TERMINATION_LOG,
+      specsPath: DEFAULT_FLOW_SPECS_PATH,
+    }),
+    podEntryUrl(spec, preloads, run.imageRoot),
+    ...settings,
+  ];
 }
 
 function imageOf(spec: NodeSpec, options: ManifestOptions): string {
@@ -432,6 +528,8 @@ function workerEnv(run: RunContext, spec: NodeSpec, workload: Workload, isScaled
   env[FLOW_SPECS_PATH_ENV] = DEFAULT_FLOW_SPECS_PATH;
   // The health port is the probes' port: written even at its default, so the two cannot drift apart.
   env[HEALTH_PORT_ENV] = String(run.healthPort);
+  // Likewise the termination log: the container's write permission and its terminationMessagePath name it.
+  env[TERMINATION_LOG_ENV] = DEFAULT_TERMINATION_LOG;
   const list: Record<string, unknown>[] = Object.entries(env).map(([name, value]) => ({ name, value }));
   if (workload === Workload.job) {
     list.push(
@@ -475,12 +573,15 @@ function probe(path: string, port: number, periodSeconds: number): Record<string
 function podSpec(run: RunContext, spec: NodeSpec, workload: Workload, isScaled: boolean) {
   const image = imageOf(spec, run.options);
   const gpu = run.placements.get(spec.name);
+  const env = workerEnv(run, spec, workload, isScaled);
   const container: Record<string, unknown> = {
     name: WORKER_CONTAINER,
     image,
-    // The image's entrypoint is one node replica (the Dockerfile's ENTRYPOINT), run in the project.
+    command: workerCommand(run, spec, env.map((entry) => String(entry.name))),
     workingDir: run.imageRoot,
-    env: workerEnv(run, spec, workload, isScaled),
+    env,
+    // Where the replica writes why it ended (VF_TERMINATION_LOG), for the pod's status to show.
+    terminationMessagePath: DEFAULT_TERMINATION_LOG,
     ports: [{ name: "health", containerPort: run.healthPort }],
     resources: resourcesOf(run, spec),
     volumeMounts: [{ name: "specs", mountPath: DEFAULT_FLOW_SPECS_PATH, subPath: SPECS_KEY, readOnly: true }],

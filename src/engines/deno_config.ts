@@ -11,6 +11,7 @@
 
 import { dirname, isAbsolute, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { V8_HEAP_FLAGS } from "../runtime/v8_heap_flags.ts";
 
 /** The configuration file names Deno looks for in each directory, in its order. */
 const CONFIG_NAMES = ["deno.json", "deno.jsonc"] as const;
@@ -118,18 +119,8 @@ export function subprocessResolutionArgs(flags: readonly string[] | null = launc
   return [found === null ? "--no-config" : `--config=${found}`, ...given];
 }
 
-/**
- * The V8 flags every videoflow process is meant to run under, `vf` (and the Worker replicas inside it) and
- * each process replica: a young generation of at most 8 MiB a semi-space, and an old generation collected
- * once it grows to 1.5 times what was live after the last full collection. V8's defaults (32 MiB
- * semi-spaces, and growth of up to 4 times) let each isolate of a flow passing many small items fill
- * itself with garbage: two to three times the memory, for a tenth to a fifth less CPU time (README,
- * "Memory"). These bound no heap, so a node that holds much still may. A
- * process replica is started with them ({@link subprocessV8Args}); `vf` cannot set its own, so
- * `deno task vf` and the README's commands name them (`tests/unit/engines/deno_config_test.ts` keeps
- * those in step with this list).
- */
-export const V8_HEAP_FLAGS: readonly string[] = ["--max-semi-space-size=8", "--heap-growing-percent=50"];
+/** The V8 flags every videoflow process runs under (see their own module). */
+export { V8_HEAP_FLAGS };
 
 /**
  * The `--v8-flags` arguments that start a `deno run` subprocess replica under the V8 flags this process

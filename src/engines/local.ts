@@ -122,9 +122,10 @@ import {
   checkFlagPermissions,
   type GrantedPermissions,
   mergePermissions,
-  permissionFlags,
+  replicaProcessFlags,
   workerPermissions,
-} from "./permissions.ts";
+} from "../runtime/permissions.ts";
+import { ProcessLauncher, replicaEntryUrl, type ReplicaRuntime } from "../runtime/replica_entry.ts";
 
 export { Isolation } from "./run_broker.ts";
 
@@ -518,22 +519,15 @@ function moduleOf(nodeClass: string): string {
 }
 
 /**
- * The generated entry module of a replica: imports the node's module, the modules it loads when it opens
- * (`preloads`) and the worker runtime statically, so all load before the sandbox applies, then serves. A
- * `data:` URL, so nothing is written for it.
+ * The generated entry module of a replica ({@link replicaEntryUrl}): imports the node's module, the modules
+ * it loads when it opens (`preloads`) and the worker runtime statically, so all load before the sandbox
+ * applies, then serves. A `data:` URL, so nothing is written for it.
  */
 export function bootstrapUrl(spec: NodeSpec, isolation: Isolation, preloads: readonly string[] = []): string {
-  const imports = [...new Set([moduleOf(spec.nodeClass ?? ""), ...preloads])]
-    .map((url) => `import ${JSON.stringify(url)};\n`).join("");
-  // A subprocess's entry imports its runtime first: modules are evaluated in import order, and the
-  // runtime hides the replica's settings from the environment as it is evaluated.
-  const source = isolation === Isolation.worker
-    ? `${imports}import { serveNodeWorker } from ${JSON.stringify(nodeWorkerUrl)};\nserveNodeWorker();\n`
-    : `import { serveNodeProcess } from ${
-      JSON.stringify(nodeProcessUrl)
-    };\n${imports}await serveNodeProcess();\n`;
-  // Plain JavaScript, so a compiled vf's module loader (which takes data: URLs) needs no transpiler for it.
-  return `data:application/javascript;base64,${btoa(unescape(encodeURIComponent(source)))}`;
+  const runtime: ReplicaRuntime = isolation === Isolation.worker
+    ? { kind: "worker", url: nodeWorkerUrl }
+    : { kind: "process", url: nodeProcessUrl, launcher: ProcessLauncher.localEngine };
+  return replicaEntryUrl(runtime, [moduleOf(spec.nodeClass ?? ""), ...preloads]);
 }
 
 function topologyNodes(specs: readonly NodeSpec[]): TopologyNode[] {
@@ -1212,9 +1206,11 @@ export class LocalEngine {
     const { spec } = replica;
     const settings = paramsBySpecsFile(this.#envFor(replica), this.#specsFile);
     const specsPath = settings[FLOW_SPECS_PATH_ENV];
-    const { env: declaredEnv = [], ...granted } = mergePermissions(this.#granted(spec, Isolation.process), {
-      write: [this.#terminationLog(replica)],
-      ...(specsPath === undefined ? {} : { read: [specsPath] }),
+    const declaredEnv = this.#options.permissions[spec.name]?.env ?? [];
+    const flags = replicaProcessFlags(this.#granted(spec, Isolation.process), {
+      settings: Object.keys(settings),
+      terminationLog: this.#terminationLog(replica),
+      ...(specsPath === undefined ? {} : { specsPath }),
     });
     const hostEnv = Deno.env.toObject();
     const inherited = Object.fromEntries(
@@ -1229,8 +1225,7 @@ export class LocalEngine {
         "--no-prompt",
         ...this.#resolutionArgs,
         ...this.#v8Args,
-        `--allow-env=${[...Object.keys(settings), ...declaredEnv].join(",")}`,
-        ...permissionFlags(granted),
+        ...flags,
         bootstrapUrl(spec, Isolation.process, this.#options.preloads?.[spec.name]),
         ...Object.keys(settings),
       ],

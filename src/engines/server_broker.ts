@@ -31,6 +31,7 @@ import { connectNats, JetStreamMessagingBackend, MSG_ID_HEADER } from "../messag
 import { durableNameOf, type FlowTopology } from "../messaging/topology.ts";
 import { admitComposition, provisionTopology } from "../runtime/provision.ts";
 import { RedisPayloadStore } from "../runtime/redis_payload.ts";
+import { serverAddresses } from "../runtime/permissions.ts";
 import type { EndMarker } from "../runtime/worker.ts";
 import { ENVELOPE_VERSION } from "../wire/codec.ts";
 import { endMarkerIn, type Isolation, type ReplicaConnection, type RunBroker } from "./run_broker.ts";
@@ -51,12 +52,6 @@ export interface ServerRunBrokerOptions {
   readonly onDeadLetter: () => void;
   /** Told each warning admission has (a guarantee resting on a capability nobody could observe). */
   readonly onWarning: (line: string) => void;
-}
-
-/** `host:port` of a server URL. */
-function addressOf(url: string): string {
-  const parsed = new URL(url);
-  return `${parsed.hostname}:${parsed.port}`;
 }
 
 /** Real NATS JetStream and Redis servers (see the module comment). */
@@ -169,7 +164,7 @@ export class ServerRunBroker implements RunBroker {
       broker: { kind: "nats", url: natsUrl },
       runtimeStoreUrl: redisUrl,
       blobStoreUrl: redisUrl,
-      net: [addressOf(natsUrl), addressOf(redisUrl)],
+      net: [...serverAddresses(natsUrl), ...serverAddresses(redisUrl)],
     };
   }
 

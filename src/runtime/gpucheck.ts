@@ -30,6 +30,7 @@
  * @module
  */
 
+import { fileURLToPath } from "node:url";
 import { type DeliveredGrant, type DeviceIdentity, deviceKey, GrantHost } from "../backends/allocation.ts";
 import { type Clock, systemClock } from "../backends/clock.ts";
 import { known, type Observation, unknown } from "../backends/outcomes.ts";
@@ -481,22 +482,30 @@ function isTrue(observation: Observation<boolean>): boolean {
 }
 
 /**
+ * Whether this worker may load the NVML binding: FFI permission for koffi's module (under the project's
+ * `node_modules`, where a pod's command grants it) or for every path. Asked before loading, since koffi
+ * once loaded opens a library without asking Deno.
+ */
+function mayLoadNvmlBinding(): boolean {
+  try {
+    const binding = new URL(import.meta.resolve("koffi"));
+    const path = binding.protocol === "file:" ? fileURLToPath(binding) : undefined;
+    return Deno.permissions.querySync({ name: "ffi", path }).state === "granted";
+  } catch {
+    return false;
+  }
+}
+
+/**
  * This worker's view of the host's GPUs through NVML, loaded on use: Unknown (never zero devices) when
  * the binding cannot be loaded or the library read here (a sandbox without `--allow-ffi`, no driver).
  */
 export async function readHostGpus(clock: Clock = systemClock): Promise<HostGpus> {
-  const granted = (name: "ffi" | "read") => {
-    try {
-      return Deno.permissions.querySync({ name }).state === "granted";
-    } catch {
-      return false;
-    }
-  };
   const refused = (detail: string): HostGpus => {
     const none = unknown("unsupported", clock, detail);
     return { devices: none, p2p: none };
   };
-  if (!granted("ffi")) return refused("this worker has no FFI permission to load NVML");
+  if (!mayLoadNvmlBinding()) return refused("this worker has no FFI permission to load NVML");
   try {
     const { readInventory } = await import("../../nvml/inventory.ts");
     return readInventory({ clock });

@@ -66,6 +66,9 @@ export const LATENCY_BUCKETS_SECONDS: readonly number[] = Object.freeze([
 /** The port a worker serves health on when `VF_HEALTH_PORT` is unset (the Kubernetes probes' port). */
 export const DEFAULT_HEALTH_PORT = 8080;
 
+/** The address a worker's health server listens on unless told otherwise: every interface. */
+export const DEFAULT_HEALTH_HOSTNAME = "0.0.0.0";
+
 /** The environment variable that sets the health port; `0` disables the server. */
 export const HEALTH_PORT_ENV = "VF_HEALTH_PORT";
 
@@ -572,7 +575,7 @@ export class HealthServer {
   constructor(state: HealthSource, options: HealthServerOptions = {}) {
     this.#state = state;
     this.#port = options.port ?? DEFAULT_HEALTH_PORT;
-    this.#hostname = options.hostname ?? "0.0.0.0";
+    this.#hostname = options.hostname ?? DEFAULT_HEALTH_HOSTNAME;
   }
 
   /** The bound port while serving, else `null`. */

@@ -11,7 +11,7 @@
 import assert from "node:assert/strict";
 import { OwnerLabel } from "../../src/backends/identity.ts";
 import { loadFlow } from "../../src/cli/load_flow.ts";
-import { compileFlow } from "../../src/core/compiler.ts";
+import { compileFlow, nodePermissions, nodePreloads } from "../../src/core/compiler.ts";
 import {
   ActiveRunConflict,
   ClusterError,
@@ -48,7 +48,15 @@ async function render(path: string, runId: string, extra: Partial<ManifestOption
   const { flow, url, modules } = await loadFlow(path);
   const specs = compileFlow(flow, { modules });
   const rendered = renderManifests(
-    { flowId: flow.flowId, flowType: flow.flowType, runId, specs, flowUrl: url },
+    {
+      flowId: flow.flowId,
+      flowType: flow.flowType,
+      runId,
+      specs,
+      flowUrl: url,
+      permissions: nodePermissions(flow),
+      preloads: nodePreloads(flow),
+    },
     { ...OPTIONS, ...extra },
   );
   return { flowId: flow.flowId, objects: rendered.objects };

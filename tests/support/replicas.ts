@@ -7,10 +7,13 @@
  */
 
 import type { NodeSpec } from "../../src/core/compiler.ts";
-import { bootstrapUrl, Isolation } from "../../src/engines/local.ts";
+import { podEntryUrl } from "../../src/deploy/manifests.ts";
 import { subprocessResolutionArgs } from "../../src/engines/deno_config.ts";
 import { workerEnvFor, type WorkerSettings } from "../../src/runtime/worker_config.ts";
 import { MAX_INLINE_PAYLOAD_ENV } from "../../src/backends/payload_bridge.ts";
+
+/** This checkout, as the image root a pod's entry names. */
+const CHECKOUT = new URL("../../", import.meta.url).pathname;
 
 /** The servers the replicas reach. */
 export interface ReplicaServers {
@@ -58,7 +61,7 @@ export function startReplica(
     },
   );
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", ...subprocessResolutionArgs(), bootstrapUrl(spec, Isolation.process)],
+    args: ["run", "-A", ...subprocessResolutionArgs(), podEntryUrl(spec, [], CHECKOUT)],
     env: { ...env, [MAX_INLINE_PAYLOAD_ENV]: "1024" },
     stdout: "null",
     stderr: "piped",

@@ -8,15 +8,17 @@ import assert from "node:assert/strict";
 import { OwnerLabel } from "../../../src/backends/identity.ts";
 import { durableNameFor, streamNameFor } from "../../../src/backends/names.ts";
 import { loadFlow } from "../../../src/cli/load_flow.ts";
-import { compileFlow, type NodeSpec } from "../../../src/core/compiler.ts";
+import { compileFlow, nodePermissions, nodePreloads, type NodeSpec } from "../../../src/core/compiler.ts";
 import { CapabilityError, ConfigError, IncompatibleProfile } from "../../../src/core/errors.ts";
 import type { FlowType } from "../../../src/core/flow_type.ts";
+import type { PermissionDeclaration, PermissionKind } from "../../../src/core/node.ts";
 import { admitKubernetesDeployment } from "../../../src/deploy/admission.ts";
 import { GpuMode, type GpuStrategyOptions } from "../../../src/deploy/gpu_strategy.ts";
 import { schemaProblem, validateManifests } from "../../../src/deploy/manifest_schema.ts";
 import {
   CONFIGMAP_MAX_BYTES,
   type KubernetesObject,
+  type ManifestInput,
   type ManifestOptions,
   renderManifests,
   SINGLE_RUN_ANNOTATION,
@@ -42,16 +44,31 @@ const OPTIONS: ManifestOptions = {
   projectRoot: root.href,
 };
 
-async function compiled(
-  path: string,
-): Promise<{ specs: NodeSpec[]; flowId: string; flowType: FlowType; url: string }> {
+async function compiled(path: string): Promise<{
+  specs: NodeSpec[];
+  flowId: string;
+  flowType: FlowType;
+  url: string;
+  permissions: ManifestInput["permissions"];
+  preloads: ManifestInput["preloads"];
+}> {
   const { flow, url, modules } = await loadFlow(path);
-  return { specs: compileFlow(flow, { modules }), flowId: flow.flowId, flowType: flow.flowType, url };
+  return {
+    specs: compileFlow(flow, { modules }),
+    flowId: flow.flowId,
+    flowType: flow.flowType,
+    url,
+    permissions: nodePermissions(flow),
+    preloads: nodePreloads(flow),
+  };
 }
 
 async function render(path: string, extra: Partial<ManifestOptions> = {}, runId = "run-1") {
-  const { specs, flowId, flowType, url } = await compiled(path);
-  return renderManifests({ flowId, flowType, runId, specs, flowUrl: url }, { ...OPTIONS, ...extra });
+  const { specs, flowId, flowType, url, permissions, preloads } = await compiled(path);
+  return renderManifests(
+    { flowId, flowType, runId, specs, flowUrl: url, permissions, preloads },
+    { ...OPTIONS, ...extra },
+  );
 }
 
 // deno-lint-ignore no-explicit-any
@@ -88,7 +105,7 @@ function assertOwned(objects: readonly KubernetesObject[], flowId: string, runId
 for (const example of EXAMPLES) {
   Deno.test(`examples/${example} renders objects that all validate against the Kubernetes schemas`, async () => {
     const path = new URL(`examples/${example}`, root).pathname;
-    const { specs, flowId } = await compiled(path);
+    const { specs, flowId, permissions } = await compiled(path);
     const { objects, notes } = await render(path);
     validateManifests(objects);
     for (const object of objects) assert.equal(schemaProblem(object), null);
@@ -111,7 +128,11 @@ for (const example of EXAMPLES) {
       assert.equal(job.spec.completions, spec.nbTasks);
       assert.equal(job.spec.backoffLimit, 3);
       assert.equal(job.spec.template.spec.initContainers[0].command[5], "provision");
-      assert.equal(worker(job).command, undefined, "the image's entrypoint runs the replica");
+      assert.deepEqual(
+        allowFlags(worker(job)),
+        podFlags(worker(job), permissions[spec.name] ?? {}),
+        spec.name,
+      );
       assert.equal(worker(job).readinessProbe, undefined);
       for (let replica = 0; replica < spec.nbTasks; replica++) {
         const config = parseWorkerConfig(envOf(worker(job), replica));
@@ -129,6 +150,127 @@ for (const example of EXAMPLES) {
     }
   });
 }
+
+/** The `--allow-*` flags of a worker container's command. */
+function allowFlags(container: Json): string[] {
+  return container.command.filter((arg: string) => arg.startsWith("--allow-"));
+}
+
+/**
+ * The flags a worker container must carry for a node that declares `declared`: env for exactly its
+ * container's variables and the declared ones, read of the declared paths and the specs document, write of
+ * the declared paths and the termination log, net to the declared hosts, the servers and the health port,
+ * run, ffi and sys as declared, and nothing else.
+ */
+function podFlags(container: Json, declared: PermissionDeclaration, port = 8080): string[] {
+  const names = container.env.map((e: Json) => e.name);
+  const list = (kind: PermissionKind, own: readonly string[]) => {
+    const entries = [...(declared[kind] ?? []), ...own];
+    return entries.length === 0 ? [] : [`--allow-${kind}=${entries.join(",")}`];
+  };
+  return [
+    `--allow-env=${[...names, ...(declared.env ?? [])].join(",")}`,
+    ...list("read", [DEFAULT_FLOW_SPECS_PATH]),
+    ...list("write", ["/dev/termination-log"]),
+    ...list("net", ["nats.vision:4222", "redis.vision:6379", `0.0.0.0:${port}`]),
+    ...list("run", []),
+    ...list("ffi", []),
+    ...list("sys", []),
+  ];
+}
+
+/** The source of the `data:` entry module a worker container's command runs. */
+function entrySource(container: Json): string {
+  const entry: string = container.command.find((arg: string) => arg.startsWith("data:"));
+  return decodeURIComponent(escape(atob(entry.slice(entry.indexOf(",") + 1))));
+}
+
+Deno.test("every worker container runs its node's declared permissions and its replica's own needs, nothing else", async () => {
+  const path = new URL("tests/fixtures/deploy/permissions_flow.ts", root).pathname;
+  const { objects } = await render(path, { healthPort: 9090 });
+  validateManifests(objects);
+  const flows = "file:///app/tests/fixtures/deploy/permissions_flow.ts";
+  for (const [node, read] of [["count", []], ["reader", ["deno.json"]], ["snoop", []]] as const) {
+    const container = worker(byName(objects, "Job", `vf-sandboxes-${node}`));
+    const names = container.env.map((e: Json) => e.name);
+    assert.deepEqual(container.command.slice(0, 6), [
+      "deno",
+      "run",
+      "--no-prompt",
+      "--cached-only",
+      "--config=/app/deno.json",
+      "--v8-flags=--max-semi-space-size=8,--heap-growing-percent=50",
+    ]);
+    assert.deepEqual(allowFlags(container), podFlags(container, { read }, 9090), node);
+    assert.equal(
+      allowFlags(container)[1],
+      `--allow-read=${[...read, "/etc/videoflow/specs.json"].join(",")}`,
+    );
+    // After the flags, the entry, then the settings it may read (and hides from the node), by name.
+    assert.deepEqual(container.command.slice(6 + allowFlags(container).length + 1), names);
+    assert.ok(names.includes("VF_TERMINATION_LOG") && names.includes("VF_REPLICA_ID"), names.join(","));
+    assert.equal(
+      entrySource(container),
+      `import { serveNodeProcess } from "file:///app/workers/node_process.ts";\n` +
+        `import ${JSON.stringify(flows)};\nawait serveNodeProcess("pod");\n`,
+    );
+    assert.equal(container.terminationMessagePath, "/dev/termination-log");
+  }
+});
+
+Deno.test("a GPU node's container gets ffi for the NVML binding and imports NVML's inventory; a CPU node neither", async () => {
+  const { objects } = await render(GPU_FLOW);
+  const detect = worker(byName(objects, "Deployment", "vf-cams-detect"));
+  assert.deepEqual(allowFlags(detect), podFlags(detect, { ffi: ["/app/node_modules"] }));
+  assert.ok(entrySource(detect).includes('import "file:///app/nvml/inventory.ts";'), entrySource(detect));
+  const tidy = worker(byName(objects, "Deployment", "vf-cams-tidy"));
+  assert.deepEqual(allowFlags(tidy), podFlags(tidy, {}));
+  assert.ok(!entrySource(tidy).includes("nvml"), entrySource(tidy));
+});
+
+Deno.test("a node's preloaded modules are imported by its pod's entry from the image, before its sandbox applies", async () => {
+  const { specs, flowId, flowType, url, permissions } = await compiled(
+    new URL("examples/hello.ts", root).pathname,
+  );
+  const { objects } = renderManifests({
+    flowId,
+    flowType,
+    runId: "r",
+    specs,
+    flowUrl: url,
+    permissions,
+    preloads: { square: [new URL("tests/fixtures/flows/squares.ts", root).href, "npm:yaml@2.9.1"] },
+  }, OPTIONS);
+  const square = entrySource(worker(byName(objects, "Job", "vf-squares-square")));
+  assert.equal(
+    square,
+    'import { serveNodeProcess } from "file:///app/workers/node_process.ts";\n' +
+      'import "file:///app/examples/hello.ts";\nimport "file:///app/tests/fixtures/flows/squares.ts";\n' +
+      'import "npm:yaml@2.9.1";\nawait serveNodeProcess("pod");\n',
+  );
+  assert.ok(!entrySource(worker(byName(objects, "Job", "vf-squares-sum"))).includes("squares.ts"));
+});
+
+Deno.test("a declared permission entry holding a comma, which no flag can carry, is refused naming the node", async () => {
+  const { specs, flowId, flowType, url, preloads } = await compiled(
+    new URL("examples/hello.ts", root).pathname,
+  );
+  assert.throws(
+    () =>
+      renderManifests({
+        flowId,
+        flowType,
+        runId: "r",
+        specs,
+        flowUrl: url,
+        preloads,
+        permissions: { square: { read: ["/data/a,b"] } },
+      }, OPTIONS),
+    (error: unknown) =>
+      error instanceof ConfigError &&
+      /node square declares read permission for "\/data\/a,b"/.test(error.message),
+  );
+});
 
 const MODES: ReadonlyArray<readonly [string, GpuStrategyOptions, string, Json]> = [
   [
@@ -286,8 +428,10 @@ Deno.test("a module outside the project, a node without an image, an unlabelable
 });
 
 Deno.test("params too long for one environment entry are read from the specs file; too long for a ConfigMap, refused", async () => {
-  const { specs, flowId, flowType, url } = await compiled(new URL("examples/hello.ts", root).pathname);
-  const input = { flowId, flowType, runId: "r", specs, flowUrl: url };
+  const { specs, flowId, flowType, url, permissions, preloads } = await compiled(
+    new URL("examples/hello.ts", root).pathname,
+  );
+  const input = { flowId, flowType, runId: "r", specs, flowUrl: url, permissions, preloads };
   specs[0].params = { ...specs[0].params, table: "x".repeat(200_000) };
   const { objects } = renderManifests(input, OPTIONS);
   validateManifests(objects);
@@ -303,10 +447,10 @@ Deno.test("mixed MIG refuses replicas the target's devices cannot host, naming t
     ...A100[0],
     profiles: A100[0].profiles.filter((p) => p.name !== "3g.20gb"),
   }];
-  const { specs, flowId, flowType, url } = await compiled(GPU_FLOW);
+  const { specs, flowId, flowType, url, permissions, preloads } = await compiled(GPU_FLOW);
   assert.throws(
     () =>
-      renderManifests({ flowId, flowType, runId: "r", specs, flowUrl: url }, {
+      renderManifests({ flowId, flowType, runId: "r", specs, flowUrl: url, permissions, preloads }, {
         ...OPTIONS,
         gpu: { mode: GpuMode.migMixed, migDevices: oneSlot },
       }),
@@ -314,7 +458,7 @@ Deno.test("mixed MIG refuses replicas the target's devices cannot host, naming t
   );
   assert.throws(
     () =>
-      renderManifests({ flowId, flowType, runId: "r", specs, flowUrl: url }, {
+      renderManifests({ flowId, flowType, runId: "r", specs, flowUrl: url, permissions, preloads }, {
         ...OPTIONS,
         gpu: { mode: GpuMode.migMixed },
       }),

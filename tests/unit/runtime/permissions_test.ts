@@ -4,8 +4,10 @@ import {
   checkFlagPermissions,
   mergePermissions,
   permissionFlags,
+  replicaProcessFlags,
+  serverAddresses,
   workerPermissions,
-} from "../../../src/engines/permissions.ts";
+} from "../../../src/runtime/permissions.ts";
 
 Deno.test("a node that declares nothing gets nothing, in both forms", () => {
   assert.deepEqual(workerPermissions({}), {
@@ -53,4 +55,30 @@ Deno.test("a path holding a comma cannot become a subprocess flag: refused by na
           "a subprocess replica's --allow-read flag cannot name it" &&
       /--isolation worker/.test(e.remedy ?? ""),
   );
+});
+
+Deno.test("a replica process gets env for its settings and declared variables, its termination log and specs file, and the node's own", () => {
+  assert.deepEqual(
+    replicaProcessFlags({ read: ["./clips"], env: ["MODEL_DIR", "VF_A"], net: ["cam:554"] }, {
+      settings: ["VF_A", "VF_B"],
+      terminationLog: "/dev/termination-log",
+      specsPath: "/etc/videoflow/specs.json",
+    }),
+    [
+      "--allow-env=VF_A,VF_B,MODEL_DIR",
+      "--allow-read=./clips,/etc/videoflow/specs.json",
+      "--allow-write=/dev/termination-log",
+      "--allow-net=cam:554",
+    ],
+  );
+  assert.deepEqual(replicaProcessFlags({}, { settings: ["VF_A"], terminationLog: "/t" }), [
+    "--allow-env=VF_A",
+    "--allow-write=/t",
+  ]);
+});
+
+Deno.test("a server URL's net entry is its host and port, the scheme's default port where it names none", () => {
+  assert.deepEqual(serverAddresses("nats://a:4333,nats://b, tls://c"), ["a:4333", "b:4222", "c:4222"]);
+  assert.deepEqual(serverAddresses("redis://redis.vision"), ["redis.vision:6379"]);
+  assert.deepEqual(serverAddresses("rediss://:secret@r:7000/0"), ["r:7000"]);
 });
