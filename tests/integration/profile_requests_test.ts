@@ -15,10 +15,9 @@ import { Flow } from "../../src/core/flow.ts";
 import { ModuleIndex } from "../../src/core/node_class.ts";
 import { ProcessorNode } from "../../src/core/node.ts";
 import { streamNameFor } from "../../src/backends/names.ts";
-import { provisionRun } from "../../src/runtime/provision.ts";
 import * as storyNodes from "../fixtures/e2e/story_nodes.ts";
 import { AppendingSink, Count } from "../fixtures/e2e/story_nodes.ts";
-import { startReplica } from "../support/replicas.ts";
+import { provisionOnServers, startReplica } from "../support/replicas.ts";
 import { startNatsServer, startRedisServer } from "../support/services.ts";
 
 /** Passes items through. */
@@ -57,15 +56,12 @@ async function relayWithRequests(
       flowId: `profiles-${flowType}`,
     });
     const specs = compileFlow(flow, { modules: MODULES });
-    await provisionRun({
-      natsUrl: nats.url,
-      flowId: flow.flowId,
-      runId: "r1",
-      flowType,
+    await provisionOnServers(
+      { nats: nats.url, redis: redis.url },
+      { flowId: flow.flowId, flowType },
+      "r1",
       specs,
-      blobStoreUrl: redis.url,
-      runtimeStoreUrl: redis.url,
-    });
+    );
     await setUp(nats.url);
     const started = specs.map((spec) =>
       [

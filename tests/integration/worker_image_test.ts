@@ -13,11 +13,11 @@ import { compileFlow } from "../../src/core/compiler.ts";
 import { Flow } from "../../src/core/flow.ts";
 import { ModuleIndex } from "../../src/core/node_class.ts";
 import { V8_HEAP_FLAGS } from "../../src/engines/deno_config.ts";
-import { provisionRun } from "../../src/runtime/provision.ts";
 import { workerEnvFor } from "../../src/runtime/worker_config.ts";
 import * as storyNodes from "../fixtures/e2e/story_nodes.ts";
 import { AppendingSink, Count } from "../fixtures/e2e/story_nodes.ts";
 import { startNatsServer, startRedisServer } from "../support/services.ts";
+import { provisionOnServers } from "../support/replicas.ts";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const DOCKERFILE = Deno.readTextFileSync(join(ROOT, "Dockerfile"));
@@ -83,15 +83,12 @@ Deno.test("the image's entrypoint, run from this checkout as the image runs it f
       storyNodes,
     );
     const specs = compileFlow(flow, { modules });
-    await provisionRun({
-      natsUrl: nats.url,
-      flowId: flow.flowId,
-      runId: "r1",
-      flowType: "batch",
+    await provisionOnServers(
+      { nats: nats.url, redis: redis.url },
+      { flowId: flow.flowId, flowType: "batch" },
+      "r1",
       specs,
-      blobStoreUrl: redis.url,
-      runtimeStoreUrl: redis.url,
-    });
+    );
     const [program, ...args] = entrypoint();
     const codes = await Promise.all(specs.map(async (spec) => {
       const env = workerEnvFor(

@@ -10,9 +10,8 @@
 import assert from "node:assert/strict";
 import { compileFlow } from "../../src/core/compiler.ts";
 import { Flow } from "../../src/core/flow.ts";
-import { provisionRun } from "../../src/runtime/provision.ts";
 import { startNatsServer, startRedisServer } from "../support/services.ts";
-import { runReplicas, type StartedReplica, startReplica } from "../support/replicas.ts";
+import { provisionOnServers, runReplicas, type StartedReplica, startReplica } from "../support/replicas.ts";
 import * as storyNodes from "../fixtures/e2e/story_nodes.ts";
 import { AppendingSink, Blobs, Count, KillMeAt } from "../fixtures/e2e/story_nodes.ts";
 import { ModuleIndex } from "../../src/core/node_class.ts";
@@ -44,21 +43,12 @@ Deno.test("a provisioned batch flow runs to its end with every worker on JetStre
     });
     const specs = compileFlow(flow, { modules: MODULES });
     const runId = "r1";
-    const provisioned = await provisionRun({
-      natsUrl: nats.url,
-      flowId: flow.flowId,
-      runId,
-      flowType: "batch",
-      specs,
-      blobStoreUrl: redis.url,
-      runtimeStoreUrl: redis.url,
-    });
+    const servers = { nats: nats.url, redis: redis.url };
+    const runFlow = { flowId: flow.flowId, flowType: "batch" } as const;
+    const provisioned = await provisionOnServers(servers, runFlow, runId, specs);
     assert.deepEqual(provisioned.topology.channels.length, 3);
     assert(provisioned.ledgerBudget, "redis-server --appendonly yes reads back durable and shared");
-    const codes = await runReplicas(specs, { flowId: flow.flowId, flowType: "batch" }, runId, {
-      nats: nats.url,
-      redis: redis.url,
-    }, dir);
+    const codes = await runReplicas(specs, runFlow, runId, servers, dir);
     assert.deepEqual(codes, { "count/0": 0, "square/0": 0, "square/1": 0, "sink/0": 0 });
     const lines = (await Deno.readTextFile(out)).trim().split("\n").map(Number).sort((a, b) => a - b);
     assert.deepEqual(lines, Array.from({ length: 60 }, (_, i) => (i + 1) * (i + 1)));
@@ -89,19 +79,10 @@ Deno.test("payloads above the inline limit travel through Redis between workers 
       flowId: "blobs-over-servers",
     });
     const specs = compileFlow(flow, { modules: MODULES });
-    await provisionRun({
-      natsUrl: nats.url,
-      flowId: flow.flowId,
-      runId: "r1",
-      flowType: "batch",
-      specs,
-      blobStoreUrl: redis.url,
-      runtimeStoreUrl: redis.url,
-    });
-    const codes = await runReplicas(specs, { flowId: flow.flowId, flowType: "batch" }, "r1", {
-      nats: nats.url,
-      redis: redis.url,
-    }, dir);
+    const servers = { nats: nats.url, redis: redis.url };
+    const runFlow = { flowId: flow.flowId, flowType: "batch" } as const;
+    await provisionOnServers(servers, runFlow, "r1", specs);
+    const codes = await runReplicas(specs, runFlow, "r1", servers, dir);
     assert.deepEqual(codes, { "blobs/0": 0, "sink/0": 0 });
     const expected = Array.from(
       { length: 8 },
@@ -142,16 +123,7 @@ Deno.test("a SIGTERMed replica hung in process() hands its prefetched inputs to 
     const specs = compileFlow(flow, { modules: MODULES });
     const runFlow = { flowId: flow.flowId, flowType: "batch" } as const;
     const servers = { nats: nats.url, redis: redis.url };
-    await provisionRun({
-      natsUrl: nats.url,
-      flowId: flow.flowId,
-      runId: "r1",
-      flowType: "batch",
-      specs,
-      blobStoreUrl: redis.url,
-      runtimeStoreUrl: redis.url,
-      ackWaitSeconds,
-    });
+    await provisionOnServers(servers, runFlow, "r1", specs, { ackWaitSeconds });
     const settings = { ackWaitSeconds };
     const start = (name: string, index: number) =>
       startReplica(specs.find((s) => s.name === name)!, specs, runFlow, "r1", servers, dir, index, settings);

@@ -11,6 +11,7 @@ import { podEntryUrl } from "../../src/deploy/manifests.ts";
 import { subprocessResolutionArgs } from "../../src/engines/deno_config.ts";
 import { workerEnvFor, type WorkerSettings } from "../../src/runtime/worker_config.ts";
 import { MAX_INLINE_PAYLOAD_ENV } from "../../src/backends/payload_bridge.ts";
+import { type ProvisionOptions, type ProvisionResult, provisionRun } from "../../src/runtime/provision.ts";
 
 /** This checkout, as the image root a pod's entry names. */
 const CHECKOUT = new URL("../../", import.meta.url).pathname;
@@ -21,6 +22,29 @@ export interface ReplicaServers {
   readonly nats: string;
   /** `redis://…`: the run ledger and the payload store. */
   readonly redis: string;
+}
+
+/**
+ * Provisions run `runId` of `flow` (its `specs`) on the servers as `vf provision` does, payloads and the
+ * run ledger on Redis, with `extra` options (an ack wait) over the defaults.
+ */
+export function provisionOnServers(
+  servers: ReplicaServers,
+  flow: { flowId: string; flowType: "batch" | "realtime" },
+  runId: string,
+  specs: readonly NodeSpec[],
+  extra: Partial<ProvisionOptions> = {},
+): Promise<ProvisionResult> {
+  return provisionRun({
+    natsUrl: servers.nats,
+    flowId: flow.flowId,
+    runId,
+    flowType: flow.flowType,
+    specs,
+    blobStoreUrl: servers.redis,
+    runtimeStoreUrl: servers.redis,
+    ...extra,
+  });
 }
 
 /** One replica process started by {@link startReplica}. */
