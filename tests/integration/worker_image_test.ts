@@ -13,11 +13,10 @@ import { compileFlow } from "../../src/core/compiler.ts";
 import { Flow } from "../../src/core/flow.ts";
 import { ModuleIndex } from "../../src/core/node_class.ts";
 import { V8_HEAP_FLAGS } from "../../src/engines/deno_config.ts";
-import { workerEnvFor } from "../../src/runtime/worker_config.ts";
 import * as storyNodes from "../fixtures/e2e/story_nodes.ts";
 import { AppendingSink, Count } from "../fixtures/e2e/story_nodes.ts";
 import { startNatsServer, startRedisServer } from "../support/services.ts";
-import { provisionOnServers } from "../support/replicas.ts";
+import { provisionOnServers, startReplica } from "../support/replicas.ts";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const DOCKERFILE = Deno.readTextFileSync(join(ROOT, "Dockerfile"));
@@ -83,40 +82,33 @@ Deno.test("the image's entrypoint, run from this checkout as the image runs it f
       storyNodes,
     );
     const specs = compileFlow(flow, { modules });
+    const servers = { nats: nats.url, redis: redis.url };
     await provisionOnServers(
-      { nats: nats.url, redis: redis.url },
+      servers,
       { flowId: flow.flowId, flowType: "batch" },
       "r1",
       specs,
     );
-    const [program, ...args] = entrypoint();
-    const codes = await Promise.all(specs.map(async (spec) => {
-      const env = workerEnvFor(
-        spec,
-        specs,
-        { flowId: flow.flowId, flowType: "batch" },
-        {
-          runId: "r1",
-          broker: { kind: "nats", url: nats.url },
-        },
-        0,
-        {
-          runtimeStoreUrl: redis.url,
-          blobStoreUrl: redis.url,
-          terminationLog: `${dir}/${spec.name}.termination.json`,
-          healthPort: null,
-        },
-      );
-      const output = await new Deno.Command(program === "deno" ? Deno.execPath() : program, {
-        args,
-        cwd: ROOT,
-        env,
-        stdout: "null",
-        stderr: "piped",
-      }).output();
-      return [spec.name, output.code, new TextDecoder().decode(output.stderr)] as const;
-    }));
-    for (const [name, code, stderr] of codes) assert.equal(code, 0, `${name}: ${stderr}`);
+    const codes = await Promise.all(
+      specs.map(async (spec) =>
+        [
+          spec.name,
+          await startReplica(
+            spec,
+            specs,
+            { flowId: flow.flowId, flowType: "batch" },
+            "r1",
+            servers,
+            dir,
+            0,
+            {},
+            entrypoint(),
+          )
+            .exited,
+        ] as const
+      ),
+    );
+    assert.deepEqual(Object.fromEntries(codes), { count: 0, sink: 0 });
     const lines = (await Deno.readTextFile(out)).trim().split("\n").map(Number).sort((a, b) => a - b);
     assert.deepEqual(lines, Array.from({ length: 20 }, (_, i) => i + 1));
   } finally {

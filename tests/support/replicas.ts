@@ -58,7 +58,8 @@ export interface StartedReplica {
 /**
  * Starts replica `index` of `spec` as a process on the servers, payloads above 1024 bytes offloaded to
  * Redis, configured as a pod is: by its whole `VF_*` environment, with `settings` over the defaults. Its
- * termination log goes to `dir`.
+ * termination log goes to `dir`. It runs the pod's generated entry, or `command` (`deno` meaning this
+ * Deno) from the checkout's root, as an image runs its entrypoint from its project directory.
  */
 export function startReplica(
   spec: NodeSpec,
@@ -69,6 +70,7 @@ export function startReplica(
   dir: string,
   index: number,
   settings: Partial<WorkerSettings> = {},
+  command: readonly string[] | null = null,
 ): StartedReplica {
   const env = workerEnvFor(
     spec,
@@ -84,8 +86,11 @@ export function startReplica(
       ...settings,
     },
   );
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", ...subprocessResolutionArgs(), podEntryUrl(spec, [], CHECKOUT)],
+  const [program, ...args] = command ??
+    ["deno", "run", "-A", ...subprocessResolutionArgs(), podEntryUrl(spec, [], CHECKOUT)];
+  const child = new Deno.Command(program === "deno" ? Deno.execPath() : program, {
+    args,
+    cwd: CHECKOUT,
     env: { ...env, [MAX_INLINE_PAYLOAD_ENV]: "1024" },
     stdout: "null",
     stderr: "piped",
