@@ -260,6 +260,23 @@ export function constraintHolds(c: Constraint, attributes: Readonly<Record<strin
   }
 }
 
+/** Whether `labels` meet every hard constraint of `constraints` (soft ones never exclude a host). */
+export function hardConstraintsHold(
+  constraints: readonly Constraint[],
+  labels: Readonly<Record<string, string>>,
+): boolean {
+  return constraints.every((c) => !c.hard || constraintHolds(c, labels));
+}
+
+/** Whether `constraints` have soft ones and `labels` meet all of them (a host to try first). */
+export function softlyPreferred(
+  constraints: readonly Constraint[],
+  labels: Readonly<Record<string, string>>,
+): boolean {
+  const soft = constraints.filter((c) => !c.hard);
+  return soft.length > 0 && soft.every((c) => constraintHolds(c, labels));
+}
+
 /** What one workload asks of the allocator. */
 export interface WorkloadRequest {
   readonly flowId: string;
@@ -741,6 +758,43 @@ export function allocationRejections(
     ) {
       reasons.push(needs(request, "reserved memory", capabilities, "accounts for no memory"));
     }
+  }
+  return reasons;
+}
+
+/**
+ * Why whole-device `requests` found no per-host packing, for a planner whose packing failed: per
+ * request, no eligible host at all or fewer free devices on its best eligible host than it needs; when
+ * every request fits some host alone, one reason naming the fragmentation (the free devices fit in
+ * aggregate, not per host). `free` is host → free whole devices; `eligible` is workload → the hosts it
+ * may take. Never empty.
+ */
+export function packingShortfalls(
+  requests: readonly WorkloadRequest[],
+  free: Readonly<Record<string, number>>,
+  eligible: Readonly<Record<string, ReadonlySet<string>>>,
+): string[] {
+  const reasons: string[] = [];
+  for (const r of requests) {
+    const best = Math.max(0, ...[...eligible[r.workloadId]].map((h) => free[h]));
+    if (eligible[r.workloadId].size === 0) {
+      reasons.push(
+        `request ${r.workloadId}: no eligible host (physical, unowned, constraints and memory met)`,
+      );
+    } else if (best < r.deviceCount) {
+      reasons.push(
+        `request ${r.workloadId} needs ${r.deviceCount} free whole devices on one host; the most free on an eligible host is ${best}`,
+      );
+    }
+  }
+  if (reasons.length === 0) {
+    const total = Object.values(free).reduce((a, b) => a + b, 0);
+    const hosts = Object.entries(free).map(([h, n]) => `${h}=${n}`).join(", ");
+    reasons.push(
+      `requests ${
+        requests.map((r) => `${r.workloadId}(${r.deviceCount})`).join(", ")
+      } fit the ${total} free devices in aggregate but not per host (free: ${hosts}): fragmentation`,
+    );
   }
   return reasons;
 }
