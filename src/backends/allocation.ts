@@ -798,3 +798,27 @@ export function packingShortfalls(
   }
   return reasons;
 }
+
+/** The canonical text of a layout (`1g.10gb=2,3g.40gb=1`; empty for none), as plans carry it. */
+export function layoutText(layout: Readonly<Record<string, number>>): string {
+  return Object.keys(layout).filter((name) => layout[name] > 0).sort().map((name) =>
+    `${name}=${layout[name]}`
+  )
+    .join(",");
+}
+
+/** Reads {@link layoutText}; throws {@link ConfigError} for anything else. */
+export function parseLayoutText(text: string): Record<string, number> {
+  const layout: Record<string, number> = {};
+  for (const part of text === "" ? [] : text.split(",")) {
+    const match = /^([0-9a-z.+]+)=([1-9][0-9]*)$/.exec(part);
+    if (match === null || Object.hasOwn(layout, match[1])) {
+      throw new ConfigError(
+        `not a MIG layout: ${JSON.stringify(text)}`,
+        "write it as profile=count,profile=count",
+      );
+    }
+    layout[match[1]] = Number(match[2]);
+  }
+  return layout;
+}

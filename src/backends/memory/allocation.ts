@@ -55,9 +55,11 @@ import {
   infeasible,
   type InventoryScope,
   type InventorySnapshot,
+  layoutText,
   MemoryEnforcement,
   NodeSharing,
   packingShortfalls,
+  parseLayoutText,
   type PlanOutcome,
   type ReleaseObservation,
   ReleaseStatus,
@@ -150,30 +152,6 @@ export interface MemoryAllocationOptions {
   /** Clock delay before a geometry write is applied (0: on the next inventory or observe). */
   readonly migApplySeconds?: number;
   readonly log?: ObservationLog | null;
-}
-
-/** The canonical text of a layout (`1g.10gb=2,3g.40gb=1`; empty for none), as plans carry it. */
-export function layoutText(layout: MigLayout): string {
-  return Object.keys(layout).filter((name) => layout[name] > 0).sort().map((name) =>
-    `${name}=${layout[name]}`
-  )
-    .join(",");
-}
-
-/** Reads {@link layoutText}; throws {@link ConfigError} for anything else. */
-export function parseLayoutText(text: string): Record<string, number> {
-  const layout: Record<string, number> = {};
-  for (const part of text === "" ? [] : text.split(",")) {
-    const match = /^([0-9a-z.+]+)=([1-9][0-9]*)$/.exec(part);
-    if (match === null || Object.hasOwn(layout, match[1])) {
-      throw new ConfigError(
-        `not a MIG layout: ${JSON.stringify(text)}`,
-        "write it as profile=count,profile=count",
-      );
-    }
-    layout[match[1]] = Number(match[2]);
-  }
-  return layout;
 }
 
 /**

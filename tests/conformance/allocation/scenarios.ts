@@ -22,17 +22,14 @@ import {
   type FeasiblePlan,
   GPU_GRANT_ENV,
   type InventorySnapshot,
+  parseLayoutText,
   type PlanOutcome,
   type WorkloadRequest,
   workloadRequest,
   type WorkloadRequestInit,
 } from "../../../src/backends/allocation.ts";
 import { Barrier, dropResponse, FaultSchedule, pause } from "../../../src/backends/faults.ts";
-import {
-  type NodeFixture,
-  packWholeDevices,
-  parseLayoutText,
-} from "../../../src/backends/memory/allocation.ts";
+import { type NodeFixture, packWholeDevices } from "../../../src/backends/memory/allocation.ts";
 import { FakeClock } from "../../../src/backends/memory/clock.ts";
 import { checkLayout } from "../../../src/backends/memory/mig_geometry.ts";
 import { type Observation, requireKnown, type UnknownReason } from "../../../src/backends/outcomes.ts";
