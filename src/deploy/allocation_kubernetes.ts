@@ -1,46 +1,61 @@
 /**
- * The AcceleratorAllocationBackend over the Kubernetes API (spec backends.allocation; issue 17), for the
- * NVIDIA device plugin's authority: whole devices, and the MIG slices a node already has, on nodes as
- * GPU Feature Discovery labels them. Every state it decides on is read from the API server and every
- * ownership write is a compare-and-swap the server enforces.
+ * The AcceleratorAllocationBackend over the Kubernetes API (spec backends.allocation; issue 17), as one
+ * of two authorities: the NVIDIA device plugin's (whole devices, and the MIG slices a node already has)
+ * or managed MIG (the same, and new slices carved by asking the NVIDIA MIG manager for a node's
+ * geometry). Every state it decides on is read from the API server and every ownership write is a
+ * compare-and-swap the server enforces.
  *
  * What it reads:
  * - Nodes. GFD's `nvidia.com/gpu.count`, `nvidia.com/gpu.product` and `nvidia.com/gpu.memory` (MiB)
  *   give a node's devices, and `nvidia.com/gpu.sharing-strategy` / `nvidia.com/gpu.replicas` how they
  *   are shared ({@link classifyNode}). GFD names no device UUID: where a node agent publishes the
- *   devices NVML shows in the {@link NodeAnnotation.devices} annotation (ordinal, GPU UUID, memory and
- *   the MIG slices that exist), those identities are used; without it a device has no UUID (null,
- *   counted by `node/ordinal`), never an invented one. A node listing that fails makes the inventory
- *   Unknown, and every write refuses before it starts.
+ *   devices NVML shows in the {@link NodeAnnotation.devices} annotation (ordinal, GPU UUID, memory, the
+ *   MIG slices that exist and the GPU's MIG geometry), those are used; without it a device has no UUID
+ *   (null, counted by `node/ordinal`), never an invented one, and no geometry can be planned. A node
+ *   listing that fails makes the inventory Unknown, and every write refuses before it starts.
  * - Pods, for occupancy. A running pod that requests `nvidia.com/gpu` (or `nvidia.com/mig-<profile>`) on
  *   a node and is not one of a claim's ({@link CLAIM_POD_LABEL}) holds that many units there. The device
  *   plugin does not publish which devices a pod got, so foreign units are counted against the devices
  *   no claim holds, lowest ordinal first. A pod listing that fails leaves the snapshot `partial` with no
  *   occupancy at all, which may plan but never admits (`occupancy unknown`).
  *
- * What it writes:
- * - The claim's holds on each node it takes devices on, in the {@link NodeAnnotation.holds} annotation
- *   (device key → holders, `<claim>#<workload>`), by a JSON patch that carries the `resourceVersion` it
- *   read: the API server refuses it with 409 when anything wrote the node since, and the loser of a race
- *   gets OwnershipConflict having written nothing that stays (what it wrote on other nodes is taken
- *   back, removing only its own holders, so a stale rollback never removes a newer owner). Every write
- *   names its operation in {@link NodeAnnotation.lastOperation}.
+ * What it writes, each node write a JSON patch that carries the `resourceVersion` it read (the API
+ * server refuses it with 409 when anything wrote the node since: the loser of a race gets
+ * OwnershipConflict, and what it wrote on other nodes is taken back, removing only its own holders or
+ * geometry, so a stale rollback never removes a newer owner), naming its operation in
+ * {@link NodeAnnotation.lastOperation}:
+ * - Holds: device key → holders (`<claim>#<workload>`) in the {@link NodeAnnotation.holds} annotation,
+ *   for devices and slices that exist.
+ * - Geometry (managed MIG): the node's owner label ({@link OWNER_LABEL}), `nvidia.com/mig.config` naming
+ *   the claim's configuration (one per claim, node and generation, added under CAS to the mig-parted
+ *   document in {@link MIG_CONFIG_MAP}), `nvidia.com/mig.config.state` set to `pending` in the same
+ *   patch, and the generation the write is for ({@link NodeAnnotation.migGeneration}). Geometry changes
+ *   only on an idle node: never while any pod (foreign, or the claim's own) uses it. Release restores
+ *   the configuration the node had ({@link NodeAnnotation.migRestore}) unless pods still run there, and
+ *   drops the claim's configurations no node names; `all-disabled` always stays in the document.
  * - The claim record, a ConfigMap named by the claim in the claims namespace: owner (the operation),
- *   generation, phase and each workload's grant. It is created after the holds landed (a claim that
- *   exists already is a conflict), and replaced under its own `resourceVersion`.
+ *   generation, phase, each workload's grant as planned and the geometry per node. It is created after
+ *   the node writes landed (a claim that exists already is a conflict) and replaced under its own
+ *   `resourceVersion`.
  *
- * Readiness is observed: a claim is `prepared` only while every hold it wrote is still on its node, read
- * now; `ready` once a pod of the claim reports Ready. The grant reaches a pod through
- * {@link KubernetesAllocationBackend.bindings}: the device plugin's resource (`nvidia.com/gpu`, or the
- * slice's `nvidia.com/mig-<profile>`) as the container's limit, the node as a node selector, the claim's
- * pod label, and `CUDA_VISIBLE_DEVICES` / `VF_GPU_GRANT_JSON` naming the held devices. The kubelet's
- * device plugin, not this adapter, picks which devices the container gets, so the grant says what the
- * claim holds and the worker's GPU check compares it with what it sees.
+ * Readiness is observed, and correlated with the generation it answers: a claim's holds count only while
+ * they are on their node now; its geometry is `prepared` only when the node is still its own, names the
+ * configuration of the claim's current generation, reports `success`, and publishes exactly that layout:
+ * since the write itself set the state to `pending`, a `success` left from an earlier geometry is never
+ * taken for this one, and the last generation a writer saw answered ({@link NodeAnnotation.migAnswered})
+ * is what `observedGeneration` says meanwhile. `ready` once every pod of the claim reports Ready. The
+ * grant reaches a pod through {@link KubernetesAllocationBackend.bindings}: the device plugin's resource
+ * (`nvidia.com/gpu`, or the slice's `nvidia.com/mig-<profile>`) as the container's limit, the node as a
+ * node selector, the claim's pod labels, and `CUDA_VISIBLE_DEVICES` / `VF_GPU_GRANT_JSON` naming the
+ * granted devices (a carved slice by the MIG UUID the node agent published). The kubelet's device
+ * plugin, not this adapter, picks which devices the container gets, so the grant says what the claim
+ * holds and the worker's GPU check compares it with what it sees.
  *
- * What it does not do: change MIG geometry (`reconcile` refuses: no claim here manages any, and a plan
- * that needs a new layout is never made), share devices cooperatively (time-slicing, MPS), or stop a
- * foreign pod from being scheduled onto devices a claim holds (the device plugin does not read claims):
- * its capabilities say so (`admissionBoundary` false, memory enforced by scheduler accounting only).
+ * What it does not do: share devices cooperatively (time-slicing, MPS), point the GPU operator's
+ * ClusterPolicy at {@link MIG_CONFIG_MAP} (the MIG manager is installed reading it), or stop a foreign
+ * pod from being scheduled onto devices a claim holds (the device plugin does not read claims): its
+ * capabilities say so (`admissionBoundary` false; memory enforced by scheduler accounting under the
+ * device plugin, by hardware for managed MIG).
  *
  * @example
  * ```ts
@@ -69,6 +84,7 @@ import {
   deviceIdentity,
   deviceKey,
   type FeasiblePlan,
+  FEATURE_DYNAMIC_MIG,
   GfdLabel,
   GPU_GRANT_ENV,
   GrantHost,
@@ -76,9 +92,11 @@ import {
   infeasible,
   type InventoryScope,
   type InventorySnapshot,
+  layoutText,
   MemoryEnforcement,
   NodeSharing,
   packingShortfalls,
+  parseLayoutText,
   type PlanOutcome,
   type ReleaseObservation,
   ReleaseStatus,
@@ -100,8 +118,20 @@ import {
 import type { ClusterClient, JsonPatchOperation, LiveObject } from "./cluster_client.ts";
 import { DEFAULT_GPU_RESOURCE, GpuNodeLabel, MIG_RESOURCE_PREFIX } from "./gpu_strategy.ts";
 import type { KubernetesObject } from "./manifests.ts";
+import {
+  layoutFits,
+  MIG_DISABLED,
+  MIG_PARTED_KEY,
+  MigLabel,
+  migPartedDocument,
+  MigState,
+  type NodeMigGeometry,
+  parseMigParted,
+  profileFor,
+} from "./mig_parted.ts";
 
 const MIB = 2 ** 20;
+const GIB = 2 ** 30;
 
 /** The GFD labels of a node's devices, beside {@link GpuNodeLabel} and {@link GfdLabel}. */
 export const GfdDeviceLabel = {
@@ -117,7 +147,23 @@ export const NodeAnnotation = {
   holds: "videoflow.io/gpu-holds",
   /** The operation id of the last videoflow write to the object. */
   lastOperation: "videoflow.io/last-operation",
+  /** The claim generation the node's `nvidia.com/mig.config` was written for. */
+  migGeneration: "videoflow.io/mig-generation",
+  /** The newest claim generation whose geometry the MIG manager was seen to apply on the node. */
+  migAnswered: "videoflow.io/mig-answered",
+  /** The `nvidia.com/mig.config` the node had before its geometry owner took it: restored on release. */
+  migRestore: "videoflow.io/mig-restore",
 } as const;
+
+/** The node label naming the claim that owns the node's geometry (managed MIG). */
+export const OWNER_LABEL = "videoflow.io/gpu-owner";
+/** The ConfigMap (in the claims namespace) holding the mig-parted document the MIG manager reads. */
+export const MIG_CONFIG_MAP = "videoflow-mig-config";
+
+/** Which authority the backend acts as: the device plugin, or the owner of MIG geometry through the MIG manager. */
+export const KubernetesAuthority = { devicePlugin: "device-plugin", managedMig: "managed-mig" } as const;
+/** One of {@link KubernetesAuthority}. */
+export type KubernetesAuthority = typeof KubernetesAuthority[keyof typeof KubernetesAuthority];
 
 /** The label a claim's pods carry (value: the claim id), and its claim records (value: `record`). */
 export const CLAIM_POD_LABEL = "videoflow.io/gpu-claim";
@@ -139,6 +185,8 @@ export interface PublishedDevice {
     readonly profile: string;
     readonly memory_bytes: number;
   }[];
+  /** The GPU's MIG geometry (NVML's profiles and placements), on a MIG-capable GPU. */
+  readonly mig_geometry?: NodeMigGeometry;
 }
 
 /** Options of a {@link KubernetesAllocationBackend}. */
@@ -146,6 +194,8 @@ export interface KubernetesAllocationOptions {
   /** Where claim records live (`default` unless told). */
   readonly namespace?: string;
   readonly clock?: Clock;
+  /** `device-plugin` (the default) or `managed-mig`, which changes geometry through the MIG manager. */
+  readonly authority?: KubernetesAuthority;
 }
 
 /** A node as one read saw it. */
@@ -153,18 +203,31 @@ interface NodeView {
   readonly name: string;
   readonly version: string;
   readonly labels: Readonly<Record<string, string>>;
-  readonly hasAnnotations: boolean;
+  readonly annotations: Readonly<Record<string, string>>;
   readonly devices: readonly DeviceIdentity[];
   readonly sharing: NodeSharing;
   /** Units one device offers (time-slicing replicas; 1 otherwise). */
   readonly capacity: number;
   readonly holds: ReadonlyMap<string, readonly string[]>;
+  /** The claim owning the node's geometry, or null. */
+  readonly owner: string | null;
+  readonly migConfig: string;
+  readonly migState: string | null;
+  readonly migGeneration: number | null;
+  readonly migAnswered: number | null;
+  readonly restore: string | null;
+  /** The MIG geometry of its GPUs (the first published), or null when none was published. */
+  readonly geometry: NodeMigGeometry | null;
+  /** Its physical GPUs. */
+  readonly gpus: readonly { readonly ordinal: number; readonly uuid: string | null }[];
 }
 
 /** A running pod's GPU units on a node. */
 interface PodUse {
+  readonly name: string;
   readonly node: string;
   readonly claim: string | null;
+  readonly workload: string | null;
   readonly ready: boolean;
   /** Resource name → units. */
   readonly units: Readonly<Record<string, number>>;
@@ -172,13 +235,21 @@ interface PodUse {
 
 type Phase = "active" | "retained" | "released";
 
-/** A claim record as read back. */
-interface ClaimRecord {
-  readonly claimId: string;
+/** What a claim record says. */
+interface ClaimDocument {
+  /** The operation that reserved it. */
   readonly owner: string;
   readonly generation: number;
   readonly phase: Phase;
+  /** Each workload's grant as planned (a slice not created yet has no MIG UUID). */
   readonly grants: readonly DeliveredGrant[];
+  /** Node → the layout text each GPU of it gets, for nodes whose geometry the claim owns. */
+  readonly geometry: Readonly<Record<string, string>>;
+}
+
+/** A claim record as read back. */
+interface ClaimRecord extends ClaimDocument {
+  readonly claimId: string;
   readonly version: string;
 }
 
@@ -302,12 +373,33 @@ function viewOf(node: LiveObject): NodeView {
     name,
     version: resourceVersion,
     labels,
-    hasAnnotations: Object.keys(annotations).length > 0,
+    annotations,
     devices: Object.freeze(devices),
     sharing,
     capacity: shared && Number.isSafeInteger(replicas) && replicas > 1 ? replicas : 1,
     holds: parseHolds(name, annotations[NodeAnnotation.holds]),
+    owner: labels[OWNER_LABEL] ?? null,
+    migConfig: labels[MigLabel.config] ?? MIG_DISABLED,
+    migState: labels[MigLabel.state] ?? null,
+    migGeneration: countOf(annotations[NodeAnnotation.migGeneration]),
+    migAnswered: countOf(annotations[NodeAnnotation.migAnswered]),
+    restore: annotations[NodeAnnotation.migRestore] ?? null,
+    geometry: publishedGeometry(annotations[NodeAnnotation.devices]),
+    gpus: Object.freeze(
+      [...new Map(devices.map((d) => [d.ordinal ?? 0, { ordinal: d.ordinal ?? 0, uuid: d.uuid }])).values()],
+    ),
   });
+}
+
+function countOf(text: string | undefined): number | null {
+  const value = Number(text);
+  return text !== undefined && Number.isSafeInteger(value) ? value : null;
+}
+
+function publishedGeometry(text: string | undefined): NodeMigGeometry | null {
+  if (text === undefined) return null;
+  const first = (JSON.parse(text) as PublishedDevice[])[0];
+  return first?.mig_geometry ?? null;
 }
 
 function podUseOf(pod: LiveObject): PodUse | null {
@@ -327,8 +419,10 @@ function podUseOf(pod: LiveObject): PodUse | null {
   }
   if (Object.keys(units).length === 0) return null;
   return {
+    name: pod.metadata.name,
     node: spec.nodeName,
     claim: pod.metadata.labels[CLAIM_POD_LABEL] ?? null,
+    workload: pod.metadata.labels[CLAIM_WORKLOAD_LABEL] ?? null,
     ready: (status.conditions ?? []).some((c) => c.type === "Ready" && c.status === "True"),
     units,
   };
@@ -399,6 +493,11 @@ function packRequests(
   return place(0) ? chosen : null;
 }
 
+/** What each of `gpus` GPUs takes for a node's slice demand (profile → slices) spread over them. */
+function perGpu(demand: Readonly<Record<string, number>>, gpus: number): Record<string, number> {
+  return Object.fromEntries(Object.entries(demand).map(([p, n]) => [p, Math.ceil(n / gpus)]));
+}
+
 function randomId(): string {
   return crypto.randomUUID().replaceAll("-", "").slice(0, 16);
 }
@@ -410,36 +509,46 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
   readonly #clock: Clock;
   /** Plan id → its requests: a plan is reserved by the backend that made it. */
   readonly #plans = new Map<string, ReadonlyMap<string, WorkloadRequest>>();
-  /** Node → its labels as last read: a snapshot carries none, and constraints are checked against these. */
-  readonly #labels = new Map<string, Readonly<Record<string, string>>>();
+  /** Node → its view as last read: a snapshot carries no labels or geometry, and plans read these. */
+  readonly #views = new Map<string, NodeView>();
+  readonly #authority: KubernetesAuthority;
 
   /** A backend on `cluster`, its claim records in `options.namespace` (`default`). */
   constructor(cluster: ClusterClient, options: KubernetesAllocationOptions = {}) {
     this.#cluster = cluster;
     this.#namespace = options.namespace ?? "default";
     this.#clock = options.clock ?? systemClock;
+    this.#authority = options.authority ?? KubernetesAuthority.devicePlugin;
   }
 
   /**
    * The device plugin's guarantees: exclusive whole devices and existing MIG slices, several devices on
    * one host, memory accounted by the scheduler only, no admission boundary and no feature of the
-   * matrix. `environment.version` / `environment.features` override the version matrix.
+   * matrix. Managed MIG adds `dynamic-mig` and hardware-enforced memory (a slice is its own memory).
+   * `environment.version` / `environment.features` override the version matrix.
    */
   capabilities(environment: Readonly<Record<string, unknown>> = {}): AllocationCapabilities {
+    const managed = this.#authority === KubernetesAuthority.managedMig;
     return allocationCapabilities({
       adapter: "kubernetes",
-      authority: "device-plugin",
+      authority: this.#authority,
       exclusiveDevice: true,
       isolatedMig: true,
       cooperativeSharing: false,
-      memoryEnforcement: MemoryEnforcement.scheduler,
+      memoryEnforcement: managed ? MemoryEnforcement.hardware : MemoryEnforcement.scheduler,
       multiDevice: true,
       topologyVerification: false,
       elastic: false,
       admissionBoundary: false,
       versionMatrix: {
-        version: typeof environment.version === "string" ? environment.version : "kubernetes-device-plugin/1",
-        features: Array.isArray(environment.features) ? [...environment.features] : [],
+        version: typeof environment.version === "string"
+          ? environment.version
+          : `kubernetes-${this.#authority}/1`,
+        features: Array.isArray(environment.features)
+          ? [...environment.features]
+          : managed
+          ? [FEATURE_DYNAMIC_MIG]
+          : [],
         api_server: this.#cluster.server,
       },
     });
@@ -472,7 +581,9 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
         devices: Object.freeze(views.flatMap((v) => v.devices)),
         occupancy: Object.freeze(occupancy),
         sharing: Object.freeze(sharing),
-        owners: Object.freeze({}),
+        owners: Object.freeze(
+          Object.fromEntries(views.filter((v) => v.owner !== null).map((v) => [v.name, v.owner!])),
+        ),
         completeness: pods === null ? Completeness.partial : Completeness.complete,
         observedAt: this.#clock.monotonic(),
         generation,
@@ -497,11 +608,11 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
         !taken.has(deviceKey(d)) && (snapshot.occupancy[deviceKey(d)] ?? 0) === 0;
       const reasons: string[] = [];
       const assignments: Record<string, DeviceIdentity[]> = {};
-      const labelsOf = (node: string) => this.#labels.get(node) ?? {};
+      const labelsOf = (node: string) => this.#views.get(node)?.labels ?? {};
       const whole = requests.filter((r) => r.sharing === RequestSharing.exclusive);
       if (whole.length > 0) {
         const hosts = Object.keys(snapshot.sharing).filter((h) =>
-          snapshot.sharing[h] === NodeSharing.physical
+          snapshot.sharing[h] === NodeSharing.physical && snapshot.owners[h] === undefined
         );
         const freeOn = (host: string) =>
           snapshot.devices.filter((d) => d.node === host && d.migProfile === null && isFree(d));
@@ -530,25 +641,45 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
           }
         }
       }
+      const wholeNodes = new Set(Object.values(assignments).flat().map((d) => d.node ?? ""));
+      const demands = new Map<string, Record<string, number>>();
       for (const r of requests.filter((r) => r.sharing === RequestSharing.mig)) {
         const min = r.minimumUsableMemoryBytes ?? 0;
         const slice = snapshot.devices
           .filter((d) =>
             d.migProfile !== null && d.memoryBytes !== null && d.memoryBytes >= min && isFree(d) &&
+            snapshot.owners[d.node ?? ""] === undefined &&
             hardConstraintsHold(r.constraints, labelsOf(d.node ?? ""))
           )
           .sort((a, b) => (a.memoryBytes ?? 0) - (b.memoryBytes ?? 0))[0];
-        if (slice === undefined) {
-          reasons.push(
-            `request ${r.workloadId}: no free MIG slice of at least ${(min / 2 ** 30).toFixed(1)} GiB, and ` +
-              "authority device-plugin cannot change geometry",
-          );
+        if (slice !== undefined) {
+          taken.add(deviceKey(slice));
+          assignments[r.workloadId] = [slice];
           continue;
         }
-        taken.add(deviceKey(slice));
-        assignments[r.workloadId] = [slice];
+        const carved = this.#authority === KubernetesAuthority.managedMig
+          ? this.#carve(r, snapshot, demands, wholeNodes, isFree)
+          : null;
+        if (carved !== null) {
+          assignments[r.workloadId] = [carved];
+          continue;
+        }
+        reasons.push(
+          `request ${r.workloadId}: no free MIG slice of at least ${(min / GIB).toFixed(1)} GiB, and ` +
+            (this.#authority === KubernetesAuthority.managedMig
+              ? "no idle, unowned MIG-capable node whose geometry may change"
+              : "authority device-plugin cannot change geometry"),
+        );
       }
       if (reasons.length > 0) return infeasible(reasons);
+      const geometry: Record<string, string> = {};
+      const notes: string[] = [];
+      for (const [node, demand] of demands) {
+        geometry[node] = layoutText(perGpu(demand, this.#views.get(node)!.gpus.length));
+        notes.push(
+          `node ${node}: MIG geometry ${geometry[node]} would replace ${this.#views.get(node)!.migConfig}`,
+        );
+      }
       const planId = `plan-${randomId()}`;
       this.#plans.set(planId, new Map(requests.map((r) => [r.workloadId, r])));
       return Object.freeze<FeasiblePlan>({
@@ -556,10 +687,10 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
         assignments: Object.freeze(
           Object.fromEntries(Object.entries(assignments).map(([w, d]) => [w, Object.freeze(d)])),
         ),
-        geometry: Object.freeze({}),
+        geometry: Object.freeze(geometry),
         snapshotGeneration: snapshot.generation,
         planId,
-        notes: Object.freeze([]),
+        notes: Object.freeze(notes),
       });
     });
   }
@@ -576,7 +707,8 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
         "plan on this backend's inventory",
       );
     }
-    if (Object.keys(plan.geometry).length > 0) {
+    const geometryNodes = Object.keys(plan.geometry).sort();
+    if (geometryNodes.length > 0 && this.#authority !== KubernetesAuthority.managedMig) {
       throw new ConfigError(
         `plan ${plan.planId} changes MIG geometry, which the device plugin's authority cannot`,
         "plan on this backend: it grants the slices that exist",
@@ -593,7 +725,7 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
           { claim_id: claimId },
         );
       }
-      return requireKnown(await this.#observeRecord(existing), `claim ${claimId}`);
+      return requireKnown(await this.#inspect(existing), `claim ${claimId}`).observation;
     }
     if (expectedGeneration !== null) {
       throw conflict(`claim ${claimId} does not exist at generation ${expectedGeneration}`, {
@@ -604,27 +736,72 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
     for (const [workload, devices] of Object.entries(plan.assignments)) {
       for (const device of devices) {
         const node = device.node ?? "";
+        if (plan.geometry[node] !== undefined) continue;
         byNode.set(node, [...(byNode.get(node) ?? []), { workload, device }]);
       }
     }
     const pods = await this.#readOrThrow(() => this.#listPods(), "the pod listing");
+    const config = geometryNodes.length > 0
+      ? await this.#readOrThrow(() => this.#readMigConfig(), "the MIG configuration")
+      : null;
     const reads: NodeView[] = [];
-    for (const name of [...byNode.keys()].sort()) {
+    for (const name of [...new Set([...byNode.keys(), ...geometryNodes])].sort()) {
       reads.push(await this.#readOrThrow(() => this.#readNode(name), `node ${name}`));
       await barrier(Barrier.ownerReadAfter, { node: name, op_id: operationId });
     }
-    for (const view of reads) this.#checkFree(view, byNode.get(view.name)!, pods);
+    for (const view of reads) {
+      if (plan.geometry[view.name] === undefined) this.#checkFree(view, byNode.get(view.name)!, pods);
+      else {
+        const users = [...view.holds.values()].flat().concat(usersOn(view.name, pods, claimId));
+        if (view.owner !== null) {
+          throw conflict(`node ${view.name} is owned by ${view.owner}`, { node: view.name });
+        }
+        if (users.length > 0) {
+          throw conflict(`node ${view.name} is in use by ${users.join(", ")}: its geometry cannot change`, {
+            node: view.name,
+          });
+        }
+      }
+    }
+    if (config !== null) {
+      const added = Object.fromEntries(
+        geometryNodes.map((node, i) => [configName(claimId, i, 1), parseLayoutText(plan.geometry[node])]),
+      );
+      await this.#writeMigConfig(config, { ...config.configs, ...added }, operationId);
+    }
     const done: NodeView[] = [];
     let lost = false;
     for (const view of reads) {
-      const holds = new Map(view.holds);
-      for (const { workload, device } of byNode.get(view.name)!) {
-        const key = deviceKey(device);
-        holds.set(key, [...(holds.get(key) ?? []), holderOf(claimId, workload)]);
+      const index = geometryNodes.indexOf(view.name);
+      let operations: JsonPatchOperation[];
+      if (index >= 0) {
+        operations = nodePatch(view, {
+          labels: {
+            [MigLabel.config]: configName(claimId, index, 1),
+            [MigLabel.state]: MigState.pending,
+            [OWNER_LABEL]: claimId,
+          },
+          annotations: {
+            [NodeAnnotation.migGeneration]: "1",
+            [NodeAnnotation.migAnswered]: null,
+            [NodeAnnotation.migRestore]: view.migConfig,
+          },
+        }, operationId);
+      } else {
+        const holds = new Map(view.holds);
+        for (const { workload, device } of byNode.get(view.name)!) {
+          const key = deviceKey(device);
+          holds.set(key, [...(holds.get(key) ?? []), holderOf(claimId, workload)]);
+        }
+        operations = nodePatch(
+          view,
+          { annotations: { [NodeAnnotation.holds]: holdsText(holds) } },
+          operationId,
+        );
       }
       await barrier(Barrier.ownerUpdateBefore, { node: view.name, op_id: operationId });
       try {
-        await this.#cluster.patchNode(view.name, this.#holdsPatch(view, holds, operationId));
+        await this.#cluster.patchNode(view.name, operations);
       } catch (error) {
         await this.#rollback(claimId, operationId, done);
         if (error instanceof ClusterError && statusOf(error) === 409) {
@@ -650,8 +827,15 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
         host: GrantHost.observed,
       } satisfies DeliveredGrant;
     });
+    const document: ClaimDocument = {
+      owner: operationId,
+      generation: 1,
+      phase: "active",
+      grants,
+      geometry: plan.geometry,
+    };
     try {
-      await this.#cluster.create(this.#claimObject(claimId, operationId, 1, "active", grants, operationId));
+      await this.#cluster.create(this.#claimObject(claimId, document, operationId));
     } catch (error) {
       await this.#rollback(claimId, operationId, done);
       if (error instanceof ClusterError && statusOf(error) === 409) {
@@ -659,7 +843,7 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
       }
       throw error;
     }
-    const observation: ClaimObservation = Object.freeze({
+    return Object.freeze({
       claimId,
       owner: operationId,
       desiredGeneration: "1",
@@ -672,7 +856,6 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
           : { nodes: reads.map((v) => v.name) },
       ),
     });
-    return observation;
   }
 
   async observe(claimId: string): Promise<Observation<ClaimObservation>> {
@@ -685,7 +868,10 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
       throw error;
     }
     if (record === null) return unknown("missing", this.#clock, `no claim ${claimId} was reserved here`);
-    return await this.#observeRecord(record);
+    const inspected = await this.#inspect(record);
+    return inspected.kind === "known"
+      ? known(inspected.value.observation, this.#clock, inspected.generation)
+      : inspected;
   }
 
   async reconcile(claimId: string, desired: string, expectedGeneration: string): Promise<ClaimObservation> {
@@ -697,11 +883,91 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
         { claim_id: claimId },
       );
     }
-    throw new ConfigError(
-      `claim ${claimId} manages no MIG geometry, so it cannot move to ${JSON.stringify(desired)}`,
-      "reconcile only claims whose plan changed geometry: the device plugin's authority grants existing slices",
-      { claim_id: claimId },
-    );
+    const nodes = Object.keys(record.geometry).sort();
+    if (nodes.length === 0) {
+      throw new ConfigError(
+        `claim ${claimId} manages no MIG geometry, so it cannot move to ${JSON.stringify(desired)}`,
+        "reconcile only claims whose plan changed geometry",
+        { claim_id: claimId },
+      );
+    }
+    const layout = parseLayoutText(desired);
+    const views: NodeView[] = [];
+    for (const name of nodes) views.push(await this.#readOrThrow(() => this.#readNode(name), `node ${name}`));
+    const problems: string[] = [];
+    for (const view of views) {
+      if (view.geometry === null || !layoutFits(view.geometry, layout)) {
+        problems.push(`${view.name}: ${desired} does not fit its GPUs`);
+      }
+      const held = perGpu(sliceDemand(record, view.name), view.gpus.length);
+      for (const [profile, count] of Object.entries(held)) {
+        if ((layout[profile] ?? 0) < count) {
+          problems.push(`${view.name}: the claim holds ${profile} slices the layout drops`);
+        }
+      }
+    }
+    if (problems.length > 0) {
+      throw new ConfigError(
+        `desired geometry ${desired} is not legal: ${problems.join("; ")}`,
+        "fix the layout",
+      );
+    }
+    const pods = await this.#readOrThrow(() => this.#listPods(), "the pod listing");
+    const refused: string[] = [];
+    for (const view of views) {
+      await barrier(Barrier.ownerReadAfter, { node: view.name, op_id: record.owner });
+      if (view.owner !== claimId) {
+        throw conflict(`node ${view.name} is no longer owned by ${claimId}`, { node: view.name });
+      }
+      const users = usersOn(view.name, pods, claimId);
+      if (users.length > 0) refused.push(`node ${view.name}: geometry kept, in use by ${users.join(", ")}`);
+    }
+    if (refused.length > 0) {
+      const current = requireKnown(await this.#inspect(record), `claim ${claimId}`).observation;
+      return Object.freeze({
+        ...current,
+        evidence: Object.freeze({ ...current.evidence, refused: Object.freeze(refused) }),
+      });
+    }
+    const generation = record.generation + 1;
+    const config = await this.#readOrThrow(() => this.#readMigConfig(), "the MIG configuration");
+    const added = Object.fromEntries(nodes.map((_, i) => [configName(claimId, i, generation), layout]));
+    await this.#writeMigConfig(config, { ...config.configs, ...added }, record.owner);
+    for (const [i, view] of views.entries()) {
+      const answered = this.#answered(record, view, i) ? record.generation : view.migAnswered;
+      await barrier(Barrier.ownerUpdateBefore, { node: view.name, op_id: record.owner });
+      try {
+        await this.#cluster.patchNode(
+          view.name,
+          nodePatch(view, {
+            labels: {
+              [MigLabel.config]: configName(claimId, i, generation),
+              [MigLabel.state]: MigState.pending,
+            },
+            annotations: {
+              [NodeAnnotation.migGeneration]: String(generation),
+              [NodeAnnotation.migAnswered]: answered === null ? null : String(answered),
+            },
+          }, record.owner),
+        );
+      } catch (error) {
+        if (error instanceof ClusterError && statusOf(error) === 409) {
+          throw conflict(`node ${view.name} changed since it was read; the write was refused`, {
+            node: view.name,
+          });
+        }
+        throw error;
+      }
+      await barrier(Barrier.ownerUpdateAfter, { node: view.name, op_id: record.owner });
+    }
+    const next: ClaimDocument = {
+      ...record,
+      generation,
+      geometry: Object.fromEntries(nodes.map((node) => [node, layoutText(layout)])),
+    };
+    await this.#cluster.replace(this.#claimObject(claimId, next, record.owner), record.version);
+    const written = await this.#readClaimOrThrow(claimId);
+    return requireKnown(await this.#inspect(written!), `claim ${claimId}`).observation;
   }
 
   async release(
@@ -738,21 +1004,27 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
         )
         : answer(ReleaseStatus.unknown, kept);
     }
-    const nodes = [...new Set(record.grants.flatMap((g) => g.devices.map((d) => d.node ?? "")))].sort();
+    const nodes = claimNodes(record);
     const views: NodeView[] = [];
+    let pods: PodUse[];
     try {
       for (const name of nodes) views.push(await this.#readNode(name));
+      pods = await this.#listPods();
     } catch (error) {
       if (!(error instanceof ClusterError || error instanceof UnobservableState)) throw error;
       return answer(ReleaseStatus.unknown, `a read failed (${error.message}); nothing was released`);
     }
+    const remaining: string[] = [];
     for (let view of views) {
       for (let attempt = 1;; attempt++) {
-        const holds = withoutHolders(view.holds, claimId);
-        if (holds === null) break;
+        const { change, note } = this.#releaseChange(record, view, pods);
+        if (change === null) {
+          if (note !== null) remaining.push(note);
+          break;
+        }
         await barrier(Barrier.ownerUpdateBefore, { node: view.name, op_id: operationId });
         try {
-          await this.#cluster.patchNode(view.name, this.#holdsPatch(view, holds, operationId));
+          await this.#cluster.patchNode(view.name, nodePatch(view, change, operationId));
         } catch (error) {
           if (!(error instanceof ClusterError)) throw error;
           if (statusOf(error) !== 409 || attempt === RELEASE_ATTEMPTS) {
@@ -773,27 +1045,39 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
         if (hit.dropResponse) {
           return answer(ReleaseStatus.unknown, "the release reply was lost; observe to confirm");
         }
+        if (note !== null) remaining.push(note);
         break;
       }
     }
+    if (Object.keys(record.geometry).length > 0) {
+      const dropped = await this.#dropMigConfigs(record, operationId);
+      if (dropped !== null) return answer(ReleaseStatus.unknown, dropped, remaining);
+    }
     const failed = await this.#writePhase(record, "released", operationId);
-    return failed === null ? answer(ReleaseStatus.released, "") : answer(ReleaseStatus.unknown, failed);
+    if (failed !== null) return answer(ReleaseStatus.unknown, failed, remaining);
+    return answer(
+      ReleaseStatus.released,
+      remaining.length > 0 ? "released; some geometry was kept" : "",
+      remaining,
+    );
   }
 
   async bindings(claimId: string, workloadId: string): Promise<WorkloadBindings> {
     const record = await this.#readClaimOrThrow(claimId);
     if (record === null) throw new ConfigError(`no claim ${claimId} was reserved here`);
-    const grant = record.grants.find((g) => g.workloadId === workloadId);
-    if (grant === undefined) throw new ConfigError(`claim ${claimId} has no workload ${workloadId}`);
-    const observation = requireKnown(await this.#observeRecord(record), `claim ${claimId}`);
-    if (observation.grant === null) {
+    const planned = record.grants.find((g) => g.workloadId === workloadId);
+    if (planned === undefined) throw new ConfigError(`claim ${claimId} has no workload ${workloadId}`);
+    const { observation, grants } = requireKnown(await this.#inspect(record), `claim ${claimId}`);
+    const granted = grants.get(workloadId) ?? null;
+    if (observation.grant === null || granted === null) {
       throw new ResourceUnavailable(
         `claim ${claimId} is ${observation.status}: no grant to bind ${workloadId} to yet`,
         "observe the claim until it is prepared",
         { claim_id: claimId },
       );
     }
-    const devices = grant.devices;
+    const devices = granted;
+    const grant: DeliveredGrant = { ...planned, devices };
     const selector = { "kubernetes.io/hostname": devices[0]?.node ?? "" };
     const resource = devices[0] === undefined ? DEFAULT_GPU_RESOURCE : resourceOf(devices[0]);
     return Object.freeze({
@@ -813,6 +1097,46 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
 
   // ----- internals -----
 
+  /**
+   * A slice `request` would get on an idle, unowned MIG-capable node once the node takes a new layout
+   * (every GPU the same, the demand spread over them), recorded in `demands`; null when no node can.
+   */
+  #carve(
+    request: WorkloadRequest,
+    snapshot: InventorySnapshot,
+    demands: Map<string, Record<string, number>>,
+    wholeNodes: ReadonlySet<string>,
+    isFree: (d: DeviceIdentity) => boolean,
+  ): DeviceIdentity | null {
+    const min = request.minimumUsableMemoryBytes ?? 0;
+    for (const host of Object.keys(snapshot.sharing).sort()) {
+      const view = this.#views.get(host);
+      const sharing = snapshot.sharing[host];
+      if (view === undefined || view.geometry === null || view.gpus.length === 0) continue;
+      if (sharing !== NodeSharing.physical && sharing !== NodeSharing.mig) continue;
+      if (snapshot.owners[host] !== undefined || wholeNodes.has(host)) continue;
+      if (!hardConstraintsHold(request.constraints, view.labels)) continue;
+      if (!snapshot.devices.filter((d) => d.node === host).every(isFree)) continue;
+      const profile = profileFor(view.geometry, min / GIB);
+      if (profile === null) continue;
+      const demand = { ...(demands.get(host) ?? {}) };
+      demand[profile.name] = (demand[profile.name] ?? 0) + 1;
+      if (!layoutFits(view.geometry, perGpu(demand, view.gpus.length))) continue;
+      demands.set(host, demand);
+      const gpu = view.gpus[(demand[profile.name] - 1) % view.gpus.length];
+      return deviceIdentity({
+        node: host,
+        ordinal: gpu.ordinal,
+        uuid: gpu.uuid,
+        migUuid: null,
+        product: view.devices[0]?.product ?? "unknown",
+        memoryBytes: profile.memorySizeMB * MIB,
+        migProfile: profile.name,
+      });
+    }
+    return null;
+  }
+
   async #listNodes(scope: InventoryScope): Promise<NodeView[]> {
     const selector = Object.entries(scope.labels ?? {}).map(([k, v]) => `${k}=${v}`).join(",");
     const nodes = await this.#cluster.list("v1", "Node", "", selector);
@@ -820,7 +1144,7 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
       .filter((n) => scope.nodes === undefined || scope.nodes.includes(n.metadata.name))
       .map(viewOf)
       .sort((a, b) => a.name.localeCompare(b.name));
-    for (const view of views) this.#labels.set(view.name, view.labels);
+    for (const view of views) this.#views.set(view.name, view);
     return views;
   }
 
@@ -833,7 +1157,7 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
     const node = await this.#cluster.read({ apiVersion: "v1", kind: "Node", namespace: "", name });
     if (node === null) throw malformed(name, "node object (it no longer exists)");
     const view = viewOf(node);
-    this.#labels.set(view.name, view.labels);
+    this.#views.set(view.name, view);
     return view;
   }
 
@@ -888,35 +1212,19 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
     }
   }
 
-  /** The JSON patch that writes `holds` on `view`'s node while it is still at the version read. */
-  #holdsPatch(
-    view: NodeView,
-    holds: ReadonlyMap<string, readonly string[]>,
-    operationId: string,
-  ): JsonPatchOperation[] {
-    const record = JSON.stringify(Object.fromEntries([...holds].filter(([, h]) => h.length > 0).sort()));
-    const annotations = { [NodeAnnotation.holds]: record, [NodeAnnotation.lastOperation]: operationId };
-    return [
-      { op: "replace", path: "/metadata/resourceVersion", value: view.version },
-      ...(view.hasAnnotations
-        ? Object.entries(annotations).map(([key, value]) => ({
-          op: "add" as const,
-          path: `/metadata/annotations/${pointerKey(key)}`,
-          value,
-        }))
-        : [{ op: "add" as const, path: "/metadata/annotations", value: annotations }]),
-    ];
-  }
-
-  /** Takes this claim's holders off the nodes it wrote, re-reading each; never anyone else's. */
+  /** Takes this claim's holds and geometry off the nodes it wrote, re-reading each; never anyone else's. */
   async #rollback(claimId: string, operationId: string, done: readonly NodeView[]): Promise<void> {
     for (const written of done.toReversed()) {
       for (let attempt = 1; attempt <= RELEASE_ATTEMPTS; attempt++) {
         const view = await this.#readNode(written.name);
         const holds = withoutHolders(view.holds, claimId);
-        if (holds === null) break;
+        const change: NodeChange = {
+          ...(view.owner === claimId ? restoreChange(view) : {}),
+          ...(holds === null ? {} : { annotations: { [NodeAnnotation.holds]: holdsText(holds) } }),
+        };
+        if (view.owner !== claimId && holds === null) break;
         try {
-          await this.#cluster.patchNode(view.name, this.#holdsPatch(view, holds, operationId));
+          await this.#cluster.patchNode(view.name, nodePatch(view, change, operationId));
           break;
         } catch (error) {
           if (!(error instanceof ClusterError) || statusOf(error) !== 409 || attempt === RELEASE_ATTEMPTS) {
@@ -927,14 +1235,120 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
     }
   }
 
-  #claimObject(
-    claimId: string,
-    owner: string,
-    generation: number,
-    phase: Phase,
-    grants: readonly DeliveredGrant[],
+  /** What releasing `record` changes on `view` (null: nothing of it there), and what is kept and why. */
+  #releaseChange(
+    record: ClaimRecord,
+    view: NodeView,
+    pods: readonly PodUse[],
+  ): { readonly change: NodeChange | null; readonly note: string | null } {
+    if (record.geometry[view.name] === undefined) {
+      const holds = withoutHolders(view.holds, record.claimId);
+      return {
+        change: holds === null ? null : { annotations: { [NodeAnnotation.holds]: holdsText(holds) } },
+        note: null,
+      };
+    }
+    if (view.owner !== record.claimId) {
+      return { change: null, note: view.owner === null ? null : `${view.name}: owned by ${view.owner}` };
+    }
+    if (usersOn(view.name, pods, record.claimId).length > 0) {
+      return {
+        change: {
+          labels: { [OWNER_LABEL]: null },
+          annotations: {
+            [NodeAnnotation.migGeneration]: null,
+            [NodeAnnotation.migAnswered]: null,
+            [NodeAnnotation.migRestore]: null,
+          },
+        },
+        note: `${view.name}: geometry kept, workloads still run`,
+      };
+    }
+    return { change: restoreChange(view), note: null };
+  }
+
+  /** The mig-parted configurations and the version of their ConfigMap (null: it does not exist yet). */
+  async #readMigConfig(): Promise<
+    { configs: Record<string, Record<string, number>>; version: string | null }
+  > {
+    const object = await this.#cluster.read({
+      apiVersion: "v1",
+      kind: "ConfigMap",
+      namespace: this.#namespace,
+      name: MIG_CONFIG_MAP,
+    });
+    if (object === null) return { configs: {}, version: null };
+    const text = (object.data as Record<string, string> | undefined)?.[MIG_PARTED_KEY] ?? "";
+    return { configs: parseMigParted(text), version: object.metadata.resourceVersion };
+  }
+
+  /** Writes `configs` over what `read` saw, under its version (OwnershipConflict when another writer won). */
+  async #writeMigConfig(
+    read: { readonly version: string | null },
+    configs: MigConfigsWritable,
     operationId: string,
-  ): KubernetesObject {
+  ): Promise<void> {
+    const object: KubernetesObject = {
+      apiVersion: "v1",
+      kind: "ConfigMap",
+      metadata: {
+        name: MIG_CONFIG_MAP,
+        namespace: this.#namespace,
+        labels: {},
+        annotations: { [NodeAnnotation.lastOperation]: operationId },
+      },
+      data: { [MIG_PARTED_KEY]: migPartedDocument(configs) },
+    };
+    await barrier(Barrier.ownerUpdateBefore, { target: MIG_CONFIG_MAP, op_id: operationId });
+    try {
+      if (read.version === null) await this.#cluster.create(object);
+      else await this.#cluster.replace(object, read.version);
+    } catch (error) {
+      if (error instanceof ClusterError && statusOf(error) === 409) {
+        throw conflict("the MIG configuration changed before the write landed", { op_id: operationId });
+      }
+      throw error;
+    }
+  }
+
+  /** Drops the claim's configurations no node names any more; null when done, else why not. */
+  async #dropMigConfigs(record: ClaimRecord, operationId: string): Promise<string | null> {
+    for (let attempt = 1; attempt <= RELEASE_ATTEMPTS; attempt++) {
+      try {
+        const inUse = new Set<string>();
+        for (const node of Object.keys(record.geometry)) inUse.add((await this.#readNode(node)).migConfig);
+        const read = await this.#readMigConfig();
+        const kept = Object.fromEntries(
+          Object.entries(read.configs).filter(([name]) =>
+            !name.startsWith(`${record.claimId}-`) || inUse.has(name)
+          ),
+        );
+        if (Object.keys(kept).length === Object.keys(read.configs).length) return null;
+        await this.#writeMigConfig(read, kept, operationId);
+        return null;
+      } catch (error) {
+        if (error instanceof OwnershipConflict && attempt < RELEASE_ATTEMPTS) continue;
+        if (
+          error instanceof ClusterError || error instanceof UnobservableState ||
+          error instanceof OwnershipConflict
+        ) {
+          return `the MIG configuration could not be cleaned: ${error.message}`;
+        }
+        throw error;
+      }
+    }
+    return "the MIG configuration kept changing under the write";
+  }
+
+  /** Whether the MIG manager was seen to apply the claim's current geometry on `view` (its `index`-th node). */
+  #answered(record: ClaimRecord, view: NodeView, index: number): boolean {
+    return view.owner === record.claimId && view.migGeneration === record.generation &&
+      view.migConfig === configName(record.claimId, index, record.generation) &&
+      view.migState === MigState.success &&
+      appliedMatches(view, parseLayoutText(record.geometry[view.name]));
+  }
+
+  #claimObject(claimId: string, document: ClaimDocument, operationId: string): KubernetesObject {
     return {
       apiVersion: "v1",
       kind: "ConfigMap",
@@ -945,7 +1359,13 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
         annotations: { [NodeAnnotation.lastOperation]: operationId },
       },
       data: {
-        [CLAIM_KEY]: JSON.stringify({ owner, generation, phase, grants: grants.map(deliveredGrantToDict) }),
+        [CLAIM_KEY]: JSON.stringify({
+          owner: document.owner,
+          generation: document.generation,
+          phase: document.phase,
+          grants: document.grants.map(deliveredGrantToDict),
+          geometry: document.geometry,
+        }),
       },
     };
   }
@@ -959,7 +1379,13 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
     });
     if (object === null) return null;
     const text = (object.data as Record<string, string> | undefined)?.[CLAIM_KEY];
-    let document: { owner?: unknown; generation?: unknown; phase?: unknown; grants?: unknown };
+    let document: {
+      owner?: unknown;
+      generation?: unknown;
+      phase?: unknown;
+      grants?: unknown;
+      geometry?: unknown;
+    };
     try {
       document = JSON.parse(text ?? "");
     } catch {
@@ -969,9 +1395,12 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
       );
     }
     const phases: readonly unknown[] = ["active", "retained", "released"];
+    const geometry = document.geometry ?? {};
     if (
       typeof document.owner !== "string" || !Number.isSafeInteger(document.generation) ||
-      !phases.includes(document.phase) || !Array.isArray(document.grants)
+      !phases.includes(document.phase) || !Array.isArray(document.grants) ||
+      typeof geometry !== "object" || geometry === null ||
+      !Object.values(geometry).every((v) => typeof v === "string")
     ) {
       throw new UnobservableState(
         `the record of claim ${claimId} is malformed`,
@@ -984,6 +1413,7 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
       generation: document.generation as number,
       phase: document.phase as Phase,
       grants: Object.freeze(document.grants.map(deliveredGrantFromDict)),
+      geometry: Object.freeze({ ...(geometry as Record<string, string>) }),
       version: object.metadata.resourceVersion,
     });
   }
@@ -998,14 +1428,7 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
     for (let attempt = 1;; attempt++) {
       try {
         await this.#cluster.replace(
-          this.#claimObject(
-            current.claimId,
-            current.owner,
-            current.generation,
-            phase,
-            current.grants,
-            operationId,
-          ),
+          this.#claimObject(current.claimId, { ...current, phase }, operationId),
           current.version,
         );
         return null;
@@ -1026,36 +1449,83 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
     }
   }
 
-  async #observeRecord(record: ClaimRecord): Promise<Observation<ClaimObservation>> {
-    const nodes = [...new Set(record.grants.flatMap((g) => g.devices.map((d) => d.node ?? "")))].sort();
-    const views: NodeView[] = [];
+  /**
+   * The claim as its nodes show it now, and each workload's grant (a carved slice by its MIG UUID once the
+   * manager created it; null before).
+   */
+  async #inspect(
+    record: ClaimRecord,
+  ): Promise<Observation<{ observation: ClaimObservation; grants: Map<string, DeviceIdentity[] | null> }>> {
+    const views = new Map<string, NodeView>();
     try {
-      for (const name of nodes) views.push(await this.#readNode(name));
+      for (const name of claimNodes(record)) views.set(name, await this.#readNode(name));
     } catch (error) {
       if (error instanceof ClusterError) return unknown(reasonOf(error), this.#clock, error.message);
       if (error instanceof UnobservableState) return unknown("malformed", this.#clock, error.message);
       throw error;
     }
     const missing: string[] = [];
+    const failed: string[] = [];
+    const preparing: string[] = [];
+    const nodes: Record<string, unknown> = {};
+    const geometryNodes = Object.keys(record.geometry).sort();
     for (const grant of record.grants) {
       for (const device of grant.devices) {
-        const view = views.find((v) => v.name === device.node);
+        if (record.geometry[device.node ?? ""] !== undefined) continue;
         const holder = holderOf(record.claimId, grant.workloadId);
-        if (!(view?.holds.get(deviceKey(device)) ?? []).includes(holder)) {
+        if (!(views.get(device.node ?? "")?.holds.get(deviceKey(device)) ?? []).includes(holder)) {
           missing.push(`${holder}@${deviceKey(device)}`);
         }
       }
     }
+    for (const [i, node] of geometryNodes.entries()) {
+      const view = views.get(node)!;
+      nodes[node] = {
+        state: view.migState,
+        config: view.migConfig,
+        state_generation: view.migGeneration,
+        write_generation: record.generation,
+      };
+      if (record.phase !== "active") continue;
+      const ours = view.owner === record.claimId && view.migGeneration === record.generation &&
+        view.migConfig === configName(record.claimId, i, record.generation);
+      if (!ours) failed.push(`${node}: its geometry is no longer this claim's`);
+      else if (view.migState === MigState.failed) failed.push(`${node}: the MIG manager reports failed`);
+      else if (!this.#answered(record, view, i)) preparing.push(node);
+    }
+    for (const view of views.values()) nodes[view.name] ??= { version: view.version };
+    const taken = new Set<string>();
+    const grants = new Map<string, DeviceIdentity[] | null>();
+    for (const grant of record.grants) {
+      const devices: DeviceIdentity[] = [];
+      for (const planned of grant.devices) {
+        if (
+          planned.migUuid !== null || planned.migProfile === null ||
+          record.geometry[planned.node ?? ""] === undefined
+        ) {
+          devices.push(planned);
+          continue;
+        }
+        const slice = views.get(planned.node ?? "")?.devices.find((d) =>
+          d.ordinal === planned.ordinal && d.migProfile === planned.migProfile && d.migUuid !== null &&
+          !taken.has(d.migUuid)
+        );
+        if (slice === undefined) break;
+        taken.add(slice.migUuid!);
+        devices.push(slice);
+      }
+      grants.set(grant.workloadId, devices.length === grant.devices.length ? devices : null);
+    }
+    const evidence: Record<string, unknown> = { nodes };
     let status: ClaimStatus;
-    const evidence: Record<string, unknown> = {
-      nodes: Object.fromEntries(views.map((v) => [v.name, v.version])),
-    };
     if (record.phase === "released") status = ClaimStatus.released;
     else if (record.phase === "retained") status = ClaimStatus.retained;
-    else if (missing.length > 0) {
+    else if (missing.length > 0 || failed.length > 0) {
       status = ClaimStatus.failed;
-      evidence.missing_holds = missing;
-    } else {
+      if (missing.length > 0) evidence.missing_holds = missing;
+      if (failed.length > 0) evidence.failed = failed;
+    } else if (preparing.length > 0) status = ClaimStatus.preparing;
+    else {
       status = ClaimStatus.prepared;
       try {
         const pods = (await this.#listPods()).filter((p) => p.claim === record.claimId);
@@ -1065,22 +1535,139 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
         evidence.readiness = `unread: ${error.message}`;
       }
     }
-    const granted = status === ClaimStatus.prepared || status === ClaimStatus.ready ||
-      status === ClaimStatus.retained;
-    return known(
-      Object.freeze({
-        claimId: record.claimId,
-        owner: record.owner,
-        desiredGeneration: String(record.generation),
-        observedGeneration: missing.length === 0 ? String(record.generation) : null,
-        status,
-        grant: granted ? Object.freeze(record.grants.flatMap((g) => g.devices)) : null,
-        evidence: Object.freeze(evidence),
-      }),
-      this.#clock,
-      record.version,
-    );
+    let observed: string | null;
+    if (missing.length > 0) observed = null;
+    else if (preparing.length === 0) observed = String(record.generation);
+    else {
+      const answered = geometryNodes.map((n) => views.get(n)!.migAnswered);
+      observed = answered.every((a) => a !== null) ? String(Math.min(...(answered as number[]))) : null;
+    }
+    const granted = (status === ClaimStatus.prepared || status === ClaimStatus.ready ||
+      status === ClaimStatus.retained) && [...grants.values()].every((g) => g !== null);
+    const observation: ClaimObservation = Object.freeze({
+      claimId: record.claimId,
+      owner: record.owner,
+      desiredGeneration: String(record.generation),
+      observedGeneration: observed,
+      status,
+      grant: granted ? Object.freeze([...grants.values()].flatMap((g) => g ?? [])) : null,
+      evidence: Object.freeze(evidence),
+    });
+    return known({ observation, grants }, this.#clock, record.version);
   }
+}
+
+/** Label and annotation changes to a node: a value sets the key, null removes it. */
+interface NodeChange {
+  readonly labels?: Readonly<Record<string, string | null>>;
+  readonly annotations?: Readonly<Record<string, string | null>>;
+}
+
+/** The configs a mig-parted document is written from. */
+type MigConfigsWritable = Readonly<Record<string, Readonly<Record<string, number>>>>;
+
+/**
+ * The JSON patch making `change` on `view`'s node while it is still at the version read (the patched
+ * object carries that `resourceVersion`: the API server answers 409 once anything wrote the node since),
+ * naming `operationId` as the last operation.
+ */
+function nodePatch(view: NodeView, change: NodeChange, operationId: string): JsonPatchOperation[] {
+  const operations: JsonPatchOperation[] = [
+    { op: "replace", path: "/metadata/resourceVersion", value: view.version },
+  ];
+  const section = (
+    field: "labels" | "annotations",
+    present: Readonly<Record<string, string>>,
+    wanted: Readonly<Record<string, string | null>>,
+  ) => {
+    const sets = Object.entries(wanted).filter((e): e is [string, string] => e[1] !== null);
+    if (Object.keys(present).length === 0) {
+      if (sets.length > 0) {
+        operations.push({ op: "add", path: `/metadata/${field}`, value: Object.fromEntries(sets) });
+      }
+      return;
+    }
+    for (const [key, value] of sets) {
+      operations.push({ op: "add", path: `/metadata/${field}/${pointerKey(key)}`, value });
+    }
+    for (const [key, value] of Object.entries(wanted)) {
+      if (value === null && Object.hasOwn(present, key)) {
+        operations.push({ op: "remove", path: `/metadata/${field}/${pointerKey(key)}` });
+      }
+    }
+  };
+  section("labels", view.labels, change.labels ?? {});
+  section("annotations", view.annotations, {
+    ...change.annotations,
+    [NodeAnnotation.lastOperation]: operationId,
+  });
+  return operations;
+}
+
+/** What puts a node's geometry back as its owner found it, and frees the node. */
+function restoreChange(view: NodeView): NodeChange {
+  return {
+    labels: {
+      [MigLabel.config]: view.restore ?? MIG_DISABLED,
+      [MigLabel.state]: MigState.pending,
+      [OWNER_LABEL]: null,
+    },
+    annotations: {
+      [NodeAnnotation.migGeneration]: null,
+      [NodeAnnotation.migAnswered]: null,
+      [NodeAnnotation.migRestore]: null,
+    },
+  };
+}
+
+function holdsText(holds: ReadonlyMap<string, readonly string[]>): string {
+  return JSON.stringify(Object.fromEntries([...holds].filter(([, h]) => h.length > 0).sort()));
+}
+
+/** The name of a claim's configuration for its `index`-th geometry node at `generation`. */
+function configName(claimId: string, index: number, generation: number): string {
+  return `${claimId}-n${index}-g${generation}`;
+}
+
+/** Who uses GPUs on `node`: a claim's pods as `<claim>#<workload>`, others by pod name. */
+function usersOn(node: string, pods: readonly PodUse[], claimId: string): string[] {
+  return pods.filter((p) => p.node === node)
+    .map((p) => p.claim === claimId ? holderOf(claimId, p.workload ?? p.name) : p.name)
+    .sort();
+}
+
+/** The slices (profile → count) the claim's workloads take on `node`. */
+function sliceDemand(record: ClaimRecord, node: string): Record<string, number> {
+  const demand: Record<string, number> = {};
+  for (const grant of record.grants) {
+    for (const d of grant.devices) {
+      if (d.node === node && d.migProfile !== null) demand[d.migProfile] = (demand[d.migProfile] ?? 0) + 1;
+    }
+  }
+  return demand;
+}
+
+/** Every node a claim touches: its devices' and its geometry's. */
+function claimNodes(record: ClaimRecord): string[] {
+  return [
+    ...new Set([
+      ...record.grants.flatMap((g) => g.devices.map((d) => d.node ?? "")),
+      ...Object.keys(record.geometry),
+    ]),
+  ].sort();
+}
+
+/** Whether every GPU of `view` shows exactly `layout`'s slices (profile → count) as its node agent published them. */
+function appliedMatches(view: NodeView, layout: Readonly<Record<string, number>>): boolean {
+  return view.gpus.every((gpu) => {
+    const counts: Record<string, number> = {};
+    for (const d of view.devices) {
+      if (d.ordinal === gpu.ordinal && d.migProfile !== null) {
+        counts[d.migProfile] = (counts[d.migProfile] ?? 0) + 1;
+      }
+    }
+    return layoutText(counts) === layoutText(layout);
+  });
 }
 
 /** `holds` without any holder of `claimId`; null when it held nothing there. */

@@ -451,6 +451,21 @@ export class KubeApiServer {
     return structuredClone(this.#create(served, namespace, String(metadata.name), object));
   }
 
+  /** Writes `object` over the stored one as another client would, with no precondition; returns the stored copy. */
+  overwrite(object: Json): StoredObject {
+    const served = this.#served(String(object.apiVersion), String(object.kind));
+    const metadata = { ...(object.metadata as Json) };
+    delete metadata.resourceVersion;
+    const key = this.#key(
+      served,
+      served.namespaced ? String(metadata.namespace) : null,
+      String(metadata.name),
+    );
+    const current = this.#objects.get(key);
+    if (current === undefined) throw new Error(`no ${served.kind} ${String(metadata.name)} to overwrite`);
+    return structuredClone(this.#update(served, key, current, { ...structuredClone(object), metadata }));
+  }
+
   /** Deletes the stored object as another client would; false when there was none. */
   remove(apiVersion: string, kind: string, namespace: string | null, name: string): boolean {
     const deleted = this.#objects.delete(this.#key(this.#served(apiVersion, kind), namespace, name));
