@@ -79,7 +79,7 @@ function operationOf(write: KeptWrite): string {
 }
 
 /** A card family as NVML would report its GPU-instance profiles and placements. */
-function nvmlGeometry(family: MigFamily): NodeMigGeometry {
+export function nvmlGeometry(family: MigFamily): NodeMigGeometry {
   return {
     computeSlices: family.computeSlices,
     memorySlices: family.memorySlices,
