@@ -260,6 +260,23 @@ export function constraintHolds(c: Constraint, attributes: Readonly<Record<strin
   }
 }
 
+/** Whether `labels` meet every hard constraint of `constraints` (soft ones never exclude a host). */
+export function hardConstraintsHold(
+  constraints: readonly Constraint[],
+  labels: Readonly<Record<string, string>>,
+): boolean {
+  return constraints.every((c) => !c.hard || constraintHolds(c, labels));
+}
+
+/** Whether `constraints` have soft ones and `labels` meet all of them (a host to try first). */
+export function softlyPreferred(
+  constraints: readonly Constraint[],
+  labels: Readonly<Record<string, string>>,
+): boolean {
+  const soft = constraints.filter((c) => !c.hard);
+  return soft.length > 0 && soft.every((c) => constraintHolds(c, labels));
+}
+
 /** What one workload asks of the allocator. */
 export interface WorkloadRequest {
   readonly flowId: string;
@@ -743,4 +760,65 @@ export function allocationRejections(
     }
   }
   return reasons;
+}
+
+/**
+ * Why whole-device `requests` found no per-host packing, for a planner whose packing failed: per
+ * request, no eligible host at all or fewer free devices on its best eligible host than it needs; when
+ * every request fits some host alone, one reason naming the fragmentation (the free devices fit in
+ * aggregate, not per host). `free` is host → free whole devices; `eligible` is workload → the hosts it
+ * may take. Never empty.
+ */
+export function packingShortfalls(
+  requests: readonly WorkloadRequest[],
+  free: Readonly<Record<string, number>>,
+  eligible: Readonly<Record<string, ReadonlySet<string>>>,
+): string[] {
+  const reasons: string[] = [];
+  for (const r of requests) {
+    const best = Math.max(0, ...[...eligible[r.workloadId]].map((h) => free[h]));
+    if (eligible[r.workloadId].size === 0) {
+      reasons.push(
+        `request ${r.workloadId}: no eligible host (physical, unowned, constraints and memory met)`,
+      );
+    } else if (best < r.deviceCount) {
+      reasons.push(
+        `request ${r.workloadId} needs ${r.deviceCount} free whole devices on one host; the most free on an eligible host is ${best}`,
+      );
+    }
+  }
+  if (reasons.length === 0) {
+    const total = Object.values(free).reduce((a, b) => a + b, 0);
+    const hosts = Object.entries(free).map(([h, n]) => `${h}=${n}`).join(", ");
+    reasons.push(
+      `requests ${
+        requests.map((r) => `${r.workloadId}(${r.deviceCount})`).join(", ")
+      } fit the ${total} free devices in aggregate but not per host (free: ${hosts}): fragmentation`,
+    );
+  }
+  return reasons;
+}
+
+/** The canonical text of a layout (`1g.10gb=2,3g.40gb=1`; empty for none), as plans carry it. */
+export function layoutText(layout: Readonly<Record<string, number>>): string {
+  return Object.keys(layout).filter((name) => layout[name] > 0).sort().map((name) =>
+    `${name}=${layout[name]}`
+  )
+    .join(",");
+}
+
+/** Reads {@link layoutText}; throws {@link ConfigError} for anything else. */
+export function parseLayoutText(text: string): Record<string, number> {
+  const layout: Record<string, number> = {};
+  for (const part of text === "" ? [] : text.split(",")) {
+    const match = /^([0-9a-z.+]+)=([1-9][0-9]*)$/.exec(part);
+    if (match === null || Object.hasOwn(layout, match[1])) {
+      throw new ConfigError(
+        `not a MIG layout: ${JSON.stringify(text)}`,
+        "write it as profile=count,profile=count",
+      );
+    }
+    layout[match[1]] = Number(match[2]);
+  }
+  return layout;
 }

@@ -8,7 +8,13 @@
  * @module
  */
 
-import { ApiException, KubeConfig, KubernetesObjectApi, PatchStrategy } from "@kubernetes/client-node";
+import {
+  ApiException,
+  CoreV1Api,
+  KubeConfig,
+  KubernetesObjectApi,
+  PatchStrategy,
+} from "@kubernetes/client-node";
 import { ClusterError, ConfigError } from "../core/errors.ts";
 import type { KubernetesObject } from "./manifests.ts";
 
@@ -56,6 +62,14 @@ export interface ObjectRef {
   readonly namespace: string;
   /** Its name. */
   readonly name: string;
+}
+
+/** One RFC 6902 operation of a JSON patch. */
+export interface JsonPatchOperation {
+  readonly op: "add" | "remove" | "replace" | "test";
+  /** A JSON pointer (`/metadata/annotations/videoflow.io~1holds`). */
+  readonly path: string;
+  readonly value?: unknown;
 }
 
 /** What a delete found: the object removed, already gone, or changed since it was read (kept). */
@@ -198,18 +212,20 @@ function plain(object: unknown): LiveObject {
 /** The cluster the deploy talks to (see the module doc). */
 export class ClusterClient {
   readonly #api: ObjectApi;
+  readonly #core: CoreV1Api;
   /** The API server's URL, for messages. */
   readonly server: string;
 
-  private constructor(api: ObjectApi, server: string) {
+  private constructor(api: ObjectApi, core: CoreV1Api, server: string) {
     this.#api = api;
+    this.#core = core;
     this.server = server;
   }
 
   /** A client for `connection`; throws {@link ConfigError} when no cluster was given or it is malformed. */
   static connect(connection: ClusterConnection): ClusterClient {
     const { config, server } = kubeConfigOf(connection);
-    return new ClusterClient(config.makeApiClient(ObjectApi), server);
+    return new ClusterClient(config.makeApiClient(ObjectApi), config.makeApiClient(CoreV1Api), server);
   }
 
   /** Whether the cluster serves `apiVersion`/`kind` (false: no such API; throws: it cannot be asked). */
@@ -287,6 +303,43 @@ export class ClusterClient {
         `applying ${describe({ ...object, ...object.metadata })}`,
         this.server,
       );
+    }
+  }
+
+  /** Creates `object`; one that exists already is a {@link ClusterError} with status 409. */
+  async create(object: KubernetesObject): Promise<LiveObject> {
+    try {
+      return plain(await this.#api.create(structuredClone(object), undefined, undefined, FIELD_MANAGER));
+    } catch (error) {
+      throw clusterError(error, `creating ${describe({ ...object, ...object.metadata })}`, this.server);
+    }
+  }
+
+  /** Replaces `object` while it is still at `resourceVersion` (a {@link ClusterError} with status 409 else). */
+  async replace(object: KubernetesObject, resourceVersion: string): Promise<LiveObject> {
+    const body = { ...object, metadata: { ...object.metadata, resourceVersion } };
+    try {
+      return plain(await this.#api.replace(structuredClone(body), undefined, undefined, FIELD_MANAGER));
+    } catch (error) {
+      throw clusterError(error, `replacing ${describe({ ...object, ...object.metadata })}`, this.server);
+    }
+  }
+
+  /**
+   * JSON-patches the Node `name` (RFC 6902) as {@link FIELD_MANAGER}. A patch that sets
+   * `/metadata/resourceVersion` to the version read holds only while the node is still at it (409 else),
+   * and a failed `test` op is 422: nothing of the patch is kept either way.
+   */
+  async patchNode(name: string, operations: readonly JsonPatchOperation[]): Promise<LiveObject> {
+    try {
+      const node = await this.#core.patchNode({
+        name,
+        body: structuredClone(operations) as object,
+        fieldManager: FIELD_MANAGER,
+      });
+      return plain({ ...node, apiVersion: "v1", kind: "Node" });
+    } catch (error) {
+      throw clusterError(error, `patching Node ${name}`, this.server);
     }
   }
 

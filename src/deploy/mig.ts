@@ -418,3 +418,23 @@ export function migRefusalError(refusal: MigLayoutRefused): ResourceUnavailable 
     { unmet: refusal.unmet },
   );
 }
+
+/**
+ * Whether `layout` (profile name → new instances) fits `device` beside the instances it has, every new
+ * one at a start NVML lists, overlapping nothing, within the slice budgets and instance caps. A profile
+ * the device cannot create never fits. Throws `UnobservableState` when the geometry contradicts itself.
+ */
+export function migLayoutFits(device: MigDeviceGeometry, layout: Readonly<Record<string, number>>): boolean {
+  const problems = geometryProblems(device);
+  if (problems.length > 0) {
+    throw new UnobservableState(
+      `the MIG geometry read for ${device.device} is not consistent: ${problems.join("; ")}`,
+      "read the device again through NVML and check again",
+      { problems },
+    );
+  }
+  const model = deviceModel(device);
+  const named = Object.entries(layout).filter(([, count]) => count > 0);
+  if (named.some(([name]) => !model.usable.some((p) => p.info.name === name))) return false;
+  return model.placeable.has(model.usable.map((p) => layout[p.info.name] ?? 0).join(","));
+}

@@ -15,7 +15,9 @@
  *   applied before and applies no more;
  * - label selectors (`=`, `==`, `!=`, `in`, `notin`, exists, `!` not exists) compared exactly;
  * - an object in a namespace that does not exist is `404`, and a Job's `spec.template` is immutable;
- * - with a token, every request without `Authorization: Bearer TOKEN` is `401`.
+ * - with a token, every request without `Authorization: Bearer TOKEN` is `401`;
+ * - a test may refuse requests ({@link KubeApiServer.refuse}: an outage, a forbidden read), and reads
+ *   back every write that was kept ({@link KubeApiServer.writes}, with its body).
  *
  * What it leaves out: field-manager conflicts (`force` is accepted and changes nothing), strategic
  * merge patch (`415`), watches, defaulting, controllers (a Job completes only when a test says so,
@@ -42,6 +44,7 @@ export interface ServedKind {
 export const KUBERNETES_KINDS: readonly ServedKind[] = [
   { apiVersion: "v1", kind: "Namespace", plural: "namespaces", namespaced: false },
   { apiVersion: "v1", kind: "Node", plural: "nodes", namespaced: false },
+  { apiVersion: "v1", kind: "Pod", plural: "pods", namespaced: true },
   { apiVersion: "v1", kind: "ConfigMap", plural: "configmaps", namespaced: true },
   { apiVersion: "v1", kind: "Service", plural: "services", namespaced: true },
   { apiVersion: "batch/v1", kind: "Job", plural: "jobs", namespaced: true },
@@ -79,6 +82,12 @@ export interface SeenRequest {
   readonly contentType: string | null;
 }
 
+/** A write the server kept (answered 2xx), with its body as sent. */
+export interface KeptWrite extends SeenRequest {
+  /** The request body. */
+  readonly body: string;
+}
+
 type Json = Record<string, unknown>;
 
 class ApiFailure extends Error {
@@ -90,11 +99,14 @@ class ApiFailure extends Error {
 const REASONS: Record<number, string> = {
   400: "BadRequest",
   401: "Unauthorized",
+  403: "Forbidden",
   404: "NotFound",
   405: "MethodNotAllowed",
   409: "Conflict",
   415: "UnsupportedMediaType",
   422: "Invalid",
+  503: "ServiceUnavailable",
+  504: "Timeout",
 };
 
 function failure(code: number, message: string, details: Json = {}, reason = REASONS[code]): ApiFailure {
@@ -367,8 +379,12 @@ export class KubeApiServer {
   #uid = 0;
   /** Every request, in order. */
   readonly requests: SeenRequest[] = [];
+  /** Every write that was kept, in order. */
+  readonly writes: KeptWrite[] = [];
   /** Awaited before each request is served: a test's other writer can act between two of a client's. */
   beforeRequest: ((request: SeenRequest) => Promise<void> | void) | null = null;
+  /** Asked before each request is served: a status code refuses it with that code, nothing done. */
+  refuse: ((request: SeenRequest) => number | null) | null = null;
 
   private constructor(options: KubeApiServerOptions) {
     this.#kinds = options.kinds ?? KUBERNETES_KINDS;
@@ -433,6 +449,28 @@ export class KubeApiServer {
     const metadata = object.metadata as Json;
     const namespace = served.namespaced ? String(metadata.namespace) : null;
     return structuredClone(this.#create(served, namespace, String(metadata.name), object));
+  }
+
+  /** Writes `object` over the stored one as another client would, with no precondition; returns the stored copy. */
+  overwrite(object: Json): StoredObject {
+    const served = this.#served(String(object.apiVersion), String(object.kind));
+    const metadata = { ...(object.metadata as Json) };
+    delete metadata.resourceVersion;
+    const key = this.#key(
+      served,
+      served.namespaced ? String(metadata.namespace) : null,
+      String(metadata.name),
+    );
+    const current = this.#objects.get(key);
+    if (current === undefined) throw new Error(`no ${served.kind} ${String(metadata.name)} to overwrite`);
+    return structuredClone(this.#update(served, key, current, { ...structuredClone(object), metadata }));
+  }
+
+  /** Deletes the stored object as another client would; false when there was none. */
+  remove(apiVersion: string, kind: string, namespace: string | null, name: string): boolean {
+    const deleted = this.#objects.delete(this.#key(this.#served(apiVersion, kind), namespace, name));
+    if (deleted) this.#nextVersion();
+    return deleted;
   }
 
   /** Resolves with the object once it is first written (at once when it already exists). */
@@ -664,11 +702,15 @@ export class KubeApiServer {
       if (this.#token !== null && request.headers.get("authorization") !== `Bearer ${this.#token}`) {
         throw failure(401, "Unauthorized");
       }
+      const refused = this.refuse?.(seen) ?? null;
+      if (refused !== null) throw failure(refused, `refused by the test (${refused})`);
       const discovery = request.method === "GET" ? this.#discovery(url) : null;
       if (discovery !== null) return Response.json(discovery);
       const target = this.#target(url);
       const text = await request.text();
-      return this.#serve(request.method, url, target, text, request.headers.get("content-type") ?? "");
+      const response = this.#serve(request.method, url, target, text, seen.contentType ?? "");
+      if (request.method !== "GET" && response.ok) this.writes.push({ ...seen, body: text });
+      return response;
     } catch (error) {
       if (!(error instanceof ApiFailure)) throw error;
       return Response.json(statusBody(error.code, error.reason, error.message, error.details), {

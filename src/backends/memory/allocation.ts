@@ -43,8 +43,6 @@ import {
   ClaimStatus,
   classifyNode,
   Completeness,
-  type Constraint,
-  constraintHolds,
   deliveredGrantToDict,
   type DeviceIdentity,
   deviceIdentity,
@@ -53,15 +51,20 @@ import {
   GfdLabel,
   GPU_GRANT_ENV,
   GrantHost,
+  hardConstraintsHold,
   infeasible,
   type InventoryScope,
   type InventorySnapshot,
+  layoutText,
   MemoryEnforcement,
   NodeSharing,
+  packingShortfalls,
+  parseLayoutText,
   type PlanOutcome,
   type ReleaseObservation,
   ReleaseStatus,
   RequestSharing,
+  softlyPreferred,
   type WorkloadBindings,
   type WorkloadRequest,
 } from "../allocation.ts";
@@ -149,30 +152,6 @@ export interface MemoryAllocationOptions {
   /** Clock delay before a geometry write is applied (0: on the next inventory or observe). */
   readonly migApplySeconds?: number;
   readonly log?: ObservationLog | null;
-}
-
-/** The canonical text of a layout (`1g.10gb=2,3g.40gb=1`; empty for none), as plans carry it. */
-export function layoutText(layout: MigLayout): string {
-  return Object.keys(layout).filter((name) => layout[name] > 0).sort().map((name) =>
-    `${name}=${layout[name]}`
-  )
-    .join(",");
-}
-
-/** Reads {@link layoutText}; throws {@link ConfigError} for anything else. */
-export function parseLayoutText(text: string): Record<string, number> {
-  const layout: Record<string, number> = {};
-  for (const part of text === "" ? [] : text.split(",")) {
-    const match = /^([0-9a-z.+]+)=([1-9][0-9]*)$/.exec(part);
-    if (match === null || Object.hasOwn(layout, match[1])) {
-      throw new ConfigError(
-        `not a MIG layout: ${JSON.stringify(text)}`,
-        "write it as profile=count,profile=count",
-      );
-    }
-    layout[match[1]] = Number(match[2]);
-  }
-  return layout;
 }
 
 /**
@@ -391,21 +370,6 @@ function configName(claim: { readonly claimId: string; readonly generation: numb
 
 function holderOf(claimId: string, workloadId: string): string {
   return `${claimId}#${workloadId}`;
-}
-
-function hardConstraintsHold(
-  constraints: readonly Constraint[],
-  labels: Readonly<Record<string, string>>,
-): boolean {
-  return constraints.every((c) => !c.hard || constraintHolds(c, labels));
-}
-
-function softlyPreferred(
-  constraints: readonly Constraint[],
-  labels: Readonly<Record<string, string>>,
-): boolean {
-  const soft = constraints.filter((c) => !c.hard);
-  return soft.length > 0 && soft.every((c) => constraintHolds(c, labels));
 }
 
 function conflict(message: string, context: Record<string, unknown>): OwnershipConflict {
@@ -1477,7 +1441,7 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
       preferred,
     );
     if (packing === null) {
-      reasons.push(...this.#packingReasons(requests, free, eligible));
+      reasons.push(...packingShortfalls(requests, free, eligible));
       return;
     }
     for (const r of requests) {
@@ -1487,37 +1451,6 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
       pool.wholeNodes.add(host);
       assignments[r.workloadId] = devices;
     }
-  }
-
-  #packingReasons(
-    requests: readonly WorkloadRequest[],
-    free: Readonly<Record<string, number>>,
-    eligible: Readonly<Record<string, ReadonlySet<string>>>,
-  ): string[] {
-    const reasons: string[] = [];
-    for (const r of requests) {
-      const best = Math.max(0, ...[...eligible[r.workloadId]].map((h) => free[h]));
-      if (eligible[r.workloadId].size === 0) {
-        reasons.push(
-          `request ${r.workloadId}: no eligible host (physical, unowned, constraints and memory met)`,
-        );
-      } else if (best < r.deviceCount) {
-        reasons.push(
-          `request ${r.workloadId} needs ${r.deviceCount} free whole devices on one host; the most free on an eligible host is ${best}`,
-        );
-      }
-    }
-    if (reasons.length === 0) {
-      const total = Object.values(free).reduce((a, b) => a + b, 0);
-      const hosts = Object.entries(free).map(([h, n]) => `${h}=${n}`).join(", ");
-      reasons.push(
-        `requests ${
-          requests.map((r) => `${r.workloadId}(${r.deviceCount})`).join(", ")
-        } fit the ${total} free devices ` +
-          `in aggregate but not per host (free: ${hosts}): fragmentation`,
-      );
-    }
-    return reasons;
   }
 
   #planSlice(

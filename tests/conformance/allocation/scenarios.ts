@@ -22,17 +22,14 @@ import {
   type FeasiblePlan,
   GPU_GRANT_ENV,
   type InventorySnapshot,
+  parseLayoutText,
   type PlanOutcome,
   type WorkloadRequest,
   workloadRequest,
   type WorkloadRequestInit,
 } from "../../../src/backends/allocation.ts";
 import { Barrier, dropResponse, FaultSchedule, pause } from "../../../src/backends/faults.ts";
-import {
-  type NodeFixture,
-  packWholeDevices,
-  parseLayoutText,
-} from "../../../src/backends/memory/allocation.ts";
+import { type NodeFixture, packWholeDevices } from "../../../src/backends/memory/allocation.ts";
 import { FakeClock } from "../../../src/backends/memory/clock.ts";
 import { checkLayout } from "../../../src/backends/memory/mig_geometry.ts";
 import { type Observation, requireKnown, type UnknownReason } from "../../../src/backends/outcomes.ts";
@@ -56,6 +53,8 @@ export interface AllocationHooks {
 export interface AllocationInstance {
   readonly backend: AcceleratorAllocationBackend;
   readonly hooks: AllocationHooks;
+  /** Stops what the instance started (a server); called when its test ends. */
+  close?(): Promise<void>;
 }
 
 /** Options a scenario creates a provider instance with. */
@@ -127,11 +126,25 @@ async function planAndReserve(
 
 /** Registers every scenario for `provider`. */
 export function allocationScenarios(provider: AllocationProvider): void {
+  const opened: AllocationInstance[] = [];
   const test = (name: string, fn: () => Promise<void>, needsGeometry = false) =>
-    Deno.test({ name: `${provider.name} ${name}`, ignore: needsGeometry && !provider.geometry, fn });
+    Deno.test({
+      name: `${provider.name} ${name}`,
+      ignore: needsGeometry && !provider.geometry,
+      fn: async () => {
+        try {
+          await fn();
+        } finally {
+          for (const instance of opened.splice(0)) await instance.close?.();
+        }
+      },
+    });
   const create = (nodes: readonly NodeFixture[], extra: Partial<AllocationOptions> = {}) => {
     const clock = new FakeClock();
-    return provider.create({ nodes, clock, ...extra }).then((instance) => ({ ...instance, clock }));
+    return provider.create({ nodes, clock, ...extra }).then((instance) => {
+      opened.push(instance);
+      return { ...instance, clock };
+    });
   };
 
   test("ALLOC 3: two reservers paused at owner.read.after and owner.update.before: one CAS wins, the loser mutated nothing", async () => {

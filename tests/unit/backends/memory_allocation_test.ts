@@ -25,6 +25,8 @@ import {
   GPU_GRANT_ENV,
   infeasible,
   type InventorySnapshot,
+  layoutText,
+  parseLayoutText,
   type PlanOutcome,
   type WorkloadRequest,
   workloadRequest,
@@ -34,11 +36,9 @@ import { Barrier, FaultSchedule, nth, pause } from "../../../src/backends/faults
 import {
   AllocationAuthority,
   DEFAULT_POINTER,
-  layoutText,
   MemoryAllocationBackend,
   type NodeFixture,
   packWholeDevices,
-  parseLayoutText,
   SHARED_CONFIG_NAME,
 } from "../../../src/backends/memory/allocation.ts";
 import { FakeClock } from "../../../src/backends/memory/clock.ts";
