@@ -668,7 +668,9 @@ function workloadObject(
         kind: Workload.deployment,
         metadata: metadata(name, options, labels),
         spec: {
-          replicas: spec.nbTasks,
+          // A scaled Deployment leaves its replica count to the scaler: applied, a count would be taken back
+          // from the HPA on every re-apply (and conflict with its field manager under server-side apply).
+          ...(isScaled ? {} : { replicas: spec.nbTasks }),
           // Unscaled, its replicas hold every slot: a surge pod would find none (or share replica 0).
           ...(isScaled ? {} : { strategy: { type: "Recreate" } }),
           selector,

@@ -370,6 +370,11 @@ Deno.test("autoscaling renders a KEDA scaler for the scalable node only, one tri
   assert.equal(tidy.replicaId, null);
   assert.equal(tidy.replicaSlots, 6);
   assert.equal(
+    byName(objects, "Deployment", "vf-cams-tidy").spec.replicas,
+    undefined,
+    "the scaler owns the replica count: a re-apply does not take it back",
+  );
+  assert.equal(
     byName(objects, "Deployment", "vf-cams-tidy").spec.strategy,
     undefined,
     "a scaler's pods may surge",
