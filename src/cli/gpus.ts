@@ -9,7 +9,8 @@
  * @module
  */
 
-import { ResourceUnavailable } from "../core/errors.ts";
+import { ConfigError, ResourceUnavailable, UnobservableState } from "../core/errors.ts";
+import type { ClusterConnection } from "../deploy/cluster_client.ts";
 import type { Observation } from "../backends/outcomes.ts";
 import { type NvmlInventory, readInventory } from "../../nvml/inventory.ts";
 import type { MigDevice } from "../../nvml/mig_devices.ts";
@@ -21,14 +22,57 @@ import type { CommandOutput } from "./command_output.ts";
 export interface GpusOptions {
   /** Print the whole inventory as JSON instead of the tables. */
   readonly json?: boolean;
+  /** `--publish-node NODE`: write the inventory on this Kubernetes node instead of printing it. */
+  readonly publishNode?: string;
+  /** The cluster `--publish-node` writes to (`--server`/`--token`, else a kubeconfig, else `KUBECONFIG`). */
+  readonly cluster?: ClusterConnection;
 }
 
-/** Prints the inventory (or the one device `device` names); resolves with the exit code. */
+/**
+ * Publishes this host's cards on Kubernetes node `node` (the node agent's job); resolves with the exit
+ * code. Throws UnobservableState (exit 3) when NVML could not read every card whole: nothing is published.
+ */
+async function publishCommand(
+  node: string,
+  connection: ClusterConnection,
+  io: CommandOutput,
+): Promise<number> {
+  // Loaded on use: the Kubernetes client is no other use of `vf gpus`'s to load.
+  const { publishedDevicesOf, publishNodeDevices } = await import("../deploy/node_agent.ts");
+  const { ClusterClient } = await import("../deploy/cluster_client.ts");
+  const { NodeAnnotation } = await import("../deploy/allocation_kubernetes.ts");
+  const devices = publishedDevicesOf(readInventory());
+  if (devices.kind === "unknown") {
+    throw new UnobservableState(
+      `this host's GPUs are not published on node ${node}: ${devices.reason}: ${devices.detail}`,
+      "run `vf gpus` for what NVML could not read, and check the NVIDIA driver",
+      { node },
+    );
+  }
+  const cluster = ClusterClient.connect({
+    ...connection,
+    kubeconfig: connection.kubeconfig ?? Deno.env.get("KUBECONFIG"),
+  });
+  await publishNodeDevices(cluster, node, devices.value);
+  io.out(`published ${devices.value.length} GPU(s) on node ${node} (${NodeAnnotation.devices})`);
+  return 0;
+}
+
+/** Prints the inventory (or the one device `device` names), or publishes it; resolves with the exit code. */
 export function gpusCommand(
   device: string | undefined,
   options: GpusOptions,
   io: CommandOutput,
 ): Promise<number> {
+  if (options.publishNode !== undefined) {
+    if (device !== undefined) {
+      throw new ConfigError(
+        "--publish-node publishes every card: it takes no DEVICE",
+        "drop the DEVICE operand",
+      );
+    }
+    return publishCommand(options.publishNode, options.cluster ?? {}, io);
+  }
   const inventory = readInventory();
   const selected = device === undefined ? null : select(inventory, device);
   if (options.json) {

@@ -51,7 +51,9 @@ commands:
   decode FILE        print an envelope's bytes as JSON with the wire's field names
   gpus [DEVICE]      this host's GPUs through NVML: cards, MIG devices, P2P matrix; unknowns
                      shown with their reasons (--json; DEVICE: an index, GPU- or MIG- UUID;
-                     VF_NVML_LIBRARY: the libnvidia-ml to load)
+                     VF_NVML_LIBRARY: the libnvidia-ml to load); --publish-node NODE
+                     [--server URL --token T | --kubeconfig FILE]: write them on the Kubernetes
+                     node for the cluster's GPU allocation (videoflow.io/gpu-devices)
 
 exit codes: 0 ok (a run stopped cleanly by Ctrl-C or SIGTERM too), 2 the flow or its configuration is
 wrong, 3 the environment is not as required, 4 the flow ran and failed, 5 the flow stalled, 130 a run forced
@@ -91,6 +93,7 @@ const OPTIONS = {
   server: { type: "string" },
   token: { type: "string" },
   kubeconfig: { type: "string" },
+  "publish-node": { type: "string" },
   "wait-timeout": { type: "string" },
 } as const;
 
@@ -112,10 +115,14 @@ interface OptionalOperandCommand {
 
 const OPTIONAL_OPERAND_COMMANDS: Record<string, OptionalOperandCommand> = {
   gpus: {
-    accepts: ["json"],
+    accepts: ["json", "publish-node", "server", "token", "kubeconfig"],
     // Loaded on use: koffi loads a native addon when imported, which no other command needs (or may do).
     run: async (device, options, io) =>
-      (await import("./gpus.ts")).gpusCommand(device, { json: options.json }, io),
+      (await import("./gpus.ts")).gpusCommand(device, {
+        json: options.json,
+        publishNode: options["publish-node"],
+        cluster: { server: options.server, token: options.token, kubeconfig: options.kubeconfig },
+      }, io),
   },
 };
 

@@ -115,7 +115,12 @@ import {
   ResourceUnavailable,
   UnobservableState,
 } from "../core/errors.ts";
-import type { ClusterClient, JsonPatchOperation, LiveObject } from "./cluster_client.ts";
+import {
+  type ClusterClient,
+  type JsonPatchOperation,
+  jsonPointerKey,
+  type LiveObject,
+} from "./cluster_client.ts";
 import { DEFAULT_GPU_RESOURCE, GpuNodeLabel, MIG_RESOURCE_PREFIX } from "./gpu_strategy.ts";
 import type { KubernetesObject } from "./manifests.ts";
 import {
@@ -275,10 +280,6 @@ function reasonOf(error: ClusterError): UnknownReason {
   if (status === 404) return "missing";
   if (status === 408 || status === 504) return "timeout";
   return "api";
-}
-
-function pointerKey(key: string): string {
-  return key.replaceAll("~", "~0").replaceAll("/", "~1");
 }
 
 function holderOf(claimId: string, workloadId: string): string {
@@ -1588,11 +1589,11 @@ function nodePatch(view: NodeView, change: NodeChange, operationId: string): Jso
       return;
     }
     for (const [key, value] of sets) {
-      operations.push({ op: "add", path: `/metadata/${field}/${pointerKey(key)}`, value });
+      operations.push({ op: "add", path: `/metadata/${field}/${jsonPointerKey(key)}`, value });
     }
     for (const [key, value] of Object.entries(wanted)) {
       if (value === null && Object.hasOwn(present, key)) {
-        operations.push({ op: "remove", path: `/metadata/${field}/${pointerKey(key)}` });
+        operations.push({ op: "remove", path: `/metadata/${field}/${jsonPointerKey(key)}` });
       }
     }
   };

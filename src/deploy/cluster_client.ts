@@ -64,6 +64,11 @@ export interface ObjectRef {
   readonly name: string;
 }
 
+/** `key` as one token of a JSON pointer (RFC 6901: `~` as `~0`, `/` as `~1`), e.g. an annotation's name. */
+export function jsonPointerKey(key: string): string {
+  return key.replaceAll("~", "~0").replaceAll("/", "~1");
+}
+
 /** One RFC 6902 operation of a JSON patch. */
 export interface JsonPatchOperation {
   readonly op: "add" | "remove" | "replace" | "test";
