@@ -425,6 +425,43 @@ export function infeasible(reasons: readonly string[]): Infeasible {
   return Object.freeze({ kind: "infeasible", reasons: Object.freeze([...reasons]) });
 }
 
+/** A frozen {@link FeasiblePlan} (its assignments' device lists frozen too). */
+export function feasiblePlan(plan: Omit<FeasiblePlan, "kind">): FeasiblePlan {
+  return Object.freeze<FeasiblePlan>({
+    kind: "feasible",
+    assignments: Object.freeze(
+      Object.fromEntries(Object.entries(plan.assignments).map(([w, d]) => [w, Object.freeze(d)])),
+    ),
+    geometry: Object.freeze(plan.geometry),
+    snapshotGeneration: plan.snapshotGeneration,
+    planId: plan.planId,
+    notes: Object.freeze(plan.notes),
+  });
+}
+
+/**
+ * What every backend answers before it places anything: {@link allocationRejections} of `requests` against
+ * `capabilities`, or "occupancy unknown" on a snapshot that is not complete (a partial one never admits);
+ * null when planning may go on.
+ *
+ * @throws ConfigError when one workload is requested twice.
+ */
+export function refusalBeforePlanning(
+  requests: readonly WorkloadRequest[],
+  capabilities: AllocationCapabilities,
+  snapshot: InventorySnapshot,
+): Infeasible | null {
+  const ids = requests.map((r) => r.workloadId);
+  const duplicate = ids.find((id, i) => ids.indexOf(id) !== i);
+  if (duplicate !== undefined) {
+    throw new ConfigError(`workload ${duplicate} is requested twice in one plan`);
+  }
+  const rejections = allocationRejections(requests, capabilities);
+  if (rejections.length > 0) return infeasible(rejections);
+  if (snapshot.completeness !== Completeness.complete) return infeasible(["occupancy unknown"]);
+  return null;
+}
+
 /** The states a claim moves through; each is observed, never inferred from an earlier one. */
 export const ClaimStatus = {
   /** Devices are owned by the claim; nothing is prepared yet. */

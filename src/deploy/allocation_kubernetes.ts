@@ -72,7 +72,6 @@ import {
   type AcceleratorAllocationBackend,
   type AllocationCapabilities,
   allocationCapabilities,
-  allocationRejections,
   type ClaimObservation,
   ClaimStatus,
   classifyNode,
@@ -84,6 +83,7 @@ import {
   deviceIdentity,
   deviceKey,
   type FeasiblePlan,
+  feasiblePlan,
   FEATURE_DYNAMIC_MIG,
   GfdLabel,
   GPU_GRANT_ENV,
@@ -98,6 +98,7 @@ import {
   packingShortfalls,
   parseLayoutText,
   type PlanOutcome,
+  refusalBeforePlanning,
   type ReleaseObservation,
   ReleaseStatus,
   RequestSharing,
@@ -596,14 +597,8 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
 
   plan(requests: readonly WorkloadRequest[], snapshot: InventorySnapshot): Promise<PlanOutcome> {
     return Promise.try(() => {
-      const ids = requests.map((r) => r.workloadId);
-      const duplicate = ids.find((id, i) => ids.indexOf(id) !== i);
-      if (duplicate !== undefined) {
-        throw new ConfigError(`workload ${duplicate} is requested twice in one plan`);
-      }
-      const rejections = allocationRejections(requests, this.capabilities());
-      if (rejections.length > 0) return infeasible(rejections);
-      if (snapshot.completeness !== Completeness.complete) return infeasible(["occupancy unknown"]);
+      const refused = refusalBeforePlanning(requests, this.capabilities(), snapshot);
+      if (refused !== null) return refused;
       const taken = new Set<string>();
       const isFree = (d: DeviceIdentity) =>
         !taken.has(deviceKey(d)) && (snapshot.occupancy[deviceKey(d)] ?? 0) === 0;
@@ -683,16 +678,7 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
       }
       const planId = `plan-${randomId()}`;
       this.#plans.set(planId, new Map(requests.map((r) => [r.workloadId, r])));
-      return Object.freeze<FeasiblePlan>({
-        kind: "feasible",
-        assignments: Object.freeze(
-          Object.fromEntries(Object.entries(assignments).map(([w, d]) => [w, Object.freeze(d)])),
-        ),
-        geometry: Object.freeze(geometry),
-        snapshotGeneration: snapshot.generation,
-        planId,
-        notes: Object.freeze(notes),
-      });
+      return feasiblePlan({ assignments, geometry, snapshotGeneration: snapshot.generation, planId, notes });
     });
   }
 

@@ -38,7 +38,6 @@ import {
   type AcceleratorAllocationBackend,
   type AllocationCapabilities,
   allocationCapabilities,
-  allocationRejections,
   type ClaimObservation,
   ClaimStatus,
   classifyNode,
@@ -48,6 +47,7 @@ import {
   deviceIdentity,
   deviceKey,
   type FeasiblePlan,
+  feasiblePlan,
   GfdLabel,
   GPU_GRANT_ENV,
   GrantHost,
@@ -61,6 +61,7 @@ import {
   packingShortfalls,
   parseLayoutText,
   type PlanOutcome,
+  refusalBeforePlanning,
   type ReleaseObservation,
   ReleaseStatus,
   RequestSharing,
@@ -516,14 +517,8 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
 
   plan(requests: readonly WorkloadRequest[], snapshot: InventorySnapshot): Promise<PlanOutcome> {
     return Promise.try(() => {
-      const ids = requests.map((r) => r.workloadId);
-      const duplicate = ids.find((id, i) => ids.indexOf(id) !== i);
-      if (duplicate !== undefined) {
-        throw new ConfigError(`workload ${duplicate} is requested twice in one plan`);
-      }
-      const rejections = allocationRejections(requests, this.capabilities());
-      if (rejections.length > 0) return infeasible(rejections);
-      if (snapshot.completeness !== Completeness.complete) return infeasible(["occupancy unknown"]);
+      const refused = refusalBeforePlanning(requests, this.capabilities(), snapshot);
+      if (refused !== null) return refused;
       const pool = new PlanPool(
         snapshot,
         (node) => this.#nodes.get(node) ? capacityOf(this.#nodes.get(node)!) : 1,
@@ -556,16 +551,7 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
       }
       const planId = `plan-${++this.#planCounter}`;
       this.#plans.set(planId, { requests: new Map(requests.map((r) => [r.workloadId, r])) });
-      return Object.freeze<FeasiblePlan>({
-        kind: "feasible",
-        assignments: Object.freeze(
-          Object.fromEntries(Object.entries(assignments).map(([w, d]) => [w, Object.freeze(d)])),
-        ),
-        geometry: Object.freeze(geometry),
-        snapshotGeneration: snapshot.generation,
-        planId,
-        notes: Object.freeze(notes),
-      });
+      return feasiblePlan({ assignments, geometry, snapshotGeneration: snapshot.generation, planId, notes });
     });
   }
 
