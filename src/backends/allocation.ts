@@ -25,7 +25,7 @@
  * @module
  */
 
-import { ConfigError } from "../core/errors.ts";
+import { ConfigError, OwnershipConflict } from "../core/errors.ts";
 import type { Observation } from "./outcomes.ts";
 
 /** How a node's GPUs are shared, as read from its labels (InventorySnapshot.sharing). */
@@ -423,6 +423,23 @@ export type PlanOutcome = FeasiblePlan | Infeasible;
 export function infeasible(reasons: readonly string[]): Infeasible {
   if (reasons.length === 0) throw new RangeError("an infeasible plan must say why");
   return Object.freeze({ kind: "infeasible", reasons: Object.freeze([...reasons]) });
+}
+
+/**
+ * The OwnershipConflict every backend throws when a write lost a compare-and-swap race: nothing of the
+ * call was kept, and the caller re-reads and plans again.
+ */
+export function ownershipConflict(message: string, context: Record<string, unknown>): OwnershipConflict {
+  return new OwnershipConflict(
+    message,
+    "re-read the inventory and plan again; nothing of this call was kept",
+    context,
+  );
+}
+
+/** How a claim's workload is named among a device's holders (`<claim>#<workload>`). */
+export function claimHolder(claimId: string, workloadId: string): string {
+  return `${claimId}#${workloadId}`;
 }
 
 /** A frozen {@link FeasiblePlan} (its assignments' device lists frozen too). */

@@ -72,6 +72,7 @@ import {
   type AcceleratorAllocationBackend,
   type AllocationCapabilities,
   allocationCapabilities,
+  claimHolder,
   type ClaimObservation,
   ClaimStatus,
   classifyNode,
@@ -95,6 +96,7 @@ import {
   layoutText,
   MemoryEnforcement,
   NodeSharing,
+  ownershipConflict,
   packingShortfalls,
   parseLayoutText,
   type PlanOutcome,
@@ -259,14 +261,6 @@ interface ClaimRecord extends ClaimDocument {
   readonly version: string;
 }
 
-function conflict(message: string, context: Record<string, unknown>): OwnershipConflict {
-  return new OwnershipConflict(
-    message,
-    "re-read the inventory and plan again; nothing of this call was kept",
-    context,
-  );
-}
-
 /** The HTTP status of a refused request; null when the server did not answer. */
 function statusOf(error: ClusterError): number | null {
   const status = error.context.status;
@@ -281,10 +275,6 @@ function reasonOf(error: ClusterError): UnknownReason {
   if (status === 404) return "missing";
   if (status === 408 || status === 504) return "timeout";
   return "api";
-}
-
-function holderOf(claimId: string, workloadId: string): string {
-  return `${claimId}#${workloadId}`;
 }
 
 /** The resource a device is requested as. */
@@ -707,7 +697,7 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
       const same = existing.owner === operationId && existing.phase === "active" &&
         (expectedGeneration === null || expectedGeneration === String(existing.generation));
       if (!same) {
-        throw conflict(
+        throw ownershipConflict(
           `claim ${claimId} already exists, owned by ${existing.owner} at generation ${existing.generation}`,
           { claim_id: claimId },
         );
@@ -715,7 +705,7 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
       return requireKnown(await this.#inspect(existing), `claim ${claimId}`).observation;
     }
     if (expectedGeneration !== null) {
-      throw conflict(`claim ${claimId} does not exist at generation ${expectedGeneration}`, {
+      throw ownershipConflict(`claim ${claimId} does not exist at generation ${expectedGeneration}`, {
         claim_id: claimId,
       });
     }
@@ -741,12 +731,15 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
       else {
         const users = [...view.holds.values()].flat().concat(usersOn(view.name, pods, claimId));
         if (view.owner !== null) {
-          throw conflict(`node ${view.name} is owned by ${view.owner}`, { node: view.name });
+          throw ownershipConflict(`node ${view.name} is owned by ${view.owner}`, { node: view.name });
         }
         if (users.length > 0) {
-          throw conflict(`node ${view.name} is in use by ${users.join(", ")}: its geometry cannot change`, {
-            node: view.name,
-          });
+          throw ownershipConflict(
+            `node ${view.name} is in use by ${users.join(", ")}: its geometry cannot change`,
+            {
+              node: view.name,
+            },
+          );
         }
       }
     }
@@ -778,7 +771,7 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
         const holds = new Map(view.holds);
         for (const { workload, device } of byNode.get(view.name)!) {
           const key = deviceKey(device);
-          holds.set(key, [...(holds.get(key) ?? []), holderOf(claimId, workload)]);
+          holds.set(key, [...(holds.get(key) ?? []), claimHolder(claimId, workload)]);
         }
         operations = nodePatch(
           view,
@@ -792,7 +785,7 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
       } catch (error) {
         await this.#rollback(claimId, operationId, done);
         if (error instanceof ClusterError && statusOf(error) === 409) {
-          throw conflict(`node ${view.name} changed since it was read; the write was refused`, {
+          throw ownershipConflict(`node ${view.name} changed since it was read; the write was refused`, {
             node: view.name,
             op_id: operationId,
           });
@@ -826,7 +819,7 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
     } catch (error) {
       await this.#rollback(claimId, operationId, done);
       if (error instanceof ClusterError && statusOf(error) === 409) {
-        throw conflict(`claim ${claimId} was created by another writer`, { claim_id: claimId });
+        throw ownershipConflict(`claim ${claimId} was created by another writer`, { claim_id: claimId });
       }
       throw error;
     }
@@ -865,7 +858,7 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
     const record = await this.#readClaimOrThrow(claimId);
     if (record === null) throw new ConfigError(`no claim ${claimId} was reserved here`);
     if (String(record.generation) !== expectedGeneration || record.phase !== "active") {
-      throw conflict(
+      throw ownershipConflict(
         `claim ${claimId} is at generation ${record.generation} (${record.phase}), not ${expectedGeneration}`,
         { claim_id: claimId },
       );
@@ -904,7 +897,7 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
     for (const view of views) {
       await barrier(Barrier.ownerReadAfter, { node: view.name, op_id: record.owner });
       if (view.owner !== claimId) {
-        throw conflict(`node ${view.name} is no longer owned by ${claimId}`, { node: view.name });
+        throw ownershipConflict(`node ${view.name} is no longer owned by ${claimId}`, { node: view.name });
       }
       const users = usersOn(view.name, pods, claimId);
       if (users.length > 0) refused.push(`node ${view.name}: geometry kept, in use by ${users.join(", ")}`);
@@ -939,7 +932,7 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
         );
       } catch (error) {
         if (error instanceof ClusterError && statusOf(error) === 409) {
-          throw conflict(`node ${view.name} changed since it was read; the write was refused`, {
+          throw ownershipConflict(`node ${view.name} changed since it was read; the write was refused`, {
             node: view.name,
           });
         }
@@ -1179,7 +1172,10 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
       counts.set(key, (counts.get(key) ?? 0) + 1);
       const held = (view.holds.get(key)?.length ?? 0) + counts.get(key)!;
       if (!view.devices.some((d) => deviceKey(d) === key) || held > view.capacity) {
-        throw conflict(`device ${key} on ${view.name} is no longer free`, { node: view.name, device: key });
+        throw ownershipConflict(`device ${key} on ${view.name} is no longer free`, {
+          node: view.name,
+          device: key,
+        });
       }
     }
     for (const [resource, amount] of Object.entries(foreign)) {
@@ -1189,7 +1185,7 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
       const held = pool.reduce((sum, d) => sum + (view.holds.get(deviceKey(d))?.length ?? 0), 0) +
         placed.filter(({ device }) => pool.some((d) => deviceKey(d) === deviceKey(device))).length;
       if (held + amount > pool.length * view.capacity) {
-        throw conflict(
+        throw ownershipConflict(
           `node ${view.name}: foreign pods now use ${amount} ${resource}, too many to add the claim`,
           {
             node: view.name,
@@ -1292,7 +1288,9 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
       else await this.#cluster.replace(object, read.version);
     } catch (error) {
       if (error instanceof ClusterError && statusOf(error) === 409) {
-        throw conflict("the MIG configuration changed before the write landed", { op_id: operationId });
+        throw ownershipConflict("the MIG configuration changed before the write landed", {
+          op_id: operationId,
+        });
       }
       throw error;
     }
@@ -1459,7 +1457,7 @@ export class KubernetesAllocationBackend implements AcceleratorAllocationBackend
     for (const grant of record.grants) {
       for (const device of grant.devices) {
         if (record.geometry[device.node ?? ""] !== undefined) continue;
-        const holder = holderOf(record.claimId, grant.workloadId);
+        const holder = claimHolder(record.claimId, grant.workloadId);
         if (!(views.get(device.node ?? "")?.holds.get(deviceKey(device)) ?? []).includes(holder)) {
           missing.push(`${holder}@${deviceKey(device)}`);
         }
@@ -1619,7 +1617,7 @@ function configName(claimId: string, index: number, generation: number): string 
 /** Who uses GPUs on `node`: a claim's pods as `<claim>#<workload>`, others by pod name. */
 function usersOn(node: string, pods: readonly PodUse[], claimId: string): string[] {
   return pods.filter((p) => p.node === node)
-    .map((p) => p.claim === claimId ? holderOf(claimId, p.workload ?? p.name) : p.name)
+    .map((p) => p.claim === claimId ? claimHolder(claimId, p.workload ?? p.name) : p.name)
     .sort();
 }
 

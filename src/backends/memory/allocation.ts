@@ -38,6 +38,7 @@ import {
   type AcceleratorAllocationBackend,
   type AllocationCapabilities,
   allocationCapabilities,
+  claimHolder,
   type ClaimObservation,
   ClaimStatus,
   classifyNode,
@@ -58,6 +59,7 @@ import {
   layoutText,
   MemoryEnforcement,
   NodeSharing,
+  ownershipConflict,
   packingShortfalls,
   parseLayoutText,
   type PlanOutcome,
@@ -369,18 +371,6 @@ function configName(claim: { readonly claimId: string; readonly generation: numb
   return `vf-${claim.claimId}-${node}-g${claim.generation}`;
 }
 
-function holderOf(claimId: string, workloadId: string): string {
-  return `${claimId}#${workloadId}`;
-}
-
-function conflict(message: string, context: Record<string, unknown>): OwnershipConflict {
-  return new OwnershipConflict(
-    message,
-    "re-read the inventory and plan again; nothing of this call was kept",
-    context,
-  );
-}
-
 /** Per-plan bookkeeping of free units, so one plan never hands a unit out twice. */
 class PlanPool {
   readonly used = new Map<string, number>();
@@ -573,7 +563,7 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
       const same = existing.owner === operationId && existing.phase === "active" &&
         (expectedGeneration === null || expectedGeneration === String(existing.generation));
       if (!same) {
-        throw conflict(
+        throw ownershipConflict(
           `claim ${claimId} already exists, owned by ${existing.owner} at generation ${existing.generation}`,
           {
             claim_id: claimId,
@@ -583,7 +573,7 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
       return this.#observation(existing);
     }
     if (expectedGeneration !== null) {
-      throw conflict(`claim ${claimId} does not exist at generation ${expectedGeneration}`, {
+      throw ownershipConflict(`claim ${claimId} does not exist at generation ${expectedGeneration}`, {
         claim_id: claimId,
       });
     }
@@ -618,12 +608,12 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
           const geometry = plan.geometry[read.name];
           const placed = byNode.get(read.name) ?? [];
           if (read.owner !== null) {
-            throw conflict(`node ${read.name} is owned by ${read.owner}`, { node: read.name });
+            throw ownershipConflict(`node ${read.name} is owned by ${read.owner}`, { node: read.name });
           }
           if (geometry !== undefined) {
             const users = this.#usersBlockingGeometry(read, claimId);
             if (users.length > 0) {
-              throw conflict(
+              throw ownershipConflict(
                 `node ${read.name} is in use by ${users.join(", ")}: its geometry cannot change`,
                 {
                   node: read.name,
@@ -639,7 +629,7 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
             const taken = (read.holds.get(key)?.length ?? 0) +
               keys.slice(0, i).filter((k) => k === key).length;
             if (!read.devices.some((d) => deviceKey(d) === key) || taken >= capacity) {
-              throw conflict(`device ${key} on ${read.name} is no longer free`, {
+              throw ownershipConflict(`device ${key} on ${read.name} is no longer free`, {
                 node: read.name,
                 device: key,
               });
@@ -673,7 +663,7 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
   async reconcile(claimId: string, desired: string, expectedGeneration: string): Promise<ClaimObservation> {
     const claim = this.#requireClaim(claimId);
     if (String(claim.generation) !== expectedGeneration || claim.phase !== "active") {
-      throw conflict(
+      throw ownershipConflict(
         `claim ${claimId} is at generation ${claim.generation} (${claim.phase}), not ${expectedGeneration}`,
         { claim_id: claimId },
       );
@@ -708,7 +698,9 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
         const writes = new Map<string, NodeWrite>();
         for (const read of reads) {
           if (read.owner !== claimId) {
-            throw conflict(`node ${read.name} is no longer owned by ${claimId}`, { node: read.name });
+            throw ownershipConflict(`node ${read.name} is no longer owned by ${claimId}`, {
+              node: read.name,
+            });
           }
           const users = this.#usersBlockingGeometry(read, claimId);
           if (users.length > 0) {
@@ -1044,7 +1036,7 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
       const n = this.#node(read.name);
       if (n.resourceVersion !== read.version) {
         this.#rollback(operationId, done);
-        throw conflict(
+        throw ownershipConflict(
           `node ${read.name} changed (version ${read.version} → ${n.resourceVersion}) before the write landed`,
           { node: read.name, op_id: operationId },
         );
@@ -1076,7 +1068,7 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
 
   #holdWrite(claimId: string, placed: readonly { workload: string; device: DeviceIdentity }[]): NodeWrite {
     const entries = placed.map(({ workload, device }) =>
-      [holderOf(claimId, workload), deviceKey(device)] as const
+      [claimHolder(claimId, workload), deviceKey(device)] as const
     );
     const holders = [...new Set(entries.map(([holder]) => holder))];
     return {
@@ -1107,7 +1099,7 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
     const before = geometryFields(n);
     const holders = Object.entries(claim.assignments)
       .filter(([, devices]) => devices.some((d) => d.node === read.name))
-      .map(([workload, devices]) => [holderOf(claim.claimId, workload), devices.length] as const);
+      .map(([workload, devices]) => [claimHolder(claim.claimId, workload), devices.length] as const);
     claim.writes[read.name] = generation;
     return {
       changes: [
@@ -1199,7 +1191,9 @@ export class MemoryAllocationBackend implements AcceleratorAllocationBackend {
   ): Promise<void> {
     await barrier(Barrier.ownerUpdateBefore, { target: SHARED_CONFIG_NAME, op_id: operationId });
     if (this.#config.version !== read.version || this.#pointer.version !== read.pointerVersion) {
-      throw conflict("the shared MIG configuration changed before the write landed", { op_id: operationId });
+      throw ownershipConflict("the shared MIG configuration changed before the write landed", {
+        op_id: operationId,
+      });
     }
     for (const node of nodes) {
       const config = configName(claim, node);
