@@ -11,31 +11,13 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { OwnerLabel } from "../../src/backends/identity.ts";
 import { KubeApiServer } from "../support/kube_api_server.ts";
+import { deployTask } from "../support/vf_cli.ts";
 
-const root = new URL("../../", import.meta.url);
 const NS = "vision";
 const PROVISION = "vf-squares-provision";
 
-async function deploy(args: readonly string[], env: Record<string, string> = {}, flow = "examples/hello.ts") {
-  const output = await new Deno.Command(Deno.execPath(), {
-    args: [
-      "task",
-      "--quiet",
-      "deploy",
-      flow,
-      "--namespace",
-      NS,
-      "--image",
-      "reg/vf:1",
-      ...args,
-    ],
-    cwd: root,
-    env: { NO_COLOR: "1", ...env },
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const decoder = new TextDecoder();
-  return { code: output.code, stdout: decoder.decode(output.stdout), stderr: decoder.decode(output.stderr) };
+function deploy(args: readonly string[], env: Record<string, string> = {}, flow = "examples/hello.ts") {
+  return deployTask([flow, "--namespace", NS, "--image", "reg/vf:1", ...args], env);
 }
 
 /** Finishes the provision Job once the CLI has written it, as the Job controller would. */

@@ -8,19 +8,10 @@ import { parseAllDocuments } from "yaml";
 import { OwnerLabel } from "../../src/backends/identity.ts";
 import { schemaProblem } from "../../src/deploy/manifest_schema.ts";
 import type { KubernetesObject } from "../../src/deploy/manifests.ts";
+import { deployTask } from "../support/vf_cli.ts";
 
-const root = new URL("../../", import.meta.url);
-
-async function deploy(...args: string[]) {
-  const output = await new Deno.Command(Deno.execPath(), {
-    args: ["task", "--quiet", "deploy", ...args],
-    cwd: root,
-    env: { NO_COLOR: "1" },
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const decoder = new TextDecoder();
-  return { code: output.code, stdout: decoder.decode(output.stdout), stderr: decoder.decode(output.stderr) };
+function deploy(...args: string[]) {
+  return deployTask(args);
 }
 
 function assertValid(objects: readonly KubernetesObject[], runId: string): void {

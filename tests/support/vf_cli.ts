@@ -62,6 +62,23 @@ export function vf(args: readonly string[], options: VfOptions): Promise<Run> {
   return finished(startVf(args, options));
 }
 
+/** `deno task deploy ARGS` as an operator runs it from the project's root, with `env` added. */
+export function deployTask(
+  args: readonly string[],
+  env: Readonly<Record<string, string>> = {},
+): Promise<Run> {
+  return finished(
+    new Deno.Command(Deno.execPath(), {
+      args: ["task", "--quiet", "deploy", ...args],
+      cwd: root,
+      env: { NO_COLOR: "1", ...env },
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn(),
+  );
+}
+
 /** A temporary directory for one story, removed afterwards whatever happened; resolves with `body`'s result. */
 export async function inTempDir<T>(body: (dir: string) => Promise<T>): Promise<T> {
   const dir = await Deno.makeTempDir({ prefix: "vf-e2e-" });
