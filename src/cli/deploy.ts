@@ -132,7 +132,7 @@ function connection(options: DeployCommandOptions): ClusterConnection {
   return {
     server: options.server,
     token: options.token,
-    kubeconfig: options.kubeconfig ?? Deno.env.get("KUBECONFIG"),
+    kubeconfig: options.kubeconfig,
   };
 }
 

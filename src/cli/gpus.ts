@@ -49,10 +49,7 @@ async function publishCommand(
       { node },
     );
   }
-  const cluster = ClusterClient.connect({
-    ...connection,
-    kubeconfig: connection.kubeconfig ?? Deno.env.get("KUBECONFIG"),
-  });
+  const cluster = ClusterClient.connect(connection);
   await publishNodeDevices(cluster, node, devices.value);
   io.out(`published ${devices.value.length} GPU(s) on node ${node} (${NodeAnnotation.devices})`);
   return 0;

@@ -124,22 +124,23 @@ function kubeConfigOf(connection: ClusterConnection): { config: KubeConfig; serv
     });
     return { config, server: url.href };
   }
-  if (connection.kubeconfig !== undefined) {
+  const kubeconfig = connection.kubeconfig ?? Deno.env.get("KUBECONFIG");
+  if (kubeconfig !== undefined) {
     try {
-      config.loadFromFile(connection.kubeconfig);
+      config.loadFromFile(kubeconfig);
     } catch (error) {
       throw new ConfigError(
-        `the kubeconfig ${connection.kubeconfig} cannot be loaded: ${(error as Error).message}`,
+        `the kubeconfig ${kubeconfig} cannot be loaded: ${(error as Error).message}`,
         "pass --kubeconfig with a readable kubeconfig, or --server URL",
-        { path: connection.kubeconfig },
+        { path: kubeconfig },
       );
     }
     const cluster = config.getCurrentCluster();
     if (cluster === null) {
       throw new ConfigError(
-        `the kubeconfig ${connection.kubeconfig} has no current context with a cluster`,
+        `the kubeconfig ${kubeconfig} has no current context with a cluster`,
         "set its current-context, or pass --server URL",
-        { path: connection.kubeconfig },
+        { path: kubeconfig },
       );
     }
     return { config, server: cluster.server };
@@ -227,7 +228,10 @@ export class ClusterClient {
     this.server = server;
   }
 
-  /** A client for `connection`; throws {@link ConfigError} when no cluster was given or it is malformed. */
+  /**
+   * A client for `connection` (without a server or a kubeconfig, the one `KUBECONFIG` names); throws
+   * {@link ConfigError} when no cluster was given or it is malformed.
+   */
   static connect(connection: ClusterConnection): ClusterClient {
     const { config, server } = kubeConfigOf(connection);
     return new ClusterClient(config.makeApiClient(ObjectApi), config.makeApiClient(CoreV1Api), server);
