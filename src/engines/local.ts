@@ -391,9 +391,9 @@ export const EXIT_FORCED = 130;
  */
 export const SIGNAL_ECHO_SECONDS = 0.25;
 
-/** What a replica counted: inputs processed and failed, drops by reason. */
 /** A replica's counters report. */
 type StatsReport = Extract<WorkerReport, { kind: "stats" }>;
+/** What a replica counted: inputs processed and failed, drops by reason. */
 type Counters = Pick<StatsReport, "processed" | "failed" | "drops">;
 
 const NO_COUNTS: Counters = { processed: 0, failed: 0, drops: {} };
